@@ -1,0 +1,205 @@
+//! RFC-0001 v2 (`session.open`, `tool.invoke`, `job.completed`, ...), as the
+//! published Rust runtime 2.0.0 speaks it.
+//!
+//! Differences from v1.1 that this codec hides:
+//! - the idempotency key travels on the envelope, not in the payload (the
+//!   Rust runtime ignores a key in the payload);
+//! - the request a reply answers is the envelope's `correlation_id`;
+//! - names: `client.kind`/`runtime.kind` for `name`, `value` for `result`,
+//!   `target_id` for a cancel's `job_id`; events are separate types.
+
+use std::borrow::Cow;
+
+use serde_json::{json, Value};
+
+use super::{from_payload, object_payload, rename, rename_in, to_payload, DecodeError};
+use crate::message::*;
+use crate::Envelope;
+
+pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
+    let kind = std::mem::take(&mut envelope.kind);
+    let mut payload = std::mem::take(&mut envelope.payload);
+    let k = kind.as_str();
+    let correlation = envelope.correlation_id.clone();
+    let with_request = |mut e: ErrorReply| {
+        e.request_id = e.request_id.or_else(|| correlation.clone());
+        e
+    };
+    let event = |kind: &str, payload: Value| {
+        Message::Event(JobEvent {
+            kind: kind.to_owned(),
+            ts: None,
+            body: payload,
+            extra: Object::new(),
+        })
+    };
+    let message = match k {
+        "session.open" => {
+            rename_in(&mut payload, "client", "kind", "name");
+            Message::Open(from_payload(k, payload)?)
+        }
+        "session.accepted" => {
+            rename_in(&mut payload, "runtime", "kind", "name");
+            Message::Welcome(from_payload(k, payload)?)
+        }
+        "session.rejected" | "session.unauthenticated" => {
+            Message::Rejected(with_request(from_payload(k, payload)?))
+        }
+        "session.evicted" => Message::Evicted(object_payload(k, payload)?),
+        "session.close" => Message::Close(from_payload(k, payload)?),
+        "session.ping" | "ping" => Message::Ping(from_payload(k, payload)?),
+        "session.pong" | "pong" => Message::Pong(from_payload(k, payload)?),
+        "session.ack" => Message::Ack(from_payload(k, payload)?),
+        "session.list_jobs" => Message::ListJobs(object_payload(k, payload)?),
+        "session.jobs" => Message::Jobs(object_payload(k, payload)?),
+        "resume" => Message::Resume(object_payload(k, payload)?),
+        "ack" => Message::Receipt(from_payload(k, payload)?),
+        "nack" => Message::Nack(with_request(from_payload(k, payload)?)),
+        "tool.invoke" => {
+            let mut invoke: Invoke = from_payload(k, payload)?;
+            // A key inside the payload is not the key (the runtime ignores
+            // it); keep it as an opaque payload field.
+            if let Some(in_payload) = invoke.idempotency_key.take() {
+                invoke
+                    .extra
+                    .insert("idempotency_key".into(), Value::String(in_payload));
+            }
+            invoke.idempotency_key = envelope.idempotency_key.clone();
+            Message::Invoke(invoke)
+        }
+        "job.accepted" => {
+            let mut accepted: Accepted = from_payload(k, payload)?;
+            accepted.request_id = accepted.request_id.or(correlation.clone());
+            Message::Accepted(accepted)
+        }
+        "job.started" => Message::Started(object_payload(k, payload)?),
+        "job.progress" => event("progress", payload),
+        "metric" => event("metric", payload),
+        "log" => event("log", payload),
+        "job.result_chunk" => event("result_chunk", payload),
+        "job.event" => Message::Event(from_payload(k, payload)?),
+        "job.completed" => {
+            rename(&mut payload, "value", "result");
+            Message::Result(from_payload(k, payload)?)
+        }
+        "tool.result" => Message::Result(from_payload(k, payload)?),
+        "job.failed" | "tool.error" => Message::Error(with_request(from_payload(k, payload)?)),
+        "job.cancelled" => Message::Cancelled(object_payload(k, payload)?),
+        "cancel" => {
+            let mut body = object_payload(k, payload)?;
+            if body.get("target").and_then(Value::as_str) == Some("job") {
+                body.remove("target");
+            }
+            if let Some(id) = body.remove("target_id") {
+                body.insert("job_id".into(), id);
+            } else if let Some(job_id) = envelope.job_id.clone() {
+                body.entry("job_id").or_insert(Value::String(job_id));
+            }
+            Message::Cancel(from_payload(k, Value::Object(body))?)
+        }
+        "cancel.accepted" => Message::CancelAccepted(object_payload(k, payload)?),
+        "cancel.refused" => Message::CancelRefused(object_payload(k, payload)?),
+        "job.subscribe" => Message::Subscribe(from_payload(k, payload)?),
+        "job.subscribed" => Message::Subscribed(object_payload(k, payload)?),
+        "job.unsubscribe" => Message::Unsubscribe(object_payload(k, payload)?),
+        _ => Message::Unknown(Unknown { kind, payload }),
+    };
+    Ok(Frame { envelope, message })
+}
+
+pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, str>, Value) {
+    // Replies name the request they answer in `correlation_id`.
+    let mut error = |e: &ErrorReply| {
+        if e.request_id.is_some() {
+            envelope.correlation_id = e.request_id.clone();
+        }
+        let mut payload = to_payload(e);
+        if let Some(map) = payload.as_object_mut() {
+            map.remove("request_id");
+        }
+        payload
+    };
+    let (kind, payload) = match &frame.message {
+        Message::Open(open) => {
+            let mut payload = to_payload(open);
+            rename_in(&mut payload, "client", "name", "kind");
+            if open.capabilities.is_null() {
+                payload["capabilities"] = json!({"streaming": true, "durable_jobs": true});
+            }
+            ("session.open", payload)
+        }
+        Message::Welcome(w) => {
+            envelope
+                .session_id
+                .get_or_insert_with(|| w.session_id.clone());
+            let mut payload = to_payload(w);
+            rename_in(&mut payload, "runtime", "name", "kind");
+            ("session.accepted", payload)
+        }
+        Message::Rejected(e) | Message::SessionError(e) => ("session.rejected", error(e)),
+        Message::Nack(e) => ("nack", error(e)),
+        Message::Error(e) => ("job.failed", error(e)),
+        Message::Evicted(o) | Message::Closed(o) => ("session.evicted", Value::Object(o.clone())),
+        Message::Close(c) => ("session.close", to_payload(c)),
+        Message::Ping(p) => ("session.ping", to_payload(p)),
+        Message::Pong(p) => ("session.pong", to_payload(p)),
+        Message::Ack(a) => ("session.ack", to_payload(a)),
+        Message::ListJobs(o) => ("session.list_jobs", Value::Object(o.clone())),
+        Message::Jobs(o) => ("session.jobs", Value::Object(o.clone())),
+        Message::Resume(o) => ("resume", Value::Object(o.clone())),
+        Message::Receipt(r) => ("ack", to_payload(r)),
+        Message::Invoke(invoke) => {
+            envelope.idempotency_key = invoke.idempotency_key.clone();
+            let mut payload = to_payload(invoke);
+            if let Some(map) = payload.as_object_mut() {
+                map.remove("idempotency_key");
+                if let Some(in_payload) = invoke.extra.get("idempotency_key") {
+                    map.insert("idempotency_key".into(), in_payload.clone());
+                }
+            }
+            ("tool.invoke", payload)
+        }
+        Message::Accepted(a) => {
+            envelope.job_id.get_or_insert_with(|| a.job_id.clone());
+            if a.request_id.is_some() {
+                envelope.correlation_id = a.request_id.clone();
+            }
+            let mut payload = to_payload(a);
+            if let Some(map) = payload.as_object_mut() {
+                map.remove("request_id");
+            }
+            ("job.accepted", payload)
+        }
+        Message::Started(o) => ("job.started", Value::Object(o.clone())),
+        Message::Event(e) => match e.kind.as_str() {
+            "progress" if e.ts.is_none() && e.extra.is_empty() => ("job.progress", e.body.clone()),
+            "metric" if e.ts.is_none() && e.extra.is_empty() => ("metric", e.body.clone()),
+            "log" if e.ts.is_none() && e.extra.is_empty() => ("log", e.body.clone()),
+            "result_chunk" if e.ts.is_none() && e.extra.is_empty() => {
+                ("job.result_chunk", e.body.clone())
+            }
+            _ => ("job.event", to_payload(e)),
+        },
+        Message::Result(r) => {
+            let mut payload = to_payload(r);
+            rename(&mut payload, "result", "value");
+            ("job.completed", payload)
+        }
+        Message::Cancelled(o) => ("job.cancelled", Value::Object(o.clone())),
+        Message::Cancel(c) => {
+            let mut payload = to_payload(c);
+            rename(&mut payload, "job_id", "target_id");
+            if let Some(map) = payload.as_object_mut() {
+                map.insert("target".into(), json!("job"));
+            }
+            ("cancel", payload)
+        }
+        Message::CancelAccepted(o) => ("cancel.accepted", Value::Object(o.clone())),
+        Message::CancelRefused(o) => ("cancel.refused", Value::Object(o.clone())),
+        Message::Subscribe(s) => ("job.subscribe", to_payload(s)),
+        Message::Subscribed(o) => ("job.subscribed", Value::Object(o.clone())),
+        Message::Unsubscribe(o) => ("job.unsubscribe", Value::Object(o.clone())),
+        Message::Unknown(u) => return (Cow::Owned(u.kind.clone()), u.payload.clone()),
+    };
+    (Cow::Borrowed(kind), payload)
+}

@@ -1,0 +1,143 @@
+//! Dialect codecs: [`Frame`] to and from wire JSON.
+//!
+//! Two message sets are in use: ARCP v1.1 (`session.hello`, `job.submit`,
+//! `job.result`, ...) and the legacy RFC-0001 v2 set (`session.open`,
+//! `tool.invoke`, `job.completed`, ...) that the published Rust runtime speaks.
+//! Each codec maps the dialect-neutral [`Message`] model to its own wire
+//! names and field placement; nothing above a codec needs to know which one
+//! is on the wire.
+//!
+//! Decoding is lossless for every message type this crate models: fields it
+//! does not know are kept and written back. Documented normalisations:
+//! - a `null` optional field may be dropped (`"details": null`);
+//! - alias spellings are re-encoded under their main name: v1.1
+//!   `session.bye` as `session.close`; legacy `ping`/`pong` as
+//!   `session.ping`/`session.pong`, `tool.result` as `job.completed`,
+//!   `tool.error` as `job.failed`, `session.unauthenticated` as
+//!   `session.rejected`;
+//! - `RATE_LIMITED` is re-encoded as `RESOURCE_EXHAUSTED`.
+
+mod legacy;
+mod v1_1;
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::message::{Frame, Object};
+use crate::Envelope;
+
+/// Which ARCP message set is on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// ARCP v1.1: `session.hello`, `job.submit`, `job.result`, ...
+    V1_1,
+    /// RFC-0001 v2: `session.open`, `tool.invoke`, `job.completed`, ...
+    Legacy,
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dialect::V1_1 => "v1.1",
+            Dialect::Legacy => "legacy",
+        })
+    }
+}
+
+/// A frame that could not be decoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Not a JSON object with the envelope's required fields.
+    #[error("frame is not a valid ARCP envelope: {0}")]
+    Envelope(#[source] serde_json::Error),
+    /// The envelope is fine but its payload does not fit its type.
+    #[error("invalid `{kind}` payload: {source}")]
+    Payload {
+        /// The envelope's `type`.
+        kind: String,
+        /// What was wrong.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Dialect {
+    /// Decodes one text frame.
+    pub fn decode(self, text: &str) -> Result<Frame, DecodeError> {
+        let envelope: Envelope = serde_json::from_str(text).map_err(DecodeError::Envelope)?;
+        self.decode_envelope(envelope)
+    }
+
+    /// Decodes an already parsed envelope.
+    pub fn decode_envelope(self, envelope: Envelope) -> Result<Frame, DecodeError> {
+        match self {
+            Dialect::V1_1 => v1_1::decode(envelope),
+            Dialect::Legacy => legacy::decode(envelope),
+        }
+    }
+
+    /// Encodes a frame to its wire envelope.
+    pub fn to_envelope(self, frame: &Frame) -> Envelope {
+        let mut envelope = frame.envelope.clone();
+        let (kind, payload) = match self {
+            Dialect::V1_1 => v1_1::encode(frame, &mut envelope),
+            Dialect::Legacy => legacy::encode(frame, &mut envelope),
+        };
+        envelope.kind = kind.into_owned();
+        envelope.payload = payload;
+        envelope
+    }
+
+    /// Encodes a frame to wire JSON text.
+    pub fn encode(self, frame: &Frame) -> String {
+        // An Envelope holds only strings, numbers and JSON values, so
+        // serialization cannot fail.
+        serde_json::to_string(&self.to_envelope(frame)).unwrap_or_default()
+    }
+}
+
+/// Deserializes a payload; `null` reads as an empty object.
+fn from_payload<T: DeserializeOwned>(kind: &str, payload: Value) -> Result<T, DecodeError> {
+    let payload = if payload.is_null() {
+        Value::Object(Object::new())
+    } else {
+        payload
+    };
+    serde_json::from_value(payload).map_err(|source| DecodeError::Payload {
+        kind: kind.to_owned(),
+        source,
+    })
+}
+
+/// A payload that must be a JSON object (or `null`, read as empty).
+fn object_payload(kind: &str, payload: Value) -> Result<Object, DecodeError> {
+    from_payload(kind, payload)
+}
+
+/// Serializes a payload struct. The model types serialize infallibly.
+fn to_payload<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// Renames `from` to `to` in a nested object, if present.
+fn rename_in(payload: &mut Value, object: &str, from: &str, to: &str) {
+    if let Some(inner) = payload.get_mut(object).and_then(Value::as_object_mut) {
+        if let Some(v) = inner.remove(from) {
+            inner.insert(to.to_owned(), v);
+        }
+    }
+}
+
+/// Renames a top-level field of an object payload, if present.
+fn rename(payload: &mut Value, from: &str, to: &str) {
+    if let Some(map) = payload.as_object_mut() {
+        if let Some(v) = map.remove(from) {
+            map.insert(to.to_owned(), v);
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! ARCP v1.1 (`session.hello`, `job.submit`, `job.result`, ...).
+
+use std::borrow::Cow;
+
+use serde_json::{json, Value};
+
+use super::{from_payload, object_payload, rename, to_payload, DecodeError};
+use crate::message::*;
+use crate::Envelope;
+
+/// Features this SDK can use when the runtime offers them.
+const DEFAULT_FEATURES: &[&str] = &[
+    "heartbeat",
+    "ack",
+    "list_jobs",
+    "subscribe",
+    "progress",
+    "result_chunk",
+];
+
+pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
+    let kind = std::mem::take(&mut envelope.kind);
+    let mut payload = std::mem::take(&mut envelope.payload);
+    let k = kind.as_str();
+    let message = match k {
+        "session.hello" => Message::Open(from_payload(k, payload)?),
+        "session.welcome" => Message::Welcome(from_payload(k, payload)?),
+        "session.error" => Message::SessionError(from_payload(k, payload)?),
+        "session.ping" => Message::Ping(from_payload(k, payload)?),
+        "session.pong" => Message::Pong(from_payload(k, payload)?),
+        "session.ack" => Message::Ack(from_payload(k, payload)?),
+        "session.close" | "session.bye" => Message::Close(from_payload(k, payload)?),
+        "session.closed" => Message::Closed(object_payload(k, payload)?),
+        "session.list_jobs" => Message::ListJobs(object_payload(k, payload)?),
+        "session.jobs" => Message::Jobs(object_payload(k, payload)?),
+        "job.submit" => {
+            rename(&mut payload, "agent", "tool");
+            rename(&mut payload, "input", "arguments");
+            Message::Invoke(from_payload(k, payload)?)
+        }
+        "job.accepted" => Message::Accepted(from_payload(k, payload)?),
+        "job.event" => Message::Event(from_payload(k, payload)?),
+        "job.result" => {
+            // `final_status` picks the variant; the encoder writes it back.
+            let mut body = object_payload(k, payload)?;
+            match body.get("final_status").and_then(Value::as_str) {
+                Some("cancelled") => {
+                    body.remove("final_status");
+                    Message::Cancelled(body)
+                }
+                Some("success") | None => {
+                    body.remove("final_status");
+                    Message::Result(from_payload(k, Value::Object(body))?)
+                }
+                // `error` / `timed_out` stay on the result for the caller to read.
+                Some(_) => Message::Result(from_payload(k, Value::Object(body))?),
+            }
+        }
+        "job.error" => Message::Error(from_payload(k, payload)?),
+        "job.cancel" => {
+            let mut body = object_payload(k, payload)?;
+            if !body.contains_key("job_id") {
+                if let Some(job_id) = envelope.job_id.clone() {
+                    body.insert("job_id".into(), Value::String(job_id));
+                }
+            }
+            Message::Cancel(from_payload(k, Value::Object(body))?)
+        }
+        "job.cancelled" => Message::CancelAccepted(object_payload(k, payload)?),
+        "job.subscribe" => Message::Subscribe(from_payload(k, payload)?),
+        "job.subscribed" => Message::Subscribed(object_payload(k, payload)?),
+        "job.unsubscribe" => Message::Unsubscribe(object_payload(k, payload)?),
+        _ => Message::Unknown(Unknown { kind, payload }),
+    };
+    Ok(Frame { envelope, message })
+}
+
+pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, str>, Value) {
+    let (kind, payload) = match &frame.message {
+        Message::Open(open) => {
+            let mut payload = to_payload(open);
+            if open.capabilities.is_null() {
+                payload["capabilities"] =
+                    json!({"encodings": ["json"], "features": DEFAULT_FEATURES});
+            }
+            ("session.hello", payload)
+        }
+        Message::Welcome(w) => {
+            envelope
+                .session_id
+                .get_or_insert_with(|| w.session_id.clone());
+            ("session.welcome", to_payload(w))
+        }
+        Message::SessionError(e) | Message::Rejected(e) | Message::Nack(e) => {
+            ("session.error", to_payload(e))
+        }
+        Message::Ping(p) => ("session.ping", to_payload(p)),
+        Message::Pong(p) => ("session.pong", to_payload(p)),
+        Message::Ack(a) => ("session.ack", to_payload(a)),
+        Message::Close(c) => ("session.close", to_payload(c)),
+        Message::Closed(o) | Message::Evicted(o) => ("session.closed", Value::Object(o.clone())),
+        Message::ListJobs(o) => ("session.list_jobs", Value::Object(o.clone())),
+        Message::Jobs(o) => ("session.jobs", Value::Object(o.clone())),
+        Message::Resume(o) => ("resume", Value::Object(o.clone())),
+        Message::Invoke(invoke) => {
+            let mut payload = to_payload(invoke);
+            rename(&mut payload, "tool", "agent");
+            rename(&mut payload, "arguments", "input");
+            ("job.submit", payload)
+        }
+        Message::Accepted(a) => {
+            envelope.job_id.get_or_insert_with(|| a.job_id.clone());
+            ("job.accepted", to_payload(a))
+        }
+        Message::Started(o) => (
+            "job.event",
+            json!({"kind": "status", "body": {"phase": "started", "detail": o}}),
+        ),
+        Message::Event(e) => ("job.event", to_payload(e)),
+        Message::Result(r) => {
+            let mut payload = to_payload(r);
+            if let Some(map) = payload.as_object_mut() {
+                map.entry("final_status")
+                    .or_insert_with(|| json!("success"));
+            }
+            ("job.result", payload)
+        }
+        Message::Error(e) => ("job.error", to_payload(e)),
+        Message::Cancelled(o) => {
+            let mut payload = o.clone();
+            payload
+                .entry("final_status")
+                .or_insert_with(|| json!("cancelled"));
+            ("job.result", Value::Object(payload))
+        }
+        Message::Cancel(c) => {
+            envelope.job_id = Some(c.job_id.clone());
+            let mut payload = to_payload(c);
+            if let Some(map) = payload.as_object_mut() {
+                map.remove("job_id");
+            }
+            ("job.cancel", payload)
+        }
+        Message::CancelAccepted(o) | Message::CancelRefused(o) => {
+            ("job.cancelled", Value::Object(o.clone()))
+        }
+        Message::Subscribe(s) => ("job.subscribe", to_payload(s)),
+        Message::Subscribed(o) => ("job.subscribed", Value::Object(o.clone())),
+        Message::Unsubscribe(o) => ("job.unsubscribe", Value::Object(o.clone())),
+        Message::Receipt(r) => ("ack", to_payload(r)),
+        Message::Unknown(u) => return (Cow::Owned(u.kind.clone()), u.payload.clone()),
+    };
+    (Cow::Borrowed(kind), payload)
+}

@@ -1,0 +1,115 @@
+//! Envelope ids, trace ids and timestamps in the forms real runtimes accept.
+//!
+//! The published Rust runtime (2.0.0) drops the connection on an envelope id
+//! without the `msg_` prefix; the published Python runtime (1.1.3) requires a
+//! ULID, a UUIDv7 or `prefix_ULID`. `msg_` + ULID satisfies both.
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A fresh envelope id: `msg_` followed by a ULID.
+pub fn new_message_id() -> String {
+    format!("msg_{}", ulid::Ulid::new())
+}
+
+/// A fresh W3C trace id: 32 lowercase hex digits, never all zero.
+pub fn new_trace_id() -> String {
+    // UUIDv7 bits are time + randomness; hex of its 128 bits is never zero.
+    format!("{:032x}", uuid::Uuid::now_v7().as_u128())
+}
+
+/// Whether `s` is a valid W3C trace id (32 lowercase hex digits, not all zero).
+pub fn is_trace_id(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && s.bytes().any(|b| b != b'0')
+}
+
+/// Whether `id` is accepted as an envelope id by both published runtimes:
+/// a ULID, a UUID, or `prefix_ULID`, and (for the legacy dialect) `msg_`-prefixed.
+pub fn is_message_id(id: &str, legacy: bool) -> bool {
+    let ulid_part = match id.rsplit_once('_') {
+        Some((prefix, rest)) if !prefix.is_empty() => rest,
+        _ => id,
+    };
+    let shape_ok = ulid::Ulid::from_string(ulid_part).is_ok() || uuid::Uuid::parse_str(id).is_ok();
+    shape_ok && (!legacy || id.starts_with("msg_"))
+}
+
+/// The current time as RFC 3339 UTC with microseconds, e.g.
+/// `2026-11-22T10:21:04.466508Z`.
+pub fn now_rfc3339() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format_rfc3339(now.as_secs(), now.subsec_micros())
+}
+
+/// Formats seconds since the Unix epoch (plus microseconds) as RFC 3339 UTC.
+pub fn format_rfc3339(secs: u64, micros: u32) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    let mut out = String::with_capacity(27);
+    let _ = write!(
+        out,
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    );
+    out
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_satisfy_both_runtimes() {
+        let id = new_message_id();
+        assert!(id.starts_with("msg_"));
+        assert!(is_message_id(&id, true));
+        assert!(is_message_id(&id, false));
+        assert!(!is_message_id("not-a-msg-id", false));
+        assert!(!is_message_id("01M81BT91MAJGNR4A5M2292MWQ", true));
+        assert!(is_message_id("01M81BT91MAJGNR4A5M2292MWQ", false));
+    }
+
+    #[test]
+    fn trace_ids_are_32_lowercase_hex() {
+        let t = new_trace_id();
+        assert!(is_trace_id(&t), "{t}");
+        assert!(!is_trace_id(&"0".repeat(32)));
+        assert!(!is_trace_id("ABCDEF0123456789ABCDEF0123456789"));
+    }
+
+    #[test]
+    fn rfc3339_formatting() {
+        assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000000Z");
+        // 2026-11-22T10:21:04.466508Z
+        assert_eq!(
+            format_rfc3339(1_795_342_864, 466_508),
+            "2026-11-22T10:21:04.466508Z"
+        );
+        assert_eq!(
+            format_rfc3339(951_782_400, 1),
+            "2000-02-29T00:00:00.000001Z"
+        );
+    }
+}

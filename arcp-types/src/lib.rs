@@ -1,0 +1,47 @@
+//! # arcp-types
+//!
+//! The wire layer of the ARCP SDK: the [`Envelope`], both message dialects
+//! ([`Dialect::V1_1`] and [`Dialect::Legacy`]) behind one dialect-neutral
+//! model ([`Frame`], [`Message`]), the open [`ErrorCode`] set, and
+//! [`IdempotencyKey`]. serde only: no I/O, no async runtime.
+//!
+//! ```
+//! use arcp_types::{Dialect, Frame, Invoke, Message, IdempotencyKey};
+//! use serde_json::json;
+//!
+//! let key = IdempotencyKey::new();
+//! let frame = Frame::new(Message::Invoke(Invoke {
+//!     tool: "echo".into(),
+//!     arguments: json!({"hello": "world"}),
+//!     idempotency_key: Some(key.to_string()),
+//!     extra: Default::default(),
+//! }));
+//! // The same call in each dialect's own words.
+//! let v11 = Dialect::V1_1.to_envelope(&frame);
+//! assert_eq!(v11.kind, "job.submit");
+//! assert_eq!(v11.payload["idempotency_key"], key.as_str());
+//! let legacy = Dialect::Legacy.to_envelope(&frame);
+//! assert_eq!(legacy.kind, "tool.invoke");
+//! assert_eq!(legacy.idempotency_key.as_deref(), Some(key.as_str()));
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod dialect;
+mod envelope;
+mod error_code;
+mod events;
+mod ids;
+mod key;
+mod message;
+
+pub use dialect::{DecodeError, Dialect};
+pub use envelope::{Envelope, PROTOCOL_VERSION};
+pub use error_code::ErrorCode;
+pub use events::EventBody;
+pub use ids::{
+    format_rfc3339, is_message_id, is_trace_id, new_message_id, new_trace_id, now_rfc3339,
+};
+pub use key::{canonical_json, IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use message::*;

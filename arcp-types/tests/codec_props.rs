@@ -1,0 +1,291 @@
+//! Property tests: arbitrary domain messages round-trip through each codec,
+//! and arbitrary input never panics a decoder.
+
+use arcp_types::*;
+use proptest::collection::{btree_map, vec};
+use proptest::prelude::*;
+use serde_json::{Map, Value};
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::String),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            btree_map("[a-z]{1,6}", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Extra fields, named so they never collide with a modelled field.
+fn extra() -> impl Strategy<Value = Map<String, Value>> {
+    btree_map("x_[a-z]{1,5}", json_value(), 0..3).prop_map(|m| m.into_iter().collect())
+}
+
+fn object() -> impl Strategy<Value = Map<String, Value>> {
+    extra()
+}
+
+fn ident() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9_.-]{1,16}"
+}
+
+fn code() -> impl Strategy<Value = ErrorCode> {
+    prop_oneof![
+        proptest::sample::select(ErrorCode::known().cloned().collect::<Vec<_>>()),
+        "arcpx\\.[a-z]{1,8}\\.[A-Z_]{1,8}".prop_map(|s| ErrorCode::parse(&s)),
+    ]
+}
+
+fn error_reply() -> impl Strategy<Value = ErrorReply> {
+    (
+        code(),
+        ".{0,20}",
+        proptest::option::of(any::<bool>()),
+        proptest::option::of(json_leaf()),
+        proptest::option::of(ident()),
+        extra(),
+    )
+        .prop_map(
+            |(code, message, retryable, details, request_id, extra)| ErrorReply {
+                code,
+                message,
+                retryable,
+                details,
+                request_id,
+                extra,
+            },
+        )
+}
+
+fn peer() -> impl Strategy<Value = PeerInfo> {
+    (ident(), ident(), extra()).prop_map(|(name, version, extra)| PeerInfo {
+        name,
+        version,
+        extra,
+    })
+}
+
+fn event(legacy_plain: bool) -> impl Strategy<Value = JobEvent> {
+    let kinds = prop_oneof![
+        Just("progress".to_owned()),
+        Just("log".to_owned()),
+        Just("metric".to_owned()),
+        Just("result_chunk".to_owned()),
+        "[a-z_]{1,10}",
+    ];
+    (kinds, proptest::option::of(ident()), json_value(), extra()).prop_map(
+        move |(kind, ts, body, extra)| {
+            if legacy_plain {
+                JobEvent {
+                    kind,
+                    ts: None,
+                    body,
+                    extra: Map::new(),
+                }
+            } else {
+                JobEvent {
+                    kind,
+                    ts,
+                    body,
+                    extra,
+                }
+            }
+        },
+    )
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        (
+            ident(),
+            json_value(),
+            proptest::option::of(ident()),
+            extra()
+        )
+            .prop_map(|(tool, arguments, idempotency_key, extra)| Message::Invoke(
+                Invoke {
+                    tool,
+                    arguments,
+                    idempotency_key,
+                    extra
+                }
+            )),
+        (ident(), proptest::option::of(ident()), extra()).prop_map(
+            |(job_id, request_id, extra)| {
+                Message::Accepted(Accepted {
+                    job_id,
+                    request_id,
+                    extra,
+                })
+            }
+        ),
+        prop_oneof![event(true), event(false)].prop_map(Message::Event),
+        (proptest::option::of(json_leaf()), extra())
+            .prop_map(|(result, extra)| Message::Result(JobResult { result, extra })),
+        error_reply().prop_map(Message::Error),
+        error_reply().prop_map(Message::Nack),
+        (ident(), proptest::option::of(ident()), extra()).prop_map(|(nonce, sent_at, extra)| {
+            Message::Ping(Ping {
+                nonce,
+                sent_at,
+                extra,
+            })
+        }),
+        (ident(), proptest::option::of(ident()), extra()).prop_map(
+            |(ping_nonce, received_at, extra)| Message::Pong(Pong {
+                ping_nonce,
+                received_at,
+                extra
+            })
+        ),
+        (any::<u64>(), extra()).prop_map(|(last_processed_seq, extra)| Message::Ack(Ack {
+            last_processed_seq,
+            extra
+        })),
+        (ident(), proptest::option::of(ident()), extra()).prop_map(|(job_id, reason, extra)| {
+            Message::Cancel(Cancel {
+                job_id,
+                reason,
+                extra,
+            })
+        }),
+        (
+            ident(),
+            peer(),
+            proptest::option::of(ident()),
+            proptest::option::of(any::<u64>()),
+            object()
+        )
+            .prop_map(|(session_id, runtime, resume_token, hb, caps)| {
+                Message::Welcome(Welcome {
+                    session_id,
+                    runtime,
+                    resume_token,
+                    resume_window_sec: None,
+                    heartbeat_interval_sec: hb,
+                    capabilities: Value::Object(caps),
+                    extra: Map::new(),
+                })
+            }),
+        (peer(), proptest::option::of(ident()), object()).prop_map(|(client, token, caps)| {
+            let auth = token.map(Auth::bearer).unwrap_or_else(Auth::none);
+            Message::Open(Open {
+                client,
+                auth,
+                capabilities: Value::Object(caps),
+                resume: None,
+                extra: Map::new(),
+            })
+        }),
+        (
+            ident(),
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(any::<bool>())
+        )
+            .prop_map(
+                |(job_id, from_event_seq, history)| Message::Subscribe(Subscribe {
+                    job_id,
+                    from_event_seq,
+                    history,
+                    extra: Map::new()
+                })
+            ),
+        object().prop_map(Message::Started),
+        object().prop_map(Message::Cancelled),
+        ("x\\.[a-z]{1,8}", json_value())
+            .prop_map(|(kind, payload)| Message::Unknown(Unknown { kind, payload })),
+    ]
+}
+
+/// Messages a dialect cannot express; everything else must round-trip.
+fn expressible(dialect: Dialect, m: &Message) -> bool {
+    match (dialect, m) {
+        // v1.1 has no `job.started`; it travels as a status event.
+        (Dialect::V1_1, Message::Started(_)) => false,
+        // v1.1 has no `nack`; it is sent as `session.error`.
+        (Dialect::V1_1, Message::Nack(_)) => false,
+        // v1.1 has no generic receipt.
+        _ => true,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn domain_messages_round_trip_through_each_codec(m in message()) {
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            if !expressible(dialect, &m) {
+                continue;
+            }
+            let frame = Frame::new(m.clone());
+            let text = dialect.encode(&frame);
+            let back = dialect.decode(&text).map_err(|e| TestCaseError::fail(format!("{dialect}: {e}\n{text}")))?;
+            prop_assert_eq!(&back.message, &m, "{} via {}", dialect, text);
+            prop_assert_eq!(&back.envelope.id, &frame.envelope.id);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_a_decoder(bytes in vec(any::<u8>(), 0..256)) {
+        let text = String::from_utf8_lossy(&bytes);
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            let _ = dialect.decode(&text);
+        }
+    }
+
+    #[test]
+    fn arbitrary_json_with_known_types_never_panics(
+        kind in proptest::sample::select(vec![
+            "session.hello", "session.welcome", "session.error", "session.open", "session.accepted",
+            "session.rejected", "job.submit", "tool.invoke", "job.accepted", "job.event", "job.result",
+            "job.error", "job.failed", "job.completed", "job.cancel", "cancel", "ack", "nack",
+            "session.ping", "session.pong", "session.ack", "job.progress", "metric", "tool.result",
+        ]),
+        payload in json_value(),
+        seq in any::<i64>(),
+    ) {
+        let text = serde_json::json!({
+            "arcp": "1.1", "id": "msg_x", "type": kind, "event_seq": seq, "payload": payload
+        }).to_string();
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            // Typed error or a frame: never a panic.
+            let _ = dialect.decode(&text);
+        }
+    }
+}
+
+#[test]
+fn garbage_frames_give_typed_errors() {
+    for text in [
+        "",
+        "null",
+        "[]",
+        "{",
+        r#"{"id":"x"}"#,
+        r#"{"arcp":"1.1","id":"m","type":"job.accepted","payload":{"job_id":7}}"#,
+    ] {
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            let err = dialect.decode(text).expect_err(text);
+            assert!(!err.to_string().is_empty());
+        }
+    }
+    let err = Dialect::V1_1
+        .decode(r#"{"arcp":"1.1","id":"m","type":"job.accepted","payload":{"job_id":7}}"#)
+        .unwrap_err();
+    assert!(err.to_string().contains("job.accepted"), "{err}");
+    let huge = r#"{"arcp":"1.1","id":"m","type":"job.event","event_seq":1e400,"payload":{}}"#;
+    assert!(Dialect::V1_1.decode(huge).is_err());
+}
