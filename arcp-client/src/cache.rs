@@ -1,0 +1,142 @@
+//! Terminal outcomes by key: bounded in size and age.
+//!
+//! Lets a repeated call with a key that already finished in this process
+//! answer at once, even against runtimes that replay only `job.accepted`.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use arcp_types::IdempotencyKey;
+
+use crate::error::Error;
+use crate::invocation::ToolOutput;
+
+pub(crate) type Outcome = Result<ToolOutput, Error>;
+
+struct Entry {
+    fingerprint: u64,
+    outcome: Outcome,
+    stored: Instant,
+}
+
+pub(crate) struct OutcomeCache {
+    entries: HashMap<IdempotencyKey, Entry>,
+    order: VecDeque<(IdempotencyKey, Instant)>,
+    capacity: usize,
+    ttl: Duration,
+}
+
+/// What the cache knows about a key.
+pub(crate) enum Cached {
+    /// The same intent finished: its outcome.
+    Hit(Outcome),
+    /// The key finished with a different intent.
+    Conflict,
+    Miss,
+}
+
+impl OutcomeCache {
+    pub(crate) fn new(capacity: usize, ttl: Duration) -> Self {
+        OutcomeCache {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            capacity,
+            ttl,
+        }
+    }
+
+    pub(crate) fn get(&mut self, key: &IdempotencyKey, fingerprint: u64, now: Instant) -> Cached {
+        self.expire(now);
+        match self.entries.get(key) {
+            Some(e) if e.fingerprint == fingerprint => Cached::Hit(e.outcome.clone()),
+            Some(_) => Cached::Conflict,
+            None => Cached::Miss,
+        }
+    }
+
+    pub(crate) fn insert(
+        &mut self,
+        key: IdempotencyKey,
+        fingerprint: u64,
+        outcome: Outcome,
+        now: Instant,
+    ) {
+        if self.capacity == 0 {
+            return;
+        }
+        self.expire(now);
+        while self.entries.len() >= self.capacity {
+            match self.order.pop_front() {
+                Some((old, stored)) => {
+                    if self.entries.get(&old).is_some_and(|e| e.stored == stored) {
+                        self.entries.remove(&old);
+                    }
+                }
+                None => break,
+            }
+        }
+        self.order.push_back((key.clone(), now));
+        self.entries.insert(
+            key,
+            Entry {
+                fingerprint,
+                outcome,
+                stored: now,
+            },
+        );
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some((key, stored)) = self.order.front() {
+            if now.duration_since(*stored) < self.ttl {
+                break;
+            }
+            if self.entries.get(key).is_some_and(|e| e.stored == *stored) {
+                self.entries.remove(key);
+            }
+            self.order.pop_front();
+        }
+        // Entries replaced by a newer insert leave stale order records; keep
+        // the queue from outgrowing the map.
+        if self.order.len() > 2 * self.capacity.max(16) {
+            self.order
+                .retain(|(k, s)| self.entries.get(k).is_some_and(|e| e.stored == *s));
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(key: &IdempotencyKey) -> Outcome {
+        Err(Error::Cancelled {
+            key: key.clone(),
+            job_id: None,
+        })
+    }
+
+    #[test]
+    fn bounded_by_capacity_and_ttl() {
+        let mut cache = OutcomeCache::new(2, Duration::from_secs(10));
+        let t0 = Instant::now();
+        let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
+        for k in &keys {
+            cache.insert(k.clone(), 1, out(k), t0);
+        }
+        assert_eq!(cache.len(), 2);
+        assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
+        assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
+        assert!(matches!(cache.get(&keys[2], 2, t0), Cached::Conflict));
+        assert!(matches!(
+            cache.get(&keys[2], 1, t0 + Duration::from_secs(11)),
+            Cached::Miss
+        ));
+        assert_eq!(cache.len(), 0);
+    }
+}

@@ -1,0 +1,192 @@
+//! The client's error type: what failed, for which call, and whether the
+//! outcome on the runtime is known.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp_types::{ErrorCode, IdempotencyKey};
+use serde_json::Value;
+
+/// Everything `invoke_tool` and `connect` can fail with.
+///
+/// The variants say what is known about the side effect, which is what a
+/// caller deciding whether to retry needs:
+///
+/// | variant | did the tool run? |
+/// |---|---|
+/// | [`Error::Tool`] | it ran (or was refused) and reported this error |
+/// | [`Error::DuplicateKey`] | the key is bound to a different call; this one did not run |
+/// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance |
+/// | [`Error::OutcomeUnavailable`] | unknown: it may have run; retry later with the same key |
+/// | [`Error::DeadlineExceeded`] | unknown, as above |
+/// | [`Error::Cancelled`] | it was cancelled |
+///
+/// Retrying with the **same key** is always safe: the runtime deduplicates.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The runtime reported a terminal error for the call (returned, never
+    /// retried with the same key: the runtime would replay it).
+    #[error("tool call failed: {0}")]
+    Tool(Box<ToolError>),
+    /// The key is already bound to a call with a different intent (tool,
+    /// arguments or options). Never retried.
+    #[error("idempotency key {key} is already bound to a different call: {message}")]
+    DuplicateKey {
+        /// The key.
+        key: IdempotencyKey,
+        /// The runtime's explanation.
+        message: String,
+    },
+    /// The runtime accepted the call but its outcome could not be obtained
+    /// within the retry budget (for example a runtime that replays only
+    /// `job.accepted` after the terminal was lost with the connection). The
+    /// job may have completed; it did not run twice.
+    #[error("outcome of the call with key {key} is unavailable (job {job_id:?}): {reason}")]
+    OutcomeUnavailable {
+        /// The key: retry later with it to get the outcome without re-running.
+        key: IdempotencyKey,
+        /// The job the runtime bound the call to, when it said.
+        job_id: Option<String>,
+        /// What ran out.
+        reason: String,
+    },
+    /// Every attempt was refused before acceptance (for example `UNAVAILABLE`
+    /// each time), or no connection could be made, until the retry budget ran
+    /// out. The tool did not run.
+    #[error("call with key {key} not accepted after {attempts} attempt(s): {last_error}")]
+    RetriesExhausted {
+        /// The key.
+        key: IdempotencyKey,
+        /// Requests sent.
+        attempts: u32,
+        /// The last reason an attempt failed.
+        last_error: String,
+    },
+    /// The call's deadline passed before it resolved. The tool may have run.
+    #[error("call with key {key} exceeded its deadline of {deadline:?} (job {job_id:?})")]
+    DeadlineExceeded {
+        /// The key.
+        key: IdempotencyKey,
+        /// The job, when accepted.
+        job_id: Option<String>,
+        /// The deadline that passed.
+        deadline: Duration,
+    },
+    /// The job was cancelled.
+    #[error("call with key {key} was cancelled (job {job_id:?})")]
+    Cancelled {
+        /// The key.
+        key: IdempotencyKey,
+        /// The job.
+        job_id: Option<String>,
+    },
+    /// The runtime refused the credentials. Never retried.
+    #[error("the runtime refused authentication: {message}")]
+    Unauthenticated {
+        /// The runtime's explanation (never contains the token).
+        message: String,
+    },
+    /// No connection could be established.
+    #[error("could not connect to {url}: {message}")]
+    Connect {
+        /// The runtime URL.
+        url: String,
+        /// What failed.
+        message: String,
+        /// Whether retrying may help (false for TLS certificate errors, bad URLs).
+        retryable: bool,
+    },
+    /// The session handshake did not complete.
+    #[error("session handshake with {url} failed: {message}")]
+    Handshake {
+        /// The runtime URL.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The call was rejected before it was sent (bad key, arguments that do
+    /// not serialize, a message over the size limit...).
+    #[error("invalid call: {0}")]
+    InvalidCall(String),
+    /// The client was closed, or its connection task stopped.
+    #[error("the client is closed")]
+    Closed,
+    /// An internal failure (a bug); the message says where.
+    #[error("internal client error: {0}")]
+    Internal(Arc<str>),
+}
+
+impl Error {
+    /// Whether retrying the same call (with the same key) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Tool(e) => e.retryable,
+            Error::OutcomeUnavailable { .. }
+            | Error::RetriesExhausted { .. }
+            | Error::DeadlineExceeded { .. } => true,
+            Error::Connect { retryable, .. } => *retryable,
+            Error::Handshake { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The wire error code, where the runtime sent one.
+    pub fn code(&self) -> Option<&ErrorCode> {
+        match self {
+            Error::Tool(e) => Some(&e.code),
+            _ => None,
+        }
+    }
+
+    /// A stable upper-case name for the outcome: the wire code for tool
+    /// errors, otherwise a client-side code such as `OUTCOME_UNAVAILABLE`.
+    pub fn code_name(&self) -> String {
+        match self {
+            Error::Tool(e) => e.code.to_string(),
+            Error::DuplicateKey { .. } => "DUPLICATE_KEY".into(),
+            Error::OutcomeUnavailable { .. } => "OUTCOME_UNAVAILABLE".into(),
+            Error::RetriesExhausted { .. } => "RETRIES_EXHAUSTED".into(),
+            Error::DeadlineExceeded { .. } => "DEADLINE_EXCEEDED".into(),
+            Error::Cancelled { .. } => "CANCELLED".into(),
+            Error::Unauthenticated { .. } => "UNAUTHENTICATED".into(),
+            Error::Connect { .. } => "CONNECT_FAILED".into(),
+            Error::Handshake { .. } => "HANDSHAKE_FAILED".into(),
+            Error::InvalidCall(_) => "INVALID_CALL".into(),
+            Error::Closed => "CLIENT_CLOSED".into(),
+            Error::Internal(_) => "INTERNAL_CLIENT_ERROR".into(),
+        }
+    }
+
+    /// The job the call was bound to, when known.
+    pub fn job_id(&self) -> Option<&str> {
+        match self {
+            Error::Tool(e) => e.job_id.as_deref(),
+            Error::OutcomeUnavailable { job_id, .. }
+            | Error::DeadlineExceeded { job_id, .. }
+            | Error::Cancelled { job_id, .. } => job_id.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// A terminal error reported by the runtime for one call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+#[non_exhaustive]
+pub struct ToolError {
+    /// The wire code.
+    pub code: ErrorCode,
+    /// The runtime's message.
+    pub message: String,
+    /// Whether the runtime says a new call (new key) may succeed.
+    pub retryable: bool,
+    /// Structured details, if any.
+    pub details: Option<Value>,
+    /// Whether this is a stored outcome replayed for a retried request.
+    pub replayed: bool,
+    /// The job, when the runtime bound the call to one.
+    pub job_id: Option<String>,
+    /// The call's key.
+    pub key: IdempotencyKey,
+}

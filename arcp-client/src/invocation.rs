@@ -1,0 +1,320 @@
+//! One logical call: the builder, the awaitable handle, its events and the
+//! cancel outcome.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use arcp_types::{EventBody, IdempotencyKey, Invoke, JobEvent};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::client::Client;
+use crate::connection::{CallRequest, Command};
+use crate::error::Error;
+
+/// The successful outcome of a call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The tool's result.
+    pub value: Value,
+    /// The job the runtime bound the call to, when it said.
+    pub job_id: Option<String>,
+    /// The call's idempotency key.
+    pub key: IdempotencyKey,
+    /// Whether this is a stored outcome replayed for a retried request (or
+    /// answered from the client's outcome cache).
+    pub replayed: bool,
+    /// How many times the request was sent (1 when nothing went wrong).
+    pub attempts: u32,
+    /// The W3C trace id shared by every attempt of the call.
+    pub trace_id: String,
+}
+
+/// A non-terminal event of a call's job (progress, log, metric, result chunk, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvocationEvent {
+    /// The session-scoped sequence number, when the runtime sent one.
+    pub event_seq: Option<u64>,
+    /// The event as received.
+    pub event: JobEvent,
+}
+
+impl InvocationEvent {
+    /// The body typed by kind.
+    pub fn typed(&self) -> EventBody {
+        self.event.typed()
+    }
+}
+
+/// What became of a cancel request. Dispatch and acknowledgement are
+/// reported separately: a cancel that was sent is not a cancel that happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// Nothing was sent (for example the call is not accepted yet, so there
+    /// is no job to cancel).
+    NotDispatched {
+        /// Why.
+        reason: String,
+    },
+    /// The cancel was sent but the runtime did not confirm it in time.
+    Dispatched,
+    /// The runtime confirmed the cancel (or the job ended cancelled).
+    Acknowledged,
+    /// The runtime refused the cancel.
+    Refused {
+        /// The runtime's reason.
+        reason: String,
+    },
+    /// The call had already ended; its outcome stands.
+    AlreadyFinished,
+}
+
+impl CancelOutcome {
+    /// Whether a cancel request reached the wire.
+    pub fn is_dispatched(&self) -> bool {
+        matches!(
+            self,
+            CancelOutcome::Dispatched | CancelOutcome::Acknowledged | CancelOutcome::Refused { .. }
+        )
+    }
+
+    /// Whether the runtime confirmed the cancellation.
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(self, CancelOutcome::Acknowledged)
+    }
+}
+
+/// State shared between an [`Invocation`] and the connection task.
+#[derive(Debug, Default)]
+pub(crate) struct CallShared {
+    pub(crate) job_id: OnceLock<String>,
+    pub(crate) dispatched: AtomicBool,
+}
+
+/// Builds one call: `client.invoke(tool, args)...send()`.
+#[must_use = "a call does nothing until sent and awaited"]
+#[derive(Debug)]
+pub struct InvokeBuilder {
+    client: Client,
+    tool: String,
+    arguments: Value,
+    key: Option<Result<IdempotencyKey, Error>>,
+    deadline: Option<Duration>,
+    trace_id: Option<String>,
+    extra: serde_json::Map<String, Value>,
+}
+
+impl InvokeBuilder {
+    pub(crate) fn new(client: Client, tool: String, arguments: Value) -> Self {
+        InvokeBuilder {
+            client,
+            tool,
+            arguments,
+            key: None,
+            deadline: None,
+            trace_id: None,
+            extra: Default::default(),
+        }
+    }
+
+    /// Use this idempotency key instead of a fresh one. Reuse a key (for
+    /// example one from [`IdempotencyKey::derive`]) to make a call
+    /// idempotent across process restarts.
+    pub fn idempotency_key(mut self, key: IdempotencyKey) -> Self {
+        self.key = Some(Ok(key));
+        self
+    }
+
+    /// Use this string as the key; an invalid key fails the call with
+    /// [`Error::InvalidCall`] naming the problem.
+    pub fn key_str(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(
+            IdempotencyKey::try_from(key.into()).map_err(|e| Error::InvalidCall(e.to_string())),
+        );
+        self
+    }
+
+    /// How long the call may take in all, retries included. Defaults to the
+    /// client's default deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Use this W3C trace id (32 lowercase hex digits) instead of a fresh one.
+    pub fn trace_id(mut self, trace_id: impl Into<String>) -> Self {
+        self.trace_id = Some(trace_id.into());
+        self
+    }
+
+    /// Adds a dialect payload field to the request (for example
+    /// `lease_request` or `max_runtime_sec` in v1.1). It is part of the
+    /// intent the runtime fingerprints: keep it identical across retries.
+    pub fn option(mut self, name: impl Into<String>, value: Value) -> Self {
+        self.extra.insert(name.into(), value);
+        self
+    }
+
+    /// Finishes the call. Nothing is sent until the returned [`Invocation`]
+    /// is first polled (awaited), as with any Rust future.
+    pub fn send(self) -> Invocation {
+        let (events_tx, events_rx) = mpsc::channel(self.client.config().event_buffer);
+        let shared = Arc::new(CallShared::default());
+        let key = match self.key {
+            None => Ok(IdempotencyKey::new()),
+            Some(k) => k,
+        };
+        let trace_id = match self.trace_id {
+            Some(t) if arcp_types::is_trace_id(&t) => Ok(t),
+            Some(t) => Err(Error::InvalidCall(format!(
+                "trace id {t:?} is not 32 lowercase hex digits"
+            ))),
+            None => Ok(arcp_types::new_trace_id()),
+        };
+        let key_for_handle = key.as_ref().ok().cloned();
+        let deadline = self
+            .deadline
+            .unwrap_or(self.client.config().default_deadline);
+        let client = self.client.clone();
+        let request = key.and_then(|key| {
+            Ok(CallRequest {
+                key,
+                trace_id: trace_id?,
+                invoke: Invoke {
+                    tool: self.tool,
+                    arguments: self.arguments,
+                    idempotency_key: None,
+                    extra: self.extra,
+                },
+                deadline,
+                started: Instant::now(),
+                events: events_tx,
+                shared: shared.clone(),
+            })
+        });
+        let future = async move {
+            let request = request?;
+            client.dispatch(request).await
+        };
+        Invocation {
+            future: Box::pin(future),
+            events: Some(events_rx),
+            shared,
+            key: key_for_handle,
+            client: self.client,
+        }
+    }
+}
+
+type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send>>;
+
+/// A call in progress: await it for the outcome; meanwhile read its
+/// [`events`](Invocation::events), its [`job_id`](Invocation::job_id), or
+/// [`cancel`](Invocation::cancel) it.
+#[must_use = "a call does nothing unless awaited"]
+pub struct Invocation {
+    future: OutcomeFuture,
+    events: Option<mpsc::Receiver<InvocationEvent>>,
+    shared: Arc<CallShared>,
+    key: Option<IdempotencyKey>,
+    client: Client,
+}
+
+impl std::fmt::Debug for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invocation")
+            .field("key", &self.key)
+            .field("job_id", &self.job_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Invocation {
+    /// The call's events, deduplicated by `event_seq`. Take it before
+    /// awaiting the call; a second call returns an empty stream. The stream
+    /// ends when the call ends. If it is not drained, events beyond the
+    /// client's `event_buffer` are dropped (the call itself never blocks).
+    pub fn events(&mut self) -> Events {
+        Events {
+            rx: self.events.take(),
+        }
+    }
+
+    /// The call's idempotency key (`None` only if the key given was invalid).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// The job id, once the runtime accepted the call.
+    pub fn job_id(&self) -> Option<String> {
+        self.shared.job_id.get().cloned()
+    }
+
+    /// Asks the runtime to cancel the call's job and reports truthfully
+    /// whether the request was sent and whether the runtime confirmed it.
+    pub async fn cancel(&self) -> CancelOutcome {
+        if !self.shared.dispatched.load(Ordering::Acquire) {
+            return CancelOutcome::NotDispatched {
+                reason: "the call has not been sent yet (await the invocation first)".into(),
+            };
+        }
+        let Some(key) = self.key.clone() else {
+            return CancelOutcome::NotDispatched {
+                reason: "the call was invalid and never sent".into(),
+            };
+        };
+        let (reply, rx) = oneshot::channel();
+        if self
+            .client
+            .send_command(Command::Cancel { key, reply })
+            .await
+            .is_err()
+        {
+            return CancelOutcome::NotDispatched {
+                reason: "the client is closed".into(),
+            };
+        }
+        rx.await.unwrap_or(CancelOutcome::NotDispatched {
+            reason: "the client is closed".into(),
+        })
+    }
+}
+
+impl Future for Invocation {
+    type Output = Result<ToolOutput, Error>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+/// The event stream of one call. See [`Invocation::events`].
+#[derive(Debug)]
+pub struct Events {
+    rx: Option<mpsc::Receiver<InvocationEvent>>,
+}
+
+impl Events {
+    /// The next event, or `None` once the call has ended.
+    pub async fn next(&mut self) -> Option<InvocationEvent> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => None,
+        }
+    }
+}
+
+impl futures_util::Stream for Events {
+    type Item = InvocationEvent;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match &mut self.rx {
+            Some(rx) => rx.poll_recv(cx),
+            None => Poll::Ready(None),
+        }
+    }
+}
