@@ -205,9 +205,11 @@ impl InvokeBuilder {
         Invocation {
             future: Box::pin(future),
             events: Some(events_rx),
-            shared,
-            key: key_for_handle,
-            client: self.client,
+            handle: CallHandle {
+                shared,
+                key: key_for_handle,
+                client: self.client,
+            },
         }
     }
 }
@@ -221,15 +223,31 @@ type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Se
 pub struct Invocation {
     future: OutcomeFuture,
     events: Option<mpsc::Receiver<InvocationEvent>>,
+    handle: CallHandle,
+}
+
+/// A cloneable handle on a call, usable from other tasks while the
+/// [`Invocation`] itself is being awaited: read its job id or cancel it.
+#[derive(Clone)]
+pub struct CallHandle {
     shared: Arc<CallShared>,
     key: Option<IdempotencyKey>,
     client: Client,
 }
 
+impl std::fmt::Debug for CallHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallHandle")
+            .field("key", &self.key)
+            .field("job_id", &self.job_id())
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for Invocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Invocation")
-            .field("key", &self.key)
+            .field("key", &self.handle.key)
             .field("job_id", &self.job_id())
             .finish_non_exhaustive()
     }
@@ -246,6 +264,28 @@ impl Invocation {
         }
     }
 
+    /// The call's idempotency key (`None` only if the key given was invalid).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.handle.key.as_ref()
+    }
+
+    /// The job id, once the runtime accepted the call.
+    pub fn job_id(&self) -> Option<String> {
+        self.handle.job_id()
+    }
+
+    /// A cloneable handle for other tasks (job id, cancel).
+    pub fn handle(&self) -> CallHandle {
+        self.handle.clone()
+    }
+
+    /// Asks the runtime to cancel the call's job. See [`CallHandle::cancel`].
+    pub async fn cancel(&self) -> CancelOutcome {
+        self.handle.cancel().await
+    }
+}
+
+impl CallHandle {
     /// The call's idempotency key (`None` only if the key given was invalid).
     pub fn key(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref()

@@ -39,7 +39,7 @@ pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder, DialectChoice};
 pub use error::{Error, ToolError};
 pub use invocation::{
-    CancelOutcome, Events, Invocation, InvocationEvent, InvokeBuilder, ToolOutput,
+    CallHandle, CancelOutcome, Events, Invocation, InvocationEvent, InvokeBuilder, ToolOutput,
 };
 pub use profile::RuntimeProfile;
 pub use retry::RetryPolicy;

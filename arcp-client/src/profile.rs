@@ -33,6 +33,9 @@ pub struct RuntimeProfile {
     pub sends_ping: bool,
     /// The runtime accepts `session.ack`.
     pub accepts_ack: bool,
+    /// A `job.accepted` that echoes the idempotency key on its envelope is a
+    /// replay of an earlier acceptance (fresh ones do not echo it).
+    pub key_echo_marks_replay: bool,
 }
 
 impl RuntimeProfile {
@@ -56,6 +59,7 @@ impl RuntimeProfile {
             answers_ping: dialect == Dialect::V1_1 && has("heartbeat"),
             sends_ping: welcome.heartbeat_interval_sec.is_some(),
             accepts_ack: dialect == Dialect::V1_1 && has("ack"),
+            key_echo_marks_replay: false,
         };
         for known in KNOWN {
             if (known.matches)(&profile.name, &profile.version, dialect) {
@@ -89,6 +93,7 @@ const KNOWN: &[Known] = &[
             p.supports_subscribe = false;
             p.answers_ping = true;
             p.echoes_request_id_on_errors = true;
+            p.key_echo_marks_replay = true;
         },
     },
     // Python `agentruntimecontrolprotocol` 1.1.x (v1.1 dialect): replays the
@@ -132,7 +137,7 @@ mod tests {
         );
         let p = RuntimeProfile::from_welcome(Dialect::Legacy, &w);
         assert!(!p.replays_terminal && !p.supports_resume && !p.supports_subscribe);
-        assert!(p.answers_ping && p.echoes_request_id_on_errors);
+        assert!(p.answers_ping && p.echoes_request_id_on_errors && p.key_echo_marks_replay);
     }
 
     #[test]

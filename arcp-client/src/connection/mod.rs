@@ -1170,7 +1170,15 @@ impl Task {
             );
             return;
         };
-        let foreign = is_foreign(envelope, self.session.id.as_deref());
+        // Runtimes that re-send a stored accept from another session, or mark
+        // a replayed accept by echoing the key, say it is not a fresh job.
+        let key_echo = envelope.idempotency_key.is_some()
+            && self
+                .session
+                .profile
+                .as_ref()
+                .is_some_and(|p| p.key_echo_marks_replay);
+        let foreign = is_foreign(envelope, self.session.id.as_deref()) || key_echo;
         let config = self.config.clone();
         let call = self
             .calls
