@@ -1,0 +1,135 @@
+//! # arcp-mock
+//!
+//! An in-process ARCP runtime for tests: the [wiremock] of ARCP. Start a
+//! [`MockRuntime`] in one line, register tools as async closures, point the
+//! code under test at its `ws://` URL, break things on purpose, and assert
+//! how many times each tool really ran.
+//!
+//! It speaks both message sets in use ([`Dialect::V1_1`] as the Python 1.1.3
+//! runtime does, [`Dialect::Legacy`] as the Rust 2.0.0 runtime does) and
+//! reproduces how each runtime family answers a retried call
+//! ([`ReplayPolicy`], [`ConflictSignal`]), down to the field names and types
+//! in the captured transcripts.
+//!
+//! ## Install
+//!
+//! ```toml
+//! [dev-dependencies]
+//! arcp-mock = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! ## Getting started
+//!
+//! ```
+//! use arcp_mock::{Fault, MockRuntime, ToolFailure};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! let mock = MockRuntime::builder()
+//!     .tool("refund", |args, ctx| async move {
+//!         ctx.progress(1, 2).await;
+//!         match args["order"].as_u64() {
+//!             Some(order) => Ok(json!({"refunded": order})),
+//!             None => Err(ToolFailure::new("INVALID_ARGUMENT", "order is required")),
+//!         }
+//!     })
+//!     .start()
+//!     .await?;
+//!
+//! // Cut the connection right after the first `job.accepted`.
+//! mock.inject(Fault::DropAfterAccepted);
+//!
+//! // Point the client under test at the mock, and run it:
+//! let url = mock.ws_url(); // ws://127.0.0.1:PORT/arcp
+//! // let out = client.invoke_tool("refund", json!({"order": 4812})).await?;
+//!
+//! // Then: however many retries it took, the refund ran exactly once.
+//! // mock.expect_executions("refund", 1);
+//! # let _ = url;
+//! # Ok(())
+//! # } // dropping `mock` verifies the expectations
+//! ```
+//!
+//! [`MockRuntime`] shows the same scenario end to end with a raw WebSocket
+//! client.
+//!
+//! ## Concepts
+//!
+//! - **Tools** are `Fn(Value, ToolContext) -> impl Future<Output =
+//!   Result<Value, ToolFailure>>` closures. A [`ToolContext`] emits job
+//!   events (progress, log, metric, result chunks), sleeps, and tells the job
+//!   id, key and principal. Each call of the closure is one *execution*:
+//!   [`MockRuntime::executions`], [`MockRuntime::executions_for_key`].
+//! - **Idempotency** is scoped by (principal, key). The intent fingerprint is
+//!   the runtime's: v1.1 compares the whole `job.submit` payload (as Python
+//!   compares dicts), legacy compares the tool name and
+//!   `serde_json::to_string(arguments)` (so `1` and `1.0` differ). A submit
+//!   without a key always executes.
+//! - **Replay policy**: what a same-key, same-intent resubmission gets
+//!   ([`ReplayPolicy`]); **conflict signal**: how a same-key, other-intent
+//!   one is refused ([`ConflictSignal`]). Both default to the dialect's
+//!   reference runtime.
+//! - **Sessions**: v1.1 `session.hello` / `session.welcome` with resume
+//!   (rotating tokens, a bounded replay buffer, `RESUME_WINDOW_EXPIRED`),
+//!   `session.ack`, heartbeats; legacy `session.open` / `session.accepted`,
+//!   no resume. Jobs outlive their connection.
+//! - **Faults** ([`Fault`]) are one-shot and FIFO ([`MockRuntime::inject`])
+//!   or standing ([`MockRuntime::inject_always`]): drop on submit, after
+//!   `job.accepted`, before the terminal, after N frames, during the
+//!   handshake; delay replies; reject the next submit with a code and
+//!   `retry_after`; black-hole everything without closing.
+//! - **Verification**: [`MockRuntime::expect_executions`] and friends,
+//!   checked by [`MockRuntime::verify`] and when the mock is dropped;
+//!   [`MockRuntime::received`] returns every envelope the client sent, to
+//!   assert for example that every attempt reused the key with a
+//!   byte-identical payload under a fresh envelope id.
+//! - **Chaos**: a [`ChaosProxy`] sits between any client and any runtime
+//!   (this one or a real one) and kills or stalls connections on a seeded,
+//!   reproducible schedule.
+//!
+//! ## Test isolation
+//!
+//! Each `MockRuntime` binds its own ephemeral port on `127.0.0.1` and keeps
+//! all state (sessions, jobs, keys, counters, faults) to itself, so tests
+//! run in parallel without interfering. Dropping it closes the listener and
+//! every connection and aborts running tools; it then checks the
+//! expectations (unless the test is already panicking).
+//!
+//! Memory is bounded everywhere: the outbound queue per connection (a client
+//! that stops reading is dropped), the resume buffer per session, the
+//! sessions, finished jobs and idempotency bindings kept, and the
+//! [`MockRuntime::received`] log (last 10 000 envelopes).
+//!
+//! ## Prior art
+//!
+//! | | wiremock (HTTP) | arcp-mock |
+//! |---|---|---|
+//! | start | `MockServer::start().await` | `MockRuntime::builder()..start().await` |
+//! | stub | `Mock::given(..).respond_with(..)` | `.tool(name, closure)` |
+//! | expectations | `.expect(n)`, verified on drop | `expect_executions(tool, n)`, verified on drop |
+//! | inspect requests | `received_requests()` | `received()` |
+//! | failure injection | a responder returning errors or delays | [`Fault`], [`ChaosProxy`] |
+//! | protocol state | stateless | sessions, resume, idempotency keys, replay |
+//!
+//! [wiremock]: https://docs.rs/wiremock
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod chaos;
+mod config;
+mod engine;
+mod fault;
+mod server;
+mod tool;
+mod verify;
+
+pub use arcp_types::{Dialect, Envelope, ErrorCode};
+pub use chaos::{ChaosProxy, ChaosProxyBuilder, ChaosProxyHandle, ChaosReport, Kill, KillReason};
+pub use config::{ConflictSignal, MockRuntimeBuilder, ReplayPolicy};
+pub use fault::Fault;
+pub use server::MockRuntime;
+pub use tool::{ToolContext, ToolFailure};
+pub use verify::VerifyError;
