@@ -25,6 +25,7 @@ pub struct RetryPolicy {
     pub(crate) max_delay: Duration,
     pub(crate) max_attempts: u32,
     pub(crate) max_elapsed: Duration,
+    pub(crate) outcome_poll: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -34,6 +35,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(5),
             max_attempts: 10,
             max_elapsed: Duration::from_secs(60),
+            outcome_poll: Duration::from_millis(500),
         }
     }
 }
@@ -77,17 +79,24 @@ impl RetryPolicy {
         self
     }
 
-    /// The ceilings of successive delays (before jitter), through backon.
+    /// How long a call that the runtime accepted again after a retry (a
+    /// replayed `job.accepted`) waits for its outcome on the live stream
+    /// before the next recovery step (subscribe, then re-send with the same
+    /// key). Doubles per step up to `max_delay`; every job event resets the
+    /// wait. Default 500 ms.
+    pub fn outcome_poll(mut self, d: Duration) -> Self {
+        self.outcome_poll = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Retry delays: ceilings from `initial_delay`, doubling, through backon.
     pub(crate) fn schedule(&self) -> Schedule {
-        Schedule {
-            ceilings: ExponentialBuilder::default()
-                .with_min_delay(self.initial_delay)
-                .with_max_delay(self.max_delay.max(self.initial_delay))
-                .with_factor(2.0)
-                .without_max_times()
-                .build(),
-            last: self.initial_delay,
-        }
+        Schedule::new(self.initial_delay, self.max_delay)
+    }
+
+    /// Recovery-ladder waits: from `outcome_poll`, doubling.
+    pub(crate) fn ladder(&self) -> Schedule {
+        Schedule::new(self.outcome_poll, self.max_delay)
     }
 }
 
@@ -98,6 +107,31 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
+    fn new(first: Duration, max: Duration) -> Self {
+        Schedule {
+            ceilings: ExponentialBuilder::default()
+                .with_min_delay(first)
+                .with_max_delay(max.max(first))
+                .with_factor(2.0)
+                .without_max_times()
+                .build(),
+            last: first,
+        }
+    }
+
+    /// The next ceiling itself, without jitter (for patient waits, where
+    /// spreading load is not the point).
+    pub(crate) fn next_ceiling(&mut self) -> Duration {
+        let ceiling = self.ceilings.next().unwrap_or(self.last);
+        self.last = ceiling;
+        ceiling
+    }
+
+    /// The ceiling last handed out.
+    pub(crate) fn current(&self) -> Duration {
+        self.last
+    }
+
     /// The next wait: uniform in `[0, ceiling]`, at least `floor`.
     pub(crate) fn next_delay(&mut self, floor: Option<Duration>) -> Duration {
         let ceiling = self.ceilings.next().unwrap_or(self.last);

@@ -115,6 +115,7 @@ struct Call {
     attempts: u32,
     job_id: Option<String>,
     schedule: Option<Schedule>,
+    ladder: Option<Schedule>,
     /// An attempt may have started the job and its answer was lost.
     outcome_uncertain: bool,
     /// The job was bound by an earlier attempt or another session: what we
@@ -776,6 +777,7 @@ impl Task {
             attempts: 0,
             job_id: None,
             schedule: None,
+            ladder: None,
             outcome_uncertain: false,
             replayed: false,
             last_error: None,
@@ -1219,19 +1221,20 @@ impl Task {
         let epoch = self.epoch;
         let config = self.config.clone();
         let call = self.calls.get_mut(&id).expect("maps point at live calls");
+        // Any event of the job (even a repeat) shows its stream reaches us:
+        // the ladder waits again instead of re-sending.
+        if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
+            let at = now + ladder_current(call, &config);
+            call.phase = Phase::Accepted {
+                ladder_at: Some(at),
+            };
+            self.timers.push(Reverse((at, id)));
+        }
         if let Some(seq) = envelope.event_seq {
             if call.last_event.is_some_and(|last| last >= (epoch, seq)) {
                 return; // already delivered (replay after resume or subscribe)
             }
             call.last_event = Some((epoch, seq));
-        }
-        // The job is alive on this stream: the ladder can wait.
-        if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
-            let at = now + ladder_wait(call, &config);
-            call.phase = Phase::Accepted {
-                ladder_at: Some(at),
-            };
-            self.timers.push(Reverse((at, id)));
         }
         let event = InvocationEvent {
             event_seq: envelope.event_seq,
@@ -1445,13 +1448,20 @@ fn pending_call(p: &Pending) -> u64 {
     }
 }
 
-/// How long the ladder waits before its next step: the call's backoff, at
-/// least the initial delay (full jitter alone could make it zero).
+/// How long the ladder waits on the live stream before its next step. Each
+/// step waits longer; a job event restarts the current wait without growing it.
 fn ladder_wait(call: &mut Call, config: &Config) -> Duration {
     let retry = &config.retry;
-    call.schedule
-        .get_or_insert_with(|| retry.schedule())
-        .next_delay(Some(retry.initial_delay))
+    call.ladder
+        .get_or_insert_with(|| retry.ladder())
+        .next_ceiling()
+}
+
+fn ladder_current(call: &mut Call, config: &Config) -> Duration {
+    match &call.ladder {
+        Some(schedule) => schedule.current(),
+        None => ladder_wait(call, config),
+    }
 }
 
 /// A frame re-sent from another session (a replayed, stored answer).

@@ -1,0 +1,358 @@
+//! The scenario suite against the published reference runtimes: Python
+//! `agentruntimecontrolprotocol` 1.1.3 (v1.1) and Rust `arcp-runtime` 2.0.0
+//! (legacy). Each scenario asserts what that runtime makes possible, exactly,
+//! and in every case: one execution per key, no hang.
+//!
+//! Needs `bash interop/setup.sh` (the README's test command runs it).
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use arcp::client::{Error, IdempotencyKey, RetryPolicy};
+use arcp::mock::ChaosProxy;
+use serde_json::json;
+use support::peers::{Peer, PeerKind};
+
+fn addr(url: &str) -> SocketAddr {
+    let host_port = url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .expect("host:port");
+    host_port.parse().expect("loopback socket address")
+}
+
+async fn happy_path(kind: PeerKind) {
+    let peer = Peer::start(kind);
+    let client = peer.client(&peer.url).connect().await.unwrap();
+    let out = client
+        .invoke_tool("echo", json!({"hello": "world"}))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"hello": "world"}));
+    assert_eq!(out.attempts, 1);
+    assert!(!out.replayed);
+    assert!(out.job_id.is_some());
+}
+
+#[tokio::test]
+async fn python_happy_path() {
+    happy_path(PeerKind::Python).await;
+}
+
+#[tokio::test]
+async fn rust_happy_path() {
+    happy_path(PeerKind::Rust).await;
+}
+
+/// A second process (a fresh client, empty cache) re-sends a completed call
+/// with its key. Python replays the stored result; Rust 2.0.0 replays only
+/// `job.accepted`, so the outcome is unavailable. Either way it ran once.
+async fn same_key_after_completion(kind: PeerKind) {
+    let peer = Peer::start(kind);
+    let key = IdempotencyKey::new();
+    let args = peer.counter_args(0, 1, "after-completion");
+    let first = peer.client(&peer.url).connect().await.unwrap();
+    let out = first
+        .invoke("counter", args.clone())
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(!out.replayed);
+
+    let second = peer.client(&peer.url).connect().await.unwrap();
+    let again = second
+        .invoke("counter", args)
+        .idempotency_key(key.clone())
+        .send()
+        .await;
+    match kind {
+        PeerKind::Python => {
+            let again = again.unwrap();
+            assert!(again.replayed, "a stored result is marked replayed");
+            assert_eq!(again.value, out.value);
+            assert_eq!(again.job_id, out.job_id);
+        }
+        PeerKind::Rust => match again {
+            Err(Error::OutcomeUnavailable { key: k, job_id, .. }) => {
+                assert_eq!(k, key);
+                assert_eq!(job_id, out.job_id, "the original job is named");
+            }
+            other => panic!("expected OutcomeUnavailable, got {other:?}"),
+        },
+    }
+    assert_eq!(peer.executions().await, 1);
+}
+
+#[tokio::test]
+async fn python_same_key_after_completion_replays_the_result() {
+    same_key_after_completion(PeerKind::Python).await;
+}
+
+#[tokio::test]
+async fn rust_same_key_after_completion_is_outcome_unavailable() {
+    same_key_after_completion(PeerKind::Rust).await;
+}
+
+async fn conflicting_intent(kind: PeerKind) {
+    let peer = Peer::start(kind);
+    let key = IdempotencyKey::new();
+    let first = peer.client(&peer.url).connect().await.unwrap();
+    first
+        .invoke("counter", peer.counter_args(0, 0, "a"))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    let second = peer.client(&peer.url).connect().await.unwrap();
+    let err = second
+        .invoke("counter", peer.counter_args(0, 0, "DIFFERENT"))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::DuplicateKey { key: ref k, .. } if *k == key),
+        "{err:?}"
+    );
+    // The connection stays usable and other calls are untouched.
+    second
+        .invoke_tool("echo", json!("still-alive"))
+        .await
+        .unwrap();
+    assert_eq!(peer.executions().await, 1);
+}
+
+#[tokio::test]
+async fn python_conflicting_intent_is_duplicate_key() {
+    conflicting_intent(PeerKind::Python).await;
+}
+
+#[tokio::test]
+async fn rust_conflicting_intent_is_duplicate_key() {
+    conflicting_intent(PeerKind::Rust).await;
+}
+
+#[derive(Debug, Clone, Copy)]
+enum KillPoint {
+    /// The request is held in the proxy and discarded: it never arrives.
+    BeforeAccept,
+    /// Right after the runtime accepted the call.
+    AfterAccept,
+    /// After the first job event.
+    MidCall,
+    /// The job finished while the connection was stalled; its terminal is lost.
+    BeforeTerminal,
+}
+
+/// Kills the connection at `point`; asserts the outcome the peer makes
+/// possible and exactly one execution.
+async fn killed(kind: PeerKind, point: KillPoint) {
+    support::init_tracing();
+    let peer = Peer::start(kind);
+    let proxy = ChaosProxy::builder(addr(&peer.url)).start().await.unwrap();
+    let client = peer.client(&proxy.ws_url("/arcp")).connect().await.unwrap();
+    let mut call = client
+        .invoke("counter", peer.counter_args(1200, 3, "killed"))
+        .deadline(Duration::from_secs(20))
+        .send();
+    let mut events = call.events();
+    let handle = call.handle();
+    let started = Instant::now();
+    let outcome = {
+        let run = tokio::spawn(async move { call.await });
+        match point {
+            KillPoint::BeforeAccept => {
+                proxy.stall(true);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                proxy.kill_all();
+                proxy.stall(false);
+            }
+            KillPoint::AfterAccept => {
+                wait_until(|| handle.job_id().is_some()).await;
+                proxy.kill_all();
+            }
+            KillPoint::MidCall => {
+                events.next().await.expect("a first event");
+                proxy.kill_all();
+            }
+            KillPoint::BeforeTerminal => {
+                events.next().await.expect("a first event");
+                proxy.stall(true);
+                tokio::time::sleep(Duration::from_millis(1600)).await; // the job finishes meanwhile
+                proxy.kill_all();
+                proxy.stall(false);
+            }
+        }
+        run.await.unwrap()
+    };
+    assert!(started.elapsed() < Duration::from_secs(20), "no hang");
+    let expect_unavailable = kind == PeerKind::Rust && !matches!(point, KillPoint::BeforeAccept);
+    match (&outcome, expect_unavailable) {
+        (Ok(out), false) => {
+            assert!(out.attempts >= 2, "{out:?}");
+            assert_eq!(out.value["count"], json!(1), "{out:?}");
+        }
+        (Err(Error::OutcomeUnavailable { job_id, .. }), true) => {
+            assert!(job_id.is_some(), "the accepted job is named: {outcome:?}")
+        }
+        _ => panic!("{kind:?} {point:?}: unexpected outcome {outcome:?}"),
+    }
+    assert_eq!(peer.executions().await, 1, "{kind:?} {point:?}");
+}
+
+async fn wait_until(f: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "condition never held"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+macro_rules! kill_tests {
+    ($($name:ident: $kind:expr, $point:expr;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            killed($kind, $point).await;
+        }
+    )*};
+}
+
+kill_tests! {
+    python_killed_before_accept: PeerKind::Python, KillPoint::BeforeAccept;
+    python_killed_after_accept: PeerKind::Python, KillPoint::AfterAccept;
+    python_killed_mid_call: PeerKind::Python, KillPoint::MidCall;
+    python_killed_before_terminal: PeerKind::Python, KillPoint::BeforeTerminal;
+    rust_killed_before_accept: PeerKind::Rust, KillPoint::BeforeAccept;
+    rust_killed_after_accept: PeerKind::Rust, KillPoint::AfterAccept;
+    rust_killed_mid_call: PeerKind::Rust, KillPoint::MidCall;
+    rust_killed_before_terminal: PeerKind::Rust, KillPoint::BeforeTerminal;
+}
+
+/// Many concurrent calls through a proxy that kills connections on a seeded
+/// schedule: every call resolves, none hangs, none runs twice.
+async fn concurrent_with_kills(kind: PeerKind) {
+    let peer = Peer::start(kind);
+    let proxy = ChaosProxy::builder(addr(&peer.url))
+        .seed(7)
+        .kill_every_frames(60)
+        .spare_first_frames(4)
+        .start()
+        .await
+        .unwrap();
+    // Every kill re-sends every call in flight, so chaos needs a larger
+    // attempt budget than the default test client's.
+    let client = peer
+        .client(&proxy.ws_url("/arcp"))
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(20))
+                .max_delay(Duration::from_millis(400))
+                .max_attempts(40)
+                .max_elapsed(Duration::from_secs(20))
+                .outcome_poll(Duration::from_millis(300)),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let calls = 40;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..calls {
+        let client = client.clone();
+        let args = peer.counter_args(20, 1, &format!("c{i}"));
+        tasks.push(tokio::spawn(async move {
+            client
+                .invoke("counter", args)
+                .deadline(Duration::from_secs(25))
+                .send()
+                .await
+        }));
+    }
+    let mut ok_counts = std::collections::BTreeSet::new();
+    let (mut ok, mut unavailable) = (0u64, 0u64);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(out) => {
+                ok += 1;
+                assert!(
+                    ok_counts.insert(out.value["count"].as_u64().unwrap()),
+                    "two calls saw the same execution"
+                );
+            }
+            Err(Error::OutcomeUnavailable { .. }) if kind == PeerKind::Rust => unavailable += 1,
+            Err(e) => panic!("{kind:?}: unexpected outcome {e:?}"),
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(30), "no hang");
+    let executions = peer.executions().await;
+    println!(
+        "{kind:?}: {ok} ok, {unavailable} outcome unavailable, {executions} executions, {} kills",
+        proxy.report().kills.len()
+    );
+    assert!(executions <= calls, "an execution beyond one per key");
+    assert!(executions >= ok, "fewer executions than results");
+    if kind == PeerKind::Python {
+        assert_eq!(ok, calls, "the Python runtime replays every lost outcome");
+        assert_eq!(executions, calls);
+    }
+}
+
+#[tokio::test]
+async fn python_concurrent_calls_with_seeded_kills() {
+    concurrent_with_kills(PeerKind::Python).await;
+}
+
+#[tokio::test]
+async fn rust_concurrent_calls_with_seeded_kills() {
+    concurrent_with_kills(PeerKind::Rust).await;
+}
+
+/// The runtime goes silent mid-call (no close): the client detects it and the
+/// call ends with a typed outcome before its deadline.
+async fn silent_runtime(kind: PeerKind) {
+    let peer = Peer::start(kind);
+    let proxy = ChaosProxy::builder(addr(&peer.url)).start().await.unwrap();
+    let client = peer
+        .client(&proxy.ws_url("/arcp"))
+        .heartbeat_interval(Duration::from_millis(300))
+        .handshake_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let mut call = client
+        .invoke("counter", peer.counter_args(400, 2, "silent"))
+        .deadline(Duration::from_secs(6))
+        .send();
+    let mut events = call.events();
+    let run = tokio::spawn(async move { call.await });
+    events.next().await.expect("a first event");
+    proxy.stall(true);
+    let started = Instant::now();
+    let outcome = run.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(7),
+        "ended within its deadline"
+    );
+    match outcome {
+        Err(Error::OutcomeUnavailable { .. } | Error::DeadlineExceeded { .. }) => {}
+        other => panic!("{kind:?}: expected a typed give-up, got {other:?}"),
+    }
+    assert_eq!(peer.executions().await, 1);
+}
+
+#[tokio::test]
+async fn python_silent_runtime_ends_in_a_typed_outcome() {
+    silent_runtime(PeerKind::Python).await;
+}
+
+#[tokio::test]
+async fn rust_silent_runtime_ends_in_a_typed_outcome() {
+    silent_runtime(PeerKind::Rust).await;
+}
