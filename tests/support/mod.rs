@@ -1,6 +1,7 @@
 //! Shared test support.
 #![allow(dead_code)]
 
+pub mod mock;
 pub mod peers;
 
 /// Sends the client's tracing output to the test's captured output

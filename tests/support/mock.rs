@@ -1,0 +1,94 @@
+//! Mock runtimes for the client's tests: one builder per scenario, fast
+//! retry budgets, and a `refund` tool whose executions the tests count.
+
+use std::time::Duration;
+
+use arcp::client::{Client, ClientBuilder, RetryPolicy};
+use arcp::mock::{Dialect, MockRuntime, MockRuntimeBuilder, ToolFailure};
+use arcp::types::Envelope;
+use serde_json::{json, Value};
+
+/// A mock with the tools the tests use:
+/// - `refund`: emits `steps` progress events, `ms` apart, returns `{"refunded": order}`;
+/// - `fail`: fails with `code` (retryable when `retryable` is true);
+/// - `echo`: returns its arguments.
+pub fn mock(dialect: Dialect) -> MockRuntimeBuilder {
+    MockRuntime::builder()
+        .dialect(dialect)
+        .tool("refund", |args: Value, ctx| async move {
+            let steps = args["steps"].as_u64().unwrap_or(0);
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            for i in 1..=steps {
+                ctx.sleep(Duration::from_millis(ms)).await;
+                ctx.progress(i, steps).await;
+            }
+            if steps == 0 && ms > 0 {
+                ctx.sleep(Duration::from_millis(ms)).await;
+            }
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .tool("fail", |args: Value, _ctx| async move {
+            let code = args["code"]
+                .as_str()
+                .unwrap_or("PERMISSION_DENIED")
+                .to_owned();
+            Err(
+                ToolFailure::new(code.as_str(), format!("asked to fail with {code}"))
+                    .retryable(args["retryable"].as_bool().unwrap_or(false)),
+            )
+        })
+        .tool("echo", |args: Value, _ctx| async move { Ok(args) })
+}
+
+/// A client for `url` with budgets sized for tests (a call gives up within
+/// a few seconds).
+pub fn client(url: &str, dialect: Dialect) -> ClientBuilder {
+    Client::builder(url)
+        .dialect(dialect)
+        .handshake_timeout(Duration::from_secs(2))
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(200))
+                .max_attempts(6)
+                .max_elapsed(Duration::from_secs(5))
+                .outcome_poll(Duration::from_millis(100)),
+        )
+}
+
+/// Every submit the mock received, in order.
+pub fn submits(mock: &MockRuntime) -> Vec<Envelope> {
+    mock.received()
+        .into_iter()
+        .filter(|e| e.kind == "job.submit" || e.kind == "tool.invoke")
+        .collect()
+}
+
+/// The idempotency key of a submit, wherever the dialect put it.
+pub fn key_of(submit: &Envelope) -> Option<String> {
+    submit.idempotency_key.clone().or_else(|| {
+        submit.payload["idempotency_key"]
+            .as_str()
+            .map(str::to_owned)
+    })
+}
+
+/// Runs the test body once per dialect, as two named tests.
+#[macro_export]
+macro_rules! both_dialects {
+    ($(#[$meta:meta])* async fn $name:ident($dialect:ident: Dialect) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            async fn run($dialect: arcp::mock::Dialect) $body
+            #[tokio::test]
+            async fn v1_1() {
+                run(arcp::mock::Dialect::V1_1).await
+            }
+            #[tokio::test]
+            async fn legacy() {
+                run(arcp::mock::Dialect::Legacy).await
+            }
+        }
+    };
+}
