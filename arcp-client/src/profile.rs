@@ -110,12 +110,15 @@ const KNOWN: &[Known] = &[
             p.echoes_request_id_on_errors = false;
         },
     },
-    // Our own mock runtime: behaviour follows its replay policy, so assume
-    // only what it negotiated (defaults above), plus the dialect's norms.
+    // arcp-mock, the SDK's own test runtime: replay behaviour follows its
+    // configured policy, so only what it negotiated is assumed; like the
+    // runtime each dialect imitates, it answers pings and (legacy) echoes the
+    // key on a replayed accept.
     Known {
-        matches: |name, _, dialect| dialect == Dialect::Legacy && name == "arcp-mock",
+        matches: |name, _, _| name == "arcp-mock",
         adjust: |p| {
             p.answers_ping = true;
+            p.key_echo_marks_replay = p.dialect == Dialect::Legacy;
         },
     },
 ];

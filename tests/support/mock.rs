@@ -46,6 +46,7 @@ pub fn client(url: &str, dialect: Dialect) -> ClientBuilder {
     Client::builder(url)
         .dialect(dialect)
         .handshake_timeout(Duration::from_secs(2))
+        .default_deadline(Duration::from_secs(15))
         .retry(
             RetryPolicy::exponential()
                 .initial_delay(Duration::from_millis(10))

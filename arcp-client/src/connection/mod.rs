@@ -1254,7 +1254,10 @@ impl Task {
         let call = &self.calls[&id];
         let key = call.req.key.clone();
         let job_id = call.job_id.clone().or(envelope.job_id.clone());
-        let replayed = call.replayed || foreign;
+        // A result with no acceptance before it on this attempt is a stored
+        // outcome re-sent (runtimes accept a fresh job before it runs).
+        let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        let replayed = call.replayed || foreign || unaccepted;
         // v1.1 `job.result` may carry a non-success final status.
         let status = result.extra.get("final_status").and_then(Value::as_str);
         if let Some(status @ ("error" | "timed_out")) = status {

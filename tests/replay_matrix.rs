@@ -1,0 +1,283 @@
+//! One test per row of the replay matrix (`docs/architecture.md`): what the
+//! client makes of each answer a runtime gives to a retried request. Each
+//! asserts the outcome and the tool's execution count.
+
+mod support;
+
+use std::time::Duration;
+
+use arcp::client::{Error, IdempotencyKey};
+use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault, MockRuntime, ReplayPolicy};
+use serde_json::{json, Value};
+use support::mock::{client, mock, submits};
+
+/// Completes `tool(args)` under `key` in one client, then re-sends it from a
+/// fresh client (a restarted process: no outcome cache) and returns that
+/// second outcome.
+async fn resend_after_completion(
+    mock: &MockRuntime,
+    dialect: Dialect,
+    tool: &str,
+    args: Value,
+    key: &IdempotencyKey,
+) -> Result<arcp::client::ToolOutput, Error> {
+    let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    let _ = first
+        .invoke(tool, args.clone())
+        .idempotency_key(key.clone())
+        .send()
+        .await;
+    let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    second
+        .invoke(tool, args)
+        .idempotency_key(key.clone())
+        .send()
+        .await
+}
+
+#[tokio::test]
+async fn replayed_terminal_result_v1_1() {
+    let mock = mock(Dialect::V1_1)
+        .replay_policy(ReplayPolicy::TerminalReplay)
+        .start()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let out = resend_after_completion(&mock, Dialect::V1_1, "refund", json!({"order": 1}), &key)
+        .await
+        .unwrap();
+    assert!(out.replayed);
+    assert_eq!(out.value, json!({"refunded": 1}));
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+#[tokio::test]
+async fn replayed_terminal_result_legacy_tool_result() {
+    let mock = mock(Dialect::Legacy)
+        .replay_policy(ReplayPolicy::TerminalOnly)
+        .start()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let out = resend_after_completion(&mock, Dialect::Legacy, "refund", json!({"order": 2}), &key)
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"refunded": 2}));
+    assert!(
+        out.replayed,
+        "a result with no acceptance first is a stored one"
+    );
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+#[tokio::test]
+async fn replayed_terminal_error_is_a_tool_error_marked_replayed() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let err = resend_after_completion(
+        &mock,
+        Dialect::V1_1,
+        "fail",
+        json!({"code": "PERMISSION_DENIED"}),
+        &key,
+    )
+    .await
+    .unwrap_err();
+    match err {
+        Error::Tool(e) => {
+            assert_eq!(e.code, ErrorCode::PermissionDenied);
+            assert!(e.replayed, "{e:?}");
+        }
+        other => panic!("expected a replayed tool error, got {other:?}"),
+    }
+    assert_eq!(mock.executions("fail"), 1);
+}
+
+/// Every conflict signal any runtime family uses is `DuplicateKey`, never retried.
+async fn duplicate_key(dialect: Dialect, signal: ConflictSignal) {
+    let mock = mock(dialect).conflict_signal(signal).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    first
+        .invoke("refund", json!({"order": 1}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    let before = submits(&mock).len();
+    let err = second
+        .invoke("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::DuplicateKey { key: k, .. } if *k == key),
+        "{signal:?}: {err:?}"
+    );
+    assert_eq!(submits(&mock).len(), before + 1, "never retried");
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+#[tokio::test]
+async fn duplicate_key_from_session_error_without_request_id() {
+    duplicate_key(Dialect::V1_1, ConflictSignal::SessionError).await;
+}
+
+#[tokio::test]
+async fn duplicate_key_from_job_error() {
+    duplicate_key(Dialect::V1_1, ConflictSignal::JobError).await;
+}
+
+#[tokio::test]
+async fn duplicate_key_from_legacy_failed_precondition() {
+    duplicate_key(Dialect::Legacy, ConflictSignal::FailedPrecondition).await;
+}
+
+#[tokio::test]
+async fn duplicate_key_from_job_failed() {
+    duplicate_key(Dialect::Legacy, ConflictSignal::DuplicateKeyFailed).await;
+}
+
+#[tokio::test]
+async fn duplicate_key_from_nack() {
+    duplicate_key(Dialect::Legacy, ConflictSignal::Nack).await;
+}
+
+/// Accepted-only replay (Rust 2.0.0, TS, Go, Java): the ladder runs out and
+/// names the original job; never a hang, never a second execution.
+async fn accepted_only(dialect: Dialect, policy: ReplayPolicy) {
+    let mock = mock(dialect).replay_policy(policy).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    let original = first
+        .invoke("refund", json!({"order": 3}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    let started = std::time::Instant::now();
+    let err = second
+        .invoke("refund", json!({"order": 3}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    match &err {
+        Error::OutcomeUnavailable { key: k, job_id, .. } => {
+            assert_eq!(*k, key);
+            if policy != ReplayPolicy::AckReplay {
+                assert_eq!(*job_id, original.job_id, "the original job is named");
+            }
+        }
+        other => panic!("{policy:?}: expected OutcomeUnavailable, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "bounded by the retry budget"
+    );
+    assert!(
+        submits(&mock).len() > 2,
+        "the ladder re-sent with the same key"
+    );
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+#[tokio::test]
+async fn accepted_only_replay_legacy() {
+    accepted_only(Dialect::Legacy, ReplayPolicy::AcceptedOnly).await;
+}
+
+#[tokio::test]
+async fn accepted_only_replay_v1_1() {
+    accepted_only(Dialect::V1_1, ReplayPolicy::AcceptedOnly).await;
+}
+
+#[tokio::test]
+async fn ack_with_replay_legacy() {
+    accepted_only(Dialect::Legacy, ReplayPolicy::AckReplay).await;
+}
+
+/// Accepted-only while the job still runs, then the stored terminal once it
+/// finished (the Python runtime): the ladder's re-send after backoff gets it.
+#[tokio::test]
+async fn accepted_while_running_then_terminal_replay() {
+    let mock = mock(Dialect::V1_1)
+        .replay_policy(ReplayPolicy::TerminalReplay)
+        .resume_reattaches_jobs(false) // as the Python runtime: no live events after resume
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    mock.inject(Fault::DropAfterAccepted);
+    let out = client
+        .invoke("refund", json!({"order": 4, "steps": 2, "ms": 150}))
+        .send()
+        .await
+        .unwrap();
+    assert!(out.replayed);
+    assert!(
+        out.attempts >= 3,
+        "re-sent at least once while the job still ran: {out:?}"
+    );
+    assert_eq!(out.value, json!({"refunded": 4}));
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+/// A repeated call with a finished key is answered from the client's outcome
+/// cache, even against a runtime that replays only `job.accepted`.
+#[tokio::test]
+async fn outcome_cache_answers_a_repeated_key() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let call = || {
+        client
+            .invoke("refund", json!({"order": 5}))
+            .idempotency_key(key.clone())
+            .send()
+    };
+    let first = call().await.unwrap();
+    let again = call().await.unwrap();
+    assert!(!first.replayed && again.replayed);
+    assert_eq!(again.value, first.value);
+    assert_eq!(submits(&mock).len(), 1, "answered locally");
+    let other = client
+        .invoke("refund", json!({"order": 6}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(other, Error::DuplicateKey { .. }), "{other:?}");
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+/// Two calls with the same key at once in one client share one execution.
+#[tokio::test]
+async fn same_key_twice_in_flight_shares_one_outcome() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let a = client
+        .invoke("refund", json!({"order": 7, "ms": 100}))
+        .idempotency_key(key.clone())
+        .send();
+    let b = client
+        .invoke("refund", json!({"order": 7, "ms": 100}))
+        .idempotency_key(key.clone())
+        .send();
+    let (a, b) = tokio::join!(a, b);
+    assert_eq!(a.unwrap().value, b.unwrap().value);
+    assert_eq!(mock.executions("refund"), 1);
+}
