@@ -163,7 +163,7 @@ async fn killed(kind: PeerKind, point: KillPoint) {
     let handle = call.handle();
     let started = Instant::now();
     let outcome = {
-        let run = tokio::spawn(async move { call.await });
+        let run = tokio::spawn(call);
         match point {
             KillPoint::BeforeAccept => {
                 proxy.stall(true);
@@ -189,11 +189,14 @@ async fn killed(kind: PeerKind, point: KillPoint) {
         }
         run.await.unwrap()
     };
+    let proxy_connections = proxy.report().connections;
     assert!(started.elapsed() < Duration::from_secs(20), "no hang");
     let expect_unavailable = kind == PeerKind::Rust && !matches!(point, KillPoint::BeforeAccept);
     match (&outcome, expect_unavailable) {
         (Ok(out), false) => {
-            assert!(out.attempts >= 2, "{out:?}");
+            // Recovered by a re-send, or (Python) by resume plus `job.subscribe`
+            // with history, which delivers the stored terminal.
+            assert!(proxy_connections >= 2, "the client reconnected");
             assert_eq!(out.value["count"], json!(1), "{out:?}");
         }
         (Err(Error::OutcomeUnavailable { job_id, .. }), true) => {
@@ -331,7 +334,7 @@ async fn silent_runtime(kind: PeerKind) {
         .deadline(Duration::from_secs(6))
         .send();
     let mut events = call.events();
-    let run = tokio::spawn(async move { call.await });
+    let run = tokio::spawn(call);
     events.next().await.expect("a first event");
     proxy.stall(true);
     let started = Instant::now();

@@ -281,3 +281,33 @@ async fn same_key_twice_in_flight_shares_one_outcome() {
     assert_eq!(a.unwrap().value, b.unwrap().value);
     assert_eq!(mock.executions("refund"), 1);
 }
+
+/// A `DuplicateKey` refusal is not the key's outcome: the same client can
+/// still ask for the key's real call and gets its stored answer.
+#[tokio::test]
+async fn a_refused_intent_does_not_poison_the_key() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let a = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    let b = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    let call = |c: &arcp::client::Client, order: u64| {
+        c.invoke("refund", json!({"order": order}))
+            .idempotency_key(key.clone())
+            .send()
+    };
+    call(&a, 500).await.unwrap();
+    assert!(matches!(
+        call(&b, 5000).await,
+        Err(Error::DuplicateKey { .. })
+    ));
+    let stored = call(&b, 500).await.unwrap();
+    assert!(stored.replayed);
+    assert_eq!(stored.value, json!({"refunded": 500}));
+    assert_eq!(mock.executions("refund"), 1);
+}

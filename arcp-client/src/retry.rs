@@ -73,7 +73,8 @@ impl RetryPolicy {
         self
     }
 
-    /// How long a call may keep retrying, from its start.
+    /// How long a call may keep retrying, from its first failure (a long
+    /// call that fails late still gets the whole budget).
     pub fn max_elapsed(mut self, d: Duration) -> Self {
         self.max_elapsed = d;
         self

@@ -128,7 +128,13 @@ struct Call {
     subscribe_refused: bool,
     cancel_waiters: Vec<(oneshot::Sender<CancelOutcome>, Instant)>,
     deadline_at: Instant,
+    /// When retrying must stop: `max_elapsed` after the call's first failure.
     budget_at: Instant,
+    /// Retrying began (first failure); the budget clock runs from here.
+    recovering: bool,
+    /// The job was accepted when the connection died: a resumed session may
+    /// still deliver its outcome without a re-send.
+    awaiting_resume: bool,
     dropped_events: u64,
     span: tracing::Span,
 }
@@ -150,6 +156,8 @@ struct Session {
     acked_seq: u64,
     profile: Option<RuntimeProfile>,
     heartbeat: Option<Duration>,
+    /// The last handshake resumed the previous session.
+    resumed: bool,
 }
 
 struct Task {
@@ -378,6 +386,7 @@ impl Task {
         resuming: bool,
     ) {
         let resumed = resuming && self.session.id.as_deref() == Some(welcome.session_id.as_str());
+        self.session.resumed = resumed;
         if !resumed {
             self.epoch += 1;
             self.session.last_event_seq = 0;
@@ -426,14 +435,18 @@ impl Task {
         self.by_request.clear();
         self.pending_order.clear();
         let now = Instant::now();
-        for call in self.calls.values_mut() {
+        let max_elapsed = self.config.retry.max_elapsed;
+        for (&id, call) in self.calls.iter_mut() {
             match call.phase {
                 Phase::Sent { .. } | Phase::Accepted { .. } => {
+                    call.awaiting_resume = matches!(call.phase, Phase::Accepted { .. });
                     call.outcome_uncertain = true;
                     call.phase = Phase::Queued { not_before: now };
+                    start_recovery(call, now, max_elapsed);
                 }
                 Phase::Queued { .. } => {}
             }
+            self.timers.push(Reverse((call.budget_at, id)));
             call.last_error = Some(format!("connection lost: {reason}"));
             for (waiter, _) in call.cancel_waiters.drain(..) {
                 let _ = waiter.send(CancelOutcome::Dispatched);
@@ -530,8 +543,23 @@ impl Task {
         match self.establish().await {
             Ok(()) => {
                 let now = Instant::now();
+                let resumed = self.session.resumed;
+                let config = self.config.clone();
                 let mut ids: Vec<u64> = self.calls.keys().copied().collect();
                 ids.sort_unstable();
+                for &id in &ids {
+                    let call = self.calls.get_mut(&id).expect("listed above");
+                    if std::mem::take(&mut call.awaiting_resume) && resumed {
+                        // The resumed session may deliver the job's outcome
+                        // (buffered or live): wait for it on the ladder
+                        // instead of re-sending every accepted call at once.
+                        let at = now + ladder_wait(call, &config);
+                        call.phase = Phase::Accepted {
+                            ladder_at: Some(at),
+                        };
+                        self.timers.push(Reverse((at, id)));
+                    }
+                }
                 for id in ids {
                     self.step(id, now);
                 }
@@ -770,6 +798,8 @@ impl Task {
         let call = Call {
             deadline_at: req.started + req.deadline,
             budget_at: req.started + self.config.retry.max_elapsed,
+            recovering: false,
+            awaiting_resume: false,
             req,
             replies: vec![reply],
             fingerprint,
@@ -952,6 +982,9 @@ impl Task {
             self.timers.push(Reverse((now + wait, id)));
         } else {
             debug!(parent: &call.span, "no outcome on the live stream; re-sending with the same key");
+            call.last_error = Some(
+                "the runtime answered with job.accepted only; no outcome was delivered".into(),
+            );
             call.phase = Phase::Queued { not_before: now };
             self.step(id, now);
         }
@@ -986,9 +1019,11 @@ impl Task {
         let Some(call) = self.forget(id) else {
             return;
         };
+        // A `DuplicateKey` refusal is not the key's outcome (the key belongs
+        // to another intent), so it is not cached.
         let terminal = matches!(
             outcome,
-            Ok(_) | Err(Error::Tool(_) | Error::DuplicateKey { .. } | Error::Cancelled { .. })
+            Ok(_) | Err(Error::Tool(_) | Error::Cancelled { .. })
         );
         match &outcome {
             Ok(out) => {
@@ -1204,6 +1239,9 @@ impl Task {
             }
             self.by_job.insert(job, id);
         }
+        if replay {
+            start_recovery(call, now, config.retry.max_elapsed);
+        }
         let ladder_at = replay.then(|| now + ladder_wait(call, &config));
         debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
         call.phase = Phase::Accepted { ladder_at };
@@ -1403,7 +1441,9 @@ impl Task {
                     .get_or_insert_with(|| retry.schedule())
                     .next_delay(floor);
                 call.last_error = Some(format!("{}: {}", e.code, e.message));
-                let not_before = Instant::now() + delay;
+                let now = Instant::now();
+                start_recovery(call, now, self.config.retry.max_elapsed);
+                let not_before = now + delay;
                 debug!(parent: &call.span, code = %e.code, ?delay, "transient rejection; retrying with the same key");
                 call.phase = Phase::Queued { not_before };
                 self.timers.push(Reverse((not_before, id)));
@@ -1464,6 +1504,15 @@ fn ladder_current(call: &mut Call, config: &Config) -> Duration {
     match &call.ladder {
         Some(schedule) => schedule.current(),
         None => ladder_wait(call, config),
+    }
+}
+
+/// Starts the retry budget's clock at the call's first failure, so a long
+/// call that fails late still gets its full budget.
+fn start_recovery(call: &mut Call, now: Instant, max_elapsed: Duration) {
+    if !call.recovering {
+        call.recovering = true;
+        call.budget_at = now + max_elapsed;
     }
 }
 

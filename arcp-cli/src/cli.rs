@@ -1,0 +1,306 @@
+//! The command line: every command, flag and help text, and the parsers
+//! that turn flag values into typed values (so a bad value is reported by
+//! name before anything connects).
+
+use std::path::PathBuf;
+
+use arcp_client::DialectChoice;
+use arcp_mock::{Dialect, ReplayPolicy};
+use arcp_types::IdempotencyKey;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+const TOP_EXAMPLES: &str = "\
+Examples:
+  # Start a local mock runtime (prints its ws:// URL), then call a tool on it:
+  arcp mock serve --port 7777
+  arcp invoke echo --url ws://127.0.0.1:7777/arcp --args '{\"hello\": \"world\"}'
+
+  # The same call from a script: one JSON object on stdout, the outcome in the exit status.
+  arcp invoke echo --url ws://127.0.0.1:7777/arcp --args '{\"hello\": \"world\"}' --json
+
+Exit status of `arcp invoke`: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable,
+1 anything else (bad arguments included).";
+
+const INVOKE_EXAMPLES: &str = "\
+Examples:
+  # Call a tool and print its result (progress and logs go to stderr):
+  arcp invoke counter --url ws://127.0.0.1:7777/arcp --args '{\"steps\": 5, \"sleep_ms\": 1000}'
+
+  # Arguments from a file (or `-` for stdin), a token from the environment:
+  ARCP_TOKEN=secret arcp invoke refund --url wss://agents.example.com/arcp --args-file refund.json
+
+  # A key of your own makes the call safe to repeat: the tool runs at most once per key,
+  # and a repeated call gets the stored outcome back (\"replayed\": true).
+  arcp invoke refund --url ws://127.0.0.1:7777/arcp --args '{\"order\": 4812}' \\
+      --key refund-4812 --deadline 30 --max-attempts 8 --json
+
+Output with --json (exactly one object on stdout, nothing else):
+  {\"status\":\"ok\",\"result\":...,\"job_id\":\"...\"|null,\"key\":\"...\",\"replayed\":false,\"attempts\":1}
+  {\"status\":\"error\",\"code\":\"...\",\"message\":\"...\",\"key\":\"...\",\"job_id\":\"...\"|null,\"attempts\":1}
+
+Exit status: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable, 1 anything else.";
+
+const MOCK_EXAMPLES: &str = "\
+Examples:
+  arcp mock serve --port 0                      # any free port; the URL is printed on stdout
+  arcp mock serve --dialect legacy              # speak the legacy message set (tool.invoke, ...)
+  arcp mock serve --replay-policy accepted-only # replay only job.accepted to retried calls
+  arcp mock serve --token secret                # refuse every other bearer token";
+
+const MOCK_SERVE_EXAMPLES: &str = "\
+Demo tools:
+  echo     returns its arguments
+  counter  {\"steps\": N, \"sleep_ms\": MS} (both optional): sleeps MS in all, emits N progress
+           events, returns {\"count\": n} where n counts this runtime's executions of counter
+  fail     {\"code\": \"PERMISSION_DENIED\", \"message\": \"...\"}: fails with that code
+
+Examples:
+  # In one terminal:
+  arcp mock serve --port 7777
+  # In another:
+  arcp invoke counter --url ws://127.0.0.1:7777/arcp --args '{\"steps\": 10, \"sleep_ms\": 2000}'
+  arcp invoke fail --url ws://127.0.0.1:7777/arcp --args '{\"code\": \"PERMISSION_DENIED\"}' --json
+
+  # From a script: start it on a free port, read the URL it prints, stop it.
+  arcp mock serve --port 0 > url.txt &  MOCK=$!
+  until [ -s url.txt ]; do sleep 0.1; done; URL=$(head -n1 url.txt)
+  kill $MOCK
+
+It runs until interrupted (Ctrl-C or SIGTERM).";
+
+/// `arcp`: invoke ARCP tools from a terminal or a script.
+#[derive(Debug, Parser)]
+#[command(
+    name = "arcp",
+    version,
+    about = "Invoke tools on an ARCP agent runtime, replay-safely, from a terminal or a script",
+    after_help = TOP_EXAMPLES,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// Client diagnostics on stderr: -v for connection events, -vv for
+    /// every protocol step. RUST_LOG overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Invoke a tool once (retrying safely across failures) and print the outcome.
+    #[command(after_help = INVOKE_EXAMPLES)]
+    Invoke(InvokeArgs),
+    /// A local mock runtime with demo tools, to try everything without a real runtime.
+    #[command(subcommand, after_help = MOCK_EXAMPLES, arg_required_else_help = true)]
+    Mock(MockCommand),
+}
+
+/// `arcp invoke` flags.
+#[derive(Debug, Args)]
+pub struct InvokeArgs {
+    /// The tool (a v1.1 "agent") to invoke.
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+
+    /// The runtime's WebSocket URL (ws:// or wss://).
+    #[arg(long, value_name = "URL", value_parser = parse_url)]
+    pub url: String,
+
+    /// Bearer token. Never printed. Prefer the ARCP_TOKEN environment variable:
+    /// a flag is visible to other users in the process list.
+    #[arg(long, value_name = "T", env = "ARCP_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// The tool's arguments as JSON (default: {}).
+    #[arg(long, value_name = "JSON", value_parser = parse_json, conflicts_with = "args_file")]
+    pub args: Option<Value>,
+
+    /// Read the tool's arguments (JSON) from this file, or from stdin with `-`.
+    #[arg(long, value_name = "F")]
+    pub args_file: Option<PathBuf>,
+
+    /// The idempotency key (printable ASCII, at most 255 bytes). Default: a
+    /// fresh UUIDv7. Reuse a key to repeat a call without running it twice.
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
+    pub key: Option<IdempotencyKey>,
+
+    /// Which ARCP message set to speak. `auto` tries v1.1, then legacy.
+    #[arg(long, value_enum, value_name = "DIALECT", default_value_t = DialectArg::Auto)]
+    pub dialect: DialectArg,
+
+    /// Give up after this many seconds in all (connecting, retries and
+    /// waiting included). Default: 300.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
+    pub deadline: Option<f64>,
+
+    /// How many times the request may be sent in all (at least 1; default 10).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: Option<u32>,
+
+    /// Print exactly one JSON object on stdout when the call ends (see below).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `arcp --dialect` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DialectArg {
+    /// v1.1 first; if the runtime does not understand it, legacy.
+    Auto,
+    /// ARCP v1.1 (session.hello, job.submit, ...).
+    #[value(name = "v1.1")]
+    V1_1,
+    /// The legacy RFC-0001 set (session.open, tool.invoke, ...).
+    Legacy,
+}
+
+impl From<DialectArg> for DialectChoice {
+    fn from(d: DialectArg) -> Self {
+        match d {
+            DialectArg::Auto => DialectChoice::Auto,
+            DialectArg::V1_1 => DialectChoice::V1_1,
+            DialectArg::Legacy => DialectChoice::Legacy,
+        }
+    }
+}
+
+/// `arcp mock` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum MockCommand {
+    /// Run a mock runtime on 127.0.0.1 until interrupted; print its ws:// URL on stdout.
+    #[command(after_help = MOCK_SERVE_EXAMPLES)]
+    Serve(MockServeArgs),
+}
+
+/// `arcp mock serve` flags.
+#[derive(Debug, Args)]
+pub struct MockServeArgs {
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, value_name = "P", default_value_t = 0)]
+    pub port: u16,
+
+    /// Which message set to speak.
+    #[arg(long, value_enum, value_name = "DIALECT", default_value_t = MockDialectArg::V1_1)]
+    pub dialect: MockDialectArg,
+
+    /// What a retried call (same key, same arguments) gets back. Default:
+    /// the dialect's reference runtime (v1.1: terminal-replay, legacy:
+    /// accepted-only).
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub replay_policy: Option<ReplayPolicyArg>,
+
+    /// Accept only this bearer token (default: accept any). Never printed.
+    #[arg(long, value_name = "T")]
+    pub token: Option<String>,
+}
+
+/// `arcp mock serve --dialect` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MockDialectArg {
+    /// ARCP v1.1, as the Python 1.1.3 reference runtime speaks it.
+    #[value(name = "v1.1")]
+    V1_1,
+    /// The legacy RFC-0001 set, as the Rust 2.0.0 reference runtime speaks it.
+    Legacy,
+}
+
+impl From<MockDialectArg> for Dialect {
+    fn from(d: MockDialectArg) -> Self {
+        match d {
+            MockDialectArg::V1_1 => Dialect::V1_1,
+            MockDialectArg::Legacy => Dialect::Legacy,
+        }
+    }
+}
+
+/// `arcp mock serve --replay-policy` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplayPolicyArg {
+    /// job.accepted then the stored result or error (Python 1.1.3).
+    TerminalReplay,
+    /// job.accepted only, never the outcome (Rust 2.0.0, TS, Go, Java).
+    AcceptedOnly,
+    /// An ack with replay: true (older PHP).
+    AckReplay,
+    /// The stored result or error only (newer PHP).
+    TerminalOnly,
+}
+
+impl From<ReplayPolicyArg> for ReplayPolicy {
+    fn from(p: ReplayPolicyArg) -> Self {
+        match p {
+            ReplayPolicyArg::TerminalReplay => ReplayPolicy::TerminalReplay,
+            ReplayPolicyArg::AcceptedOnly => ReplayPolicy::AcceptedOnly,
+            ReplayPolicyArg::AckReplay => ReplayPolicy::AckReplay,
+            ReplayPolicyArg::TerminalOnly => ReplayPolicy::TerminalOnly,
+        }
+    }
+}
+
+/// `--args`: any JSON value.
+fn parse_json(s: &str) -> Result<Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+/// `--key`: a valid idempotency key.
+fn parse_key(s: &str) -> Result<IdempotencyKey, String> {
+    IdempotencyKey::try_from(s).map_err(|e| e.to_string())
+}
+
+/// `--url`: a ws:// or wss:// URL with a host.
+fn parse_url(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("ws://")
+        .or_else(|| s.strip_prefix("wss://"))
+        .ok_or("expected a ws:// or wss:// URL, such as ws://127.0.0.1:7777/arcp")?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("the URL has no host".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// `--deadline`: a positive, finite number of seconds.
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| "expected a number of seconds, such as 30 or 2.5".to_owned())?;
+    if !(secs.is_finite() && secs > 0.0 && secs <= 1e9) {
+        return Err("expected a positive number of seconds".into());
+    }
+    Ok(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn urls_need_a_websocket_scheme_and_a_host() {
+        assert!(parse_url("ws://127.0.0.1:1/arcp").is_ok());
+        assert!(parse_url("wss://example.com").is_ok());
+        assert!(parse_url("http://example.com").is_err());
+        assert!(parse_url("ws://").is_err());
+        assert!(parse_url("ws:///arcp").is_err());
+    }
+
+    #[test]
+    fn deadlines_are_positive_seconds() {
+        assert_eq!(parse_secs("2.5"), Ok(2.5));
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("-1").is_err());
+        assert!(parse_secs("inf").is_err());
+        assert!(parse_secs("NaN").is_err());
+        assert!(parse_secs("soon").is_err());
+    }
+}

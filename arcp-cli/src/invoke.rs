@@ -1,0 +1,153 @@
+//! `arcp invoke`: connect, make one replay-safe call, render its events, and
+//! hand back the outcome.
+
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use arcp_client::{Client, RetryPolicy};
+use arcp_types::IdempotencyKey;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::cli::InvokeArgs;
+use crate::outcome::{CallOutcome, Failure};
+use crate::progress::EventRenderer;
+
+/// The client's own default per-call deadline, used when `--deadline` is absent.
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+/// The client's default handshake timeout, lowered to the deadline when shorter.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to let the event renderer drain after the call ended.
+const EVENTS_DRAIN: Duration = Duration::from_millis(500);
+/// How long a graceful session close may take before the process exits anyway.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A problem with the command line found after parsing (exit status 1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+/// The tool's arguments: `--args`, `--args-file` (`-` for stdin), or `{}`.
+pub fn arguments(args: &InvokeArgs) -> Result<Value, UsageError> {
+    if let Some(value) = &args.args {
+        return Ok(value.clone());
+    }
+    let Some(path) = &args.args_file else {
+        return Ok(Value::Object(Default::default()));
+    };
+    let (text, name) = read_args_file(path)?;
+    serde_json::from_str(&text)
+        .map_err(|e| UsageError(format!("--args-file {name} is not valid JSON: {e}")))
+}
+
+fn read_args_file(path: &Path) -> Result<(String, String), UsageError> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| UsageError(format!("cannot read --args-file - (stdin): {e}")))?;
+        return Ok((text, "- (stdin)".into()));
+    }
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read --args-file {name}: {e}")))?;
+    Ok((text, name))
+}
+
+/// Connects, invokes the tool once (the client retries with the same key
+/// across failures) and returns how it ended. Events are rendered on stderr
+/// meanwhile (without a progress bar when `logging`: diagnostics share stderr).
+pub async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutcome {
+    let started = Instant::now();
+    let deadline = args
+        .deadline
+        .map(Duration::from_secs_f64)
+        .unwrap_or(DEFAULT_DEADLINE);
+    // The CLI always picks the key, so every outcome (even a failed connect)
+    // can report it, and a user can repeat the call with it.
+    let key = args.key.clone().unwrap_or_else(IdempotencyKey::new);
+
+    let mut retry = RetryPolicy::exponential();
+    if let Some(n) = args.max_attempts {
+        retry = retry.max_attempts(n);
+    }
+    let mut builder = Client::builder(args.url.clone())
+        .dialect(arcp_client::DialectChoice::from(args.dialect))
+        .retry(retry)
+        .handshake_timeout(HANDSHAKE_TIMEOUT.min(deadline))
+        .client_info("arcp-cli", env!("CARGO_PKG_VERSION"));
+    if let Some(token) = &args.token {
+        builder = builder.bearer_token(token.clone());
+    }
+
+    // Installed first, so an interrupt at any point reports the key.
+    let interrupted = match crate::signals::shutdown() {
+        Ok(signal) => signal,
+        Err(e) => {
+            return CallOutcome::Failed(Failure {
+                code: "INTERNAL_CLIENT_ERROR".into(),
+                message: format!("cannot listen for signals: {e}"),
+                key: key.to_string(),
+                job_id: None,
+                attempts: 0,
+                exit_code: crate::outcome::EXIT_OTHER,
+            })
+        }
+    };
+    tokio::pin!(interrupted);
+
+    let connected = tokio::select! {
+        connected = builder.connect() => connected,
+        () = &mut interrupted => {
+            return CallOutcome::Failed(Failure::interrupted(key.to_string(), None));
+        }
+    };
+    let client = match connected {
+        Ok(client) => client,
+        // The client reports a handshake cut short by our deadline as a
+        // connect or handshake failure; say what really ran out.
+        Err(error) if args.deadline.is_some() && started.elapsed() >= deadline => {
+            return CallOutcome::Failed(Failure::deadline_while_connecting(
+                &error,
+                key.to_string(),
+            ));
+        }
+        Err(error) => {
+            return CallOutcome::Failed(Failure::from_error(&error, key.to_string(), None));
+        }
+    };
+
+    let remaining = deadline
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_millis(1));
+    let mut call = client
+        .invoke(args.tool.clone(), arguments)
+        .idempotency_key(key.clone())
+        .deadline(remaining)
+        .send();
+    let handle = call.handle();
+    let (stop_renderer, stop) = oneshot::channel();
+    let renderer =
+        tokio::spawn(EventRenderer::new(args.token.clone(), logging).run(call.events(), stop));
+    let result = tokio::select! {
+        result = &mut call => Some(result),
+        () = &mut interrupted => None,
+    };
+    // A finished call has ended its event stream; an interrupted one has
+    // not. Either way, let the renderer clear its bar before printing.
+    if result.is_none() {
+        let _ = stop_renderer.send(());
+    }
+    let _ = tokio::time::timeout(EVENTS_DRAIN, renderer).await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.close()).await;
+
+    match result {
+        Some(Ok(output)) => CallOutcome::Ok(output),
+        Some(Err(error)) => CallOutcome::Failed(Failure::from_error(
+            &error,
+            key.to_string(),
+            handle.job_id(),
+        )),
+        None => CallOutcome::Failed(Failure::interrupted(key.to_string(), handle.job_id())),
+    }
+}

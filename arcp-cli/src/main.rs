@@ -1,0 +1,108 @@
+//! `arcp`: invoke ARCP tools from a terminal or a script, and run a local
+//! mock runtime to try them on.
+//!
+//! `main` only parses the command line and dispatches; each module does one
+//! job: [`cli`] (flags and help), [`invoke`] (the call), [`progress`] (events
+//! on stderr), [`outcome`] (what a call ended with, exit statuses),
+//! [`output`] (the JSON contract and human output), [`mock_serve`] (the mock
+//! runtime and its demo tools).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cli;
+mod invoke;
+mod mock_serve;
+mod outcome;
+mod output;
+mod progress;
+mod signals;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, MockCommand};
+use crate::outcome::EXIT_OTHER;
+use crate::output::Printer;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // clap exits 2 on usage errors; 2 means "tool error" here.
+            return ExitCode::from(if e.use_stderr() { EXIT_OTHER } else { 0 });
+        }
+    };
+    let logging = init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_OTHER);
+        }
+    };
+    let code = runtime.block_on(dispatch(cli.command, logging));
+    // Do not wait for background tasks (a connection being torn down).
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+/// Runs one command and returns the exit status. `logging`: diagnostics
+/// are on (they go to stderr too).
+async fn dispatch(command: Command, logging: bool) -> u8 {
+    match command {
+        Command::Invoke(args) => {
+            let arguments = match invoke::arguments(&args) {
+                Ok(arguments) => arguments,
+                Err(invoke::UsageError(message)) => {
+                    eprintln!("error: {message}");
+                    return EXIT_OTHER;
+                }
+            };
+            let outcome = invoke::run(&args, arguments, logging).await;
+            let printer = Printer {
+                json: args.json,
+                token: args.token.as_deref(),
+            };
+            match printer.print(&outcome) {
+                Ok(()) => outcome.exit_code(),
+                Err(_) => EXIT_OTHER,
+            }
+        }
+        Command::Mock(MockCommand::Serve(args)) => match mock_serve::run(&args).await {
+            Ok(()) => 0,
+            Err(message) => {
+                eprintln!("error: {message}");
+                EXIT_OTHER
+            }
+        },
+    }
+}
+
+/// Client diagnostics on stderr: off by default, `-v` info, `-vv` debug;
+/// `RUST_LOG` wins when set. The client never logs the token. Returns
+/// whether any diagnostics may be printed.
+fn init_tracing(verbose: u8) -> bool {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "off",
+        1 => "arcp_client=info,arcp_mock=info",
+        _ => "arcp_client=debug,arcp_mock=debug",
+    };
+    let (filter, logging) = match EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, true),
+        Err(_) => (EnvFilter::new(default), verbose > 0),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+    logging
+}
