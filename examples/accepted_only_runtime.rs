@@ -85,6 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         key,
         job_id,
         reason,
+        ..
     }) = outcome
     else {
         panic!("expected OutcomeUnavailable, got {outcome:?}");

@@ -65,10 +65,17 @@ async fn chaos(dialect: Dialect, policy: ReplayPolicy, calls: usize, seed: u64) 
     }
     let report = proxy.report();
     for key in &keys {
-        assert_eq!(mock.executions_for_key(key), 1, "key {key} ran more than once");
+        assert_eq!(
+            mock.executions_for_key(key),
+            1,
+            "key {key} ran more than once"
+        );
     }
     assert_eq!(mock.executions("refund"), calls as u64);
-    assert!(report.kills.len() >= 10, "the proxy did kill connections: {report:?}");
+    assert!(
+        report.kills.len() >= 10,
+        "the proxy did kill connections: {report:?}"
+    );
     println!(
         "{dialect}: {calls} calls, {} kills, {attempts} sends, {} executions, {:.1} s",
         report.kills.len(),

@@ -131,6 +131,7 @@ both_dialects! {
                 assert_eq!(e.code, ErrorCode::Unavailable);
                 assert!(e.retryable, "retryability is reported");
                 assert!(!e.replayed);
+                assert_eq!(e.attempts, 1);
             }
             other => panic!("expected a tool error, got {other:?}"),
         }

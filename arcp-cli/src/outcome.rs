@@ -53,7 +53,7 @@ impl Failure {
                 Error::Tool(e) => e.message.clone(),
                 other => other.to_string(),
             },
-            attempts: attempts_of(error, job_id.is_some()),
+            attempts: attempts_of(error),
             exit_code: match error {
                 Error::Tool(_) => EXIT_TOOL_ERROR,
                 Error::DuplicateKey { .. } => EXIT_DUPLICATE_KEY,
@@ -103,57 +103,9 @@ impl CallOutcome {
     }
 }
 
-/// How many requests a failed call sent.
-///
-/// `arcp_client::Error` carries the count only in
-/// [`Error::RetriesExhausted`]; for the other variants this is the best value
-/// available:
-///
-/// - errors raised before any request is sent (connect, handshake,
-///   authentication, an invalid call) are exact: 0;
-/// - [`Error::OutcomeUnavailable`] states the count in its reason ("... after
-///   N attempt(s)"), which is read when present, else at least 1 (the call
-///   was accepted, so a request was sent);
-/// - every other error that the runtime answered (tool error, duplicate key,
-///   cancelled) is a lower bound: 1;
-/// - [`Error::DeadlineExceeded`] is a lower bound: 1 once the runtime bound
-///   the call to a job, else 0.
-pub fn attempts_of(error: &Error, job_known: bool) -> u32 {
-    match error {
-        Error::RetriesExhausted { attempts, .. } => *attempts,
-        Error::OutcomeUnavailable { reason, .. } => attempts_in(reason).unwrap_or(1).max(1),
-        Error::Tool(_) | Error::DuplicateKey { .. } | Error::Cancelled { .. } => 1,
-        Error::DeadlineExceeded { .. } => u32::from(job_known),
-        Error::Connect { .. }
-        | Error::Handshake { .. }
-        | Error::Unauthenticated { .. }
-        | Error::InvalidCall(_) => 0,
-        _ => u32::from(job_known),
-    }
-}
-
-/// Reads N from "... after N attempt(s) ...".
-fn attempts_in(reason: &str) -> Option<u32> {
-    let (_, rest) = reason.split_once("after ")?;
-    let (n, rest) = rest.split_once(' ')?;
-    rest.starts_with("attempt").then(|| n.parse().ok())?
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attempts_are_read_from_an_outcome_unavailable_reason() {
-        assert_eq!(
-            attempts_in("retry budget exhausted after 3 attempt(s); last: x"),
-            Some(3)
-        );
-        assert_eq!(
-            attempts_in("retry budget exhausted after 1 attempt(s)"),
-            Some(1)
-        );
-        assert_eq!(attempts_in("gave up after 2 seconds"), None);
-        assert_eq!(attempts_in("nothing"), None);
-    }
+/// Requests sent for the call: the client reports it on every error raised
+/// after a send; errors raised before any request (connect, handshake,
+/// authentication, invalid call) count 0.
+pub fn attempts_of(error: &Error) -> u32 {
+    error.attempts().unwrap_or(0)
 }

@@ -118,6 +118,7 @@ mod tests {
         Err(Error::Cancelled {
             key: key.clone(),
             job_id: None,
+            attempts: 1,
         })
     }
 

@@ -37,6 +37,8 @@ pub enum Error {
         key: IdempotencyKey,
         /// The runtime's explanation.
         message: String,
+        /// Requests sent for this call (0 when refused locally).
+        attempts: u32,
     },
     /// The runtime accepted the call but its outcome could not be obtained
     /// within the retry budget (for example a runtime that replays only
@@ -50,6 +52,8 @@ pub enum Error {
         job_id: Option<String>,
         /// What ran out.
         reason: String,
+        /// Requests sent for this call.
+        attempts: u32,
     },
     /// Every attempt was refused before acceptance (for example `UNAVAILABLE`
     /// each time), or no connection could be made, until the retry budget ran
@@ -72,6 +76,8 @@ pub enum Error {
         job_id: Option<String>,
         /// The deadline that passed.
         deadline: Duration,
+        /// Requests sent for this call.
+        attempts: u32,
     },
     /// The job was cancelled.
     #[error("call with key {key} was cancelled (job {job_id:?})")]
@@ -80,6 +86,8 @@ pub enum Error {
         key: IdempotencyKey,
         /// The job.
         job_id: Option<String>,
+        /// Requests sent for this call.
+        attempts: u32,
     },
     /// The runtime refused the credentials. Never retried.
     #[error("the runtime refused authentication: {message}")]
@@ -158,6 +166,33 @@ impl Error {
         }
     }
 
+    /// How many times the request was sent, where the call got that far.
+    pub fn attempts(&self) -> Option<u32> {
+        match self {
+            Error::Tool(e) => Some(e.attempts),
+            Error::DuplicateKey { attempts, .. }
+            | Error::OutcomeUnavailable { attempts, .. }
+            | Error::RetriesExhausted { attempts, .. }
+            | Error::DeadlineExceeded { attempts, .. }
+            | Error::Cancelled { attempts, .. } => Some(*attempts),
+            _ => None,
+        }
+    }
+
+    /// Stamps the call's send count (the connection task knows it last).
+    pub(crate) fn with_attempts(mut self, n: u32) -> Self {
+        match &mut self {
+            Error::Tool(e) => e.attempts = n,
+            Error::DuplicateKey { attempts, .. }
+            | Error::OutcomeUnavailable { attempts, .. }
+            | Error::RetriesExhausted { attempts, .. }
+            | Error::DeadlineExceeded { attempts, .. }
+            | Error::Cancelled { attempts, .. } => *attempts = n,
+            _ => {}
+        }
+        self
+    }
+
     /// The job the call was bound to, when known.
     pub fn job_id(&self) -> Option<&str> {
         match self {
@@ -189,4 +224,6 @@ pub struct ToolError {
     pub job_id: Option<String>,
     /// The call's key.
     pub key: IdempotencyKey,
+    /// Requests sent for this call.
+    pub attempts: u32,
 }

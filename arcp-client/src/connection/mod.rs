@@ -755,6 +755,7 @@ impl Task {
                     message:
                         "the key already completed a call with a different intent in this client"
                             .into(),
+                    attempts: 0,
                 }));
                 return;
             }
@@ -773,6 +774,7 @@ impl Task {
                     key: req.key,
                     message: "the key is in use by a call with a different intent in this client"
                         .into(),
+                    attempts: 0,
                 }));
             }
             return;
@@ -878,6 +880,7 @@ impl Task {
                 key: call.req.key.clone(),
                 job_id: call.job_id.clone(),
                 deadline: call.req.deadline,
+                attempts: 0,
             };
             self.finish(id, Err(err));
             return;
@@ -1002,6 +1005,7 @@ impl Task {
                     }
                     None => format!("{reason} after {} attempt(s)", call.attempts),
                 },
+                attempts: call.attempts,
             }
         } else {
             Error::RetriesExhausted {
@@ -1019,6 +1023,7 @@ impl Task {
         let Some(call) = self.forget(id) else {
             return;
         };
+        let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
         // A `DuplicateKey` refusal is not the key's outcome (the key belongs
         // to another intent), so it is not cached.
         let terminal = matches!(
@@ -1114,6 +1119,7 @@ impl Task {
                     let err = Error::Cancelled {
                         key: call.req.key.clone(),
                         job_id: call.job_id.clone().or(envelope.job_id.clone()),
+                        attempts: 0,
                     };
                     self.finish(id, Err(err));
                 }
@@ -1316,6 +1322,7 @@ impl Task {
                 .unwrap_or(status)
                 .to_owned();
             let err = ToolError {
+                attempts: 0,
                 retryable: code.default_retryable(),
                 code,
                 message,
@@ -1424,6 +1431,7 @@ impl Task {
                 Err(Error::DuplicateKey {
                     key,
                     message: e.message,
+                    attempts: 0,
                 }),
             );
             return;
@@ -1451,6 +1459,7 @@ impl Task {
             }
         }
         let err = ToolError {
+            attempts: 0,
             retryable: e.is_retryable(),
             code: e.code,
             message: e.message,
