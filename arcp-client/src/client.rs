@@ -63,6 +63,47 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// TLS settings for `wss://`.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    pub(crate) extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
+    pub(crate) config: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("extra_roots", &self.extra_roots.len())
+            .field("custom_config", &self.config.is_some())
+            .finish()
+    }
+}
+
+impl TlsSettings {
+    /// The rustls configuration to connect with, when anything is customised
+    /// (otherwise the WebSocket library's default: the web PKI roots).
+    pub(crate) fn client_config(&self) -> Option<Arc<rustls::ClientConfig>> {
+        if let Some(config) = &self.config {
+            return Some(config.clone());
+        }
+        if self.extra_roots.is_empty() {
+            return None;
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        // Unparsable extra roots are skipped; the handshake then reports the
+        // certificate error, which names the server's certificate.
+        let _ = roots.add_parsable_certificates(self.extra_roots.iter().cloned());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Some(Arc::new(config))
+    }
+}
+
 /// Everything the connection task needs to know.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -81,6 +122,7 @@ pub(crate) struct Config {
     pub(crate) event_buffer: usize,
     pub(crate) outcome_cache_capacity: usize,
     pub(crate) outcome_cache_ttl: Duration,
+    pub(crate) tls: TlsSettings,
 }
 
 /// Configures and connects a [`Client`].
@@ -122,6 +164,7 @@ impl ClientBuilder {
                 event_buffer: 256,
                 outcome_cache_capacity: 1024,
                 outcome_cache_ttl: Duration::from_secs(600),
+                tls: TlsSettings::default(),
             },
         }
     }
@@ -204,6 +247,41 @@ impl ClientBuilder {
     pub fn outcome_cache(mut self, capacity: usize, ttl: Duration) -> Self {
         self.config.outcome_cache_capacity = capacity;
         self.config.outcome_cache_ttl = ttl;
+        self
+    }
+
+    /// Trusts this certificate (DER) as a root for `wss://`, in addition to
+    /// the bundled web PKI roots: for a runtime with a private CA or a
+    /// self-signed certificate.
+    pub fn add_root_certificate_der(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.config
+            .tls
+            .extra_roots
+            .push(rustls_pki_types::CertificateDer::from(der.into()));
+        self
+    }
+
+    /// Trusts every certificate in this PEM text as a root for `wss://`.
+    /// Fails with [`Error::InvalidCall`] naming the problem if the text holds
+    /// no valid certificate.
+    pub fn add_root_certificates_pem(mut self, pem: &str) -> Result<Self, Error> {
+        use rustls_pki_types::pem::PemObject;
+        let certs: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::InvalidCall(format!("root certificate PEM is invalid: {e}")))?;
+        if certs.is_empty() {
+            return Err(Error::InvalidCall(
+                "root certificate PEM holds no certificate".into(),
+            ));
+        }
+        self.config.tls.extra_roots.extend(certs);
+        Ok(self)
+    }
+
+    /// Uses this rustls configuration for `wss://` as is (roots, client
+    /// certificates, protocol versions); overrides the other TLS settings.
+    pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Self {
+        self.config.tls.config = Some(config);
         self
     }
 

@@ -36,8 +36,16 @@ impl Transport {
             .max_frame_size(Some(config.max_frame_size));
         // `disable_nagle = true`: requests are small and latency-bound; with
         // Nagle on, a runtime that writes replies in pieces costs ~40 ms per call.
-        let connect =
-            tokio_tungstenite::connect_async_with_config(&config.url, Some(ws_config), true);
+        let connector = config
+            .tls
+            .client_config()
+            .map(tokio_tungstenite::Connector::Rustls);
+        let connect = tokio_tungstenite::connect_async_tls_with_config(
+            &config.url,
+            Some(ws_config),
+            true,
+            connector,
+        );
         let (ws, _response) = tokio::time::timeout(config.handshake_timeout, connect)
             .await
             .map_err(|_| Error::Connect {
@@ -134,6 +142,17 @@ fn describe(e: &tungstenite::Error) -> String {
 }
 
 fn connect_error(url: &str, e: tungstenite::Error) -> Error {
+    // A TLS failure (untrusted or mismatched certificate) surfaces as an I/O
+    // error wrapping a rustls error: retrying cannot fix it.
+    if let tungstenite::Error::Io(io) = &e {
+        if let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+            return Error::Connect {
+                url: url.to_owned(),
+                message: format!("TLS handshake failed: {tls}"),
+                retryable: false,
+            };
+        }
+    }
     let retryable = match &e {
         tungstenite::Error::Io(_) => true,
         tungstenite::Error::Http(response) => response.status().is_server_error(),

@@ -1,0 +1,99 @@
+//! `wss://` through rustls: a loopback TLS endpoint with a self-signed
+//! certificate (rcgen) in front of the mock runtime. Trusted through a custom
+//! root, calls work; untrusted, connecting fails at once with a clear,
+//! non-retryable error.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arcp::client::{Client, Error};
+use arcp::mock::Dialect;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::json;
+use support::mock::mock;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Terminates TLS for "localhost" and forwards the plain bytes to `upstream`.
+/// Returns the TLS port and the certificate to trust.
+async fn tls_front(upstream: std::net::SocketAddr) -> (u16, CertificateDer<'static>) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert = CertificateDer::from(certified.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(socket).await else {
+                    return; // the client refused our certificate
+                };
+                let Ok(mut plain) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (port, cert)
+}
+
+#[tokio::test]
+async fn wss_with_a_custom_root_works() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let (port, cert) = tls_front(mock.address()).await;
+    let client = Client::builder(format!("wss://localhost:{port}/arcp"))
+        .add_root_certificate_der(cert.to_vec())
+        .connect()
+        .await
+        .unwrap();
+    let out = client.invoke_tool("echo", json!({"over": "tls"})).await.unwrap();
+    assert_eq!(out.value, json!({"over": "tls"}));
+    assert_eq!(mock.executions("echo"), 1);
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_a_clear_non_retried_error() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let (port, _cert) = tls_front(mock.address()).await;
+    let started = Instant::now();
+    let err = Client::builder(format!("wss://localhost:{port}/arcp"))
+        .handshake_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Connect { message, retryable, .. } => {
+            assert!(!retryable, "a certificate error is not retried");
+            assert!(message.contains("TLS"), "{message}");
+            assert!(message.to_lowercase().contains("certificate"), "{message}");
+        }
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    assert!(started.elapsed() < Duration::from_secs(2), "failed at once");
+    assert_eq!(mock.connections(), 0, "nothing reached the runtime");
+}
+
+#[tokio::test]
+async fn pem_roots_are_read_and_bad_pem_is_named() {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let pem = certified.cert.pem();
+    assert!(Client::builder("wss://localhost:1/arcp")
+        .add_root_certificates_pem(&pem)
+        .is_ok());
+    let err = Client::builder("wss://localhost:1/arcp")
+        .add_root_certificates_pem("not a certificate")
+        .unwrap_err();
+    assert!(err.to_string().contains("no certificate"), "{err}");
+}
