@@ -359,9 +359,10 @@ impl Task {
             match frame.message {
                 Message::Welcome(welcome) => return Ok(welcome),
                 Message::SessionError(e) | Message::Rejected(e) | Message::Nack(e) => {
-                    let text = format!("{}: {}", e.code, e.message);
+                    let message = self.redact(e.message);
+                    let text = format!("{}: {}", e.code, message);
                     return Err(match e.code {
-                        ErrorCode::Unauthenticated => HandshakeFailure::Auth(e.message),
+                        ErrorCode::Unauthenticated => HandshakeFailure::Auth(message),
                         _ if resuming => HandshakeFailure::ResumeRefused(text),
                         ErrorCode::InvalidRequest | ErrorCode::Unimplemented => {
                             HandshakeFailure::WrongDialect(text)
@@ -687,6 +688,17 @@ impl Task {
         let id = frame.envelope.id.clone();
         transport.queue(dialect.encode(&frame));
         Some(id)
+    }
+
+    /// Removes the bearer token from text a runtime sent back (a careless or
+    /// hostile runtime may echo it), so it never reaches errors or logs.
+    fn redact(&self, text: String) -> String {
+        match &self.config.token {
+            Some(token) if !token.0.is_empty() && text.contains(token.0.as_str()) => {
+                text.replace(token.0.as_str(), "<redacted>")
+            }
+            _ => text,
+        }
     }
 
     fn pong(&self, ping: Ping) -> Frame {
@@ -1419,7 +1431,8 @@ impl Task {
         }
     }
 
-    fn on_call_error(&mut self, id: u64, envelope: &Envelope, e: ErrorReply) {
+    fn on_call_error(&mut self, id: u64, envelope: &Envelope, mut e: ErrorReply) {
+        e.message = self.redact(e.message);
         let foreign = is_foreign(envelope, self.session.id.as_deref());
         let Some(call) = self.calls.get_mut(&id) else {
             return;
