@@ -925,6 +925,11 @@ impl Task {
                     self.timers.push(Reverse((call.budget_at, id)));
                 }
             }
+            // Waiting on an untrusted stream counts against the retry budget
+            // (a resumed session that keeps dying never re-sends).
+            Phase::Accepted { ladder_at: Some(_) } if call.recovering && now >= call.budget_at => {
+                self.give_up(id, "retry budget exhausted")
+            }
             Phase::Accepted {
                 ladder_at: Some(at),
             } if now >= at => self.ladder_step(id, now),

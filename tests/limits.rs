@@ -1,0 +1,159 @@
+//! Every limit has a test that hits it and checks the error: frame size (in
+//! and out), events buffered per call, calls in flight, retry budget.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp::client::Error;
+use arcp::mock::{Dialect, ErrorCode, Fault, MockRuntime};
+use serde_json::json;
+use support::mock::{client, mock, submits};
+
+#[tokio::test]
+async fn an_inbound_frame_over_the_limit_is_refused_and_named() {
+    let mock = MockRuntime::builder()
+        .tool("big", |_, _| async move { Ok(json!("x".repeat(200_000))) })
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .max_frame_size(64 * 1024)
+        .retry(
+            arcp::client::RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(10))
+                .max_elapsed(Duration::from_secs(1)),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let err = client.invoke_tool("big", json!({})).await.unwrap_err();
+    match &err {
+        Error::OutcomeUnavailable { reason, .. } => {
+            assert!(reason.contains("size limit"), "{reason}")
+        }
+        other => panic!("expected OutcomeUnavailable naming the size limit, got {other:?}"),
+    }
+    assert_eq!(mock.executions("big"), 1, "never run twice");
+}
+
+#[tokio::test]
+async fn an_outbound_request_over_the_limit_is_rejected_before_sending() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .max_frame_size(64 * 1024)
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke_tool("echo", json!({"blob": "y".repeat(100_000)}))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::InvalidCall(message) => assert!(message.contains("limit"), "{message}"),
+        other => panic!("expected InvalidCall, got {other:?}"),
+    }
+    assert!(submits(&mock).is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn undrained_events_beyond_the_buffer_are_dropped_not_blocking() {
+    let mock = MockRuntime::builder()
+        .tool("chatty", |_, ctx| async move {
+            for i in 1..=50 {
+                ctx.progress(i, 50).await;
+            }
+            Ok(json!("done"))
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .event_buffer(4)
+        .connect()
+        .await
+        .unwrap();
+    let mut call = client.invoke("chatty", json!({})).send();
+    let mut events = call.events(); // taken, never read during the call
+    let out = call.await.unwrap();
+    assert_eq!(
+        out.value,
+        json!("done"),
+        "the call is not blocked by its events"
+    );
+    let mut kept = 0;
+    while events.next().await.is_some() {
+        kept += 1;
+    }
+    assert_eq!(
+        kept, 4,
+        "the buffer keeps the first events; later ones are dropped"
+    );
+}
+
+#[tokio::test]
+async fn calls_beyond_max_in_flight_wait_for_a_slot() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (running.clone(), peak.clone());
+    let mock = MockRuntime::builder()
+        .tool("slow", move |_, ctx| {
+            let (running, peak) = (r.clone(), p.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                ctx.sleep(Duration::from_millis(80)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(json!(null))
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .max_in_flight(2)
+        .connect()
+        .await
+        .unwrap();
+    let calls: Vec<_> = (0..6)
+        .map(|_| tokio::spawn(client.invoke("slow", json!({})).send()))
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        2,
+        "never more than two at once"
+    );
+    assert_eq!(mock.executions("slow"), 6);
+}
+
+#[tokio::test]
+async fn the_retry_budget_bounds_a_call_refused_every_time() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    mock.inject_always(Fault::RejectNextSubmit {
+        code: ErrorCode::Unavailable,
+        retry_after: None,
+    });
+    let err = client.invoke_tool("echo", json!({})).await.unwrap_err();
+    match &err {
+        Error::RetriesExhausted {
+            attempts,
+            last_error,
+            ..
+        } => {
+            assert_eq!(*attempts, 6, "max_attempts of the test client");
+            assert!(last_error.contains("UNAVAILABLE"), "{last_error}");
+        }
+        other => panic!("expected RetriesExhausted, got {other:?}"),
+    }
+    assert_eq!(submits(&mock).len(), 6);
+    assert_eq!(mock.executions("echo"), 0, "nothing ran");
+}
