@@ -179,6 +179,13 @@ struct Task {
     /// Incremented on every new (not resumed) session; `event_seq` restarts.
     epoch: u64,
     reconnect: Option<Schedule>,
+    /// Requests on this connection not yet answered, and how many may be:
+    /// after a connection loss the window restarts small and grows by one
+    /// per answer, so a reconnect does not flood a flaky link with every
+    /// unfinished call at once (which, under repeated cuts, never finishes).
+    sent_unanswered: usize,
+    window: usize,
+    window_queue: VecDeque<u64>,
     last_inbound: Instant,
     last_outbound: Instant,
     last_ack_sent: Instant,
@@ -199,10 +206,13 @@ enum HandshakeFailure {
 const WRITE_TIMEOUT_MIN: Duration = Duration::from_secs(5);
 const ACK_EVERY: Duration = Duration::from_millis(200);
 const MAX_COMMANDS_PER_TURN: usize = 512;
+/// Unanswered requests allowed right after a connection loss.
+const WINDOW_AFTER_LOSS: usize = 4;
 
 impl Task {
     fn new(config: Arc<Config>, rx: mpsc::Receiver<Command>) -> Self {
         let now = Instant::now();
+        let window = config.max_in_flight;
         Task {
             cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl),
             config,
@@ -219,6 +229,9 @@ impl Task {
             generation: 0,
             epoch: 0,
             reconnect: None,
+            sent_unanswered: 0,
+            window,
+            window_queue: VecDeque::new(),
             last_inbound: now,
             last_outbound: now,
             last_ack_sent: now,
@@ -435,6 +448,9 @@ impl Task {
         warn!(%reason, calls = self.calls.len(), "connection lost");
         self.by_request.clear();
         self.pending_order.clear();
+        self.sent_unanswered = 0;
+        self.window = WINDOW_AFTER_LOSS.min(self.config.max_in_flight);
+        self.window_queue.clear();
         let now = Instant::now();
         let max_elapsed = self.config.retry.max_elapsed;
         for (&id, call) in self.calls.iter_mut() {
@@ -520,6 +536,7 @@ impl Task {
                     Err(_) => break,
                 }
             }
+            self.fill_window();
             self.maybe_ack();
             self.flush().await;
         }
@@ -811,7 +828,9 @@ impl Task {
         );
         let call = Call {
             deadline_at: req.started + req.deadline,
-            budget_at: req.started + self.config.retry.max_elapsed,
+            // The retry budget starts at the first failure; until then only
+            // the deadline bounds the call.
+            budget_at: req.started + req.deadline,
             recovering: false,
             awaiting_resume: false,
             req,
@@ -919,9 +938,17 @@ impl Task {
                     self.timers
                         .push(Reverse((not_before.min(call.budget_at), id)));
                 } else if self.transport.is_some() {
-                    self.send_attempt(id, now);
+                    if self.sent_unanswered < self.window {
+                        self.send_attempt(id, now);
+                    } else {
+                        // The send window is full: wait for an answer.
+                        self.timers.push(Reverse((call.budget_at, id)));
+                        self.window_queue.push_back(id);
+                    }
                 } else {
-                    // Disconnected: the reconnect loop steps every call on success.
+                    // Disconnected: waiting for a connection is retrying.
+                    start_recovery(call, now, self.config.retry.max_elapsed);
+                    // The reconnect loop steps every call on success.
                     self.timers.push(Reverse((call.budget_at, id)));
                 }
             }
@@ -962,7 +989,26 @@ impl Task {
         self.by_request
             .insert(request_id.clone(), Pending::Submit(id));
         self.pending_order.push_back(request_id);
+        self.sent_unanswered += 1;
         let _ = now;
+    }
+
+    /// A call left `Sent` (answered, refused or finished): its slot is
+    /// free and the window grows by one (slow start).
+    fn answered(&mut self) {
+        self.sent_unanswered = self.sent_unanswered.saturating_sub(1);
+        self.window = (self.window + 1).min(self.config.max_in_flight);
+    }
+
+    /// Sends calls that were waiting for the window, oldest first.
+    fn fill_window(&mut self) {
+        let now = Instant::now();
+        while self.sent_unanswered < self.window && self.transport.is_some() {
+            let Some(id) = self.window_queue.pop_front() else {
+                break;
+            };
+            self.step(id, now);
+        }
     }
 
     /// The job was accepted but its outcome is not coming on the live
@@ -1090,6 +1136,7 @@ impl Task {
         }
         if let Phase::Sent { request_id } = &call.phase {
             self.by_request.remove(request_id);
+            self.answered();
         }
         Some(call)
     }
@@ -1271,6 +1318,7 @@ impl Task {
         if let Some(at) = ladder_at {
             self.timers.push(Reverse((at, id)));
         }
+        self.answered();
     }
 
     fn on_event(&mut self, envelope: &Envelope, event: JobEvent) {
@@ -1473,6 +1521,7 @@ impl Task {
                 debug!(parent: &call.span, code = %e.code, ?delay, "transient rejection; retrying with the same key");
                 call.phase = Phase::Queued { not_before };
                 self.timers.push(Reverse((not_before, id)));
+                self.answered();
                 return;
             }
         }
