@@ -157,3 +157,34 @@ async fn the_retry_budget_bounds_a_call_refused_every_time() {
     assert_eq!(submits(&mock).len(), 6);
     assert_eq!(mock.executions("echo"), 0, "nothing ran");
 }
+
+fn streaming_mock() -> arcp::mock::MockRuntimeBuilder {
+    MockRuntime::builder().tool("stream", |_, ctx| async move {
+        for part in ["alpha ", "beta ", "gamma"] {
+            ctx.result_chunk(part, part != "gamma").await;
+        }
+        Ok(serde_json::Value::Null)
+    })
+}
+
+#[tokio::test]
+async fn a_result_streamed_in_chunks_is_reassembled() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        let mock = streaming_mock().dialect(dialect).start().await.unwrap();
+        let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        let out = client.invoke_tool("stream", json!({})).await.unwrap();
+        assert_eq!(out.value, json!("alpha beta gamma"), "{dialect}");
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_result_over_the_limit_is_returned_as_its_reference() {
+    let mock = streaming_mock().start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .max_result_size(8)
+        .connect()
+        .await
+        .unwrap();
+    let out = client.invoke_tool("stream", json!({})).await.unwrap();
+    assert!(out.value["result_id"].is_string(), "{}", out.value);
+}

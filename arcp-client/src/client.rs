@@ -1,16 +1,21 @@
 //! `Client` (a cheap handle) and `ClientBuilder` (its configuration).
 
 use std::fmt;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use arcp_types::Dialect;
+use arcp_types::{Dialect, IdempotencyKey};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::connection::{self, CallRequest, Command};
 use crate::error::Error;
-use crate::invocation::{InvokeBuilder, ToolOutput};
+use crate::http::{self, ArtifactFetcher, ArtifactRef, HttpBackend};
+use crate::invocation::{Invocation, InvokeBuilder, ToolOutput};
+use crate::journal::{
+    self, Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention,
+};
 use crate::profile::RuntimeProfile;
 use crate::retry::RetryPolicy;
 
@@ -123,6 +128,8 @@ pub(crate) struct Config {
     pub(crate) outcome_cache_capacity: usize,
     pub(crate) outcome_cache_ttl: Duration,
     pub(crate) tls: TlsSettings,
+    pub(crate) max_result_size: usize,
+    pub(crate) max_artifact_size: u64,
 }
 
 /// Configures and connects a [`Client`].
@@ -143,6 +150,7 @@ pub(crate) struct Config {
 #[must_use = "a builder does nothing until connect() is awaited"]
 pub struct ClientBuilder {
     config: Config,
+    journal: JournalSetup,
 }
 
 impl ClientBuilder {
@@ -165,7 +173,10 @@ impl ClientBuilder {
                 outcome_cache_capacity: 1024,
                 outcome_cache_ttl: Duration::from_secs(600),
                 tls: TlsSettings::default(),
+                max_result_size: 64 << 20,
+                max_artifact_size: crate::http::DEFAULT_MAX_ARTIFACT_SIZE,
             },
+            journal: JournalSetup::default(),
         }
     }
 
@@ -234,6 +245,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Largest result reassembled from `result_chunk` events, in bytes
+    /// (default 64 MiB). A bigger streamed result is returned as its
+    /// reference (`result_id`, ...) instead of its value.
+    pub fn max_result_size(mut self, bytes: usize) -> Self {
+        self.config.max_result_size = bytes;
+        self
+    }
+
     /// Events buffered per call for [`crate::Invocation::events`] (default 256).
     pub fn event_buffer(mut self, n: usize) -> Self {
         self.config.event_buffer = n.max(1);
@@ -285,31 +304,112 @@ impl ClientBuilder {
         self
     }
 
+    /// Largest artifact [`Client::fetch_artifact`] accepts, in bytes
+    /// (default 64 MiB).
+    pub fn max_artifact_size(mut self, bytes: u64) -> Self {
+        self.config.max_artifact_size = bytes;
+        self
+    }
+
+    /// Records every call in `journal` before it is sent (prepared before
+    /// send), so that a restarted process can resume calls the crashed one
+    /// left unfinished ([`Client::recover`]) and read their outcomes
+    /// ([`Client::lookup`]). One journal serves one client. See
+    /// [`SqliteJournal`](crate::SqliteJournal) for the durable one and
+    /// [`ClientBuilder::journal_path`] for the short form.
+    pub fn journal(mut self, journal: impl Journal) -> Self {
+        self.journal.set_journal(Box::new(journal));
+        self
+    }
+
+    /// Journals calls in the SQLite file at `path` (created if absent),
+    /// opened by [`connect`](ClientBuilder::connect) with default
+    /// [`SqliteOptions`](crate::SqliteOptions). A file that is corrupt, not
+    /// a journal, or held by another client fails `connect` with
+    /// [`Error::Journal`].
+    pub fn journal_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.journal.set_path(path.into());
+        self
+    }
+
+    /// How long the journal keeps records, and how many (default
+    /// [`Retention::default`]: terminal records 24 hours, at most 100 000).
+    pub fn journal_retention(mut self, retention: Retention) -> Self {
+        self.journal.set_retention(retention);
+        self
+    }
+
+    /// Whether unfinished journaled calls are re-driven automatically on
+    /// connect, or only when [`Client::recover`] is called (the default).
+    pub fn recovery(mut self, mode: RecoveryMode) -> Self {
+        self.journal.set_recovery(mode);
+        self
+    }
+
     /// Connects and completes the session handshake once. Later connection
     /// losses are handled by the client; this first connect fails fast so a
     /// wrong URL or token is reported at once.
+    ///
+    /// An `http://` or `https://` URL selects the HTTP binding
+    /// (`docs/http-binding.md`): no connection is kept and there is no
+    /// handshake, so only the URL and token format are checked here; a
+    /// wrong address or token shows on the first call.
     pub async fn connect(self) -> Result<Client, Error> {
         let config = Arc::new(self.config);
+        // The journal first: a corrupt or locked one fails fast, before any
+        // network traffic.
+        let journal = self.journal.open(config.max_in_flight).await?;
+        let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
+        if http::is_http_url(&config.url) {
+            let backend = HttpBackend::new(config.clone())?;
+            let profile = backend.profile();
+            return Ok(Client {
+                inner: Arc::new(Inner {
+                    in_flight,
+                    config,
+                    backend: Backend::Http(Arc::new(backend)),
+                    profile,
+                    artifacts: OnceLock::new(),
+                    journal,
+                }),
+            }
+            .started());
+        }
         let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(connection::run(config.clone(), rx, ready_tx));
         let profile = ready_rx.await.map_err(|_| Error::Closed)??;
         Ok(Client {
             inner: Arc::new(Inner {
-                in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
+                in_flight,
                 config,
-                tx,
+                backend: Backend::WebSocket { tx },
                 profile,
+                artifacts: OnceLock::new(),
+                journal,
             }),
-        })
+        }
+        .started())
     }
+}
+
+/// How calls reach the runtime.
+enum Backend {
+    /// The connection task, over a bounded command channel.
+    WebSocket { tx: mpsc::Sender<Command> },
+    /// The HTTP binding: calls run on the caller's task.
+    Http(Arc<HttpBackend>),
 }
 
 struct Inner {
     config: Arc<Config>,
-    tx: mpsc::Sender<Command>,
+    backend: Backend,
     in_flight: Arc<Semaphore>,
     profile: RuntimeProfile,
+    /// Built on first use: most clients never fetch an artifact.
+    artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
+    /// The invocation journal, when configured.
+    journal: Option<JournalHandle>,
 }
 
 /// A handle to one connection to an ARCP runtime. Cheap to clone; every
@@ -330,7 +430,8 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// Starts configuring a client for the runtime at `url` (`ws://` or `wss://`).
+    /// Starts configuring a client for the runtime at `url`: `ws://` or
+    /// `wss://` for WebSocket, `http://` or `https://` for the HTTP binding.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder::new(url)
     }
@@ -353,11 +454,116 @@ impl Client {
 
     /// Closes the session gracefully; calls still in flight fail with
     /// [`Error::Closed`].
+    ///
+    /// With a journal, close also commits everything recorded so far and
+    /// releases the journal (its file is unlocked); journal operations on
+    /// this client then fail with `JOURNAL_CLOSED`.
     pub async fn close(&self) {
+        self.close_connection().await;
+        if let Some(journal) = &self.inner.journal {
+            journal.close().await;
+        }
+    }
+
+    /// Re-drives every call the journal holds as unfinished (a call whose
+    /// process crashed, or whose outcome was unavailable), with its recorded
+    /// key, intent (byte-identical) and trace id, and its recorded deadline
+    /// counted again from now. Await the returned invocations for their
+    /// outcomes; the runtime deduplicates by key, so a call that already ran
+    /// is not run again.
+    ///
+    /// Returns an empty list without a journal. With
+    /// [`RecoveryMode::Automatic`] the client does this itself on connect.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), arcp_client::Error> {
+    /// use arcp_client::Client;
+    /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
+    ///     .journal_path("calls.journal")
+    ///     .connect()
+    ///     .await?;
+    /// for call in client.recover().await? {
+    ///     let key = call.key().cloned();
+    ///     println!("{key:?}: {:?}", call.await);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn recover(&self) -> Result<Vec<Invocation>, Error> {
+        let Some(journal) = &self.inner.journal else {
+            return Ok(Vec::new());
+        };
+        let entries = journal.unfinished().await?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| Invocation::recovered(self.clone(), entry))
+            .collect())
+    }
+
+    /// What the journal recorded for `key`: where the call stands and, once
+    /// it ended, its outcome ([`JournalEntry::outcome`]). Reads everything
+    /// this client recorded before the call. `Ok(None)` without a journal or
+    /// when the key is unknown (or its record expired).
+    pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, Error> {
+        match &self.inner.journal {
+            Some(journal) => journal.lookup(key).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the journal's record of `key`, so it is neither recovered
+    /// nor answered from the journal again; whether there was one. For
+    /// unfinished calls the caller decided to abandon.
+    pub async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
+        match &self.inner.journal {
+            Some(journal) => journal.discard(key).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Starts what a new client does in the background (automatic recovery).
+    fn started(self) -> Self {
+        if let Some(journal) = &self.inner.journal {
+            if journal.recovery() == RecoveryMode::Automatic {
+                journal::spawn_recovery(self.clone());
+            }
+        }
+        self
+    }
+
+    async fn close_connection(&self) {
+        if let Backend::Http(http) = &self.inner.backend {
+            http.close();
+            return;
+        }
         let (reply, rx) = oneshot::channel();
         if self.send_command(Command::Close { reply }).await.is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// Downloads an artifact (an `artifact_ref` or `result_ref`, see
+    /// [`ArtifactRef::from_value`]) over HTTP(S) and verifies it: at most
+    /// [`ClientBuilder::max_artifact_size`] bytes, and exactly the reference's
+    /// `size` and `sha256` when it gives them. Transient failures are
+    /// retried with the client's [`RetryPolicy`]; the client's default
+    /// deadline bounds the whole fetch. The bearer token is sent only to
+    /// URIs on the runtime's own origin.
+    ///
+    /// # Errors
+    ///
+    /// See [`ArtifactFetcher::fetch`].
+    pub async fn fetch_artifact(&self, artifact: &ArtifactRef) -> Result<Vec<u8>, Error> {
+        let fetcher = self
+            .inner
+            .artifacts
+            .get_or_init(|| ArtifactFetcher::from_config(&self.inner.config))
+            .clone()?;
+        fetcher.fetch(artifact).await
+    }
+
+    /// Whether calls use the HTTP binding.
+    pub(crate) fn is_http(&self) -> bool {
+        matches!(self.inner.backend, Backend::Http(_))
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -365,12 +571,19 @@ impl Client {
     }
 
     pub(crate) async fn send_command(&self, command: Command) -> Result<(), Error> {
-        self.inner.tx.send(command).await.map_err(|_| Error::Closed)
+        match &self.inner.backend {
+            Backend::WebSocket { tx } => tx.send(command).await.map_err(|_| Error::Closed),
+            // No connection task: nothing takes commands.
+            Backend::Http(_) => Err(Error::Closed),
+        }
     }
 
     /// Takes an in-flight slot, hands the call to the connection task and
     /// waits for its outcome.
-    pub(crate) async fn dispatch(&self, request: CallRequest) -> Result<ToolOutput, Error> {
+    ///
+    /// With a journal, the call is recorded durably before it is handed on
+    /// (prepared before send) and its terminal outcome recorded after.
+    pub(crate) async fn dispatch(&self, mut request: CallRequest) -> Result<ToolOutput, Error> {
         let _permit = self
             .inner
             .in_flight
@@ -378,7 +591,28 @@ impl Client {
             .acquire_owned()
             .await
             .map_err(|_| Error::Closed)?;
+        let Some(journal) = &self.inner.journal else {
+            return self.send_call(request).await;
+        };
+        let max_frame_size = self.inner.config.max_frame_size;
+        if let Some(answer) = journal.prepare_call(&mut request, max_frame_size).await? {
+            return answer;
+        }
+        let key = request.key.clone();
+        let outcome = self.send_call(request).await;
+        journal.finish_call(&key, &outcome).await;
+        outcome
+    }
+
+    /// Hands a call to the backend and waits for its outcome.
+    async fn send_call(&self, request: CallRequest) -> Result<ToolOutput, Error> {
         let shared = request.shared.clone();
+        if let Backend::Http(http) = &self.inner.backend {
+            shared
+                .dispatched
+                .store(true, std::sync::atomic::Ordering::Release);
+            return http.invoke(request).await;
+        }
         let (reply, rx) = oneshot::channel();
         self.send_command(Command::Invoke(Box::new((request, reply))))
             .await?;

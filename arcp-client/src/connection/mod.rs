@@ -53,6 +53,8 @@ pub(crate) struct CallRequest {
     pub(crate) started: Instant,
     pub(crate) events: mpsc::Sender<InvocationEvent>,
     pub(crate) shared: Arc<CallShared>,
+    /// The journal's hook (when journaled): told of sends and acceptance.
+    pub(crate) recorder: Option<crate::journal::Recorder>,
 }
 
 type Reply = oneshot::Sender<Outcome>;
@@ -136,7 +138,69 @@ struct Call {
     /// still deliver its outcome without a re-send.
     awaiting_resume: bool,
     dropped_events: u64,
+    /// A result streamed in `result_chunk` events, being reassembled.
+    assembly: Option<Assembly>,
     span: tracing::Span,
+}
+
+/// A streamed result: the decoded bytes of its chunks so far, in order.
+struct Assembly {
+    result_id: String,
+    base64: bool,
+    bytes: Vec<u8>,
+    next_chunk: u64,
+    /// Out of order, undecodable, or over the size limit: the terminal's
+    /// reference is returned instead of a partial value.
+    broken: bool,
+}
+
+impl Assembly {
+    fn push(&mut self, chunk: &arcp_types::EventBody, limit: usize) {
+        use base64::Engine as _;
+        let arcp_types::EventBody::ResultChunk {
+            result_id,
+            chunk_seq,
+            data,
+            encoding,
+            ..
+        } = chunk
+        else {
+            return;
+        };
+        if self.broken || *result_id != self.result_id {
+            return;
+        }
+        if *chunk_seq != self.next_chunk {
+            self.broken = true;
+            return;
+        }
+        self.next_chunk += 1;
+        let decoded = if encoding == "base64" {
+            base64::engine::general_purpose::STANDARD.decode(data).ok()
+        } else {
+            Some(data.as_bytes().to_vec())
+        };
+        match decoded {
+            Some(bytes) if self.bytes.len() + bytes.len() <= limit => self.bytes.extend(bytes),
+            _ => {
+                self.broken = true;
+                self.bytes = Vec::new();
+            }
+        }
+    }
+
+    /// The assembled value: text for `utf8` chunks, base64 for binary.
+    fn value(self) -> Option<Value> {
+        use base64::Engine as _;
+        if self.broken {
+            return None;
+        }
+        Some(Value::String(if self.base64 {
+            base64::engine::general_purpose::STANDARD.encode(&self.bytes)
+        } else {
+            String::from_utf8(self.bytes).ok()?
+        }))
+    }
 }
 
 /// A request awaiting an answer on the current connection.
@@ -849,6 +913,7 @@ impl Task {
             subscribe_refused: false,
             cancel_waiters: Vec::new(),
             dropped_events: 0,
+            assembly: None,
             span,
         };
         self.timers.push(Reverse((call.deadline_at, id)));
@@ -975,6 +1040,9 @@ impl Task {
         };
         let call = self.calls.get_mut(&id).expect("present");
         call.attempts += 1;
+        if let Some(recorder) = &call.req.recorder {
+            recorder.sent(&call.req.key, call.attempts);
+        }
         // The intent is the same `Invoke` value every time, so the payload
         // is byte-identical; only the envelope (id, timestamp) is new.
         let mut frame = Frame::new(Message::Invoke(call.req.invoke.clone()));
@@ -1309,6 +1377,9 @@ impl Task {
             }
             self.by_job.insert(job, id);
         }
+        if let (Some(recorder), Some(job)) = (&call.req.recorder, &call.job_id) {
+            recorder.accepted(&call.req.key, job);
+        }
         if replay {
             start_recovery(call, now, config.retry.max_elapsed);
         }
@@ -1345,6 +1416,24 @@ impl Task {
             }
             call.last_event = Some((epoch, seq));
         }
+        if event.kind == "result_chunk" {
+            let typed = event.typed();
+            if let arcp_types::EventBody::ResultChunk {
+                result_id,
+                encoding,
+                ..
+            } = &typed
+            {
+                let assembly = call.assembly.get_or_insert_with(|| Assembly {
+                    result_id: result_id.clone(),
+                    base64: encoding == "base64",
+                    bytes: Vec::new(),
+                    next_chunk: 0,
+                    broken: false,
+                });
+                assembly.push(&typed, config.max_result_size);
+            }
+        }
         let event = InvocationEvent {
             event_seq: envelope.event_seq,
             event,
@@ -1360,6 +1449,8 @@ impl Task {
             return;
         };
         let foreign = is_foreign(envelope, self.session.id.as_deref());
+        let call = self.calls.get_mut(&id).expect("maps point at live calls");
+        let assembly = call.assembly.take();
         let call = &self.calls[&id];
         let key = call.req.key.clone();
         let job_id = call.job_id.clone().or(envelope.job_id.clone());
@@ -1399,8 +1490,15 @@ impl Task {
             self.finish(id, Err(Error::Tool(Box::new(err))));
             return;
         }
+        let streamed = result.extra.get("result_id").and_then(Value::as_str);
+        let assembled = match (assembly, streamed) {
+            (Some(a), Some(id)) if a.result_id == id => a.value(),
+            _ => None,
+        };
         let value = match result.result {
             Some(v) => v,
+            // A result streamed in chunks: their concatenation (v1.1 §8.4).
+            None if assembled.is_some() => assembled.unwrap_or_default(),
             None if result.extra.contains_key("result_ref")
                 || result.extra.contains_key("result_id") =>
             {
