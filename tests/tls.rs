@@ -20,7 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 async fn tls_front(upstream: std::net::SocketAddr) -> (u16, CertificateDer<'static>) {
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let cert = CertificateDer::from(certified.cert.der().to_vec());
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -57,7 +59,10 @@ async fn wss_with_a_custom_root_works() {
         .connect()
         .await
         .unwrap();
-    let out = client.invoke_tool("echo", json!({"over": "tls"})).await.unwrap();
+    let out = client
+        .invoke_tool("echo", json!({"over": "tls"}))
+        .await
+        .unwrap();
     assert_eq!(out.value, json!({"over": "tls"}));
     assert_eq!(mock.executions("echo"), 1);
 }
@@ -73,7 +78,9 @@ async fn an_untrusted_certificate_is_a_clear_non_retried_error() {
         .await
         .unwrap_err();
     match &err {
-        Error::Connect { message, retryable, .. } => {
+        Error::Connect {
+            message, retryable, ..
+        } => {
             assert!(!retryable, "a certificate error is not retried");
             assert!(message.contains("TLS"), "{message}");
             assert!(message.to_lowercase().contains("certificate"), "{message}");

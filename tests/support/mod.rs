@@ -3,6 +3,7 @@
 
 pub mod mock;
 pub mod peers;
+pub mod targets;
 
 /// Sends the client's tracing output to the test's captured output
 /// (`RUST_LOG=arcp_client=debug cargo test -- --nocapture` to see it).

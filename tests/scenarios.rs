@@ -1,9 +1,12 @@
-//! The scenario suite against the published reference runtimes: Python
-//! `agentruntimecontrolprotocol` 1.1.3 (v1.1) and Rust `arcp-runtime` 2.0.0
-//! (legacy). Each scenario asserts what that runtime makes possible, exactly,
-//! and in every case: one execution per key, no hang.
+//! One scenario suite, written once against the client API, run unchanged
+//! against the published reference runtimes (Python
+//! `agentruntimecontrolprotocol` 1.1.3, v1.1; Rust `arcp-runtime` 2.0.0,
+//! legacy) and against arcp-mock in each replay policy. Each scenario asserts
+//! what that runtime makes possible, exactly, and in every case: one execution
+//! per key, no hang, no other call affected.
 //!
-//! Needs `bash interop/setup.sh` (the README's test command runs it).
+//! The published runtimes need `bash interop/setup.sh` (the README's test
+//! command runs it); a missing one fails its tests loudly.
 
 mod support;
 
@@ -12,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use arcp::client::{Error, IdempotencyKey, RetryPolicy};
 use arcp::mock::ChaosProxy;
+use arcp::mock::ReplayPolicy;
 use serde_json::json;
-use support::peers::{Peer, PeerKind};
+use support::targets::{Target, TargetKind};
 
 fn addr(url: &str) -> SocketAddr {
     let host_port = url
@@ -24,8 +28,8 @@ fn addr(url: &str) -> SocketAddr {
     host_port.parse().expect("loopback socket address")
 }
 
-async fn happy_path(kind: PeerKind) {
-    let peer = Peer::start(kind);
+async fn happy_path(kind: TargetKind) {
+    let peer = Target::start(kind).await;
     let client = peer.client(&peer.url).connect().await.unwrap();
     let out = client
         .invoke_tool("echo", json!({"hello": "world"}))
@@ -37,21 +41,11 @@ async fn happy_path(kind: PeerKind) {
     assert!(out.job_id.is_some());
 }
 
-#[tokio::test]
-async fn python_happy_path() {
-    happy_path(PeerKind::Python).await;
-}
-
-#[tokio::test]
-async fn rust_happy_path() {
-    happy_path(PeerKind::Rust).await;
-}
-
 /// A second process (a fresh client, empty cache) re-sends a completed call
 /// with its key. Python replays the stored result; Rust 2.0.0 replays only
 /// `job.accepted`, so the outcome is unavailable. Either way it ran once.
-async fn same_key_after_completion(kind: PeerKind) {
-    let peer = Peer::start(kind);
+async fn same_key_after_completion(kind: TargetKind) {
+    let peer = Target::start(kind).await;
     let key = IdempotencyKey::new();
     let args = peer.counter_args(0, 1, "after-completion");
     let first = peer.client(&peer.url).connect().await.unwrap();
@@ -69,14 +63,14 @@ async fn same_key_after_completion(kind: PeerKind) {
         .idempotency_key(key.clone())
         .send()
         .await;
-    match kind {
-        PeerKind::Python => {
+    match peer.recovers_lost_outcome() {
+        true => {
             let again = again.unwrap();
             assert!(again.replayed, "a stored result is marked replayed");
             assert_eq!(again.value, out.value);
             assert_eq!(again.job_id, out.job_id);
         }
-        PeerKind::Rust => match again {
+        false => match again {
             Err(Error::OutcomeUnavailable { key: k, job_id, .. }) => {
                 assert_eq!(k, key);
                 assert_eq!(job_id, out.job_id, "the original job is named");
@@ -87,18 +81,8 @@ async fn same_key_after_completion(kind: PeerKind) {
     assert_eq!(peer.executions().await, 1);
 }
 
-#[tokio::test]
-async fn python_same_key_after_completion_replays_the_result() {
-    same_key_after_completion(PeerKind::Python).await;
-}
-
-#[tokio::test]
-async fn rust_same_key_after_completion_is_outcome_unavailable() {
-    same_key_after_completion(PeerKind::Rust).await;
-}
-
-async fn conflicting_intent(kind: PeerKind) {
-    let peer = Peer::start(kind);
+async fn conflicting_intent(kind: TargetKind) {
+    let peer = Target::start(kind).await;
     let key = IdempotencyKey::new();
     let first = peer.client(&peer.url).connect().await.unwrap();
     first
@@ -126,16 +110,6 @@ async fn conflicting_intent(kind: PeerKind) {
     assert_eq!(peer.executions().await, 1);
 }
 
-#[tokio::test]
-async fn python_conflicting_intent_is_duplicate_key() {
-    conflicting_intent(PeerKind::Python).await;
-}
-
-#[tokio::test]
-async fn rust_conflicting_intent_is_duplicate_key() {
-    conflicting_intent(PeerKind::Rust).await;
-}
-
 #[derive(Debug, Clone, Copy)]
 enum KillPoint {
     /// The request is held in the proxy and discarded: it never arrives.
@@ -150,9 +124,9 @@ enum KillPoint {
 
 /// Kills the connection at `point`; asserts the outcome the peer makes
 /// possible and exactly one execution.
-async fn killed(kind: PeerKind, point: KillPoint) {
+async fn killed(kind: TargetKind, point: KillPoint) {
     support::init_tracing();
-    let peer = Peer::start(kind);
+    let peer = Target::start(kind).await;
     let proxy = ChaosProxy::builder(addr(&peer.url)).start().await.unwrap();
     let client = peer.client(&proxy.ws_url("/arcp")).connect().await.unwrap();
     let mut call = client
@@ -191,7 +165,8 @@ async fn killed(kind: PeerKind, point: KillPoint) {
     };
     let proxy_connections = proxy.report().connections;
     assert!(started.elapsed() < Duration::from_secs(20), "no hang");
-    let expect_unavailable = kind == PeerKind::Rust && !matches!(point, KillPoint::BeforeAccept);
+    let expect_unavailable =
+        !peer.recovers_lost_outcome() && !matches!(point, KillPoint::BeforeAccept);
     match (&outcome, expect_unavailable) {
         (Ok(out), false) => {
             // Recovered by a re-send, or (Python) by resume plus `job.subscribe`
@@ -218,30 +193,10 @@ async fn wait_until(f: impl Fn() -> bool) {
     }
 }
 
-macro_rules! kill_tests {
-    ($($name:ident: $kind:expr, $point:expr;)*) => {$(
-        #[tokio::test]
-        async fn $name() {
-            killed($kind, $point).await;
-        }
-    )*};
-}
-
-kill_tests! {
-    python_killed_before_accept: PeerKind::Python, KillPoint::BeforeAccept;
-    python_killed_after_accept: PeerKind::Python, KillPoint::AfterAccept;
-    python_killed_mid_call: PeerKind::Python, KillPoint::MidCall;
-    python_killed_before_terminal: PeerKind::Python, KillPoint::BeforeTerminal;
-    rust_killed_before_accept: PeerKind::Rust, KillPoint::BeforeAccept;
-    rust_killed_after_accept: PeerKind::Rust, KillPoint::AfterAccept;
-    rust_killed_mid_call: PeerKind::Rust, KillPoint::MidCall;
-    rust_killed_before_terminal: PeerKind::Rust, KillPoint::BeforeTerminal;
-}
-
 /// Many concurrent calls through a proxy that kills connections on a seeded
 /// schedule: every call resolves, none hangs, none runs twice.
-async fn concurrent_with_kills(kind: PeerKind) {
-    let peer = Peer::start(kind);
+async fn concurrent_with_kills(kind: TargetKind) {
+    let peer = Target::start(kind).await;
     let proxy = ChaosProxy::builder(addr(&peer.url))
         .seed(7)
         .kill_every_frames(60)
@@ -284,12 +239,15 @@ async fn concurrent_with_kills(kind: PeerKind) {
         match t.await.unwrap() {
             Ok(out) => {
                 ok += 1;
+                let count = out.value["count"].as_u64().unwrap();
                 assert!(
-                    ok_counts.insert(out.value["count"].as_u64().unwrap()),
+                    !peer.numbers_executions() || ok_counts.insert(count),
                     "two calls saw the same execution"
                 );
             }
-            Err(Error::OutcomeUnavailable { .. }) if kind == PeerKind::Rust => unavailable += 1,
+            Err(Error::OutcomeUnavailable { .. }) if !peer.recovers_lost_outcome() => {
+                unavailable += 1
+            }
             Err(e) => panic!("{kind:?}: unexpected outcome {e:?}"),
         }
     }
@@ -301,26 +259,19 @@ async fn concurrent_with_kills(kind: PeerKind) {
     );
     assert!(executions <= calls, "an execution beyond one per key");
     assert!(executions >= ok, "fewer executions than results");
-    if kind == PeerKind::Python {
-        assert_eq!(ok, calls, "the Python runtime replays every lost outcome");
+    if peer.recovers_lost_outcome() {
+        assert_eq!(
+            ok, calls,
+            "a replaying runtime gives every lost outcome back"
+        );
         assert_eq!(executions, calls);
     }
 }
 
-#[tokio::test]
-async fn python_concurrent_calls_with_seeded_kills() {
-    concurrent_with_kills(PeerKind::Python).await;
-}
-
-#[tokio::test]
-async fn rust_concurrent_calls_with_seeded_kills() {
-    concurrent_with_kills(PeerKind::Rust).await;
-}
-
 /// The runtime goes silent mid-call (no close): the client detects it and the
 /// call ends with a typed outcome before its deadline.
-async fn silent_runtime(kind: PeerKind) {
-    let peer = Peer::start(kind);
+async fn silent_runtime(kind: TargetKind) {
+    let peer = Target::start(kind).await;
     let proxy = ChaosProxy::builder(addr(&peer.url)).start().await.unwrap();
     let client = peer
         .client(&proxy.ws_url("/arcp"))
@@ -350,12 +301,63 @@ async fn silent_runtime(kind: PeerKind) {
     assert_eq!(peer.executions().await, 1);
 }
 
-#[tokio::test]
-async fn python_silent_runtime_ends_in_a_typed_outcome() {
-    silent_runtime(PeerKind::Python).await;
+async fn killed_before_accept(kind: TargetKind) {
+    killed(kind, KillPoint::BeforeAccept).await
 }
 
-#[tokio::test]
-async fn rust_silent_runtime_ends_in_a_typed_outcome() {
-    silent_runtime(PeerKind::Rust).await;
+async fn killed_after_accept(kind: TargetKind) {
+    killed(kind, KillPoint::AfterAccept).await
 }
+
+async fn killed_mid_call(kind: TargetKind) {
+    killed(kind, KillPoint::MidCall).await
+}
+
+async fn killed_before_terminal(kind: TargetKind) {
+    killed(kind, KillPoint::BeforeTerminal).await
+}
+
+/// Every scenario against every target, as `scenario::target` tests.
+macro_rules! for_every_target {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use super::*;
+            #[tokio::test]
+            async fn python_1_1_3() {
+                $scenario(TargetKind::Python).await
+            }
+            #[tokio::test]
+            async fn rust_2_0_0() {
+                $scenario(TargetKind::Rust).await
+            }
+            #[tokio::test]
+            async fn mock_terminal_replay() {
+                $scenario(TargetKind::Mock(ReplayPolicy::TerminalReplay)).await
+            }
+            #[tokio::test]
+            async fn mock_terminal_only() {
+                $scenario(TargetKind::Mock(ReplayPolicy::TerminalOnly)).await
+            }
+            #[tokio::test]
+            async fn mock_accepted_only() {
+                $scenario(TargetKind::Mock(ReplayPolicy::AcceptedOnly)).await
+            }
+            #[tokio::test]
+            async fn mock_ack_replay() {
+                $scenario(TargetKind::Mock(ReplayPolicy::AckReplay)).await
+            }
+        }
+    )*};
+}
+
+for_every_target!(
+    happy_path,
+    same_key_after_completion,
+    conflicting_intent,
+    killed_before_accept,
+    killed_after_accept,
+    killed_mid_call,
+    killed_before_terminal,
+    concurrent_with_kills,
+    silent_runtime,
+);
