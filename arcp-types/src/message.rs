@@ -145,7 +145,8 @@ pub struct Open {
     /// Credentials.
     pub auth: Auth,
     /// Capabilities offered, in the dialect's own shape (v1.1: `{encodings, features}`;
-    /// legacy: a map of flags).
+    /// legacy: a map of flags). `Null` asks the encoder for the dialect's
+    /// defaults, so callers need not know the dialect.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub capabilities: Value,
     /// Resume an earlier session instead of opening a new one (v1.1).

@@ -36,7 +36,7 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
     let message = match k {
         "session.open" => {
             rename_in(&mut payload, "client", "kind", "name");
-            Message::Open(from_payload(k, payload)?)
+            Message::Open(super::decode_open(from_payload(k, payload)?))
         }
         "session.accepted" => {
             rename_in(&mut payload, "runtime", "kind", "name");

@@ -15,7 +15,10 @@
 //!   `session.ping`/`session.pong`, `tool.result` as `job.completed`,
 //!   `tool.error` as `job.failed`, `session.unauthenticated` as
 //!   `session.rejected`;
-//! - `RATE_LIMITED` is re-encoded as `RESOURCE_EXHAUSTED`.
+//! - `RATE_LIMITED` is re-encoded as `RESOURCE_EXHAUSTED`;
+//! - a `session.hello` / `session.open` without `capabilities` re-encodes
+//!   with `"capabilities": {}` (a programmatic [`Open`](crate::Open) with null
+//!   capabilities gets the dialect's defaults instead).
 
 mod legacy;
 mod v1_1;
@@ -99,6 +102,16 @@ impl Dialect {
         // serialization cannot fail.
         serde_json::to_string(&self.to_envelope(frame)).unwrap_or_default()
     }
+}
+
+/// An `Open` whose `capabilities` are null asks the encoder for the
+/// dialect's defaults; one decoded without capabilities must not, so absent
+/// reads as `{}` (and re-encodes so).
+fn decode_open(mut open: crate::message::Open) -> crate::message::Open {
+    if open.capabilities.is_null() {
+        open.capabilities = Value::Object(Object::new());
+    }
+    open
 }
 
 /// Deserializes a payload; `null` reads as an empty object.

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::{from_payload, object_payload, rename, to_payload, DecodeError};
+use super::{decode_open, from_payload, object_payload, rename, to_payload, DecodeError};
 use crate::message::*;
 use crate::Envelope;
 
@@ -23,7 +23,7 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
     let mut payload = std::mem::take(&mut envelope.payload);
     let k = kind.as_str();
     let message = match k {
-        "session.hello" => Message::Open(from_payload(k, payload)?),
+        "session.hello" => Message::Open(decode_open(from_payload(k, payload)?)),
         "session.welcome" => Message::Welcome(from_payload(k, payload)?),
         "session.error" => Message::SessionError(from_payload(k, payload)?),
         "session.ping" => Message::Ping(from_payload(k, payload)?),
