@@ -230,3 +230,32 @@ async fn legacy_mock_defaults_to_accepted_only_replay() {
         ReplayPolicy::AcceptedOnly
     );
 }
+
+// 7b. A cancel the runtime never confirms is reported as dispatched, not
+//     acknowledged.
+both_dialects! {
+    async fn invariant_7_unconfirmed_cancel_is_only_dispatched(dialect: Dialect) {
+        let mock = mock(dialect).start().await.unwrap();
+        let client = client(&mock.ws_url(), dialect)
+            .handshake_timeout(Duration::from_millis(300))
+            .connect()
+            .await
+            .unwrap();
+        let call = client
+            .invoke("refund", json!({"order": 9, "steps": 20, "ms": 50}))
+            .deadline(Duration::from_secs(2))
+            .send();
+        let handle = call.handle();
+        let run = tokio::spawn(call);
+        while handle.job_id().is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        mock.inject(Fault::BlackHole);
+        let outcome = handle.cancel().await;
+        assert_eq!(outcome, CancelOutcome::Dispatched);
+        assert!(outcome.is_dispatched() && !outcome.is_acknowledged());
+        mock.clear_faults();
+        let _ = run.await.unwrap();
+        assert_eq!(mock.executions("refund"), 1);
+    }
+}

@@ -982,7 +982,7 @@ impl Task {
             return;
         }
         let call = self.calls.get_mut(&id).expect("present");
-        call.cancel_waiters.retain_mut(|(_, until)| *until > now);
+        // Cancels the runtime did not confirm in time were still dispatched.
         let mut expired = Vec::new();
         for (waiter, until) in std::mem::take(&mut call.cancel_waiters) {
             if until <= now {
@@ -1004,7 +1004,7 @@ impl Task {
                         .push(Reverse((not_before.min(call.budget_at), id)));
                 } else if self.transport.is_some() {
                     if self.sent_unanswered < self.window {
-                        self.send_attempt(id, now);
+                        self.send_attempt(id);
                     } else {
                         // The send window is full: wait for an answer.
                         self.timers.push(Reverse((call.budget_at, id)));
@@ -1032,7 +1032,7 @@ impl Task {
         }
     }
 
-    fn send_attempt(&mut self, id: u64, now: Instant) {
+    fn send_attempt(&mut self, id: u64) {
         let dialect = self.dialect();
         let session_id = self.session.id.clone();
         let Some(transport) = self.transport.as_mut() else {
@@ -1058,7 +1058,6 @@ impl Task {
             .insert(request_id.clone(), Pending::Submit(id));
         self.pending_order.push_back(request_id);
         self.sent_unanswered += 1;
-        let _ = now;
     }
 
     /// A call left `Sent` (answered, refused or finished): its slot is
