@@ -361,3 +361,29 @@ for_every_target!(
     concurrent_with_kills,
     silent_runtime,
 );
+
+/// `DialectChoice::Auto` finds each published runtime's dialect: the Python
+/// runtime answers v1.1; the Rust runtime drops the v1.1 hello, so the client
+/// reconnects and speaks legacy.
+#[tokio::test]
+async fn auto_dialect_finds_each_published_runtime() {
+    use arcp::client::{Dialect, DialectChoice};
+    for (kind, expected) in [
+        (TargetKind::Python, Dialect::V1_1),
+        (TargetKind::Rust, Dialect::Legacy),
+    ] {
+        let peer = Target::start(kind).await;
+        let client = peer
+            .client(&peer.url)
+            .dialect(DialectChoice::Auto)
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(client.runtime().dialect, expected, "{kind:?}");
+        let out = client
+            .invoke_tool("echo", json!({"auto": true}))
+            .await
+            .unwrap();
+        assert_eq!(out.value, json!({"auto": true}));
+    }
+}
