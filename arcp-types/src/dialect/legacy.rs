@@ -180,6 +180,9 @@ pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, st
             }
             _ => ("job.event", to_payload(e)),
         },
+        // `job.completed` names the result `value`; a result that also has an
+        // unrelated `value` field can only travel as `tool.result`.
+        Message::Result(r) if r.extra.contains_key("value") => ("tool.result", to_payload(r)),
         Message::Result(r) => {
             let mut payload = to_payload(r);
             rename(&mut payload, "result", "value");
