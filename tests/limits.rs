@@ -188,3 +188,26 @@ async fn a_streamed_result_over_the_limit_is_returned_as_its_reference() {
     let out = client.invoke_tool("stream", json!({})).await.unwrap();
     assert!(out.value["result_id"].is_string(), "{}", out.value);
 }
+
+#[tokio::test]
+async fn huge_durations_do_not_overflow() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .default_deadline(Duration::MAX)
+        .retry(
+            arcp::client::RetryPolicy::exponential()
+                .max_delay(Duration::MAX)
+                .max_elapsed(Duration::MAX)
+                .outcome_poll(Duration::MAX),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke("echo", json!({"n": 1}))
+        .deadline(Duration::MAX)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"n": 1}));
+}

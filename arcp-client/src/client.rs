@@ -314,9 +314,11 @@ impl ClientBuilder {
     /// Records every call in `journal` before it is sent (prepared before
     /// send), so that a restarted process can resume calls the crashed one
     /// left unfinished ([`Client::recover`]) and read their outcomes
-    /// ([`Client::lookup`]). One journal serves one client. See
-    /// [`SqliteJournal`](crate::SqliteJournal) for the durable one and
-    /// [`ClientBuilder::journal_path`] for the short form.
+    /// ([`Client::lookup`]). One journal serves one client, through a
+    /// dedicated writer thread (journal I/O never runs on the async
+    /// runtime). See [`SqliteJournal`](crate::SqliteJournal) for the durable
+    /// one and [`ClientBuilder::journal_path`] for the short form; the
+    /// added latency per call is in `BENCHMARKS.md`.
     pub fn journal(mut self, journal: impl Journal) -> Self {
         self.journal.set_journal(Box::new(journal));
         self
@@ -356,13 +358,11 @@ impl ClientBuilder {
     /// wrong address or token shows on the first call.
     pub async fn connect(self) -> Result<Client, Error> {
         let config = Arc::new(self.config);
-        // The journal first: a corrupt or locked one fails fast, before any
-        // network traffic.
-        let journal = self.journal.open(config.max_in_flight).await?;
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
         if http::is_http_url(&config.url) {
             let backend = HttpBackend::new(config.clone())?;
             let profile = backend.profile();
+            let journal = self.journal.open(config.max_in_flight).await?;
             return Ok(Client {
                 inner: Arc::new(Inner {
                     in_flight,
@@ -379,6 +379,11 @@ impl ClientBuilder {
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::spawn(connection::run(config.clone(), rx, ready_tx));
         let profile = ready_rx.await.map_err(|_| Error::Closed)??;
+        // The journal once the runtime answered: a failed connect leaves a
+        // journal instance in the builder, so a clone of it can retry. A
+        // corrupt, foreign or locked journal fails here (and the new
+        // connection closes).
+        let journal = self.journal.open(config.max_in_flight).await?;
         Ok(Client {
             inner: Arc::new(Inner {
                 in_flight,

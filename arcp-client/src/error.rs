@@ -7,6 +7,8 @@ use std::time::Duration;
 use arcp_types::{ErrorCode, IdempotencyKey};
 use serde_json::Value;
 
+use crate::journal::{JournalError, JournalErrorKind};
+
 /// Everything `invoke_tool` and `connect` can fail with.
 ///
 /// The variants say what is known about the side effect, which is what a
@@ -20,6 +22,7 @@ use serde_json::Value;
 /// | [`Error::OutcomeUnavailable`] | unknown: it may have run; retry later with the same key |
 /// | [`Error::DeadlineExceeded`] | unknown, as above |
 /// | [`Error::Cancelled`] | it was cancelled |
+/// | [`Error::Journal`] | no: the call could not be recorded, so it was not sent |
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -123,6 +126,72 @@ pub enum Error {
     /// An internal failure (a bug); the message says where.
     #[error("internal client error: {0}")]
     Internal(Arc<str>),
+    /// The invocation journal failed: at start-up (a corrupt file, a
+    /// database that is not a journal, a journal held by another client),
+    /// or while recording a call before its send (then the call was **not**
+    /// sent). [`JournalError::kind`](crate::JournalError) says which.
+    #[error("{0}")]
+    Journal(JournalError),
+    /// The HTTP binding got a status it does not define for a call (for
+    /// example 404 or 405 from a wrong endpoint, or 400), with no ARCP
+    /// envelope in the body. Not retried; the call was not run, unless the
+    /// runtime misbehaves.
+    #[error("HTTP {status} from {url}: {message}")]
+    Http {
+        /// The endpoint.
+        url: String,
+        /// The HTTP status code.
+        status: u16,
+        /// What the response said (never contains the bearer token).
+        message: String,
+        /// Requests sent for this call.
+        attempts: u32,
+    },
+    /// A fetched artifact does not match its reference (`sha256` or
+    /// `size`): the bytes were discarded. Not retried.
+    #[error("artifact {uri} failed verification: {what} is {actual}, expected {expected}")]
+    ArtifactMismatch {
+        /// The artifact URI, without its query (presigned URLs carry credentials there).
+        uri: String,
+        /// What differs: `sha256` or `size`.
+        what: String,
+        /// The value in the reference.
+        expected: String,
+        /// The value of the bytes received.
+        actual: String,
+    },
+    /// An artifact is larger than the client's limit (or than its reference
+    /// says, mid-download): the download stopped there.
+    #[error("artifact {uri} exceeds the {limit}-byte limit{}", size.map(|s| format!(" ({s} bytes)")).unwrap_or_default())]
+    ArtifactTooLarge {
+        /// The artifact URI, without its query.
+        uri: String,
+        /// The limit, in bytes.
+        limit: u64,
+        /// The announced size, when known before downloading.
+        size: Option<u64>,
+    },
+    /// The artifact does not exist (HTTP 404 or 410): expired or never stored.
+    #[error("artifact {uri} was not found (HTTP {status})")]
+    ArtifactNotFound {
+        /// The artifact URI, without its query.
+        uri: String,
+        /// The HTTP status (404 or 410).
+        status: u16,
+    },
+    /// An artifact could not be fetched: transport failure, an unexpected
+    /// status, or the retry budget spent on transient ones.
+    #[error("could not fetch artifact {uri}: {message}")]
+    ArtifactFetch {
+        /// The artifact URI, without its query.
+        uri: String,
+        /// The last HTTP status, when there was a response.
+        status: Option<u16>,
+        /// What failed.
+        message: String,
+        /// Whether fetching again later may succeed.
+        retryable: bool,
+    },
 }
 
 impl Error {
@@ -133,8 +202,9 @@ impl Error {
             Error::OutcomeUnavailable { .. }
             | Error::RetriesExhausted { .. }
             | Error::DeadlineExceeded { .. } => true,
-            Error::Connect { retryable, .. } => *retryable,
+            Error::Connect { retryable, .. } | Error::ArtifactFetch { retryable, .. } => *retryable,
             Error::Handshake { .. } => true,
+            Error::Journal(e) => matches!(e.kind, JournalErrorKind::Locked | JournalErrorKind::Io),
             _ => false,
         }
     }
@@ -163,6 +233,12 @@ impl Error {
             Error::InvalidCall(_) => "INVALID_CALL".into(),
             Error::Closed => "CLIENT_CLOSED".into(),
             Error::Internal(_) => "INTERNAL_CLIENT_ERROR".into(),
+            Error::Journal(e) => e.kind.code_name().into(),
+            Error::Http { .. } => "HTTP_ERROR".into(),
+            Error::ArtifactMismatch { .. } => "ARTIFACT_MISMATCH".into(),
+            Error::ArtifactTooLarge { .. } => "ARTIFACT_TOO_LARGE".into(),
+            Error::ArtifactNotFound { .. } => "ARTIFACT_NOT_FOUND".into(),
+            Error::ArtifactFetch { .. } => "ARTIFACT_FETCH_FAILED".into(),
         }
     }
 
@@ -174,7 +250,8 @@ impl Error {
             | Error::OutcomeUnavailable { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
             | Error::DeadlineExceeded { attempts, .. }
-            | Error::Cancelled { attempts, .. } => Some(*attempts),
+            | Error::Cancelled { attempts, .. }
+            | Error::Http { attempts, .. } => Some(*attempts),
             _ => None,
         }
     }
@@ -187,7 +264,8 @@ impl Error {
             | Error::OutcomeUnavailable { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
             | Error::DeadlineExceeded { attempts, .. }
-            | Error::Cancelled { attempts, .. } => *attempts = n,
+            | Error::Cancelled { attempts, .. }
+            | Error::Http { attempts, .. } => *attempts = n,
             _ => {}
         }
         self

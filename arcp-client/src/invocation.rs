@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::client::Client;
 use crate::connection::{CallRequest, Command};
 use crate::error::Error;
+use crate::journal::JournalEntry;
 
 /// The successful outcome of a call.
 #[derive(Debug, Clone, PartialEq)]
@@ -196,6 +197,7 @@ impl InvokeBuilder {
                 started: Instant::now(),
                 events: events_tx,
                 shared: shared.clone(),
+                recorder: None,
             })
         });
         let future = async move {
@@ -254,6 +256,40 @@ impl std::fmt::Debug for Invocation {
 }
 
 impl Invocation {
+    /// A call re-driven from its journal record: the recorded key, intent
+    /// (parsed back, byte-exact), trace id and deadline (counted from now).
+    /// A record whose intent cannot be re-sent identically resolves to
+    /// [`Error::Journal`] without sending anything.
+    pub(crate) fn recovered(client: Client, entry: JournalEntry) -> Invocation {
+        let (events_tx, events_rx) = mpsc::channel(client.config().event_buffer);
+        let shared = Arc::new(CallShared::default());
+        let key = entry.key.clone();
+        let request = entry
+            .invoke()
+            .map_err(Error::Journal)
+            .map(|invoke| CallRequest {
+                key: entry.key,
+                trace_id: entry.trace_id,
+                invoke,
+                deadline: entry.deadline,
+                started: Instant::now(),
+                events: events_tx,
+                shared: shared.clone(),
+                recorder: None,
+            });
+        let dispatcher = client.clone();
+        let future = async move { dispatcher.dispatch(request?).await };
+        Invocation {
+            future: Box::pin(future),
+            events: Some(events_rx),
+            handle: CallHandle {
+                shared,
+                key: Some(key),
+                client,
+            },
+        }
+    }
+
     /// The call's events, deduplicated by `event_seq`. Take it before
     /// awaiting the call; a second call returns an empty stream. The stream
     /// ends when the call ends. If it is not drained, events beyond the
@@ -298,7 +334,18 @@ impl CallHandle {
 
     /// Asks the runtime to cancel the call's job and reports truthfully
     /// whether the request was sent and whether the runtime confirmed it.
+    ///
+    /// Over the HTTP binding there is no cancel message: the outcome is
+    /// always [`CancelOutcome::NotDispatched`] (drop the invocation to stop
+    /// waiting; the runtime still finishes the job).
     pub async fn cancel(&self) -> CancelOutcome {
+        if self.client.is_http() {
+            return CancelOutcome::NotDispatched {
+                reason: "the HTTP binding has no cancel message; nothing was sent \
+                         (drop the call to stop waiting; the runtime finishes the job)"
+                    .into(),
+            };
+        }
         if !self.shared.dispatched.load(Ordering::Acquire) {
             return CancelOutcome::NotDispatched {
                 reason: "the call has not been sent yet (await the invocation first)".into(),

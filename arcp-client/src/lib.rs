@@ -20,9 +20,21 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Keys in memory survive network failures, not a crash of the caller's
+//! process. With a journal ([`ClientBuilder::journal_path`], a SQLite file)
+//! each call is recorded before it is sent, so a restarted process resumes
+//! the calls the crashed one left unfinished ([`Client::recover`]) and reads
+//! their outcomes ([`Client::lookup`]), and the tool still runs once.
+//!
 //! It speaks both ARCP message sets in use: v1.1 (`job.submit`, ...) and the
 //! legacy `tool.invoke` set ([`DialectChoice`]). See `docs/architecture.md`
 //! for the state machine and the replay matrix.
+//!
+//! An `http://` or `https://` URL selects the HTTP binding
+//! (`docs/http-binding.md`) instead of WebSocket: one `POST` per attempt, the
+//! key also in the IETF `Idempotency-Key` header, the same keys, retry policy
+//! and outcomes. [`Client::fetch_artifact`] (or an [`ArtifactFetcher`])
+//! downloads an [`ArtifactRef`] with a size limit and sha256 verification.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -31,15 +43,24 @@ mod cache;
 mod client;
 mod connection;
 mod error;
+mod http;
+mod intent;
 mod invocation;
+mod journal;
 mod profile;
 mod retry;
 
 pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder, DialectChoice};
 pub use error::{Error, ToolError};
+pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub use invocation::{
     CallHandle, CancelOutcome, Events, Invocation, InvocationEvent, InvokeBuilder, ToolOutput,
+};
+pub use journal::{
+    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention, SqliteJournal,
+    SqliteOptions, Synchronous,
 };
 pub use profile::RuntimeProfile;
 pub use retry::RetryPolicy;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use std::time::Instant;
+
 use backon::{BackoffBuilder, ExponentialBuilder};
 use rand::Rng;
 
@@ -150,6 +152,15 @@ impl std::fmt::Debug for Schedule {
     }
 }
 
+/// `at + d`, or a time far enough ahead to mean "never" when a huge
+/// user-given duration would overflow (no panic on `Duration::MAX`).
+pub(crate) fn later(at: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    at.checked_add(d.min(FAR))
+        .or_else(|| at.checked_add(Duration::from_secs(86_400)))
+        .unwrap_or(at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +184,16 @@ mod tests {
             .initial_delay(Duration::from_millis(1))
             .schedule();
         assert!(s.next_delay(Some(Duration::from_millis(500))) >= Duration::from_millis(500));
+    }
+
+    #[test]
+    fn later_never_overflows() {
+        let now = Instant::now();
+        assert!(later(now, Duration::MAX) > now);
+        assert_eq!(
+            later(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
     }
 
     #[test]

@@ -53,6 +53,24 @@ pub(crate) enum Out {
     Kill,
 }
 
+/// What the HTTP binding answers one `POST` with (see `crate::http`).
+pub(crate) enum HttpSubmit {
+    /// Not one valid `job.submit` envelope (400), and why.
+    BadRequest(String),
+    /// The credentials were refused (401).
+    Unauthenticated(String),
+    /// The key is bound to a different intent (422).
+    Conflict(String),
+    /// The key's job is still running (409).
+    InFlight,
+    /// The key's job finished: its stored terminal, replayed.
+    Replay(Box<Frame>),
+    /// Submitted on this connection; its frames arrive on the channel.
+    Started(u64),
+    /// Black-holed: recorded, never answered.
+    Ignored,
+}
+
 /// Per-connection state shared with its task.
 pub(crate) struct Link {
     /// When the client last sent anything.
@@ -182,6 +200,8 @@ pub(crate) struct State {
     exec_key: HashMap<String, u64>,
     exec_total: u64,
     received: VecDeque<Envelope>,
+    /// Requests received by the HTTP binding.
+    http_requests: u64,
     pub faults: Faults,
     pub expectations: Vec<Expectation>,
 }
@@ -274,6 +294,7 @@ impl Shared {
                 exec_key: HashMap::new(),
                 exec_total: 0,
                 received: VecDeque::new(),
+                http_requests: 0,
                 faults: Faults::default(),
                 expectations: Vec::new(),
             }),
@@ -446,6 +467,97 @@ impl Shared {
         }
     }
 
+    /// One `POST` of the HTTP binding (`crate::http`): the same checks and
+    /// submit path as a v1.1 frame on a WebSocket, after the binding's own
+    /// idempotency answers (409 while the key's job runs, the stored
+    /// terminal once it finished, 422 for another intent). A fresh submit
+    /// runs on a connection and session of its own, whose frames go to `tx`;
+    /// [`Shared::http_done`] removes both when the response ends.
+    pub fn http_submit(
+        self: &Arc<Self>,
+        auth: &Auth,
+        header_key: Option<&str>,
+        body: &str,
+        tx: mpsc::Sender<Out>,
+    ) -> HttpSubmit {
+        let cfg = &self.cfg;
+        let mut st = self.lock();
+        st.http_requests += 1;
+        let envelope: Envelope = match serde_json::from_str(body) {
+            Ok(envelope) => envelope,
+            Err(e) => return HttpSubmit::BadRequest(format!("invalid envelope: {e}")),
+        };
+        st.record(envelope.clone());
+        if self.blackholed() {
+            return HttpSubmit::Ignored;
+        }
+        if envelope.arcp != PROTOCOL_VERSION {
+            let msg = format!("arcp must be '{PROTOCOL_VERSION}', got '{}'", envelope.arcp);
+            return HttpSubmit::BadRequest(msg);
+        }
+        if !is_message_id(&envelope.id, false) {
+            let msg = format!("id must be a ULID or UUIDv7, got '{}'", envelope.id);
+            return HttpSubmit::BadRequest(msg);
+        }
+        let kind = envelope.kind.clone();
+        let Frame { envelope, message } = match Dialect::V1_1.decode_envelope(envelope) {
+            Ok(frame) => frame,
+            Err(e) => return HttpSubmit::BadRequest(e.to_string()),
+        };
+        let Message::Invoke(mut invoke) = message else {
+            return HttpSubmit::BadRequest(format!(
+                "the HTTP binding takes one job.submit envelope per request, got '{kind}'"
+            ));
+        };
+        match (header_key, invoke.idempotency_key.as_deref()) {
+            (Some(header), Some(payload)) if header != payload => {
+                return HttpSubmit::BadRequest(
+                    "the Idempotency-Key header and the payload's idempotency_key differ".into(),
+                )
+            }
+            (Some(header), None) => invoke.idempotency_key = Some(header.to_owned()),
+            _ => {}
+        }
+        let principal = match st.authenticate(cfg, auth) {
+            Ok(principal) => principal,
+            Err(message) => return HttpSubmit::Unauthenticated(message.to_owned()),
+        };
+        if let Some(key) = invoke.idempotency_key.clone() {
+            let fingerprint = st.fingerprint(&invoke);
+            let scope = (principal.clone(), key.clone());
+            if let Some(binding) = st.bindings.get(&scope) {
+                if !binding.fingerprint.matches(&fingerprint) {
+                    return HttpSubmit::Conflict(format!(
+                        "idempotency key '{key}' already used with different parameters"
+                    ));
+                }
+                match st.jobs.get(&binding.job_id).map(|job| &job.state) {
+                    Some(JobState::Running { .. }) => return HttpSubmit::InFlight,
+                    Some(JobState::Done { terminal }) => {
+                        return HttpSubmit::Replay(terminal.clone())
+                    }
+                    None => {
+                        st.bindings.remove(&scope);
+                    }
+                }
+            }
+        }
+        let conn = st.open_http(tx, principal);
+        st.on_submit(self, conn, &envelope, invoke);
+        HttpSubmit::Started(conn)
+    }
+
+    /// Ends an HTTP submit's connection and session. Its job runs on; the
+    /// terminal is stored for replay.
+    pub fn http_done(&self, conn: u64) {
+        let mut st = self.lock();
+        if let Some(c) = st.conns.remove(&conn) {
+            if let Some(sid) = c.session {
+                st.sessions.remove(&sid);
+            }
+        }
+    }
+
     pub fn counts(&self) -> (u64, u64) {
         let st = self.lock();
         (
@@ -494,6 +606,10 @@ impl Shared {
 
 impl State {
     // ---------------------------------------------------------------- counters
+
+    pub fn http_requests(&self) -> u64 {
+        self.http_requests
+    }
 
     pub fn executions(&self, tool: &str) -> u64 {
         self.exec_tool.get(tool).copied().unwrap_or(0)
@@ -1132,6 +1248,47 @@ impl State {
         self.send(conn, frame);
     }
 
+    /// The intent a key is bound to, compared as the dialect's reference
+    /// runtime compares it.
+    fn fingerprint(&self, invoke: &Invoke) -> Fingerprint {
+        if self.legacy {
+            Fingerprint::Text(format!(
+                "{}\n{}",
+                invoke.tool,
+                canonical_json(&invoke.arguments)
+            ))
+        } else {
+            let mut payload = invoke.extra.clone();
+            payload.insert("agent".into(), json!(invoke.tool));
+            payload.insert("input".into(), invoke.arguments.clone());
+            Fingerprint::Payload(Value::Object(payload))
+        }
+    }
+
+    /// A connection and a session for one HTTP submit (not counted in
+    /// [`crate::MockRuntime::connections`]).
+    fn open_http(&mut self, tx: mpsc::Sender<Out>, principal: String) -> u64 {
+        self.next_conn += 1;
+        let id = self.next_conn;
+        let session = self.new_session(principal.clone());
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.conn = Some(id);
+        }
+        self.conns.insert(
+            id,
+            Conn {
+                tx,
+                abort: None,
+                link: Arc::new(Link::new()),
+                session: Some(session),
+                principal: Some(principal),
+                live: true,
+                frames_sent: 0,
+            },
+        );
+        id
+    }
+
     fn on_submit(&mut self, shared: &Arc<Shared>, conn: u64, envelope: &Envelope, invoke: Invoke) {
         let cfg = &shared.cfg;
         let Some(session_id) = self.conn_session(conn) else {
@@ -1158,18 +1315,7 @@ impl State {
             return;
         };
         let key = invoke.idempotency_key.clone();
-        let fingerprint = if self.legacy {
-            Fingerprint::Text(format!(
-                "{}\n{}",
-                invoke.tool,
-                canonical_json(&invoke.arguments)
-            ))
-        } else {
-            let mut payload = invoke.extra.clone();
-            payload.insert("agent".into(), json!(invoke.tool));
-            payload.insert("input".into(), invoke.arguments.clone());
-            Fingerprint::Payload(Value::Object(payload))
-        };
+        let fingerprint = self.fingerprint(&invoke);
         if let Some(key) = &key {
             let scope = (principal.clone(), key.clone());
             if let Some(binding) = self.bindings.get(&scope) {

@@ -85,6 +85,11 @@
 //!   [`MockRuntime::received`] returns every envelope the client sent, to
 //!   assert for example that every attempt reused the key with a
 //!   byte-identical payload under a fresh envelope id.
+//! - **HTTP**: the same runtime also serves the ARCP HTTP binding
+//!   (`docs/http-binding.md`) on a second port, [`MockRuntime::http_url`]:
+//!   409 while a key's job runs, the stored terminal with `Arcp-Replayed:
+//!   true` after, 422 for another intent; tools, keys, counts and faults are
+//!   shared with the WebSocket side.
 //! - **Chaos**: a [`ChaosProxy`] sits between any client and any runtime
 //!   (this one or a real one) and kills or stalls connections on a seeded,
 //!   reproducible schedule.
@@ -122,6 +127,7 @@ mod chaos;
 mod config;
 mod engine;
 mod fault;
+mod http;
 mod server;
 mod tool;
 mod verify;

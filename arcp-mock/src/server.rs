@@ -98,6 +98,8 @@ pub struct MockRuntime {
     shared: Arc<Shared>,
     addr: SocketAddr,
     accept: AbortHandle,
+    http_addr: SocketAddr,
+    http_accept: AbortHandle,
 }
 
 impl std::fmt::Debug for MockRuntime {
@@ -120,12 +122,20 @@ impl MockRuntime {
     pub(crate) async fn bind(addr: SocketAddr, config: Config) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        // The HTTP binding listens on a second ephemeral port of the same host.
+        let http_listener = TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?;
+        let http_addr = http_listener.local_addr()?;
         let shared = Arc::new(Shared::new(config));
         let accept = tokio::spawn(accept_loop(Arc::clone(&shared), listener)).abort_handle();
+        let http_accept =
+            tokio::spawn(crate::http::accept_loop(Arc::clone(&shared), http_listener))
+                .abort_handle();
         Ok(MockRuntime {
             shared,
             addr,
             accept,
+            http_addr,
+            http_accept,
         })
     }
 
@@ -137,6 +147,28 @@ impl MockRuntime {
     /// The bound address.
     pub fn address(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `http://127.0.0.1:PORT/arcp`: the same runtime over the HTTP binding
+    /// (`docs/http-binding.md`), on a second port. One `job.submit` per
+    /// `POST`; 409 while the key's job runs, the stored terminal with
+    /// `Arcp-Replayed: true` once it finished, 422 for the key with another
+    /// intent. Tools, keys, execution counts, faults and [`received`](Self::received)
+    /// are shared with the WebSocket side. (Any path is served.)
+    pub fn http_url(&self) -> String {
+        format!("http://{}/arcp", self.http_addr)
+    }
+
+    /// The HTTP binding's bound address.
+    pub fn http_address(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// Submits the HTTP binding has handled: each attempt of a call that got
+    /// past HTTP parsing is one (malformed HTTP is not counted, nor are HTTP
+    /// requests in [`connections`](Self::connections)).
+    pub fn http_requests(&self) -> u64 {
+        self.shared.lock().http_requests()
     }
 
     /// The dialect spoken.
@@ -256,6 +288,7 @@ impl MockRuntime {
 impl Drop for MockRuntime {
     fn drop(&mut self) {
         self.accept.abort();
+        self.http_accept.abort();
         self.shared.shutdown();
         if !std::thread::panicking() {
             if let Err(e) = self.try_verify() {

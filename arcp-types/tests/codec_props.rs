@@ -269,9 +269,12 @@ proptest! {
 
 #[test]
 fn a_legacy_result_with_a_value_field_round_trips() {
-    let text = r#"{"arcp":"1.1","id":"msg_1","type":"tool.result","payload":{"result":1,"value":2}}"#;
+    let text =
+        r#"{"arcp":"1.1","id":"msg_1","type":"tool.result","payload":{"result":1,"value":2}}"#;
     let frame = Dialect::Legacy.decode(text).unwrap();
-    let again = Dialect::Legacy.decode(&Dialect::Legacy.encode(&frame)).unwrap();
+    let again = Dialect::Legacy
+        .decode(&Dialect::Legacy.encode(&frame))
+        .unwrap();
     assert_eq!(again.message, frame.message);
 }
 

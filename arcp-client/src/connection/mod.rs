@@ -24,7 +24,6 @@ mod transport;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,9 +38,10 @@ use tracing::{debug, info, warn};
 use crate::cache::{Cached, Outcome, OutcomeCache};
 use crate::client::{Config, DialectChoice};
 use crate::error::{Error, ToolError};
+use crate::intent::{fingerprint, is_duplicate_key};
 use crate::invocation::{CallShared, CancelOutcome, InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
-use crate::retry::Schedule;
+use crate::retry::{later, Schedule};
 use transport::{Inbound, Transport};
 
 /// A call handed from an `Invocation` to the task.
@@ -401,7 +401,8 @@ impl Task {
             extra: Default::default(),
         };
         transport.queue(dialect.encode(&Frame::new(Message::Open(open))));
-        let deadline = tokio::time::Instant::now() + self.config.handshake_timeout;
+        let deadline =
+            tokio::time::Instant::from_std(later(Instant::now(), self.config.handshake_timeout));
         transport
             .flush(self.config.handshake_timeout)
             .await
@@ -635,7 +636,7 @@ impl Task {
                         // The resumed session may deliver the job's outcome
                         // (buffered or live): wait for it on the ladder
                         // instead of re-sending every accepted call at once.
-                        let at = now + ladder_wait(call, &config);
+                        let at = later(now, ladder_wait(call, &config));
                         call.phase = Phase::Accepted {
                             ladder_at: Some(at),
                         };
@@ -672,7 +673,7 @@ impl Task {
                     .reconnect
                     .get_or_insert_with(|| self.config.retry.schedule())
                     .next_delay(None);
-                self.wait_disconnected(Instant::now() + delay).await
+                self.wait_disconnected(later(Instant::now(), delay)).await
             }
         }
     }
@@ -705,8 +706,8 @@ impl Task {
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         if let Some(interval) = self.session.heartbeat {
             wake = wake
-                .min(self.last_outbound + interval)
-                .min(self.last_inbound + 2 * interval);
+                .min(later(self.last_outbound, interval))
+                .min(later(self.last_inbound, interval.saturating_mul(2)));
         }
         if self.session.last_event_seq > self.session.acked_seq && self.accepts_ack() {
             wake = wake.min(self.last_ack_sent + ACK_EVERY);
@@ -891,10 +892,10 @@ impl Task {
             trace_id = %req.trace_id,
         );
         let call = Call {
-            deadline_at: req.started + req.deadline,
+            deadline_at: later(req.started, req.deadline),
             // The retry budget starts at the first failure; until then only
             // the deadline bounds the call.
-            budget_at: req.started + req.deadline,
+            budget_at: later(req.started, req.deadline),
             recovering: false,
             awaiting_resume: false,
             req,
@@ -948,7 +949,7 @@ impl Task {
         self.by_request
             .insert(request_id.clone(), Pending::Cancel(id));
         self.pending_order.push_back(request_id);
-        let until = Instant::now() + self.config.handshake_timeout;
+        let until = later(Instant::now(), self.config.handshake_timeout);
         self.calls
             .get_mut(&id)
             .expect("looked up above")
@@ -1104,7 +1105,7 @@ impl Task {
             }));
             let wait = ladder_wait(call, &self.config);
             call.phase = Phase::Accepted {
-                ladder_at: Some(now + wait),
+                ladder_at: Some(later(now, wait)),
             };
             debug!(parent: &call.span, "subscribing to the job's stream with history");
             if let Some(request_id) = self.send(frame) {
@@ -1112,7 +1113,7 @@ impl Task {
                     .insert(request_id.clone(), Pending::Subscribe(id));
                 self.pending_order.push_back(request_id);
             }
-            self.timers.push(Reverse((now + wait, id)));
+            self.timers.push(Reverse((later(now, wait), id)));
         } else {
             debug!(parent: &call.span, "no outcome on the live stream; re-sending with the same key");
             call.last_error = Some(
@@ -1382,7 +1383,7 @@ impl Task {
         if replay {
             start_recovery(call, now, config.retry.max_elapsed);
         }
-        let ladder_at = replay.then(|| now + ladder_wait(call, &config));
+        let ladder_at = replay.then(|| later(now, ladder_wait(call, &config)));
         debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
         call.phase = Phase::Accepted { ladder_at };
         if let Some(at) = ladder_at {
@@ -1403,7 +1404,7 @@ impl Task {
         // Any event of the job (even a repeat) shows its stream reaches us:
         // the ladder waits again instead of re-sending.
         if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
-            let at = now + ladder_current(call, &config);
+            let at = later(now, ladder_current(call, &config));
             call.phase = Phase::Accepted {
                 ladder_at: Some(at),
             };
@@ -1614,7 +1615,7 @@ impl Task {
                 call.last_error = Some(format!("{}: {}", e.code, e.message));
                 let now = Instant::now();
                 start_recovery(call, now, self.config.retry.max_elapsed);
-                let not_before = now + delay;
+                let not_before = later(now, delay);
                 debug!(parent: &call.span, code = %e.code, ?delay, "transient rejection; retrying with the same key");
                 call.phase = Phase::Queued { not_before };
                 self.timers.push(Reverse((not_before, id)));
@@ -1685,29 +1686,11 @@ fn ladder_current(call: &mut Call, config: &Config) -> Duration {
 fn start_recovery(call: &mut Call, now: Instant, max_elapsed: Duration) {
     if !call.recovering {
         call.recovering = true;
-        call.budget_at = now + max_elapsed;
+        call.budget_at = later(now, max_elapsed);
     }
 }
 
 /// A frame re-sent from another session (a replayed, stored answer).
 fn is_foreign(envelope: &Envelope, session: Option<&str>) -> bool {
     matches!((envelope.session_id.as_deref(), session), (Some(theirs), Some(ours)) if theirs != ours)
-}
-
-/// `DUPLICATE_KEY` anywhere, and the legacy runtime's spelling of the same
-/// conflict: `FAILED_PRECONDITION` "already bound to a different command intent".
-fn is_duplicate_key(e: &ErrorReply) -> bool {
-    e.code == ErrorCode::DuplicateKey
-        || (e.code == ErrorCode::FailedPrecondition
-            && (e.message.contains("different command intent")
-                || e.message.contains("already bound")))
-}
-
-/// Identifies an intent: tool, arguments and every option, as sent.
-fn fingerprint(invoke: &Invoke) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(invoke)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    hasher.finish()
 }

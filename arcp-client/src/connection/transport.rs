@@ -145,7 +145,10 @@ fn connect_error(url: &str, e: tungstenite::Error) -> Error {
     // A TLS failure (untrusted or mismatched certificate) surfaces as an I/O
     // error wrapping a rustls error: retrying cannot fix it.
     if let tungstenite::Error::Io(io) = &e {
-        if let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        if let Some(tls) = io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
             return Error::Connect {
                 url: url.to_owned(),
                 message: format!("TLS handshake failed: {tls}"),

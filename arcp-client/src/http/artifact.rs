@@ -1,0 +1,673 @@
+//! Artifact fetch: resolve an `artifact_ref` / `result_ref` over HTTP(S),
+//! streaming, with a size limit and sha256 verification.
+//!
+//! Bytes that do not match their reference are never returned: a sha256 or
+//! size mismatch is [`Error::ArtifactMismatch`], a body over the limit is
+//! [`Error::ArtifactTooLarge`] (the download stops at the limit, so memory
+//! stays bounded), a missing artifact is [`Error::ArtifactNotFound`].
+//! Transient failures (connection loss, 408, 429, 5xx) are retried with the
+//! [`RetryPolicy`], `Retry-After` being a floor; `GET` is safe to repeat.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION};
+use reqwest::Url;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{
+    bearer_header, body_detail, build_http_client, describe, display_uri, read_capped, redact,
+    retry_after, ERROR_BODY_LIMIT,
+};
+use crate::client::{Config, Secret};
+use crate::error::Error;
+use crate::retry::later;
+use crate::retry::RetryPolicy;
+
+/// Default limit on an artifact's size: 64 MiB.
+pub(crate) const DEFAULT_MAX_ARTIFACT_SIZE: u64 = 64 << 20;
+/// Default bound on one fetch, retries included.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Redirects followed (artifact URIs often redirect to signed storage URLs).
+const MAX_REDIRECTS: usize = 5;
+/// Largest buffer reserved up front, whatever the server announces.
+const MAX_PREALLOCATION: u64 = 1 << 20;
+
+/// A reference to content stored outside the message stream: the body of a
+/// v1.1 `artifact_ref` job event (`{uri, content_type, byte_size?,
+/// sha256?}`), a `result_ref`, or a legacy `artifact.ref` (`{uri,
+/// media_type, size, sha256}`). Both spellings are read; unknown fields are
+/// ignored.
+///
+/// ```
+/// use arcp_client::ArtifactRef;
+/// use serde_json::json;
+///
+/// let output = json!({"result_ref": {
+///     "uri": "https://store.example/a/1",
+///     "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+///     "byte_size": 4,
+///     "content_type": "text/plain"
+/// }});
+/// let r = ArtifactRef::from_value(&output).expect("a reference");
+/// assert_eq!(r.size, Some(4));
+/// assert_eq!(r.media_type.as_deref(), Some("text/plain"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ArtifactRef {
+    /// Where the content is (`http://` or `https://` to be fetchable).
+    #[serde(alias = "url")]
+    pub uri: String,
+    /// The SHA-256 of the content, hex (an optional `sha256:` prefix is
+    /// accepted). When present, fetched bytes must match it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The size in bytes (also read from `byte_size`). When present, fetched
+    /// bytes must have exactly this length.
+    #[serde(
+        default,
+        alias = "byte_size",
+        alias = "size_bytes",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub size: Option<u64>,
+    /// The media type (also read from `content_type`), sent as `Accept`.
+    #[serde(
+        default,
+        alias = "content_type",
+        alias = "mime_type",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub media_type: Option<String>,
+}
+
+impl fmt::Debug for ArtifactRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArtifactRef")
+            .field("uri", &display_uri(&self.uri))
+            .field("sha256", &self.sha256)
+            .field("size", &self.size)
+            .field("media_type", &self.media_type)
+            .finish()
+    }
+}
+
+impl ArtifactRef {
+    /// A reference with only a URI (nothing to verify but the size limit).
+    pub fn new(uri: impl Into<String>) -> Self {
+        ArtifactRef {
+            uri: uri.into(),
+            sha256: None,
+            size: None,
+            media_type: None,
+        }
+    }
+
+    /// Requires the content to have this SHA-256 (hex).
+    pub fn with_sha256(mut self, hex: impl Into<String>) -> Self {
+        self.sha256 = Some(hex.into());
+        self
+    }
+
+    /// Requires the content to be exactly this many bytes.
+    pub fn with_size(mut self, bytes: u64) -> Self {
+        self.size = Some(bytes);
+        self
+    }
+
+    /// Sets the expected media type.
+    pub fn with_media_type(mut self, media_type: impl Into<String>) -> Self {
+        self.media_type = Some(media_type.into());
+        self
+    }
+
+    /// Reads a reference out of a JSON value: its `result_ref` or
+    /// `artifact_ref` field (for example [`crate::ToolOutput::value`] of a
+    /// result delivered by reference), else the value itself (an
+    /// `artifact_ref` event body). `None` when there is no object with a
+    /// string `uri`.
+    pub fn from_value(value: &Value) -> Option<ArtifactRef> {
+        ["result_ref", "artifact_ref"]
+            .iter()
+            .filter_map(|field| value.get(field))
+            .chain(std::iter::once(value))
+            .find_map(|v| ArtifactRef::deserialize(v).ok())
+    }
+}
+
+/// Fetches artifacts over HTTP(S) with a size limit, sha256 verification
+/// and retries. Cheap to clone.
+///
+/// [`crate::Client::fetch_artifact`] uses one configured from the client
+/// (its retry policy, TLS settings, `max_artifact_size`, and its bearer
+/// token for URIs on the runtime's own origin); build one yourself to fetch
+/// without a client.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), arcp_client::Error> {
+/// use arcp_client::{ArtifactFetcher, ArtifactRef};
+///
+/// let fetcher = ArtifactFetcher::builder().max_size(8 << 20).build()?;
+/// let bytes = fetcher
+///     .fetch(&ArtifactRef::new("https://store.example/a/1").with_size(4))
+///     .await?;
+/// # let _ = bytes; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ArtifactFetcher {
+    inner: Arc<FetcherInner>,
+}
+
+struct FetcherInner {
+    http: reqwest::Client,
+    max_size: u64,
+    retry: RetryPolicy,
+    timeout: Duration,
+    /// The bearer token, sent only to URIs of this origin.
+    credential: Option<(Origin, HeaderValue)>,
+    token: Option<Secret>,
+}
+
+impl fmt::Debug for ArtifactFetcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArtifactFetcher")
+            .field("max_size", &self.inner.max_size)
+            .field("retry", &self.inner.retry)
+            .field("timeout", &self.inner.timeout)
+            .field(
+                "token_origin",
+                &self.inner.credential.as_ref().map(|(o, _)| o),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures an [`ArtifactFetcher`]. Made by [`ArtifactFetcher::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct ArtifactFetcherBuilder {
+    max_size: u64,
+    retry: RetryPolicy,
+    timeout: Duration,
+    connect_timeout: Duration,
+    token: Option<(String, Secret)>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    user_agent: String,
+}
+
+impl ArtifactFetcherBuilder {
+    /// Largest artifact accepted, in bytes (default 64 MiB). A reference or
+    /// a `Content-Length` over it fails before downloading; a body that
+    /// grows over it stops there.
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.max_size = bytes;
+        self
+    }
+
+    /// Retry schedule and budget for transient failures (default
+    /// [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Bound on one fetch, retries included (default 5 minutes).
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+
+    /// Bound on establishing a connection (default 10 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Sends `Authorization: Bearer <token>` to URIs with the same origin
+    /// (scheme, host, port) as `origin`, and to no other: an artifact URI
+    /// may point at third-party storage. `ws://`/`wss://` origins match
+    /// `http://`/`https://`. Redirects to another host drop the header.
+    pub fn bearer_token(mut self, origin: impl Into<String>, token: impl Into<String>) -> Self {
+        self.token = Some((origin.into(), Secret(token.into())));
+        self
+    }
+
+    /// Uses this rustls configuration for `https://` (roots, client
+    /// certificates); default: the bundled web PKI roots.
+    pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Builds the fetcher.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidCall`] for a token origin that is not a URL or a token
+    /// an HTTP header cannot carry; [`Error::Connect`] if the HTTP client
+    /// cannot be set up.
+    pub fn build(self) -> Result<ArtifactFetcher, Error> {
+        let http = build_http_client(
+            self.user_agent,
+            self.connect_timeout,
+            self.tls,
+            reqwest::redirect::Policy::limited(MAX_REDIRECTS),
+        )
+        .map_err(|message| Error::Connect {
+            url: "artifact fetcher".into(),
+            message,
+            retryable: false,
+        })?;
+        let (credential, token) = match self.token {
+            Some((origin_url, token)) => {
+                let origin = Url::parse(&origin_url)
+                    .ok()
+                    .and_then(|u| Origin::of(&u))
+                    .ok_or_else(|| {
+                        Error::InvalidCall(format!(
+                            "token origin {} is not an absolute http(s) or ws(s) URL",
+                            display_uri(&origin_url)
+                        ))
+                    })?;
+                let header = bearer_header(Some(&token))?;
+                (header.map(|h| (origin, h)), Some(token))
+            }
+            None => (None, None),
+        };
+        Ok(ArtifactFetcher {
+            inner: Arc::new(FetcherInner {
+                http,
+                max_size: self.max_size,
+                retry: self.retry,
+                timeout: self.timeout,
+                credential,
+                token,
+            }),
+        })
+    }
+}
+
+/// What one fetch attempt led to.
+enum Fetch {
+    Done(Result<Vec<u8>, Error>),
+    Retry {
+        status: Option<u16>,
+        floor: Option<Duration>,
+        message: String,
+    },
+}
+
+impl ArtifactFetcher {
+    /// A builder with the defaults: 64 MiB, the default retry policy, 5
+    /// minutes per fetch, no token.
+    pub fn builder() -> ArtifactFetcherBuilder {
+        ArtifactFetcherBuilder {
+            max_size: DEFAULT_MAX_ARTIFACT_SIZE,
+            retry: RetryPolicy::default(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: Duration::from_secs(10),
+            token: None,
+            tls: None,
+            user_agent: format!("arcp-rust/{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+
+    /// The fetcher of a [`crate::Client`]: its limits, retry policy, TLS
+    /// settings, and its token for the runtime's origin.
+    pub(crate) fn from_config(config: &Config) -> Result<ArtifactFetcher, Error> {
+        let mut builder = ArtifactFetcher::builder()
+            .max_size(config.max_artifact_size)
+            .retry(config.retry.clone())
+            .timeout(config.default_deadline)
+            .connect_timeout(config.handshake_timeout);
+        builder.user_agent = format!("{}/{}", config.client_name, config.client_version);
+        builder.tls = config.tls.client_config();
+        if let Some(token) = &config.token {
+            builder = builder.bearer_token(config.url.clone(), token.0.clone());
+        }
+        builder.build()
+    }
+
+    /// Downloads the artifact and verifies it against its reference: at most
+    /// the size limit, exactly `size` bytes and the `sha256` digest when the
+    /// reference gives them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ArtifactMismatch`], [`Error::ArtifactTooLarge`],
+    /// [`Error::ArtifactNotFound`], [`Error::Unauthenticated`] (401/403),
+    /// [`Error::ArtifactFetch`] (transport failures and other statuses,
+    /// after retries where they may help), [`Error::InvalidCall`] for a URI
+    /// that is not `http(s)://` or a malformed `sha256`.
+    pub async fn fetch(&self, artifact: &ArtifactRef) -> Result<Vec<u8>, Error> {
+        let shown = display_uri(&artifact.uri);
+        let url = Url::parse(artifact.uri.trim())
+            .map_err(|e| Error::InvalidCall(format!("artifact URI {shown} is invalid: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(Error::InvalidCall(format!(
+                "artifact URI {shown}: the {} scheme cannot be fetched over HTTP",
+                url.scheme()
+            )));
+        }
+        let expected = match artifact.sha256.as_deref() {
+            Some(hex) => Some(parse_sha256(hex).ok_or_else(|| {
+                Error::InvalidCall(format!(
+                    "artifact {shown}: sha256 {hex:?} is not 64 hexadecimal digits"
+                ))
+            })?),
+            None => None,
+        };
+        let limit = self.inner.max_size;
+        if let Some(size) = artifact.size.filter(|&s| s > limit) {
+            return Err(Error::ArtifactTooLarge {
+                uri: shown,
+                limit,
+                size: Some(size),
+            });
+        }
+        let timeout = self.inner.timeout;
+        let deadline = tokio::time::Instant::from_std(later(Instant::now(), timeout));
+        let fetch = self.fetch_with_retries(&url, &shown, artifact, expected);
+        match tokio::time::timeout_at(deadline, fetch).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::ArtifactFetch {
+                uri: shown,
+                status: None,
+                message: format!("no complete response within {timeout:?}"),
+                retryable: true,
+            }),
+        }
+    }
+
+    async fn fetch_with_retries(
+        &self,
+        url: &Url,
+        shown: &str,
+        artifact: &ArtifactRef,
+        expected: Option<[u8; 32]>,
+    ) -> Result<Vec<u8>, Error> {
+        let retry = &self.inner.retry;
+        let mut schedule = None;
+        let mut budget_at = None;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let (status, floor, message) =
+                match self.fetch_once(url, shown, artifact, expected).await {
+                    Fetch::Done(outcome) => return outcome,
+                    Fetch::Retry {
+                        status,
+                        floor,
+                        message,
+                    } => (status, floor, message),
+                };
+            let now = Instant::now();
+            let budget_at = *budget_at.get_or_insert(later(now, retry.max_elapsed));
+            let delay = schedule
+                .get_or_insert_with(|| retry.schedule())
+                .next_delay(floor);
+            tracing::debug!(uri = %shown, attempt = attempts, ?delay, %message, "artifact fetch failed; retrying");
+            if attempts >= retry.max_attempts || later(now, delay) > budget_at {
+                return Err(Error::ArtifactFetch {
+                    uri: shown.to_owned(),
+                    status,
+                    message: format!("gave up after {attempts} attempt(s); last: {message}"),
+                    retryable: true,
+                });
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    async fn fetch_once(
+        &self,
+        url: &Url,
+        shown: &str,
+        artifact: &ArtifactRef,
+        expected: Option<[u8; 32]>,
+    ) -> Fetch {
+        let mut request = self.inner.http.get(url.clone());
+        if let Some(accept) = artifact
+            .media_type
+            .as_deref()
+            .and_then(|m| HeaderValue::from_str(&format!("{m}, */*;q=0.1")).ok())
+        {
+            request = request.header(ACCEPT, accept);
+        }
+        if let Some((origin, header)) = &self.inner.credential {
+            if Origin::of(url).as_ref() == Some(origin) {
+                request = request.header(AUTHORIZATION, header.clone());
+            }
+        }
+        let mut response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                return Fetch::Retry {
+                    status: None,
+                    floor: None,
+                    message: describe(&e),
+                }
+            }
+        };
+        let status = response.status().as_u16();
+        let uri = || shown.to_owned();
+        match status {
+            200..=299 => {}
+            404 | 410 => return Fetch::Done(Err(Error::ArtifactNotFound { uri: uri(), status })),
+            401 | 403 => {
+                let detail = self.detail(&mut response).await;
+                return Fetch::Done(Err(Error::Unauthenticated {
+                    message: format!("HTTP {status} fetching artifact {shown}: {detail}"),
+                }));
+            }
+            408 | 429 | 500 | 502 | 503 | 504 => {
+                let floor = retry_after(response.headers(), SystemTime::now());
+                let detail = self.detail(&mut response).await;
+                return Fetch::Retry {
+                    status: Some(status),
+                    floor,
+                    message: format!("HTTP {status}: {detail}"),
+                };
+            }
+            _ => {
+                let detail = self.detail(&mut response).await;
+                return Fetch::Done(Err(Error::ArtifactFetch {
+                    uri: uri(),
+                    status: Some(status),
+                    message: format!("HTTP {status}: {detail}"),
+                    retryable: false,
+                }));
+            }
+        }
+        let limit = self.inner.max_size;
+        let announced = response.content_length();
+        if let Some(length) = announced {
+            if length > limit {
+                return Fetch::Done(Err(Error::ArtifactTooLarge {
+                    uri: uri(),
+                    limit,
+                    size: Some(length),
+                }));
+            }
+            if let Some(size) = artifact.size.filter(|&s| s != length) {
+                return Fetch::Done(Err(size_mismatch(shown, size, length.to_string())));
+            }
+        }
+        let reserve = announced
+            .or(artifact.size)
+            .unwrap_or(0)
+            .min(MAX_PREALLOCATION);
+        let mut body = Vec::with_capacity(usize::try_from(reserve).unwrap_or(0));
+        let mut hasher = Sha256::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let total = body.len() as u64 + chunk.len() as u64;
+                    if total > limit {
+                        return Fetch::Done(Err(Error::ArtifactTooLarge {
+                            uri: uri(),
+                            limit,
+                            size: None,
+                        }));
+                    }
+                    if let Some(size) = artifact.size.filter(|&s| total > s) {
+                        return Fetch::Done(Err(size_mismatch(
+                            shown,
+                            size,
+                            format!("more than {size}"),
+                        )));
+                    }
+                    hasher.update(&chunk);
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Fetch::Retry {
+                        status: Some(status),
+                        floor: None,
+                        message: format!(
+                            "the body was cut off after {} bytes: {}",
+                            body.len(),
+                            describe(&e)
+                        ),
+                    }
+                }
+            }
+        }
+        if let Some(size) = artifact.size.filter(|&s| s != body.len() as u64) {
+            return Fetch::Done(Err(size_mismatch(shown, size, body.len().to_string())));
+        }
+        if let Some(expected) = expected {
+            let actual: [u8; 32] = hasher.finalize().into();
+            if actual != expected {
+                return Fetch::Done(Err(Error::ArtifactMismatch {
+                    uri: uri(),
+                    what: "sha256".into(),
+                    expected: hex(&expected),
+                    actual: hex(&actual),
+                }));
+            }
+        }
+        Fetch::Done(Ok(body))
+    }
+
+    async fn detail(&self, response: &mut reqwest::Response) -> String {
+        match read_capped(response, ERROR_BODY_LIMIT).await {
+            Ok(body) => redact(body_detail(&body), self.inner.token.as_ref()),
+            Err(_) => "the response body could not be read".into(),
+        }
+    }
+}
+
+fn size_mismatch(shown: &str, expected: u64, actual: String) -> Error {
+    Error::ArtifactMismatch {
+        uri: shown.to_owned(),
+        what: "size".into(),
+        expected: expected.to_string(),
+        actual,
+    }
+}
+
+/// Scheme, host and port; `ws`/`wss` count as `http`/`https`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: &'static str,
+    host: String,
+    port: Option<u16>,
+}
+
+impl Origin {
+    fn of(url: &Url) -> Option<Origin> {
+        let scheme = match url.scheme() {
+            "http" | "ws" => "http",
+            "https" | "wss" => "https",
+            _ => return None,
+        };
+        Some(Origin {
+            scheme,
+            host: url.host_str()?.to_ascii_lowercase(),
+            port: url.port_or_known_default(),
+        })
+    }
+}
+
+/// 64 hex digits, optionally prefixed `sha256:`.
+fn parse_sha256(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    let hex = text
+        .get(..7)
+        .filter(|p| p.eq_ignore_ascii_case("sha256:"))
+        .map_or(text, |_| &text[7..]);
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+        let digit = |b: u8| (b as char).to_digit(16);
+        out[i] = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?;
+    }
+    Some(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sha256_parses_with_or_without_prefix() {
+        let h = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
+        let parsed = parse_sha256(h).unwrap();
+        assert_eq!(hex(&parsed), h.to_ascii_lowercase());
+        assert_eq!(parse_sha256(&format!("sha256:{h}")), Some(parsed));
+        assert_eq!(parse_sha256("abc"), None);
+        assert_eq!(parse_sha256(&"zz".repeat(32)), None);
+        assert_eq!(parse_sha256(&"é".repeat(32)), None);
+    }
+
+    #[test]
+    fn references_read_both_spellings() {
+        let v11 = json!({"kind": "ignored", "uri": "https://a/b", "byte_size": 3, "content_type": "text/plain"});
+        let r = ArtifactRef::from_value(&v11).unwrap();
+        assert_eq!(
+            r,
+            ArtifactRef::new("https://a/b")
+                .with_size(3)
+                .with_media_type("text/plain")
+        );
+        let legacy = json!({"artifact_ref": {"artifact_id": "art_1", "uri": "https://a/c", "size": 4, "media_type": "x/y", "sha256": "00"}});
+        let r = ArtifactRef::from_value(&legacy).unwrap();
+        assert_eq!(r.uri, "https://a/c");
+        assert_eq!(r.sha256.as_deref(), Some("00"));
+        assert!(ArtifactRef::from_value(&json!({"result": 1})).is_none());
+        assert!(ArtifactRef::from_value(&json!({"uri": 5})).is_none());
+    }
+
+    #[test]
+    fn origins_match_scheme_host_and_port() {
+        let o = |u: &str| Origin::of(&Url::parse(u).unwrap());
+        assert_eq!(o("ws://H:80/arcp"), o("http://h/x"));
+        assert_eq!(o("wss://h/arcp"), o("https://h:443/y"));
+        assert_ne!(o("https://h/"), o("http://h/"));
+        assert_ne!(o("https://h/"), o("https://h:8443/"));
+        assert_eq!(o("ftp://h/"), None);
+    }
+
+    #[test]
+    fn debug_hides_presigned_queries() {
+        let r = ArtifactRef::new("https://s/a?sig=secret");
+        assert!(!format!("{r:?}").contains("secret"));
+    }
+}

@@ -1,0 +1,753 @@
+//! One call over the HTTP binding: attempts with the same key and intent,
+//! classified by status code and envelope, until a terminal answer or a
+//! typed give-up.
+//!
+//! ```text
+//!  attempt ──2xx terminal envelope────────────────────────────▶ done (Ok / Tool error)
+//!     │    ──422 / DUPLICATE_KEY──────────────────────────────▶ DuplicateKey
+//!     │    ──401 / 403────────────────────────────────────────▶ Unauthenticated
+//!     │    ──429 / 503 / 408 / retryable error, not accepted──▶ Transient: backoff, Retry-After floor
+//!     │    ──409 / job.accepted only──────────────────────────▶ Pending: ladder wait (key is bound)
+//!     │    ──reset / cut body / 500 502 504 / no terminal─────▶ Lost: backoff (outcome uncertain)
+//!     └──── retry with the same key until the budget is spent: RetriesExhausted or
+//!           OutcomeUnavailable (when the job may exist); the deadline bounds it all
+//! ```
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use arcp_types::{Dialect, Envelope, ErrorCode, ErrorReply, Frame, JobEvent, JobResult, Message};
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::Url;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn, Instrument};
+
+use super::{
+    bearer_header, body_detail, describe, endpoint, header_is_true, http_client,
+    idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
+    ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
+};
+use crate::cache::{Cached, Outcome, OutcomeCache};
+use crate::client::Config;
+use crate::connection::CallRequest;
+use crate::error::{Error, ToolError};
+use crate::intent::{fingerprint, is_duplicate_key};
+use crate::invocation::{InvocationEvent, ToolOutput};
+use crate::profile::RuntimeProfile;
+use crate::retry::later;
+use crate::retry::Schedule;
+
+/// What the client sends in `Accept`: a stream of envelopes preferred (it
+/// carries the job's events), one terminal envelope accepted.
+const ACCEPT_BOTH: &str = "application/x-ndjson, application/json;q=0.9";
+
+/// The HTTP backend of a [`crate::Client`]: a reqwest client, the endpoint,
+/// and the outcome cache. Calls run on the caller's task; nothing is spawned.
+pub(crate) struct HttpBackend {
+    http: reqwest::Client,
+    endpoint: Url,
+    config: Arc<Config>,
+    auth: Option<HeaderValue>,
+    cache: Mutex<OutcomeCache>,
+    closed: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for HttpBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpBackend")
+            .field("endpoint", &self.endpoint.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpBackend {
+    /// Validates the URL and token and builds the HTTP client. Nothing is
+    /// sent: the binding has no handshake, so a wrong URL or token shows on
+    /// the first call.
+    pub(crate) fn new(config: Arc<Config>) -> Result<Self, Error> {
+        let endpoint = endpoint(&config.url)?;
+        let auth = bearer_header(config.token.as_ref())?;
+        let http = http_client(&config, reqwest::redirect::Policy::none())?;
+        Ok(HttpBackend {
+            http,
+            endpoint,
+            auth,
+            cache: Mutex::new(OutcomeCache::new(
+                config.outcome_cache_capacity,
+                config.outcome_cache_ttl,
+            )),
+            config,
+            closed: watch::Sender::new(false),
+        })
+    }
+
+    /// The binding's behaviour, in place of a negotiated profile: there is no
+    /// welcome, so name and version are unknown (empty); a repeated key gets
+    /// the stored terminal (the binding requires it); there are no sessions,
+    /// so no resume, subscribe, ping or ack.
+    pub(crate) fn profile(&self) -> RuntimeProfile {
+        RuntimeProfile {
+            name: String::new(),
+            version: String::new(),
+            dialect: Dialect::V1_1,
+            replays_terminal: true,
+            echoes_request_id_on_errors: false,
+            supports_resume: false,
+            supports_subscribe: false,
+            answers_ping: false,
+            sends_ping: false,
+            accepts_ack: false,
+            key_echo_marks_replay: false,
+        }
+    }
+
+    /// Fails every call in flight, and every later one, with [`Error::Closed`].
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Runs one call to its outcome.
+    pub(crate) async fn invoke(&self, mut req: CallRequest) -> Result<ToolOutput, Error> {
+        req.invoke.idempotency_key = Some(req.key.to_string());
+        let fingerprint = fingerprint(&req.invoke);
+        let now = Instant::now();
+        match self.cache().get(&req.key, fingerprint, now) {
+            Cached::Hit(outcome) => {
+                return outcome.map(|mut out| {
+                    out.replayed = true;
+                    out
+                })
+            }
+            Cached::Conflict => {
+                return Err(Error::DuplicateKey {
+                    key: req.key,
+                    message:
+                        "the key already completed a call with a different intent in this client"
+                            .into(),
+                    attempts: 0,
+                })
+            }
+            Cached::Miss => {}
+        }
+        let size = serde_json::to_string(&req.invoke).map_or(0, |t| t.len());
+        if size > self.config.max_frame_size {
+            return Err(Error::InvalidCall(format!(
+                "the request is {size} bytes; the frame size limit is {}",
+                self.config.max_frame_size
+            )));
+        }
+        let key_header = idempotency_key_header(req.key.as_str())?;
+        let mut closed = self.closed.subscribe();
+        if *closed.borrow_and_update() {
+            return Err(Error::Closed);
+        }
+        let span = tracing::info_span!(
+            "arcp.call",
+            tool = %req.invoke.tool,
+            key = %req.key,
+            trace_id = %req.trace_id,
+            transport = "http",
+        );
+        let key = req.key.clone();
+        let deadline = req.deadline;
+        let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
+        let mut call = Call::new(self, req, key_header);
+        enum End {
+            Done(Outcome),
+            Deadline,
+            Closed,
+        }
+        let end = async {
+            tokio::select! {
+                outcome = tokio::time::timeout_at(deadline_at, call.run()) => match outcome {
+                    Ok(outcome) => End::Done(outcome),
+                    Err(_) => End::Deadline,
+                },
+                _ = closed.wait_for(|closed| *closed) => End::Closed,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        let outcome = match end {
+            End::Done(outcome) => outcome,
+            End::Deadline => Err(Error::DeadlineExceeded {
+                key,
+                job_id: call.job_id.clone(),
+                deadline,
+                attempts: 0,
+            }),
+            End::Closed => Err(Error::Closed),
+        };
+        let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
+        match &outcome {
+            Ok(out) => {
+                info!(parent: &span, attempts = out.attempts, replayed = out.replayed, job_id = ?out.job_id, "call succeeded")
+            }
+            Err(e) => info!(parent: &span, attempts = call.attempts, error = %e, "call failed"),
+        }
+        if call.dropped_events > 0 {
+            warn!(parent: &span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
+        }
+        // A `DuplicateKey` refusal is not the key's outcome, so it is not cached.
+        if matches!(
+            outcome,
+            Ok(_) | Err(Error::Tool(_) | Error::Cancelled { .. })
+        ) {
+            self.cache().insert(
+                call.req.key.clone(),
+                fingerprint,
+                outcome.clone(),
+                Instant::now(),
+            );
+        }
+        outcome
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, OutcomeCache> {
+        // A panic while holding the lock cannot leave the cache inconsistent
+        // in a way that matters (entries are whole outcomes): keep using it.
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What one attempt led to.
+enum Next {
+    /// The call is over.
+    Done(Outcome),
+    /// Refused before acceptance, transiently: this attempt ran nothing.
+    Transient {
+        floor: Option<Duration>,
+        reason: String,
+    },
+    /// The key is bound to a job whose outcome this answer did not carry
+    /// (409, or `job.accepted` only): wait on the ladder, then ask again.
+    Pending {
+        floor: Option<Duration>,
+        reason: String,
+    },
+    /// The answer was lost or cut short: the job may have started.
+    Lost {
+        floor: Option<Duration>,
+        reason: String,
+    },
+}
+
+struct Call<'a> {
+    backend: &'a HttpBackend,
+    req: CallRequest,
+    key_header: HeaderValue,
+    /// Requests sent (a request that never connected is not counted).
+    attempts: u32,
+    job_id: Option<String>,
+    /// The runtime said the key is bound to a job (409, `job.accepted`).
+    bound: bool,
+    /// An attempt may have started the job and its answer was lost.
+    uncertain: bool,
+    /// The current attempt's stream carried `job.accepted`.
+    accepted_now: bool,
+    last_error: Option<String>,
+    /// When retrying must stop: `max_elapsed` after the first failure.
+    budget_at: Option<Instant>,
+    schedule: Option<Schedule>,
+    ladder: Option<Schedule>,
+    last_event_seq: Option<u64>,
+    dropped_events: u64,
+}
+
+impl<'a> Call<'a> {
+    fn new(backend: &'a HttpBackend, req: CallRequest, key_header: HeaderValue) -> Self {
+        Call {
+            backend,
+            req,
+            key_header,
+            attempts: 0,
+            job_id: None,
+            bound: false,
+            uncertain: false,
+            accepted_now: false,
+            last_error: None,
+            budget_at: None,
+            schedule: None,
+            ladder: None,
+            last_event_seq: None,
+            dropped_events: 0,
+        }
+    }
+
+    fn config(&self) -> &Config {
+        &self.backend.config
+    }
+
+    async fn run(&mut self) -> Outcome {
+        loop {
+            let next = self.attempt().await;
+            let backend = self.backend;
+            let retry = &backend.config.retry;
+            let (delay, reason) = match next {
+                Next::Done(outcome) => return outcome,
+                Next::Transient { floor, reason } | Next::Lost { floor, reason } => {
+                    let delay = self
+                        .schedule
+                        .get_or_insert_with(|| retry.schedule())
+                        .next_delay(floor);
+                    (delay, reason)
+                }
+                Next::Pending { floor, reason } => {
+                    // Patient, unjittered waits: the job is running.
+                    let wait = self
+                        .ladder
+                        .get_or_insert_with(|| retry.ladder())
+                        .next_ceiling();
+                    (floor.map_or(wait, |f| wait.max(f)), reason)
+                }
+            };
+            let now = Instant::now();
+            let max_elapsed = self.backend.config.retry.max_elapsed;
+            let budget_at = *self.budget_at.get_or_insert(later(now, max_elapsed));
+            debug!(attempt = self.attempts, ?delay, %reason, "retrying with the same key");
+            self.last_error = Some(reason);
+            if self.attempts >= self.backend.config.retry.max_attempts {
+                return Err(self.give_up("retry budget exhausted"));
+            }
+            if later(now, delay) > budget_at {
+                return Err(self.give_up(&format!(
+                    "the next attempt ({delay:?} from now) falls after the retry budget"
+                )));
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// The typed give-up: `OutcomeUnavailable` when the job may exist,
+    /// `RetriesExhausted` when every attempt was refused before acceptance.
+    fn give_up(&self, reason: &str) -> Error {
+        if self.job_id.is_some() || self.bound || self.uncertain {
+            Error::OutcomeUnavailable {
+                key: self.req.key.clone(),
+                job_id: self.job_id.clone(),
+                reason: match &self.last_error {
+                    Some(last) => {
+                        format!("{reason} after {} attempt(s); last: {last}", self.attempts)
+                    }
+                    None => format!("{reason} after {} attempt(s)", self.attempts),
+                },
+                attempts: self.attempts,
+            }
+        } else {
+            Error::RetriesExhausted {
+                key: self.req.key.clone(),
+                attempts: self.attempts,
+                last_error: self.last_error.clone().unwrap_or_else(|| reason.to_owned()),
+            }
+        }
+    }
+
+    /// Sends the request once: the same intent (one `Invoke` value, so a
+    /// byte-identical payload) under a fresh envelope id.
+    async fn attempt(&mut self) -> Next {
+        let mut frame = Frame::new(Message::Invoke(self.req.invoke.clone()));
+        frame.envelope.trace_id = Some(self.req.trace_id.clone());
+        let request_id = frame.envelope.id.clone();
+        let body = Dialect::V1_1.encode(&frame);
+        // An earlier attempt may have bound the job: what comes back may be
+        // a stored outcome even without the replay header.
+        let earlier = self.bound || self.uncertain;
+        self.accepted_now = false;
+        self.attempts += 1;
+        let mut request = self
+            .backend
+            .http
+            .post(self.backend.endpoint.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, ACCEPT_BOTH)
+            .header(IDEMPOTENCY_KEY_HEADER, self.key_header.clone())
+            .body(body);
+        if let Some(auth) = &self.backend.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        debug!(attempt = self.attempts, %request_id, "request sent");
+        match request.send().await {
+            Ok(response) => self.on_response(response, earlier).await,
+            Err(e) if e.is_connect() => {
+                // Nothing reached the runtime: a failed connect costs time,
+                // not an attempt.
+                self.attempts -= 1;
+                Next::Lost {
+                    floor: None,
+                    reason: format!("could not connect: {}", describe(&e)),
+                }
+            }
+            Err(e) => {
+                self.uncertain = true;
+                Next::Lost {
+                    floor: None,
+                    reason: format!("no response: {}", describe(&e)),
+                }
+            }
+        }
+    }
+
+    async fn on_response(&mut self, mut response: reqwest::Response, earlier: bool) -> Next {
+        let status = response.status().as_u16();
+        let headers = response.headers();
+        let replayed = earlier || header_is_true(headers, REPLAYED_HEADER);
+        let floor = retry_after(headers, SystemTime::now());
+        let stream = media_type(headers) == NDJSON;
+        match status {
+            200..=299 if stream => self.read_stream(response, replayed).await,
+            200..=299 => self.read_single(response, replayed).await,
+            401 | 403 => {
+                let detail = self.error_detail(&mut response).await;
+                Next::Done(Err(Error::Unauthenticated {
+                    message: format!("HTTP {status}: {detail}"),
+                }))
+            }
+            409 => {
+                // The first request with this key is still being processed.
+                self.bound = true;
+                let detail = self.error_detail(&mut response).await;
+                Next::Pending {
+                    floor,
+                    reason: format!("HTTP 409, a request with this key is in progress: {detail}"),
+                }
+            }
+            422 => {
+                let detail = self.error_detail(&mut response).await;
+                Next::Done(Err(Error::DuplicateKey {
+                    key: self.req.key.clone(),
+                    message: format!("HTTP 422: {detail}"),
+                    attempts: 0,
+                }))
+            }
+            408 | 429 | 503 => {
+                let detail = self.error_detail(&mut response).await;
+                Next::Transient {
+                    floor,
+                    reason: format!("HTTP {status}: {detail}"),
+                }
+            }
+            500 | 502 | 504 => {
+                // The request may have reached the runtime.
+                self.uncertain = true;
+                let detail = self.error_detail(&mut response).await;
+                Next::Lost {
+                    floor,
+                    reason: format!("HTTP {status}: {detail}"),
+                }
+            }
+            _ => {
+                let body = read_capped(&mut response, ERROR_BODY_LIMIT)
+                    .await
+                    .unwrap_or_default();
+                // An ARCP error envelope is the runtime's answer, whatever the status.
+                if let Some(frame) = std::str::from_utf8(&body)
+                    .ok()
+                    .and_then(|text| Dialect::V1_1.decode(text).ok())
+                    .filter(|f| is_error(&f.message))
+                {
+                    if let Some(next) = self.on_frame(frame, replayed) {
+                        return next;
+                    }
+                }
+                Next::Done(Err(Error::Http {
+                    url: self.backend.endpoint.to_string(),
+                    status,
+                    message: self.redact(body_detail(&body)),
+                    attempts: 0,
+                }))
+            }
+        }
+    }
+
+    async fn error_detail(&self, response: &mut reqwest::Response) -> String {
+        match read_capped(response, ERROR_BODY_LIMIT).await {
+            Ok(body) => self.redact(body_detail(&body)),
+            Err(_) => "the response body could not be read".into(),
+        }
+    }
+
+    fn redact(&self, text: String) -> String {
+        redact(text, self.config().token.as_ref())
+    }
+
+    /// `application/json`: one envelope, normally the terminal.
+    async fn read_single(&mut self, mut response: reqwest::Response, replayed: bool) -> Next {
+        let limit = self.config().max_frame_size;
+        let body = match read_capped(&mut response, limit).await {
+            Ok(body) => body,
+            Err(ReadError::Transport(e)) => {
+                self.uncertain = true;
+                return Next::Lost {
+                    floor: None,
+                    reason: format!("the response was cut off: {e}"),
+                };
+            }
+            Err(ReadError::TooLarge) => {
+                self.uncertain = true;
+                return Next::Lost {
+                    floor: None,
+                    reason: format!("the response is over the {limit}-byte frame limit"),
+                };
+            }
+        };
+        let frame = std::str::from_utf8(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Dialect::V1_1.decode(text).map_err(|e| e.to_string()));
+        match frame {
+            Ok(frame) => match self.on_frame(frame, replayed) {
+                Some(next) => next,
+                None => self.no_terminal("the response held no terminal envelope"),
+            },
+            Err(e) => {
+                self.uncertain = true;
+                Next::Lost {
+                    floor: None,
+                    reason: format!("the response is not an ARCP envelope: {e}"),
+                }
+            }
+        }
+    }
+
+    /// `application/x-ndjson`: envelopes, one per line, up to the terminal.
+    /// A line is bounded by the frame size limit.
+    async fn read_stream(&mut self, mut response: reqwest::Response, replayed: bool) -> Next {
+        let limit = self.config().max_frame_size;
+        let mut buffer: Vec<u8> = Vec::new();
+        let mut scanned = 0;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    buffer.extend_from_slice(&chunk);
+                    while let Some(end) = buffer[scanned..].iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..scanned + end + 1).collect();
+                        scanned = 0;
+                        if let Some(next) = self.on_line(&line, replayed) {
+                            return next;
+                        }
+                    }
+                    scanned = buffer.len();
+                    if buffer.len() > limit {
+                        self.uncertain = true;
+                        return Next::Lost {
+                            floor: None,
+                            reason: format!("an NDJSON line is over the {limit}-byte frame limit"),
+                        };
+                    }
+                }
+                Ok(None) => {
+                    // The last line may lack its newline.
+                    if let Some(next) = self.on_line(&buffer, replayed) {
+                        return next;
+                    }
+                    return self
+                        .no_terminal("the response stream ended before a terminal envelope");
+                }
+                Err(e) => {
+                    self.uncertain = true;
+                    return Next::Lost {
+                        floor: None,
+                        reason: format!("the response stream broke: {}", describe(&e)),
+                    };
+                }
+            }
+        }
+    }
+
+    /// A complete response without a terminal: accepted only (the key is
+    /// bound; ask again later), or nothing usable (treated as lost).
+    fn no_terminal(&mut self, reason: &str) -> Next {
+        if self.accepted_now {
+            Next::Pending {
+                floor: None,
+                reason: format!("{reason}: the runtime answered with job.accepted only"),
+            }
+        } else {
+            self.uncertain = true;
+            Next::Lost {
+                floor: None,
+                reason: reason.to_owned(),
+            }
+        }
+    }
+
+    fn on_line(&mut self, line: &[u8], replayed: bool) -> Option<Next> {
+        let text = match std::str::from_utf8(line) {
+            Ok(text) => text.trim(),
+            Err(_) => {
+                warn!("skipping an NDJSON line that is not UTF-8");
+                return None;
+            }
+        };
+        if text.is_empty() {
+            return None;
+        }
+        match Dialect::V1_1.decode(text) {
+            Ok(frame) => self.on_frame(frame, replayed),
+            Err(e) => {
+                warn!(error = %e, "skipping an NDJSON line that does not decode");
+                None
+            }
+        }
+    }
+
+    /// One envelope of the answer. Returns the call's next step when the
+    /// envelope ends the attempt.
+    fn on_frame(&mut self, frame: Frame, replayed: bool) -> Option<Next> {
+        let Frame { envelope, message } = frame;
+        match message {
+            Message::Accepted(accepted) => {
+                self.bind(accepted.job_id);
+                self.accepted_now = true;
+                None
+            }
+            Message::Event(event) => {
+                self.on_event(&envelope, event);
+                None
+            }
+            Message::Result(result) => {
+                Some(Next::Done(self.on_result(&envelope, result, replayed)))
+            }
+            Message::Cancelled(_) => {
+                if let Some(job) = envelope.job_id.clone() {
+                    self.bind(job);
+                }
+                Some(Next::Done(Err(Error::Cancelled {
+                    key: self.req.key.clone(),
+                    job_id: self.job_id.clone(),
+                    attempts: 0,
+                })))
+            }
+            Message::Error(e)
+            | Message::SessionError(e)
+            | Message::Nack(e)
+            | Message::Rejected(e) => Some(self.on_error(&envelope, e, replayed)),
+            other => {
+                debug!(message = ?std::mem::discriminant(&other), "ignoring an unexpected envelope");
+                None
+            }
+        }
+    }
+
+    fn bind(&mut self, job_id: String) {
+        if self.job_id.as_deref() != Some(job_id.as_str()) {
+            let _ = self.req.shared.job_id.set(job_id.clone());
+            self.job_id = Some(job_id);
+        }
+        self.bound = true;
+    }
+
+    fn on_event(&mut self, envelope: &Envelope, event: JobEvent) {
+        // `event_seq` is per job in the binding, so a stream re-sent on a
+        // later attempt is deduplicated too.
+        if let Some(seq) = envelope.event_seq {
+            if self.last_event_seq.is_some_and(|last| last >= seq) {
+                return;
+            }
+            self.last_event_seq = Some(seq);
+        }
+        let event = InvocationEvent {
+            event_seq: envelope.event_seq,
+            event,
+        };
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.req.events.try_send(event) {
+            self.dropped_events += 1;
+        }
+    }
+
+    fn on_result(&mut self, envelope: &Envelope, result: JobResult, replayed: bool) -> Outcome {
+        if let Some(job) = envelope.job_id.clone() {
+            self.bind(job);
+        }
+        let key = self.req.key.clone();
+        // v1.1 `job.result` may carry a non-success final status.
+        let status = result.extra.get("final_status").and_then(Value::as_str);
+        if let Some(status @ ("error" | "timed_out")) = status {
+            let code = result
+                .extra
+                .get("code")
+                .and_then(Value::as_str)
+                .map(ErrorCode::parse)
+                .unwrap_or(if status == "timed_out" {
+                    ErrorCode::Timeout
+                } else {
+                    ErrorCode::UnknownError
+                });
+            let message = result
+                .extra
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or(status)
+                .to_owned();
+            return Err(Error::Tool(Box::new(ToolError {
+                attempts: 0,
+                retryable: code.default_retryable(),
+                code,
+                message: self.redact(message),
+                details: None,
+                replayed,
+                job_id: self.job_id.clone(),
+                key,
+            })));
+        }
+        let value = match result.result {
+            Some(v) => v,
+            None if result.extra.contains_key("result_ref")
+                || result.extra.contains_key("result_id") =>
+            {
+                Value::Object(result.extra)
+            }
+            None => Value::Null,
+        };
+        Ok(ToolOutput {
+            value,
+            job_id: self.job_id.clone(),
+            key,
+            replayed,
+            attempts: self.attempts,
+            trace_id: self.req.trace_id.clone(),
+        })
+    }
+
+    fn on_error(&mut self, envelope: &Envelope, mut e: ErrorReply, replayed: bool) -> Next {
+        e.message = self.redact(std::mem::take(&mut e.message));
+        if is_duplicate_key(&e) {
+            return Next::Done(Err(Error::DuplicateKey {
+                key: self.req.key.clone(),
+                message: e.message,
+                attempts: 0,
+            }));
+        }
+        if e.code == ErrorCode::Unauthenticated {
+            return Next::Done(Err(Error::Unauthenticated { message: e.message }));
+        }
+        if !self.accepted_now && envelope.job_id.is_none() && e.is_retryable() {
+            // Refused before acceptance, transiently: no job was created by
+            // this attempt; retry with the same key.
+            return Next::Transient {
+                floor: e.retry_after(),
+                reason: format!("{}: {}", e.code, e.message),
+            };
+        }
+        if let Some(job) = envelope.job_id.clone() {
+            self.bind(job);
+        }
+        Next::Done(Err(Error::Tool(Box::new(ToolError {
+            attempts: 0,
+            retryable: e.is_retryable(),
+            code: e.code,
+            message: e.message,
+            details: e.details,
+            replayed,
+            job_id: self.job_id.clone(),
+            key: self.req.key.clone(),
+        }))))
+    }
+}
+
+fn is_error(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::Error(_) | Message::SessionError(_) | Message::Nack(_) | Message::Rejected(_)
+    )
+}

@@ -1,0 +1,168 @@
+//! A journal in memory: lookups and the journal's bookkeeping without
+//! durability. For tests, and for processes that only want
+//! [`Client::lookup`](crate::Client::lookup).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use arcp_types::IdempotencyKey;
+
+use super::{
+    Journal, JournalEntry, JournalError, JournalState, JournalWrite, PurgeReport, Retention,
+};
+
+/// A [`Journal`] in memory. It survives nothing (not even the client): a
+/// restarted process finds it empty. Bounded by the client's [`Retention`].
+///
+/// ```
+/// # async fn demo() -> Result<(), arcp_client::Error> {
+/// use arcp_client::{Client, MemoryJournal};
+/// let client = Client::builder("ws://127.0.0.1:7777/arcp")
+///     .journal(MemoryJournal::new())
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryJournal {
+    records: Mutex<HashMap<IdempotencyKey, JournalEntry>>,
+}
+
+impl MemoryJournal {
+    /// An empty journal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many records it holds.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether it holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IdempotencyKey, JournalEntry>> {
+        // A panic while holding the lock cannot leave a half-applied batch
+        // (see `apply`), so a poisoned map is still consistent.
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Journal for MemoryJournal {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        let mut records = self.lock();
+        for write in writes {
+            apply_one(&mut records, write);
+        }
+        Ok(())
+    }
+
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        Ok(self.lock().get(key).cloned())
+    }
+
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        let records = self.lock();
+        let mut out: Vec<JournalEntry> = records
+            .values()
+            .filter(|e| !e.is_terminal())
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.key.cmp(&b.key)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        let mut records = self.lock();
+        let mut report = PurgeReport::default();
+        let older =
+            |e: &JournalEntry, ttl| now.duration_since(e.updated_at).is_ok_and(|age| age > ttl);
+        records.retain(|_, e| {
+            let (expired, counter) = if e.is_terminal() {
+                (
+                    older(e, retention.terminal_ttl),
+                    &mut report.expired_terminal,
+                )
+            } else {
+                (
+                    older(e, retention.unfinished_ttl),
+                    &mut report.expired_unfinished,
+                )
+            };
+            if expired {
+                *counter += 1;
+            }
+            !expired
+        });
+        if records.len() > retention.max_records {
+            let mut terminal: Vec<(SystemTime, IdempotencyKey)> = records
+                .values()
+                .filter(|e| e.is_terminal())
+                .map(|e| (e.updated_at, e.key.clone()))
+                .collect();
+            terminal.sort();
+            let excess = records.len() - retention.max_records;
+            for (_, key) in terminal.into_iter().take(excess) {
+                records.remove(&key);
+                report.evicted += 1;
+            }
+        }
+        report.remaining = records.len() as u64;
+        report.unfinished = records.values().filter(|e| !e.is_terminal()).count() as u64;
+        Ok(report)
+    }
+
+    fn location(&self) -> String {
+        "memory".into()
+    }
+}
+
+/// One write, with the semantics documented on [`Journal::apply`].
+fn apply_one(records: &mut HashMap<IdempotencyKey, JournalEntry>, write: &JournalWrite) {
+    match write {
+        JournalWrite::Prepare(entry) => {
+            records.insert(entry.key.clone(), entry.clone());
+        }
+        JournalWrite::Remove { key } => {
+            records.remove(key);
+        }
+        JournalWrite::Sent { key, .. }
+        | JournalWrite::Accepted { key, .. }
+        | JournalWrite::Terminal { key, .. } => {
+            if let Some(e) = records.get_mut(key) {
+                transition(e, write);
+            }
+        }
+    }
+}
+
+/// Applies a `Sent`, `Accepted` or `Terminal` write to one record (the
+/// others are ignored): the state only moves forward.
+pub(crate) fn transition(e: &mut JournalEntry, write: &JournalWrite) {
+    match write {
+        JournalWrite::Sent { attempts, at, .. } if !e.is_terminal() => {
+            e.attempts = e.attempts.max(*attempts);
+            if e.state == JournalState::Prepared {
+                e.state = JournalState::Sent;
+            }
+            e.updated_at = *at;
+        }
+        JournalWrite::Accepted { job_id, at, .. } if !e.is_terminal() => {
+            e.state = JournalState::Accepted {
+                job_id: job_id.clone(),
+            };
+            e.updated_at = *at;
+        }
+        JournalWrite::Terminal { outcome, at, .. } => {
+            e.attempts = e.attempts.max(outcome.attempts());
+            e.state = JournalState::Terminal(outcome.clone());
+            e.updated_at = *at;
+        }
+        _ => {}
+    }
+}

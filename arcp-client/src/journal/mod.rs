@@ -1,0 +1,774 @@
+//! The durable invocation journal: a call is recorded *before* it is sent, so
+//! a process that crashes mid-call resumes the same call (same key, same
+//! intent) after a restart instead of starting a new one.
+//!
+//! ```text
+//!  prepare (durable, awaited) ──▶ sent(attempts) ──▶ accepted(job id) ──▶ terminal(outcome)
+//!       the call is sent only          recorded asynchronously: lookup and
+//!       after this write commits       recovery precision, never needed for safety
+//! ```
+//!
+//! The prepared record alone is what prevents a duplicate: it holds the key
+//! and the byte-exact intent (the serialized `Invoke` payload), so a
+//! restarted process can re-send exactly what the crashed one may have sent,
+//! and the runtime deduplicates it. [`Client::recover`](crate::Client::recover)
+//! re-drives unfinished records; [`Client::lookup`](crate::Client::lookup)
+//! reads what became of a key.
+//!
+//! Two implementations ship: [`SqliteJournal`] (one file, WAL mode, held
+//! exclusively by one client) and [`MemoryJournal`] (for tests, and for
+//! in-process lookups without durability). Any store can implement
+//! [`Journal`].
+
+mod memory;
+mod sqlite;
+mod writer;
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use arcp_types::{ErrorCode, IdempotencyKey, Invoke};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, ToolError};
+use crate::invocation::ToolOutput;
+
+pub use memory::MemoryJournal;
+pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
+pub(crate) use writer::{spawn_recovery, JournalHandle, JournalSetup, Recorder};
+
+/// Storage for the invocation journal.
+///
+/// The client calls these methods from one dedicated writer thread per
+/// client (never from an async task), so an implementation may block on
+/// I/O. Implementations must be consistent with themselves only: the client
+/// never shares one journal between two clients.
+///
+/// The contract that makes recovery safe is on [`Journal::apply`]: when it
+/// returns `Ok`, every write in the batch survives a crash of the process.
+pub trait Journal: Send + Sync + 'static {
+    /// Applies `writes` in order, atomically (all or none) and durably.
+    ///
+    /// - [`JournalWrite::Prepare`] inserts the record, replacing any record
+    ///   with the same key.
+    /// - [`JournalWrite::Sent`] and [`JournalWrite::Accepted`] update a
+    ///   record that is not terminal; a `Sent` never moves a record back
+    ///   from `Accepted`. They are ignored when there is no such record.
+    /// - [`JournalWrite::Terminal`] marks the record terminal (ignored when
+    ///   there is no record).
+    /// - [`JournalWrite::Remove`] deletes the record, if any.
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError>;
+
+    /// The record of `key`, if any.
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError>;
+
+    /// Up to `limit` records that are not terminal, oldest first.
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError>;
+
+    /// Applies the retention policy at `now`: deletes terminal records older
+    /// than [`Retention::terminal_ttl`] and unfinished ones untouched for
+    /// [`Retention::unfinished_ttl`], then the oldest terminal records while
+    /// more than [`Retention::max_records`] remain. Unfinished records are
+    /// never evicted to make room.
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError>;
+
+    /// Where the journal lives, for error messages (a path, `memory`, ...).
+    fn location(&self) -> String {
+        "journal".into()
+    }
+}
+
+/// One write of a batch given to [`Journal::apply`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum JournalWrite {
+    /// Record a call before its first send (its state is
+    /// [`JournalState::Prepared`]); replaces any record with the same key.
+    Prepare(JournalEntry),
+    /// An attempt was handed to the transport.
+    Sent {
+        /// The call's key.
+        key: IdempotencyKey,
+        /// Requests sent so far (the record keeps the highest count seen).
+        attempts: u32,
+        /// When.
+        at: SystemTime,
+    },
+    /// The runtime bound the call to a job.
+    Accepted {
+        /// The call's key.
+        key: IdempotencyKey,
+        /// The job.
+        job_id: String,
+        /// When.
+        at: SystemTime,
+    },
+    /// The call ended with a terminal outcome.
+    Terminal {
+        /// The call's key.
+        key: IdempotencyKey,
+        /// What it ended with.
+        outcome: JournalOutcome,
+        /// When.
+        at: SystemTime,
+    },
+    /// Forget the record.
+    Remove {
+        /// The call's key.
+        key: IdempotencyKey,
+    },
+}
+
+/// Where a journaled call stands.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum JournalState {
+    /// Recorded; possibly sent (the send is recorded asynchronously).
+    Prepared,
+    /// At least one attempt was handed to the transport.
+    Sent,
+    /// The runtime accepted the call as this job.
+    Accepted {
+        /// The job.
+        job_id: String,
+    },
+    /// The call ended with this outcome.
+    Terminal(JournalOutcome),
+}
+
+impl JournalState {
+    /// Whether the call ended (nothing to recover).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, JournalState::Terminal(_))
+    }
+
+    /// `prepared`, `sent`, `accepted` or `terminal`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JournalState::Prepared => "prepared",
+            JournalState::Sent => "sent",
+            JournalState::Accepted { .. } => "accepted",
+            JournalState::Terminal(_) => "terminal",
+        }
+    }
+}
+
+/// How a journaled call ended. Stored as JSON (externally tagged, snake case:
+/// `{"ok": {...}}`, `{"tool_error": {...}}`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum JournalOutcome {
+    /// The tool's result ([`Ok(ToolOutput)`](crate::ToolOutput)).
+    Ok {
+        /// The result.
+        value: Value,
+        /// The job, when the runtime said.
+        #[serde(default)]
+        job_id: Option<String>,
+        /// Whether the result was a stored one replayed.
+        #[serde(default)]
+        replayed: bool,
+        /// Requests sent.
+        #[serde(default)]
+        attempts: u32,
+    },
+    /// A terminal tool error ([`Error::Tool`]).
+    ToolError {
+        /// The wire code.
+        code: String,
+        /// The runtime's message.
+        message: String,
+        /// Whether a new call (new key) may succeed.
+        #[serde(default)]
+        retryable: bool,
+        /// Structured details.
+        #[serde(default)]
+        details: Option<Value>,
+        /// The job.
+        #[serde(default)]
+        job_id: Option<String>,
+        /// Whether the error was a stored one replayed.
+        #[serde(default)]
+        replayed: bool,
+        /// Requests sent.
+        #[serde(default)]
+        attempts: u32,
+    },
+    /// The key is bound to a different intent ([`Error::DuplicateKey`]).
+    DuplicateKey {
+        /// The runtime's explanation.
+        message: String,
+        /// Requests sent.
+        #[serde(default)]
+        attempts: u32,
+    },
+    /// The job was cancelled ([`Error::Cancelled`]).
+    Cancelled {
+        /// The job.
+        #[serde(default)]
+        job_id: Option<String>,
+        /// Requests sent.
+        #[serde(default)]
+        attempts: u32,
+    },
+    /// Every attempt was refused before acceptance: the tool did not run
+    /// ([`Error::RetriesExhausted`]). Final, because the caller was told so
+    /// and may have re-issued the work under another key: re-driving it
+    /// after a restart could run it twice.
+    NotAccepted {
+        /// The last reason an attempt failed.
+        last_error: String,
+        /// Requests sent.
+        #[serde(default)]
+        attempts: u32,
+    },
+    /// The call was refused before it was sent ([`Error::InvalidCall`]).
+    Invalid {
+        /// Why.
+        message: String,
+    },
+}
+
+impl JournalOutcome {
+    /// The journal outcome of a call's result, or `None` when the result is
+    /// not final: the outcome is unknown (`OutcomeUnavailable`,
+    /// `DeadlineExceeded`, the client closed or lost its credentials), so
+    /// the record stays unfinished and a later recovery re-drives it.
+    pub(crate) fn from_result(result: &Result<ToolOutput, Error>) -> Option<Self> {
+        Some(match result {
+            Ok(out) => JournalOutcome::Ok {
+                value: out.value.clone(),
+                job_id: out.job_id.clone(),
+                replayed: out.replayed,
+                attempts: out.attempts,
+            },
+            Err(Error::Tool(e)) => JournalOutcome::ToolError {
+                code: e.code.to_string(),
+                message: e.message.clone(),
+                retryable: e.retryable,
+                details: e.details.clone(),
+                job_id: e.job_id.clone(),
+                replayed: e.replayed,
+                attempts: e.attempts,
+            },
+            Err(Error::DuplicateKey {
+                message, attempts, ..
+            }) => JournalOutcome::DuplicateKey {
+                message: message.clone(),
+                attempts: *attempts,
+            },
+            Err(Error::Cancelled {
+                job_id, attempts, ..
+            }) => JournalOutcome::Cancelled {
+                job_id: job_id.clone(),
+                attempts: *attempts,
+            },
+            Err(Error::RetriesExhausted {
+                attempts,
+                last_error,
+                ..
+            }) => JournalOutcome::NotAccepted {
+                last_error: last_error.clone(),
+                attempts: *attempts,
+            },
+            Err(Error::InvalidCall(message)) => JournalOutcome::Invalid {
+                message: message.clone(),
+            },
+            Err(_) => return None,
+        })
+    }
+
+    /// Whether a repeated call with the same key and intent is answered with
+    /// this outcome (as the in-process outcome cache does): a result, a tool
+    /// error or a cancellation is the key's outcome. The others are not (the
+    /// key belongs to another intent, or the call never ran), so a repeated
+    /// call is sent again.
+    pub(crate) fn answers_repeat(&self) -> bool {
+        matches!(
+            self,
+            JournalOutcome::Ok { .. }
+                | JournalOutcome::ToolError { .. }
+                | JournalOutcome::Cancelled { .. }
+        )
+    }
+
+    /// The job, when known.
+    pub fn job_id(&self) -> Option<&str> {
+        match self {
+            JournalOutcome::Ok { job_id, .. }
+            | JournalOutcome::ToolError { job_id, .. }
+            | JournalOutcome::Cancelled { job_id, .. } => job_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Requests sent, as recorded with the outcome.
+    pub fn attempts(&self) -> u32 {
+        match self {
+            JournalOutcome::Ok { attempts, .. }
+            | JournalOutcome::ToolError { attempts, .. }
+            | JournalOutcome::DuplicateKey { attempts, .. }
+            | JournalOutcome::Cancelled { attempts, .. }
+            | JournalOutcome::NotAccepted { attempts, .. } => *attempts,
+            JournalOutcome::Invalid { .. } => 0,
+        }
+    }
+
+    /// The outcome as the call returned it.
+    pub fn to_result(&self, key: &IdempotencyKey, trace_id: &str) -> Result<ToolOutput, Error> {
+        match self.clone() {
+            JournalOutcome::Ok {
+                value,
+                job_id,
+                replayed,
+                attempts,
+            } => Ok(ToolOutput {
+                value,
+                job_id,
+                key: key.clone(),
+                replayed,
+                attempts,
+                trace_id: trace_id.to_owned(),
+            }),
+            JournalOutcome::ToolError {
+                code,
+                message,
+                retryable,
+                details,
+                job_id,
+                replayed,
+                attempts,
+            } => Err(Error::Tool(Box::new(ToolError {
+                code: ErrorCode::parse(&code),
+                message,
+                retryable,
+                details,
+                replayed,
+                job_id,
+                key: key.clone(),
+                attempts,
+            }))),
+            JournalOutcome::DuplicateKey { message, attempts } => Err(Error::DuplicateKey {
+                key: key.clone(),
+                message,
+                attempts,
+            }),
+            JournalOutcome::Cancelled { job_id, attempts } => Err(Error::Cancelled {
+                key: key.clone(),
+                job_id,
+                attempts,
+            }),
+            JournalOutcome::NotAccepted {
+                last_error,
+                attempts,
+            } => Err(Error::RetriesExhausted {
+                key: key.clone(),
+                attempts,
+                last_error,
+            }),
+            JournalOutcome::Invalid { message } => Err(Error::InvalidCall(message)),
+        }
+    }
+}
+
+/// One journaled call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JournalEntry {
+    /// The call's idempotency key (unique in the journal).
+    pub key: IdempotencyKey,
+    /// The tool.
+    pub tool: String,
+    /// The intent exactly as sent: the serialized `Invoke` payload (tool,
+    /// arguments, key and every option) as JSON text. A recovered call
+    /// re-sends exactly these bytes' value; see [`JournalEntry::invoke`].
+    pub intent: String,
+    /// The W3C trace id shared by every attempt.
+    pub trace_id: String,
+    /// The call's deadline (a recovered call gets it again, counted from
+    /// the recovery).
+    pub deadline: Duration,
+    /// Where the call stands.
+    pub state: JournalState,
+    /// Requests sent, as far as recorded.
+    pub attempts: u32,
+    /// When the call was prepared.
+    pub created_at: SystemTime,
+    /// When the record last changed.
+    pub updated_at: SystemTime,
+}
+
+impl JournalEntry {
+    /// A record in state [`JournalState::Prepared`], created and updated
+    /// now, with no attempt recorded. For [`Journal`] implementations
+    /// rebuilding records from their store (set the other fields after).
+    pub fn new(
+        key: IdempotencyKey,
+        tool: impl Into<String>,
+        intent: impl Into<String>,
+        trace_id: impl Into<String>,
+        deadline: Duration,
+    ) -> Self {
+        let now = SystemTime::now();
+        JournalEntry {
+            key,
+            tool: tool.into(),
+            intent: intent.into(),
+            trace_id: trace_id.into(),
+            deadline,
+            state: JournalState::Prepared,
+            attempts: 0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// Whether the call ended.
+    pub fn is_terminal(&self) -> bool {
+        self.state.is_terminal()
+    }
+
+    /// The job the runtime bound the call to, when recorded.
+    pub fn job_id(&self) -> Option<&str> {
+        match &self.state {
+            JournalState::Accepted { job_id } => Some(job_id),
+            JournalState::Terminal(outcome) => outcome.job_id(),
+            _ => None,
+        }
+    }
+
+    /// The terminal outcome as the call returned it, once it ended.
+    pub fn outcome(&self) -> Option<Result<ToolOutput, Error>> {
+        match &self.state {
+            JournalState::Terminal(outcome) => Some(outcome.to_result(&self.key, &self.trace_id)),
+            _ => None,
+        }
+    }
+
+    /// The recorded intent, parsed back. Fails (with
+    /// [`JournalErrorKind::Intent`]) unless it re-serializes to exactly the
+    /// recorded bytes and carries the record's key: a recovered call never
+    /// sends a payload that differs from the one the runtime may have seen.
+    pub fn invoke(&self) -> Result<Invoke, JournalError> {
+        let fail = |message: String| {
+            JournalError::new(
+                JournalErrorKind::Intent,
+                "journal",
+                format!("call {}: {message}", self.key),
+            )
+        };
+        let invoke: Invoke = serde_json::from_str(&self.intent)
+            .map_err(|e| fail(format!("the recorded intent does not parse: {e}")))?;
+        let again = serde_json::to_string(&invoke)
+            .map_err(|e| fail(format!("the recorded intent does not serialize: {e}")))?;
+        if again != self.intent {
+            return Err(fail(
+                "the recorded intent does not re-serialize byte-identically".into(),
+            ));
+        }
+        if invoke.idempotency_key.as_deref() != Some(self.key.as_str()) {
+            return Err(fail("the recorded intent carries another key".into()));
+        }
+        if !arcp_types::is_trace_id(&self.trace_id) {
+            return Err(fail(format!(
+                "the recorded trace id {:?} is not 32 lowercase hex digits",
+                self.trace_id
+            )));
+        }
+        Ok(invoke)
+    }
+}
+
+/// How long the journal keeps records, and how many.
+///
+/// ```
+/// use std::time::Duration;
+/// use arcp_client::Retention;
+/// let retention = Retention::default()
+///     .terminal_ttl(Duration::from_secs(3600))
+///     .max_records(10_000);
+/// # let _ = retention;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Retention {
+    /// Terminal records older than this are deleted (default 24 hours).
+    pub terminal_ttl: Duration,
+    /// Unfinished records untouched for this long are deleted with a warning
+    /// (default 7 days): a call nobody recovered in a week is abandoned.
+    pub unfinished_ttl: Duration,
+    /// At most this many records (default 100 000). The oldest terminal
+    /// records make room; when only unfinished ones remain, new calls fail
+    /// with [`JournalErrorKind::Full`] until they are recovered or
+    /// discarded.
+    pub max_records: usize,
+    /// How often the retention policy runs besides start-up (default 5 minutes).
+    pub purge_interval: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            terminal_ttl: Duration::from_secs(24 * 3600),
+            unfinished_ttl: Duration::from_secs(7 * 24 * 3600),
+            max_records: 100_000,
+            purge_interval: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Retention {
+    /// Sets [`Retention::terminal_ttl`].
+    pub fn terminal_ttl(mut self, d: Duration) -> Self {
+        self.terminal_ttl = d;
+        self
+    }
+
+    /// Sets [`Retention::unfinished_ttl`].
+    pub fn unfinished_ttl(mut self, d: Duration) -> Self {
+        self.unfinished_ttl = d;
+        self
+    }
+
+    /// Sets [`Retention::max_records`] (at least 1).
+    pub fn max_records(mut self, n: usize) -> Self {
+        self.max_records = n.max(1);
+        self
+    }
+
+    /// Sets [`Retention::purge_interval`] (at least 10 ms).
+    pub fn purge_interval(mut self, d: Duration) -> Self {
+        self.purge_interval = d.max(Duration::from_millis(10));
+        self
+    }
+}
+
+/// What one [`Journal::purge`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PurgeReport {
+    /// Terminal records deleted for age.
+    pub expired_terminal: u64,
+    /// Unfinished records deleted for age.
+    pub expired_unfinished: u64,
+    /// Terminal records deleted to respect `max_records`.
+    pub evicted: u64,
+    /// Records left.
+    pub remaining: u64,
+    /// Unfinished records left.
+    pub unfinished: u64,
+}
+
+/// What kind of journal failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JournalErrorKind {
+    /// The file is not a SQLite database, or is damaged.
+    Corrupt,
+    /// The file is a database, but not an ARCP journal of a schema this
+    /// version reads.
+    Schema,
+    /// Another client (in this or another process) holds the journal.
+    Locked,
+    /// The journal holds `max_records` unfinished calls.
+    Full,
+    /// Reading or writing failed (disk full, permissions, ...).
+    Io,
+    /// The journal was closed with its client.
+    Closed,
+    /// A recorded intent cannot be re-sent byte-identically.
+    Intent,
+}
+
+impl JournalErrorKind {
+    /// A stable upper-case name, used in [`Error::code_name`].
+    pub fn code_name(&self) -> &'static str {
+        match self {
+            JournalErrorKind::Corrupt => "JOURNAL_CORRUPT",
+            JournalErrorKind::Schema => "JOURNAL_SCHEMA",
+            JournalErrorKind::Locked => "JOURNAL_LOCKED",
+            JournalErrorKind::Full => "JOURNAL_FULL",
+            JournalErrorKind::Io => "JOURNAL_IO",
+            JournalErrorKind::Closed => "JOURNAL_CLOSED",
+            JournalErrorKind::Intent => "JOURNAL_INTENT",
+        }
+    }
+}
+
+impl fmt::Display for JournalErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JournalErrorKind::Corrupt => "corrupt",
+            JournalErrorKind::Schema => "not a journal of a known schema",
+            JournalErrorKind::Locked => "locked",
+            JournalErrorKind::Full => "full",
+            JournalErrorKind::Io => "I/O error",
+            JournalErrorKind::Closed => "closed",
+            JournalErrorKind::Intent => "unusable intent",
+        })
+    }
+}
+
+/// A journal failure: what kind, where, and what the store said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal {location}: {kind}: {message}")]
+#[non_exhaustive]
+pub struct JournalError {
+    /// What kind of failure.
+    pub kind: JournalErrorKind,
+    /// Where the journal lives (a path, `memory`, ...).
+    pub location: String,
+    /// What failed, in words.
+    pub message: String,
+}
+
+impl JournalError {
+    /// A journal error (for [`Journal`] implementations).
+    pub fn new(
+        kind: JournalErrorKind,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        JournalError {
+            kind,
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Whether a client re-drives unfinished calls by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RecoveryMode {
+    /// The caller decides: [`Client::recover`](crate::Client::recover)
+    /// returns the unfinished calls as [`Invocation`](crate::Invocation)s
+    /// to await. The default.
+    #[default]
+    Manual,
+    /// On connect, the client re-drives every unfinished call in the
+    /// background (at most 64 at a time); their outcomes land in the journal
+    /// ([`Client::lookup`](crate::Client::lookup)). The background task
+    /// holds a clone of the client, so the connection stays open until the
+    /// recovered calls end (each is bounded by its deadline).
+    Automatic,
+}
+
+/// Milliseconds since the Unix epoch (0 before it; saturating).
+pub(crate) fn to_millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The inverse of [`to_millis`] (negative values clamp to the epoch).
+pub(crate) fn from_millis(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH
+        .checked_add(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(intent: &Invoke, key: &IdempotencyKey) -> JournalEntry {
+        let now = SystemTime::now();
+        JournalEntry {
+            key: key.clone(),
+            tool: intent.tool.clone(),
+            intent: serde_json::to_string(intent).unwrap(),
+            trace_id: arcp_types::new_trace_id(),
+            deadline: Duration::from_secs(5),
+            state: JournalState::Prepared,
+            attempts: 0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    #[test]
+    fn intent_round_trips_byte_exact() {
+        let key = IdempotencyKey::new();
+        let mut extra = serde_json::Map::new();
+        extra.insert("lease_request".into(), json!({}));
+        extra.insert("max_runtime_sec".into(), json!(1.0));
+        let invoke = Invoke {
+            tool: "refund".into(),
+            arguments: json!({"b": 1, "a": 1.0, "c": [0.1, 1e300, -0.0, 18446744073709551615u64, -9223372036854775808i64], "z": "é\u{1F600}\n"}),
+            idempotency_key: Some(key.to_string()),
+            extra,
+        };
+        let e = entry(&invoke, &key);
+        let back = e.invoke().unwrap();
+        assert_eq!(back, invoke);
+        assert_eq!(serde_json::to_string(&back).unwrap(), e.intent);
+    }
+
+    #[test]
+    fn intent_that_is_not_canonical_is_refused() {
+        let key = IdempotencyKey::new();
+        let invoke = Invoke {
+            tool: "t".into(),
+            arguments: json!({}),
+            idempotency_key: Some(key.to_string()),
+            extra: Default::default(),
+        };
+        let mut e = entry(&invoke, &key);
+        e.intent = e.intent.replace(':', " : ");
+        assert_eq!(e.invoke().unwrap_err().kind, JournalErrorKind::Intent);
+        let mut e = entry(&invoke, &key);
+        e.key = IdempotencyKey::new();
+        assert_eq!(e.invoke().unwrap_err().kind, JournalErrorKind::Intent);
+        let mut e = entry(&invoke, &key);
+        e.intent = "not json".into();
+        assert_eq!(e.invoke().unwrap_err().kind, JournalErrorKind::Intent);
+    }
+
+    #[test]
+    fn outcomes_round_trip_through_json() {
+        let key = IdempotencyKey::new();
+        let outcomes = [
+            JournalOutcome::Ok {
+                value: json!({"x": 0.30000000000000004}),
+                job_id: Some("job_1".into()),
+                replayed: true,
+                attempts: 3,
+            },
+            JournalOutcome::ToolError {
+                code: "PERMISSION_DENIED".into(),
+                message: "no".into(),
+                retryable: false,
+                details: Some(json!({"a": 1})),
+                job_id: None,
+                replayed: false,
+                attempts: 1,
+            },
+            JournalOutcome::DuplicateKey {
+                message: "bound".into(),
+                attempts: 1,
+            },
+            JournalOutcome::Cancelled {
+                job_id: None,
+                attempts: 2,
+            },
+            JournalOutcome::NotAccepted {
+                last_error: "UNAVAILABLE".into(),
+                attempts: 4,
+            },
+            JournalOutcome::Invalid {
+                message: "too big".into(),
+            },
+        ];
+        for o in outcomes {
+            let text = serde_json::to_string(&o).unwrap();
+            let back: JournalOutcome = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, o);
+            let result = o.to_result(&key, "t");
+            assert_eq!(JournalOutcome::from_result(&result), Some(o));
+        }
+    }
+}

@@ -1,0 +1,897 @@
+//! The client's side of the journal: one writer thread per client owns the
+//! [`Journal`], so no journal I/O ever runs on an async task.
+//!
+//! - `prepare` (before the first send) is queued and **awaited**: the call is
+//!   handed to the connection task only once its record is committed.
+//!   Prepares that queue up while a commit is in progress are committed
+//!   together (group commit: one `fsync` for a burst of calls).
+//! - `sent` and `accepted` come from the connection task through a
+//!   [`Recorder`]: a short lock and a map insert, never a wait. They are
+//!   merged per key (latest wins), so their memory is bounded by the calls
+//!   in flight, and committed with the next batch.
+//! - `terminal` is queued by the caller's task after the outcome arrives;
+//!   it waits only when the writer is far behind (bounded memory).
+//! - lookups, listings and removals are queued behind the writes, so they
+//!   read what was recorded before them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use arcp_types::IdempotencyKey;
+use futures_util::StreamExt;
+use tokio::sync::{oneshot, Notify};
+use tracing::{debug, info, warn};
+
+use super::memory::transition;
+use super::{
+    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    JournalWrite, PurgeReport, RecoveryMode, Retention, SqliteJournal,
+};
+use crate::client::Client;
+use crate::connection::CallRequest;
+use crate::error::Error;
+use crate::invocation::ToolOutput;
+
+type Outcome = Result<ToolOutput, Error>;
+
+/// The journal settings of a `ClientBuilder`.
+#[derive(Clone, Default)]
+pub(crate) struct JournalSetup {
+    source: Option<Source>,
+    retention: Retention,
+    recovery: RecoveryMode,
+}
+
+#[derive(Clone)]
+enum Source {
+    Path(PathBuf),
+    /// Taken by the first `connect`: one journal serves one client.
+    Instance(Arc<Mutex<Option<Box<dyn Journal>>>>),
+}
+
+impl fmt::Debug for JournalSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            None => "none".to_owned(),
+            Some(Source::Path(p)) => format!("sqlite {}", p.display()),
+            Some(Source::Instance(_)) => "custom".to_owned(),
+        };
+        f.debug_struct("JournalSetup")
+            .field("source", &source)
+            .field("retention", &self.retention)
+            .field("recovery", &self.recovery)
+            .finish()
+    }
+}
+
+impl JournalSetup {
+    pub(crate) fn set_journal(&mut self, journal: Box<dyn Journal>) {
+        self.source = Some(Source::Instance(Arc::new(Mutex::new(Some(journal)))));
+    }
+
+    pub(crate) fn set_path(&mut self, path: PathBuf) {
+        self.source = Some(Source::Path(path));
+    }
+
+    pub(crate) fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
+    }
+
+    pub(crate) fn set_recovery(&mut self, recovery: RecoveryMode) {
+        self.recovery = recovery;
+    }
+
+    /// Opens the journal (if one is configured), applies the retention
+    /// policy once and starts the writer thread. Fails with a typed
+    /// [`Error::Journal`] on a corrupt, foreign or locked journal.
+    pub(crate) async fn open(&self, max_in_flight: usize) -> Result<Option<JournalHandle>, Error> {
+        let journal: Box<dyn Journal> = match &self.source {
+            None => return Ok(None),
+            Some(Source::Path(path)) => {
+                let path = path.clone();
+                let opened = tokio::task::spawn_blocking(move || SqliteJournal::open(&path))
+                    .await
+                    .map_err(|e| Error::Internal(format!("journal open task: {e}").into()))?;
+                Box::new(opened.map_err(Error::Journal)?)
+            }
+            Some(Source::Instance(slot)) => lock(slot).take().ok_or_else(|| {
+                Error::Journal(JournalError::new(
+                    JournalErrorKind::Locked,
+                    "journal",
+                    "this journal instance already serves another client (a cloned builder \
+                     was connected twice); give each client its own journal",
+                ))
+            })?,
+        };
+        let handle = JournalHandle::start(
+            journal,
+            self.retention.clone(),
+            self.recovery,
+            max_in_flight,
+        )
+        .await?;
+        Ok(Some(handle))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here only moves values in or out of plain
+    // collections, so a poisoned lock still guards consistent data.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What `prepare` decided.
+enum Prepared {
+    /// Send the call (a new record, or an unfinished one with this intent).
+    Proceed,
+    /// The key already ended with this intent: the recorded outcome.
+    Answer(JournalEntry),
+    /// The key is recorded with a different intent.
+    Conflict(JournalEntry),
+}
+
+enum Request {
+    Get(
+        IdempotencyKey,
+        oneshot::Sender<Result<Option<JournalEntry>, JournalError>>,
+    ),
+    Unfinished(oneshot::Sender<Result<Vec<JournalEntry>, JournalError>>),
+    Remove(IdempotencyKey, oneshot::Sender<Result<bool, JournalError>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// Transitions recorded for one key since the last commit.
+#[derive(Default, Clone)]
+struct Pending {
+    sent: Option<(u32, SystemTime)>,
+    accepted: Option<(String, SystemTime)>,
+    terminal: Option<(JournalOutcome, SystemTime)>,
+}
+
+impl Pending {
+    fn writes(self, key: &IdempotencyKey) -> Vec<JournalWrite> {
+        let mut out = Vec::with_capacity(3);
+        if let Some((attempts, at)) = self.sent {
+            out.push(JournalWrite::Sent {
+                key: key.clone(),
+                attempts,
+                at,
+            });
+        }
+        if let Some((job_id, at)) = self.accepted {
+            out.push(JournalWrite::Accepted {
+                key: key.clone(),
+                job_id,
+                at,
+            });
+        }
+        if let Some((outcome, at)) = self.terminal {
+            out.push(JournalWrite::Terminal {
+                key: key.clone(),
+                outcome,
+                at,
+            });
+        }
+        out
+    }
+}
+
+type PrepareReply = oneshot::Sender<Result<Prepared, JournalError>>;
+
+#[derive(Default)]
+struct Queue {
+    prepares: Vec<(JournalEntry, PrepareReply)>,
+    transitions: HashMap<IdempotencyKey, Pending>,
+    requests: Vec<Request>,
+    /// Every handle is gone: drain and stop.
+    closing: bool,
+    /// The writer stopped; nothing is accepted any more.
+    stopped: bool,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.prepares.is_empty() && self.transitions.is_empty() && self.requests.is_empty()
+    }
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    /// Signalled after the writer takes a batch (room for transitions).
+    space: Notify,
+    location: String,
+    /// Soft bound on keys with pending transitions.
+    capacity: usize,
+}
+
+impl Shared {
+    fn closed_error(&self) -> JournalError {
+        JournalError::new(
+            JournalErrorKind::Closed,
+            &self.location,
+            "the journal was closed with its client",
+        )
+    }
+
+    /// Records a transition without waiting (the connection task's path).
+    fn note(&self, key: &IdempotencyKey, f: impl FnOnce(&mut Pending)) {
+        let mut q = lock(&self.queue);
+        if q.stopped {
+            return;
+        }
+        match q.transitions.get_mut(key) {
+            Some(p) => f(p),
+            None => {
+                let mut p = Pending::default();
+                f(&mut p);
+                q.transitions.insert(key.clone(), p);
+            }
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    fn request(&self, request: Request) -> Result<(), JournalError> {
+        let mut q = lock(&self.queue);
+        if q.stopped {
+            return Err(self.closed_error());
+        }
+        q.requests.push(request);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+/// The connection task's hook: records `sent` and `accepted` without
+/// blocking (a short lock, a map insert, a wake-up).
+#[derive(Clone)]
+pub(crate) struct Recorder(Arc<Shared>);
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Recorder").field(&self.0.location).finish()
+    }
+}
+
+impl Recorder {
+    /// An attempt of the call was handed to the transport.
+    pub(crate) fn sent(&self, key: &IdempotencyKey, attempts: u32) {
+        let at = SystemTime::now();
+        self.0.note(key, |p| {
+            let n = p.sent.map_or(attempts, |(n, _)| n.max(attempts));
+            p.sent = Some((n, at));
+        });
+    }
+
+    /// The runtime bound the call to `job_id`.
+    pub(crate) fn accepted(&self, key: &IdempotencyKey, job_id: &str) {
+        let at = SystemTime::now();
+        self.0
+            .note(key, |p| p.accepted = Some((job_id.to_owned(), at)));
+    }
+}
+
+/// A client's journal: the queue to its writer thread. Dropping the last
+/// handle lets the writer drain its queue and close the journal.
+pub(crate) struct JournalHandle {
+    shared: Arc<Shared>,
+    recovery: RecoveryMode,
+}
+
+impl fmt::Debug for JournalHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JournalHandle")
+            .field("location", &self.shared.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for JournalHandle {
+    fn drop(&mut self) {
+        lock(&self.shared.queue).closing = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+impl JournalHandle {
+    async fn start(
+        journal: Box<dyn Journal>,
+        retention: Retention,
+        recovery: RecoveryMode,
+        max_in_flight: usize,
+    ) -> Result<JournalHandle, Error> {
+        let location = journal.location();
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            space: Notify::new(),
+            location: location.clone(),
+            capacity: max_in_flight.saturating_mul(4).max(1024),
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let writer = Writer {
+            journal: Some(journal),
+            shared: shared.clone(),
+            retention,
+            records: 0,
+        };
+        std::thread::Builder::new()
+            .name("arcp-journal".into())
+            .spawn(move || writer.run(ready_tx))
+            .map_err(|e| {
+                Error::Journal(JournalError::new(
+                    JournalErrorKind::Io,
+                    &location,
+                    format!("could not start the journal writer thread: {e}"),
+                ))
+            })?;
+        let report = ready_rx
+            .await
+            .map_err(|_| Error::Internal("the journal writer stopped at start-up".into()))?
+            .map_err(Error::Journal)?;
+        info!(
+            journal = %location,
+            records = report.remaining,
+            unfinished = report.unfinished,
+            "journal open"
+        );
+        Ok(JournalHandle { shared, recovery })
+    }
+
+    /// Whether the client re-drives unfinished calls on connect.
+    pub(crate) fn recovery(&self) -> RecoveryMode {
+        self.recovery
+    }
+
+    /// Prepare-before-send: records the call durably, or answers it from the
+    /// journal. `Ok(None)`: send it (the request now carries a recorder);
+    /// `Ok(Some(outcome))`: the journal answered (a key that already ended
+    /// with this intent, or a key recorded with another intent).
+    pub(crate) async fn prepare_call(
+        &self,
+        request: &mut CallRequest,
+        max_frame_size: usize,
+    ) -> Result<Option<Outcome>, Error> {
+        // The intent exactly as the task will send it (it sets the same key).
+        request.invoke.idempotency_key = Some(request.key.to_string());
+        let intent = serde_json::to_string(&request.invoke)
+            .map_err(|e| Error::InvalidCall(format!("the arguments do not serialize: {e}")))?;
+        if intent.len() > max_frame_size {
+            return Err(Error::InvalidCall(format!(
+                "the request is {} bytes; the frame size limit is {max_frame_size}",
+                intent.len()
+            )));
+        }
+        let now = SystemTime::now();
+        let entry = JournalEntry {
+            key: request.key.clone(),
+            tool: request.invoke.tool.clone(),
+            intent,
+            trace_id: request.trace_id.clone(),
+            deadline: request.deadline,
+            state: JournalState::Prepared,
+            attempts: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut q = lock(&self.shared.queue);
+            if q.stopped {
+                return Err(Error::Journal(self.shared.closed_error()));
+            }
+            q.prepares.push((entry, tx));
+        }
+        self.shared.wake.notify_one();
+        let decision = rx
+            .await
+            .map_err(|_| Error::Journal(self.shared.closed_error()))?
+            .map_err(Error::Journal)?;
+        match decision {
+            Prepared::Proceed => {
+                request.recorder = Some(Recorder(self.shared.clone()));
+                Ok(None)
+            }
+            Prepared::Answer(existing) => {
+                debug!(key = %existing.key, "answered from the journal");
+                Ok(existing.outcome().map(|outcome| {
+                    outcome
+                        .map(|mut out| {
+                            out.replayed = true;
+                            out
+                        })
+                        .map_err(|e| match e {
+                            Error::Tool(mut t) => {
+                                t.replayed = true;
+                                Error::Tool(t)
+                            }
+                            other => other,
+                        })
+                }))
+            }
+            Prepared::Conflict(existing) => Ok(Some(Err(Error::DuplicateKey {
+                key: existing.key,
+                message: format!(
+                    "the journal records this key for a different intent (tool {:?}, prepared \
+                     {:?} ago)",
+                    existing.tool,
+                    now.duration_since(existing.created_at).unwrap_or_default()
+                ),
+                attempts: 0,
+            }))),
+        }
+    }
+
+    /// Records a call's outcome when it is terminal. An unknown outcome
+    /// (`OutcomeUnavailable`, `DeadlineExceeded`, ...) leaves the record
+    /// unfinished, for a later recovery.
+    pub(crate) async fn finish_call(&self, key: &IdempotencyKey, result: &Outcome) {
+        let Some(outcome) = JournalOutcome::from_result(result) else {
+            debug!(%key, "outcome unknown; the journal keeps the call for recovery");
+            return;
+        };
+        let at = SystemTime::now();
+        let mut outcome = Some(outcome);
+        loop {
+            let notified = self.shared.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut q = lock(&self.shared.queue);
+                if q.stopped {
+                    warn!(%key, "the journal is closed; the outcome was not recorded (a recovery would re-drive the call, and the runtime deduplicates it)");
+                    return;
+                }
+                if q.transitions.len() < self.shared.capacity || q.transitions.contains_key(key) {
+                    let p = q.transitions.entry(key.clone()).or_default();
+                    p.terminal = outcome.take().map(|o| (o, at));
+                    drop(q);
+                    self.shared.wake.notify_one();
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The record of `key`, including everything recorded before this call.
+    pub(crate) async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .request(Request::Get(key.clone(), tx))
+            .map_err(Error::Journal)?;
+        self.answer(rx).await
+    }
+
+    /// Every unfinished record, oldest first.
+    pub(crate) async fn unfinished(&self) -> Result<Vec<JournalEntry>, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .request(Request::Unfinished(tx))
+            .map_err(Error::Journal)?;
+        self.answer(rx).await
+    }
+
+    /// Deletes the record of `key`; whether there was one.
+    pub(crate) async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .request(Request::Remove(key.clone(), tx))
+            .map_err(Error::Journal)?;
+        self.answer(rx).await
+    }
+
+    /// Commits everything queued, then closes the journal (releasing its
+    /// file). Later journal operations fail with `JOURNAL_CLOSED`.
+    pub(crate) async fn close(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.shared.request(Request::Close(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    async fn answer<T>(&self, rx: oneshot::Receiver<Result<T, JournalError>>) -> Result<T, Error> {
+        rx.await
+            .map_err(|_| Error::Journal(self.shared.closed_error()))?
+            .map_err(Error::Journal)
+    }
+}
+
+/// Re-drives every unfinished call in the background
+/// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
+pub(crate) fn spawn_recovery(client: Client) {
+    tokio::spawn(async move {
+        let calls = match client.recover().await {
+            Ok(calls) => calls,
+            Err(e) => {
+                warn!(error = %e, "automatic recovery could not read the journal");
+                return;
+            }
+        };
+        if calls.is_empty() {
+            return;
+        }
+        info!(
+            calls = calls.len(),
+            "re-driving unfinished calls from the journal"
+        );
+        futures_util::stream::iter(calls)
+            .for_each_concurrent(64, |call| async move {
+                let key = call.key().cloned();
+                match call.await {
+                    Ok(out) => {
+                        info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
+                    }
+                    Err(e) => info!(key = ?key, error = %e, "recovered call ended"),
+                }
+            })
+            .await;
+    });
+}
+
+/// How long transitions alone wait for a prepare to share its commit.
+const TRANSITION_LINGER: Duration = Duration::from_millis(5);
+
+/// The writer thread's state.
+struct Writer {
+    /// `None` once closed.
+    journal: Option<Box<dyn Journal>>,
+    shared: Arc<Shared>,
+    retention: Retention,
+    /// Records in the journal (from the last purge, plus inserts since).
+    records: u64,
+}
+
+impl Drop for Writer {
+    /// However the writer ends (even by a panic in a `Journal`
+    /// implementation), nothing waits on it forever: queued work is
+    /// dropped, which fails each waiter with `JOURNAL_CLOSED`.
+    fn drop(&mut self) {
+        let leftover = {
+            let mut q = lock(&self.shared.queue);
+            let leftover = std::mem::take(&mut *q);
+            q.stopped = true;
+            q.closing = true;
+            leftover
+        };
+        drop(leftover);
+        self.shared.space.notify_waiters();
+    }
+}
+
+/// One batch taken from the queue.
+struct Batch {
+    prepares: Vec<(JournalEntry, PrepareReply)>,
+    transitions: HashMap<IdempotencyKey, Pending>,
+    requests: Vec<Request>,
+}
+
+impl Writer {
+    fn run(mut self, ready: oneshot::Sender<Result<PurgeReport, JournalError>>) {
+        match self.purge() {
+            Ok(report) => {
+                if ready.send(Ok(report)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+        let mut next_purge = Instant::now() + self.retention.purge_interval;
+        loop {
+            let (batch, closing) = {
+                let mut q = lock(&self.shared.queue);
+                loop {
+                    if !q.is_empty() || q.closing {
+                        break;
+                    }
+                    let now = Instant::now();
+                    if now >= next_purge {
+                        break;
+                    }
+                    q = self
+                        .shared
+                        .wake
+                        .wait_timeout(q, next_purge - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+                // Only transitions queued: nobody waits for them, so let
+                // them ride on the next commit a prepare needs anyway (one
+                // fsync for both) if one comes soon.
+                let linger_until = Instant::now() + TRANSITION_LINGER;
+                while q.prepares.is_empty() && q.requests.is_empty() && !q.closing {
+                    let now = Instant::now();
+                    if now >= linger_until {
+                        break;
+                    }
+                    q = self
+                        .shared
+                        .wake
+                        .wait_timeout(q, linger_until - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+                let batch = Batch {
+                    prepares: std::mem::take(&mut q.prepares),
+                    transitions: std::mem::take(&mut q.transitions),
+                    requests: std::mem::take(&mut q.requests),
+                };
+                if q.closing && batch.prepares.is_empty() && batch.transitions.is_empty() {
+                    q.stopped = true;
+                }
+                (batch, q.stopped)
+            };
+            self.shared.space.notify_waiters();
+            let close_waiters = self.process(batch);
+            if !close_waiters.is_empty() || closing {
+                self.stop();
+                for waiter in close_waiters {
+                    let _ = waiter.send(());
+                }
+                return;
+            }
+            if Instant::now() >= next_purge {
+                if let Err(e) = self.purge() {
+                    warn!(error = %e, "journal purge failed; retrying at the next interval");
+                }
+                next_purge = Instant::now() + self.retention.purge_interval;
+            }
+        }
+    }
+
+    /// Closes the journal and fails whatever is still queued.
+    fn stop(&mut self) {
+        let leftover = {
+            let mut q = lock(&self.shared.queue);
+            q.stopped = true;
+            Batch {
+                prepares: std::mem::take(&mut q.prepares),
+                transitions: std::mem::take(&mut q.transitions),
+                requests: std::mem::take(&mut q.requests),
+            }
+        };
+        // Commit what can still be committed before letting go of the file.
+        let waiters = self.process(leftover);
+        self.journal = None;
+        for waiter in waiters {
+            let _ = waiter.send(());
+        }
+        self.shared.space.notify_waiters();
+        debug!(journal = %self.shared.location, "journal closed");
+    }
+
+    /// Commits one batch and answers its requests. Returns the waiters of
+    /// a requested close (answered once the journal is closed).
+    fn process(&mut self, batch: Batch) -> Vec<oneshot::Sender<()>> {
+        let Some(journal) = self.journal.take() else {
+            let err = self.shared.closed_error();
+            for (_, reply) in batch.prepares {
+                let _ = reply.send(Err(err.clone()));
+            }
+            answer_closed(batch.requests, &err);
+            return Vec::new();
+        };
+        let waiters = self.process_with(journal.as_ref(), batch);
+        self.journal = Some(journal);
+        waiters
+    }
+
+    fn process_with(&mut self, journal: &dyn Journal, batch: Batch) -> Vec<oneshot::Sender<()>> {
+        let Batch {
+            prepares,
+            transitions,
+            requests,
+        } = batch;
+        let mut transition_writes: Vec<JournalWrite> = Vec::new();
+        for (key, p) in &transitions {
+            transition_writes.extend(pending_writes(key, p));
+        }
+
+        // Decide every prepare against the record as it will be after this
+        // batch's pending transitions.
+        let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
+        let mut decided: Vec<(PrepareReply, Result<Prepared, JournalError>, bool)> = Vec::new();
+        let mut inserts: Vec<JournalWrite> = Vec::new();
+        let mut created = 0u64;
+        let mut purged_for_room = false;
+        for (entry, reply) in prepares {
+            let current = match view.get(&entry.key) {
+                Some(current) => current.clone(),
+                None => match journal.get(&entry.key) {
+                    Ok(mut current) => {
+                        if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key))
+                        {
+                            for w in pending_writes(&entry.key, p) {
+                                transition(e, &w);
+                            }
+                        }
+                        current
+                    }
+                    Err(e) => {
+                        decided.push((reply, Err(e), false));
+                        continue;
+                    }
+                },
+            };
+            let (decision, write) = match &current {
+                None => (Prepared::Proceed, true),
+                Some(e) if e.intent != entry.intent => (Prepared::Conflict(e.clone()), false),
+                Some(e) => match &e.state {
+                    JournalState::Terminal(o) if o.answers_repeat() => {
+                        (Prepared::Answer(e.clone()), false)
+                    }
+                    // Ended without being the key's outcome (refused as a
+                    // duplicate, never accepted, invalid): a new attempt.
+                    JournalState::Terminal(_) => (Prepared::Proceed, true),
+                    // Unfinished with this intent: the same call again (a
+                    // recovery, or the caller re-issuing it).
+                    _ => (Prepared::Proceed, false),
+                },
+            };
+            if write && current.is_none() {
+                let max = self.retention.max_records as u64;
+                if self.records + created >= max && !purged_for_room {
+                    purged_for_room = true;
+                    // Terminal outcomes still queued make their records
+                    // evictable: commit them first.
+                    if !transition_writes.is_empty() {
+                        match journal.apply(&transition_writes) {
+                            Ok(()) => transition_writes.clear(),
+                            Err(e) => warn!(error = %e, "journal commit failed"),
+                        }
+                    }
+                    self.make_room(journal);
+                }
+                if self.records + created >= max {
+                    let err = JournalError::new(
+                        JournalErrorKind::Full,
+                        &self.shared.location,
+                        format!(
+                            "{} records and at most {max} allowed, all unfinished or too recent \
+                             to evict: recover() or discard() unfinished calls, or raise \
+                             Retention::max_records",
+                            self.records + created
+                        ),
+                    );
+                    decided.push((reply, Err(err), false));
+                    continue;
+                }
+                created += 1;
+            }
+            if write {
+                view.insert(entry.key.clone(), Some(entry.clone()));
+                inserts.push(JournalWrite::Prepare(entry));
+            } else {
+                view.insert(entry.key.clone(), current);
+            }
+            decided.push((reply, Ok(decision), write));
+        }
+
+        // One transaction: transitions first (a replacing prepare wins).
+        let transition_count = transition_writes.len();
+        let mut writes = transition_writes;
+        writes.extend(inserts);
+        let committed = journal.apply(&writes);
+        match &committed {
+            Ok(()) => self.records += created,
+            Err(e) => warn!(
+                error = %e,
+                transitions = transition_count,
+                "journal commit failed: calls being prepared fail; sent/accepted/terminal \
+                 records of this batch are lost (those calls stay unfinished and a recovery \
+                 re-drives them under their keys)"
+            ),
+        }
+        for (reply, decision, wrote) in decided {
+            let answer = match (decision, &committed) {
+                (Ok(_), Err(e)) if wrote => Err(e.clone()),
+                (d, _) => d,
+            };
+            let _ = reply.send(answer);
+        }
+
+        let mut close = Vec::new();
+        for request in requests {
+            match request {
+                Request::Get(key, reply) => {
+                    let _ = reply.send(journal.get(&key));
+                }
+                Request::Unfinished(reply) => {
+                    let _ = reply.send(journal.unfinished(self.retention.max_records));
+                }
+                Request::Remove(key, reply) => {
+                    let result = journal.get(&key).and_then(|existing| match existing {
+                        Some(_) => journal
+                            .apply(&[JournalWrite::Remove { key }])
+                            .map(|()| true),
+                        None => Ok(false),
+                    });
+                    if let Ok(true) = result {
+                        self.records = self.records.saturating_sub(1);
+                    }
+                    let _ = reply.send(result);
+                }
+                Request::Close(reply) => close.push(reply),
+            }
+        }
+        close
+    }
+
+    /// Applies the retention policy; logs what it deleted.
+    fn purge(&mut self) -> Result<PurgeReport, JournalError> {
+        let Some(journal) = self.journal.as_deref() else {
+            return Err(self.shared.closed_error());
+        };
+        let report = journal.purge(&self.retention, SystemTime::now())?;
+        self.records = report.remaining;
+        log_purge(&self.shared.location, &report);
+        Ok(report)
+    }
+
+    /// Full: evict terminal records down to 90 % of the cap (at least one
+    /// below it).
+    fn make_room(&mut self, journal: &dyn Journal) {
+        let max = self.retention.max_records;
+        let target = Retention {
+            max_records: max - (max / 10).max(1),
+            ..self.retention.clone()
+        };
+        match journal.purge(&target, SystemTime::now()) {
+            Ok(report) => {
+                self.records = report.remaining;
+                log_purge(&self.shared.location, &report);
+            }
+            Err(e) => warn!(error = %e, "journal purge failed"),
+        }
+    }
+}
+
+fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
+    p.clone().writes(key)
+}
+
+fn answer_closed(requests: Vec<Request>, err: &JournalError) {
+    for request in requests {
+        match request {
+            Request::Get(_, reply) => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Request::Unfinished(reply) => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Request::Remove(_, reply) => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Request::Close(reply) => {
+                let _ = reply.send(());
+            }
+        }
+    }
+}
+
+fn log_purge(location: &str, report: &PurgeReport) {
+    if report.expired_unfinished > 0 {
+        warn!(
+            journal = %location,
+            count = report.expired_unfinished,
+            "deleted unfinished calls older than the retention's unfinished_ttl (never recovered)"
+        );
+    }
+    if report.expired_terminal + report.evicted > 0 {
+        debug!(
+            journal = %location,
+            expired = report.expired_terminal,
+            evicted = report.evicted,
+            remaining = report.remaining,
+            "journal purged"
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! A connection reset mid-body: a raw TCP server sends the response head and
+//! half a body, then closes. The client cannot know whether the job ran, so
+//! it retries with the same key (the runtime deduplicates) and takes the
+//! answer to the retry, flagged as a possible replay.
+
+mod http_support;
+
+use std::sync::{Arc, Mutex};
+
+use http_support::*;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One request as the server saw it: its head (lowercased) and body.
+#[derive(Debug, Clone)]
+struct Seen {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut seen = Seen {
+        head,
+        body: buffer[head_end..].to_vec(),
+    };
+    let length: usize = seen
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while seen.body.len() < length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        seen.body.extend_from_slice(&chunk[..n]);
+    }
+    Some(seen)
+}
+
+/// Serves `responses` in order, one per connection; each is written as given
+/// (so it can be cut short), then the connection is closed.
+async fn serve(responses: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/arcp", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        for response in responses {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            if let Some(request) = read_request(&mut stream).await {
+                log.lock().unwrap().push(request);
+            }
+            let _ = stream.write_all(&response).await;
+            let _ = stream.flush().await;
+            // Dropping the stream closes the connection, mid-body or not.
+        }
+    });
+    (url, seen)
+}
+
+fn whole(content_type: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn check_attempts(seen: &[Seen], n: usize) {
+    assert_eq!(seen.len(), n);
+    let key = seen[0].header("idempotency-key").expect("a key header");
+    let payload = raw_payload(&seen[0].body);
+    let mut ids = std::collections::HashSet::new();
+    for s in seen {
+        assert_eq!(s.header("idempotency-key").as_deref(), Some(key.as_str()));
+        assert_eq!(raw_payload(&s.body), payload);
+        assert!(ids.insert(envelope(&s.body).id));
+    }
+}
+
+#[tokio::test]
+async fn a_json_body_cut_in_half_is_retried_with_the_same_key() {
+    let full = result("job_1", json!({"refunded": 4812}));
+    let half = &full[..full.len() / 2];
+    // Content-Length promises the whole body; half of it arrives.
+    let cut = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{half}",
+        full.len()
+    )
+    .into_bytes();
+    let (url, seen) = serve(vec![cut, whole("application/json", &full)]).await;
+    let client = client(&url).connect().await.unwrap();
+    let out = client
+        .invoke_tool("refund", json!({"order": 4812}))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"refunded": 4812}));
+    assert_eq!(out.attempts, 2);
+    assert!(out.replayed, "the first attempt may have run the job");
+    check_attempts(&seen.lock().unwrap(), 2);
+}
+
+#[tokio::test]
+async fn an_ndjson_stream_cut_after_acceptance_is_retried_with_the_same_key() {
+    // Chunked, the accept line delivered, then the connection drops without
+    // the terminating chunk.
+    let line = format!("{}\n", accepted("job_5"));
+    let cut = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{line}\r\n",
+        line.len()
+    )
+    .into_bytes();
+    let replay = ndjson(&[result("job_5", json!("done"))]);
+    let (url, seen) = serve(vec![cut, whole("application/x-ndjson", &replay)]).await;
+    let client = client(&url).connect().await.unwrap();
+    let call = client.invoke("refund", json!({"order": 1})).send();
+    let handle = call.handle();
+    let out = call.await.unwrap();
+    assert_eq!(out.value, json!("done"));
+    assert_eq!(out.job_id.as_deref(), Some("job_5"));
+    assert_eq!(handle.job_id().as_deref(), Some("job_5"));
+    assert_eq!((out.attempts, out.replayed), (2, true));
+    check_attempts(&seen.lock().unwrap(), 2);
+}
+
+#[tokio::test]
+async fn a_connection_closed_before_any_response_is_retried() {
+    let (url, seen) = serve(vec![
+        Vec::new(),
+        whole("application/json", &result("job_1", json!(1))),
+    ])
+    .await;
+    let client = client(&url).connect().await.unwrap();
+    let out = client.invoke_tool("refund", json!({})).await.unwrap();
+    assert_eq!((out.attempts, out.replayed), (2, true));
+    check_attempts(&seen.lock().unwrap(), 2);
+}
+
+#[tokio::test]
+async fn cut_every_time_is_outcome_unavailable() {
+    let full = result("job_1", json!(1));
+    let cut = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+        full.len()
+    )
+    .into_bytes();
+    let (url, _seen) = serve(vec![cut; 3]).await;
+    let client = client(&url)
+        .retry(fast_retry().max_attempts(3))
+        .connect()
+        .await
+        .unwrap();
+    let err = client.invoke_tool("refund", json!({})).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            arcp_client::Error::OutcomeUnavailable { attempts: 3, reason, .. } if reason.contains("cut off")
+        ),
+        "{err:?}"
+    );
+}

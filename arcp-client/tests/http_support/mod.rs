@@ -1,0 +1,108 @@
+//! Helpers for the HTTP binding tests: envelopes built with the codec, a
+//! client with a fast retry budget, and readers for what a server received.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use arcp_client::{Client, ClientBuilder, RetryPolicy};
+use arcp_types::{
+    Accepted, Dialect, Envelope, ErrorCode, ErrorReply, EventBody, Frame, JobEvent, JobResult,
+    Message,
+};
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "s3cr3t-token";
+
+/// A retry policy that gives up within a second.
+pub fn fast_retry() -> RetryPolicy {
+    RetryPolicy::exponential()
+        .initial_delay(Duration::from_millis(5))
+        .max_delay(Duration::from_millis(40))
+        .outcome_poll(Duration::from_millis(5))
+        .max_attempts(6)
+        .max_elapsed(Duration::from_secs(10))
+}
+
+/// A client of the HTTP binding at `url` with a bearer token and fast retries.
+pub fn client(url: &str) -> ClientBuilder {
+    Client::builder(url)
+        .bearer_token(TOKEN)
+        .retry(fast_retry())
+        .handshake_timeout(Duration::from_secs(2))
+        .default_deadline(Duration::from_secs(20))
+}
+
+fn encode(mut frame: Frame, job_id: Option<&str>) -> String {
+    frame.envelope.job_id = job_id.map(str::to_owned);
+    Dialect::V1_1.encode(&frame)
+}
+
+/// A terminal `job.result` carrying `value`.
+pub fn result(job_id: &str, value: Value) -> String {
+    encode(
+        Frame::new(Message::Result(JobResult {
+            result: Some(value),
+            extra: Default::default(),
+        })),
+        Some(job_id),
+    )
+}
+
+/// A `job.error` (a terminal tool error when `job_id` is set; a refusal
+/// before acceptance otherwise).
+pub fn error(job_id: Option<&str>, code: ErrorCode, retryable: bool) -> String {
+    let mut e = ErrorReply::new(code, "refused by the test");
+    e.retryable = Some(retryable);
+    encode(Frame::new(Message::Error(e)), job_id)
+}
+
+/// A `job.accepted`.
+pub fn accepted(job_id: &str) -> String {
+    encode(
+        Frame::new(Message::Accepted(Accepted {
+            job_id: job_id.into(),
+            request_id: None,
+            extra: Default::default(),
+        })),
+        Some(job_id),
+    )
+}
+
+/// A `job.event` of kind `progress` with a sequence number.
+pub fn progress(job_id: &str, seq: u64, current: u64, total: u64) -> String {
+    let mut frame = Frame::new(Message::Event(JobEvent {
+        kind: "progress".into(),
+        ts: None,
+        body: json!({"current": current, "total": total}),
+        extra: Default::default(),
+    }));
+    frame.envelope.event_seq = Some(seq);
+    encode(frame, Some(job_id))
+}
+
+/// NDJSON: one envelope per line.
+pub fn ndjson(lines: &[String]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// A request body as an envelope.
+pub fn envelope(body: &[u8]) -> Envelope {
+    serde_json::from_slice(body).expect("the client sends one JSON envelope")
+}
+
+/// The exact bytes of a request body's `payload` (the intent).
+pub fn raw_payload(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Raw<'a> {
+        #[serde(borrow)]
+        payload: &'a serde_json::value::RawValue,
+    }
+    let raw: Raw<'_> = serde_json::from_slice(body).expect("an envelope with a payload");
+    raw.payload.get().to_owned()
+}
+
+/// Whether an event is a progress event.
+pub fn is_progress(body: &EventBody) -> bool {
+    matches!(body, EventBody::Progress { .. })
+}

@@ -1,0 +1,541 @@
+//! The journal's behaviour within one process: records and lookups,
+//! answers across a restart, conflicts, recovery of calls whose outcome was
+//! unavailable, retention, and the typed errors of a corrupt, foreign or
+//! locked journal at start-up.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp_client::{
+    Client, ClientBuilder, Error, IdempotencyKey, Journal, JournalEntry, JournalErrorKind,
+    JournalOutcome, JournalState, MemoryJournal, RecoveryMode, Retention, RetryPolicy,
+    SqliteJournal,
+};
+use arcp_mock::{MockRuntime, ReplayPolicy};
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+async fn mock() -> MockRuntime {
+    MockRuntime::builder()
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .expect("mock")
+}
+
+fn builder(url: &str) -> ClientBuilder {
+    Client::builder(url)
+        .handshake_timeout(Duration::from_secs(2))
+        .default_deadline(Duration::from_secs(15))
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(200))
+                .max_attempts(6)
+                .max_elapsed(Duration::from_secs(5))
+                .outcome_poll(Duration::from_millis(100)),
+        )
+}
+
+fn submits(mock: &MockRuntime, key: &str) -> usize {
+    mock.received()
+        .iter()
+        .filter(|e| e.kind == "job.submit" && e.payload["idempotency_key"] == key)
+        .count()
+}
+
+#[tokio::test]
+async fn a_call_is_recorded_from_prepared_to_terminal() {
+    let mock = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke("refund", json!({"order": 1, "cents": 2.50}))
+        .option("max_runtime_sec", json!(30))
+        .send()
+        .await
+        .unwrap();
+    let entry = client.lookup(&out.key).await.unwrap().expect("recorded");
+    assert_eq!(entry.tool, "refund");
+    assert_eq!(entry.trace_id, out.trace_id);
+    assert_eq!(entry.attempts, 1);
+    assert_eq!(entry.job_id(), out.job_id.as_deref());
+    assert_eq!(
+        entry.intent,
+        format!(
+            r#"{{"tool":"refund","arguments":{{"cents":2.5,"order":1}},"idempotency_key":"{}","max_runtime_sec":30}}"#,
+            out.key
+        ),
+        "the intent is the serialized payload, byte for byte"
+    );
+    match &entry.state {
+        JournalState::Terminal(JournalOutcome::Ok { value, .. }) => {
+            assert_eq!(value, &json!({"refunded": 1}))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(entry.outcome().unwrap().unwrap().value, out.value);
+    assert!(client
+        .lookup(&IdempotencyKey::new())
+        .await
+        .unwrap()
+        .is_none());
+    client.close().await;
+    // close() released the file.
+    SqliteJournal::open(&path).expect("unlocked after close");
+}
+
+#[tokio::test]
+async fn a_restarted_client_answers_a_finished_key_from_the_journal() {
+    let mock = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = IdempotencyKey::try_from("refund-order-7").unwrap();
+    let args = json!({"order": 7});
+
+    let first = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let a = first
+        .invoke("refund", args.clone())
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    first.close().await;
+    drop(first);
+
+    // "Restart": a new client, same file. The same call is answered from the
+    // journal without reaching the runtime; another intent is refused.
+    let second = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let b = second
+        .invoke("refund", args.clone())
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(b.value, a.value);
+    assert_eq!(b.job_id, a.job_id);
+    assert!(b.replayed && !a.replayed);
+    assert_eq!(submits(&mock, key.as_str()), 1);
+    let conflict = second
+        .invoke("refund", json!({"order": 8}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(conflict, Error::DuplicateKey { attempts: 0, .. }),
+        "{conflict:?}"
+    );
+    assert_eq!(submits(&mock, key.as_str()), 1);
+    assert_eq!(mock.executions("refund"), 1);
+    // Nothing to recover: the call ended.
+    assert!(second.recover().await.unwrap().is_empty());
+    // Discarding forgets the key.
+    assert!(second.discard(&key).await.unwrap());
+    assert!(second.lookup(&key).await.unwrap().is_none());
+    assert!(!second.discard(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn an_unfinished_call_stays_unfinished_and_recover_delivers_it() {
+    // The call's deadline passes while the tool still runs: the outcome is
+    // unknown, so the record stays unfinished. recover() re-drives it under
+    // its key; the runtime replays the stored result. The tool ran once.
+    let release = Arc::new(Semaphore::new(0));
+    let gate = release.clone();
+    let mock = MockRuntime::builder()
+        .tool("refund", move |args: Value, _ctx| {
+            let gate = gate.clone();
+            async move {
+                let _p = gate.acquire().await;
+                Ok(json!({"refunded": args["order"]}))
+            }
+        })
+        .replay_policy(ReplayPolicy::TerminalReplay)
+        .start()
+        .await
+        .unwrap();
+    let client = builder(&mock.ws_url())
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke("refund", json!({"order": 9}))
+        .deadline(Duration::from_millis(200))
+        .send()
+        .await
+        .unwrap_err();
+    let Error::DeadlineExceeded { key, .. } = &err else {
+        panic!("{err:?}");
+    };
+    let entry = client.lookup(key).await.unwrap().expect("recorded");
+    assert!(
+        matches!(entry.state, JournalState::Accepted { .. }),
+        "{entry:?}"
+    );
+    let job = entry.job_id().expect("accepted").to_owned();
+    // Let the job finish, so the runtime has a stored result to replay.
+    release.add_permits(1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = client.recover().await.unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].key(), Some(key));
+    let out = futures_util::future::join_all(calls)
+        .await
+        .remove(0)
+        .unwrap();
+    assert_eq!(out.value, json!({"refunded": 9}));
+    // The same job: the stored result, not a second execution. (The replay
+    // arrives on the same session, so the client cannot tell it is one.)
+    assert_eq!(out.job_id.as_deref(), Some(job.as_str()));
+    assert_eq!(out.key, *key);
+    assert_eq!(mock.executions("refund"), 1);
+    let entry = client.lookup(key).await.unwrap().unwrap();
+    assert!(entry.is_terminal());
+    assert!(client.recover().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn automatic_recovery_redrives_on_connect() {
+    let mock = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    // A record left behind by a "crashed" process: prepared, never sent.
+    let key = IdempotencyKey::new();
+    {
+        let j = SqliteJournal::open(&path).unwrap();
+        let intent =
+            format!(r#"{{"tool":"refund","arguments":{{"order":11}},"idempotency_key":"{key}"}}"#);
+        j.apply(&[arcp_client::JournalWrite::Prepare(prepared(&key, &intent))])
+            .unwrap();
+    }
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .recovery(RecoveryMode::Automatic)
+        .connect()
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let entry = client.lookup(&key).await.unwrap().unwrap();
+        if entry.is_terminal() {
+            assert_eq!(
+                entry.outcome().unwrap().unwrap().value,
+                json!({"refunded": 11})
+            );
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{entry:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+}
+
+/// A prepared record, as a crashed process leaves it.
+fn prepared(key: &IdempotencyKey, intent: &str) -> JournalEntry {
+    JournalEntry::new(
+        key.clone(),
+        "refund",
+        intent,
+        "0123456789abcdef0123456789abcdef",
+        Duration::from_secs(10),
+    )
+}
+
+#[tokio::test]
+async fn terminal_records_expire_and_the_record_count_is_capped() {
+    let mock = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .journal_retention(Retention::default().max_records(5))
+        .connect()
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    for i in 0..20 {
+        keys.push(
+            client
+                .invoke_tool("refund", json!({"order": i}))
+                .await
+                .unwrap()
+                .key,
+        );
+    }
+    client.close().await;
+    let j = SqliteJournal::open(&path).unwrap();
+    let count = keys.iter().filter(|k| j.get(k).unwrap().is_some()).count();
+    assert!(count <= 5, "{count} records kept; the cap is 5");
+    assert!(
+        j.get(keys.last().unwrap()).unwrap().is_some(),
+        "the newest stays"
+    );
+    drop(j);
+
+    // A zero TTL: terminal records go at the next purge.
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .journal_retention(
+            Retention::default()
+                .terminal_ttl(Duration::ZERO)
+                .purge_interval(Duration::from_millis(20)),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke_tool("refund", json!({"order": 99}))
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    while client.lookup(&out.key).await.unwrap().is_some() {
+        assert!(start.elapsed() < Duration::from_secs(5), "never purged");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_journal_full_of_unfinished_calls_refuses_new_ones() {
+    // Calls that time out stay unfinished; with room for 2 records, the
+    // third call is refused before it is sent.
+    let release = Arc::new(Semaphore::new(0));
+    let gate = release.clone();
+    let mock = MockRuntime::builder()
+        .tool("slow", move |_args: Value, _ctx| {
+            let gate = gate.clone();
+            async move {
+                let _p = gate.acquire().await;
+                Ok(json!(null))
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = builder(&mock.ws_url())
+        .journal(MemoryJournal::new())
+        .journal_retention(Retention::default().max_records(2))
+        .connect()
+        .await
+        .unwrap();
+    for i in 0..2 {
+        let err = client
+            .invoke("slow", json!({"i": i}))
+            .deadline(Duration::from_millis(100))
+            .send()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
+    }
+    let err = client
+        .invoke("slow", json!({"i": 2}))
+        .send()
+        .await
+        .unwrap_err();
+    let Error::Journal(e) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(e.kind, JournalErrorKind::Full);
+    assert_eq!(err.code_name(), "JOURNAL_FULL");
+    assert_eq!(mock.executions("slow"), 2, "the refused call was not sent");
+    // Recovering them makes room.
+    release.add_permits(10);
+    for call in client.recover().await.unwrap() {
+        call.await.unwrap();
+    }
+    client
+        .invoke("slow", json!({"i": 2}))
+        .send()
+        .await
+        .expect("room again");
+}
+
+// ----- start-up errors ------------------------------------------------------------
+
+async fn connect_err(path: &Path) -> arcp_client::JournalError {
+    let mock = mock().await;
+    match builder(&mock.ws_url()).journal_path(path).connect().await {
+        Err(Error::Journal(e)) => {
+            assert_eq!(e.location, path.display().to_string());
+            e
+        }
+        other => panic!("expected a journal error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    std::fs::write(
+        &path,
+        "this is not a SQLite database, but it is long enough to have a header\n".repeat(20),
+    )
+    .unwrap();
+    let e = connect_err(&path).await;
+    assert_eq!(e.kind, JournalErrorKind::Corrupt, "{e}");
+    assert_eq!(Error::Journal(e.clone()).code_name(), "JOURNAL_CORRUPT");
+    // Left untouched.
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .starts_with("this is not"));
+}
+
+#[tokio::test]
+async fn a_damaged_journal_is_refused_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    {
+        let mock = mock().await;
+        let client = builder(&mock.ws_url())
+            .journal_path(&path)
+            .connect()
+            .await
+            .unwrap();
+        for i in 0..200 {
+            client
+                .invoke_tool("refund", json!({"order": i, "pad": "x".repeat(200)}))
+                .await
+                .unwrap();
+        }
+        client.close().await;
+    }
+    // Checkpoint the WAL into the main file, then overwrite a page in the
+    // middle (not the header) with garbage.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 8 * 4096, "{} bytes", bytes.len());
+    for b in &mut bytes[3 * 4096..5 * 4096] {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let e = connect_err(&path).await;
+    assert_eq!(e.kind, JournalErrorKind::Corrupt, "{e}");
+}
+
+#[tokio::test]
+async fn a_database_of_something_else_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users (name) VALUES ('ada');")
+            .unwrap();
+    }
+    let e = connect_err(&path).await;
+    assert_eq!(e.kind, JournalErrorKind::Schema, "{e}");
+    assert!(e.message.contains("users"), "{e}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM users", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn a_journal_of_a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    drop(SqliteJournal::open(&path).unwrap());
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+    }
+    let e = connect_err(&path).await;
+    assert_eq!(e.kind, JournalErrorKind::Schema, "{e}");
+    assert!(e.message.contains("99"), "{e}");
+}
+
+#[tokio::test]
+async fn a_journal_held_by_another_client_is_refused_as_locked() {
+    let mock = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let holder = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let e = connect_err(&path).await;
+    assert_eq!(e.kind, JournalErrorKind::Locked, "{e}");
+    let err = Error::Journal(e);
+    assert_eq!(err.code_name(), "JOURNAL_LOCKED");
+    assert!(err.is_retryable());
+    // The holder is unaffected, and once it closes the file opens.
+    holder
+        .invoke_tool("refund", json!({"order": 1}))
+        .await
+        .unwrap();
+    holder.close().await;
+    let other = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .expect("free after close");
+    other.close().await;
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_an_io_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = connect_err(&dir.path().join("no/such/dir/j.db")).await;
+    assert_eq!(e.kind, JournalErrorKind::Io, "{e}");
+}
+
+#[tokio::test]
+async fn a_journal_instance_survives_a_failed_connect_and_serves_one_client() {
+    // A free port with nothing listening yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://127.0.0.1:{port}/arcp");
+    let configured = builder(&url).journal(MemoryJournal::new());
+    let err = configured.clone().connect().await.unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    // The runtime comes up; a clone of the same builder connects with the
+    // journal it was given.
+    let mock = MockRuntime::builder()
+        .port(port)
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = configured.clone().connect().await.expect("connects");
+    let out = client
+        .invoke_tool("refund", json!({"order": 3}))
+        .await
+        .unwrap();
+    assert!(client.lookup(&out.key).await.unwrap().is_some());
+    // A second client cannot share that journal.
+    match configured.connect().await {
+        Err(Error::Journal(e)) => assert_eq!(e.kind, JournalErrorKind::Locked, "{e}"),
+        other => panic!("{other:?}"),
+    }
+    drop(mock);
+}
