@@ -38,7 +38,7 @@ use tracing::{debug, info, warn};
 use crate::cache::{Cached, Outcome, OutcomeCache};
 use crate::client::{Config, DialectChoice};
 use crate::error::{Error, ToolError};
-use crate::intent::{fingerprint, is_duplicate_key};
+use crate::intent::{fingerprint, is_duplicate_key, read_result, ResultReading};
 use crate::invocation::{CallShared, CancelOutcome, InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::retry::{later, Schedule};
@@ -1458,53 +1458,27 @@ impl Task {
         // outcome re-sent (runtimes accept a fresh job before it runs).
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
         let replayed = call.replayed || foreign || unaccepted;
-        // v1.1 `job.result` may carry a non-success final status.
-        let status = result.extra.get("final_status").and_then(Value::as_str);
-        if let Some(status @ ("error" | "timed_out")) = status {
-            let code = result
-                .extra
-                .get("code")
-                .and_then(Value::as_str)
-                .map(ErrorCode::parse)
-                .unwrap_or(if status == "timed_out" {
-                    ErrorCode::Timeout
-                } else {
-                    ErrorCode::UnknownError
-                });
-            let message = result
-                .extra
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or(status)
-                .to_owned();
-            let err = ToolError {
-                attempts: 0,
-                retryable: code.default_retryable(),
-                code,
-                message,
-                details: None,
-                replayed,
-                job_id,
-                key,
-            };
-            self.finish(id, Err(Error::Tool(Box::new(err))));
-            return;
-        }
         let streamed = result.extra.get("result_id").and_then(Value::as_str);
         let assembled = match (assembly, streamed) {
             (Some(a), Some(id)) if a.result_id == id => a.value(),
             _ => None,
         };
-        let value = match result.result {
-            Some(v) => v,
-            // A result streamed in chunks: their concatenation (v1.1 §8.4).
-            None if assembled.is_some() => assembled.unwrap_or_default(),
-            None if result.extra.contains_key("result_ref")
-                || result.extra.contains_key("result_id") =>
-            {
-                Value::Object(result.extra)
+        let value = match read_result(result, assembled) {
+            ResultReading::Value(value) => value,
+            ResultReading::Failed { code, message } => {
+                let err = ToolError {
+                    attempts: 0,
+                    retryable: code.default_retryable(),
+                    code,
+                    message: self.redact(message),
+                    details: None,
+                    replayed,
+                    job_id,
+                    key,
+                };
+                self.finish(id, Err(Error::Tool(Box::new(err))));
+                return;
             }
-            None => Value::Null,
         };
         let out = ToolOutput {
             value,

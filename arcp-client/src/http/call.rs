@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arcp_types::{Dialect, Envelope, ErrorCode, ErrorReply, Frame, JobEvent, JobResult, Message};
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
-use serde_json::Value;
+
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn, Instrument};
 
@@ -32,7 +32,7 @@ use crate::cache::{Cached, Outcome, OutcomeCache};
 use crate::client::Config;
 use crate::connection::CallRequest;
 use crate::error::{Error, ToolError};
-use crate::intent::{fingerprint, is_duplicate_key};
+use crate::intent::{fingerprint, is_duplicate_key, read_result, ResultReading};
 use crate::invocation::{InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::retry::later;
@@ -660,44 +660,20 @@ impl<'a> Call<'a> {
             self.bind(job);
         }
         let key = self.req.key.clone();
-        // v1.1 `job.result` may carry a non-success final status.
-        let status = result.extra.get("final_status").and_then(Value::as_str);
-        if let Some(status @ ("error" | "timed_out")) = status {
-            let code = result
-                .extra
-                .get("code")
-                .and_then(Value::as_str)
-                .map(ErrorCode::parse)
-                .unwrap_or(if status == "timed_out" {
-                    ErrorCode::Timeout
-                } else {
-                    ErrorCode::UnknownError
-                });
-            let message = result
-                .extra
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or(status)
-                .to_owned();
-            return Err(Error::Tool(Box::new(ToolError {
-                attempts: 0,
-                retryable: code.default_retryable(),
-                code,
-                message: self.redact(message),
-                details: None,
-                replayed,
-                job_id: self.job_id.clone(),
-                key,
-            })));
-        }
-        let value = match result.result {
-            Some(v) => v,
-            None if result.extra.contains_key("result_ref")
-                || result.extra.contains_key("result_id") =>
-            {
-                Value::Object(result.extra)
+        let value = match read_result(result, None) {
+            ResultReading::Value(value) => value,
+            ResultReading::Failed { code, message } => {
+                return Err(Error::Tool(Box::new(ToolError {
+                    attempts: 0,
+                    retryable: code.default_retryable(),
+                    code,
+                    message: self.redact(message),
+                    details: None,
+                    replayed,
+                    job_id: self.job_id.clone(),
+                    key,
+                })));
             }
-            None => Value::Null,
         };
         Ok(ToolOutput {
             value,
