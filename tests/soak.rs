@@ -34,6 +34,7 @@ fn peak_rss_kib() -> Option<u64> {
 }
 
 async fn soak(dialect: Dialect, policy: ReplayPolicy, seed: u64) {
+    support::init_tracing();
     let calls = calls();
     let mock = mock(dialect).replay_policy(policy).start().await.unwrap();
     let proxy = ChaosProxy::builder(mock.address())

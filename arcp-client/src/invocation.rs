@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,61 @@ impl CancelOutcome {
 pub(crate) struct CallShared {
     pub(crate) job_id: OnceLock<String>,
     pub(crate) dispatched: AtomicBool,
+    /// The events channel exists only once someone asked for it: most calls
+    /// are never watched, and a channel costs a few KiB.
+    events: Mutex<EventSlot>,
+}
+
+#[derive(Debug, Default)]
+enum EventSlot {
+    #[default]
+    Unwatched,
+    Watched(mpsc::Sender<InvocationEvent>),
+    Ended,
+}
+
+impl CallShared {
+    /// Starts watching the call's events, unless it already ended.
+    fn watch(&self, capacity: usize) -> Option<mpsc::Receiver<InvocationEvent>> {
+        let mut slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        match *slot {
+            EventSlot::Unwatched => {
+                let (tx, rx) = mpsc::channel(capacity);
+                *slot = EventSlot::Watched(tx);
+                Some(rx)
+            }
+            EventSlot::Watched(_) | EventSlot::Ended => None,
+        }
+    }
+
+    /// Hands an event to the watcher, if any. Returns false when it was
+    /// dropped because the watcher's buffer is full.
+    pub(crate) fn deliver(&self, event: InvocationEvent) -> bool {
+        let slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        match &*slot {
+            EventSlot::Watched(tx) => {
+                !matches!(tx.try_send(event), Err(mpsc::error::TrySendError::Full(_)))
+            }
+            _ => true,
+        }
+    }
+
+    /// The call ended: its event stream ends too.
+    fn end(&self) {
+        *self.events.lock().unwrap_or_else(|e| e.into_inner()) = EventSlot::Ended;
+    }
+}
+
+/// Ends a call's event stream when dropped: carried by the call's request,
+/// so however the call ends (answered, abandoned, client closed), its
+/// watcher sees the end.
+#[derive(Debug)]
+pub(crate) struct EventsEnd(pub(crate) Arc<CallShared>);
+
+impl Drop for EventsEnd {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 /// Builds one call: `client.invoke(tool, args)...send()`.
@@ -165,7 +220,6 @@ impl InvokeBuilder {
     /// Finishes the call. Nothing is sent until the returned [`Invocation`]
     /// is first polled (awaited), as with any Rust future.
     pub fn send(self) -> Invocation {
-        let (events_tx, events_rx) = mpsc::channel(self.client.config().event_buffer);
         let shared = Arc::new(CallShared::default());
         let key = match self.key {
             None => Ok(IdempotencyKey::new()),
@@ -195,7 +249,7 @@ impl InvokeBuilder {
                 },
                 deadline,
                 started: Instant::now(),
-                events: events_tx,
+                events_end: EventsEnd(shared.clone()),
                 shared: shared.clone(),
                 recorder: None,
             })
@@ -206,7 +260,6 @@ impl InvokeBuilder {
         };
         Invocation {
             future: Box::pin(future),
-            events: Some(events_rx),
             handle: CallHandle {
                 shared,
                 key: key_for_handle,
@@ -224,7 +277,6 @@ type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Se
 #[must_use = "a call does nothing unless awaited"]
 pub struct Invocation {
     future: OutcomeFuture,
-    events: Option<mpsc::Receiver<InvocationEvent>>,
     handle: CallHandle,
 }
 
@@ -261,7 +313,6 @@ impl Invocation {
     /// A record whose intent cannot be re-sent identically resolves to
     /// [`Error::Journal`] without sending anything.
     pub(crate) fn recovered(client: Client, entry: JournalEntry) -> Invocation {
-        let (events_tx, events_rx) = mpsc::channel(client.config().event_buffer);
         let shared = Arc::new(CallShared::default());
         let key = entry.key.clone();
         let request = entry
@@ -273,7 +324,7 @@ impl Invocation {
                 invoke,
                 deadline: entry.deadline,
                 started: Instant::now(),
-                events: events_tx,
+                events_end: EventsEnd(shared.clone()),
                 shared: shared.clone(),
                 recorder: None,
             });
@@ -281,7 +332,6 @@ impl Invocation {
         let future = async move { dispatcher.dispatch(request?).await };
         Invocation {
             future: Box::pin(future),
-            events: Some(events_rx),
             handle: CallHandle {
                 shared,
                 key: Some(key),
@@ -295,8 +345,9 @@ impl Invocation {
     /// ends when the call ends. If it is not drained, events beyond the
     /// client's `event_buffer` are dropped (the call itself never blocks).
     pub fn events(&mut self) -> Events {
+        let capacity = self.handle.client.config().event_buffer;
         Events {
-            rx: self.events.take(),
+            rx: self.handle.shared.watch(capacity),
         }
     }
 

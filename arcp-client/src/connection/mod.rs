@@ -39,7 +39,7 @@ use crate::cache::{Cached, Outcome, OutcomeCache};
 use crate::client::{Config, DialectChoice};
 use crate::error::{Error, ToolError};
 use crate::intent::{fingerprint, is_duplicate_key, read_result, ResultReading};
-use crate::invocation::{CallShared, CancelOutcome, InvocationEvent, ToolOutput};
+use crate::invocation::{CallShared, CancelOutcome, EventsEnd, InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::retry::{later, Schedule};
 use transport::{Inbound, Transport};
@@ -51,8 +51,10 @@ pub(crate) struct CallRequest {
     pub(crate) invoke: Invoke,
     pub(crate) deadline: Duration,
     pub(crate) started: Instant,
-    pub(crate) events: mpsc::Sender<InvocationEvent>,
     pub(crate) shared: Arc<CallShared>,
+    /// Held, never read: dropping it ends the call's event stream.
+    #[allow(dead_code)]
+    pub(crate) events_end: EventsEnd,
     /// The journal's hook (when journaled): told of sends and acceptance.
     pub(crate) recorder: Option<crate::journal::Recorder>,
 }
@@ -229,7 +231,8 @@ struct Task {
     rx: mpsc::Receiver<Command>,
     transport: Option<Transport>,
     session: Session,
-    calls: HashMap<u64, Call>,
+    /// Boxed: the map keeps its peak capacity, so entries stay small.
+    calls: HashMap<u64, Box<Call>>,
     next_call_id: u64,
     by_key: HashMap<IdempotencyKey, u64>,
     by_request: HashMap<String, Pending>,
@@ -248,6 +251,10 @@ struct Task {
     /// per answer, so a reconnect does not flood a flaky link with every
     /// unfinished call at once (which, under repeated cuts, never finishes).
     sent_unanswered: usize,
+    /// When the oldest unanswered request went out; runtimes accept a
+    /// submit at once, so requests outstanding while the runtime says
+    /// nothing at all for `handshake_timeout` mean a dead connection.
+    awaiting_since: Option<Instant>,
     window: usize,
     window_queue: VecDeque<u64>,
     last_inbound: Instant,
@@ -272,6 +279,7 @@ const ACK_EVERY: Duration = Duration::from_millis(200);
 const MAX_COMMANDS_PER_TURN: usize = 512;
 /// Unanswered requests allowed right after a connection loss.
 const WINDOW_AFTER_LOSS: usize = 4;
+const WINDOW_RECHECK: Duration = Duration::from_millis(50);
 
 impl Task {
     fn new(config: Arc<Config>, rx: mpsc::Receiver<Command>) -> Self {
@@ -294,6 +302,7 @@ impl Task {
             epoch: 0,
             reconnect: None,
             sent_unanswered: 0,
+            awaiting_since: None,
             window,
             window_queue: VecDeque::new(),
             last_inbound: now,
@@ -514,6 +523,7 @@ impl Task {
         self.by_request.clear();
         self.pending_order.clear();
         self.sent_unanswered = 0;
+        self.awaiting_since = None;
         self.window = WINDOW_AFTER_LOSS.min(self.config.max_in_flight);
         self.window_queue.clear();
         let now = Instant::now();
@@ -602,6 +612,7 @@ impl Task {
                 }
             }
             self.fill_window();
+            self.compact();
             self.maybe_ack();
             self.flush().await;
         }
@@ -709,6 +720,17 @@ impl Task {
                 .min(later(self.last_outbound, interval))
                 .min(later(self.last_inbound, interval.saturating_mul(2)));
         }
+        if let Some(since) = self.awaiting_since {
+            wake = wake.min(later(
+                since.max(self.last_inbound),
+                self.config.handshake_timeout,
+            ));
+        }
+        if !self.window_queue.is_empty() {
+            // Calls waiting for the send window are re-checked at least this
+            // often, whatever else wakes the task.
+            wake = wake.min(later(Instant::now(), WINDOW_RECHECK));
+        }
         if self.session.last_event_seq > self.session.acked_seq && self.accepts_ack() {
             wake = wake.min(self.last_ack_sent + ACK_EVERY);
         }
@@ -722,6 +744,12 @@ impl Task {
             }
             self.timers.pop();
             self.step(id, now);
+        }
+        if let (Some(since), true) = (self.awaiting_since, self.transport.is_some()) {
+            if now.duration_since(since.max(self.last_inbound)) >= self.config.handshake_timeout {
+                self.lose_connection("requests unanswered and no frame from the runtime within the handshake timeout");
+                return;
+            }
         }
         if let (Some(interval), true) = (self.session.heartbeat, self.transport.is_some()) {
             if now.duration_since(self.last_inbound) >= 2 * interval {
@@ -919,7 +947,7 @@ impl Task {
         };
         self.timers.push(Reverse((call.deadline_at, id)));
         self.by_key.insert(call.req.key.clone(), id);
-        self.calls.insert(id, call);
+        self.calls.insert(id, Box::new(call));
         self.step(id, now);
     }
 
@@ -1059,13 +1087,26 @@ impl Task {
             .insert(request_id.clone(), Pending::Submit(id));
         self.pending_order.push_back(request_id);
         self.sent_unanswered += 1;
+        self.awaiting_since.get_or_insert_with(Instant::now);
     }
 
     /// A call left `Sent` (answered, refused or finished): its slot is
     /// free and the window grows by one (slow start).
     fn answered(&mut self) {
         self.sent_unanswered = self.sent_unanswered.saturating_sub(1);
+        self.awaiting_since = (self.sent_unanswered > 0).then(Instant::now);
         self.window = (self.window + 1).min(self.config.max_in_flight);
+    }
+
+    /// Drops the send-order records of answered requests: they are removed
+    /// lazily, so without this they would accumulate for as long as the
+    /// connection lives. Amortised O(1). (Timers of finished calls are
+    /// dropped when they fire, at the latest at the call's deadline.)
+    fn compact(&mut self) {
+        if self.pending_order.len() > 2 * self.by_request.len() + 64 {
+            let by_request = &self.by_request;
+            self.pending_order.retain(|r| by_request.contains_key(r));
+        }
     }
 
     /// Sends calls that were waiting for the window, oldest first.
@@ -1194,7 +1235,7 @@ impl Task {
     }
 
     /// Removes every trace of a call (maps, pending requests) and returns it.
-    fn forget(&mut self, id: u64) -> Option<Call> {
+    fn forget(&mut self, id: u64) -> Option<Box<Call>> {
         let call = self.calls.remove(&id)?;
         self.by_key.remove(&call.req.key);
         if let Some(job) = &call.job_id {
@@ -1438,7 +1479,7 @@ impl Task {
             event_seq: envelope.event_seq,
             event,
         };
-        if let Err(mpsc::error::TrySendError::Full(_)) = call.req.events.try_send(event) {
+        if !call.req.shared.deliver(event) {
             call.dropped_events += 1;
         }
     }

@@ -20,7 +20,7 @@ use arcp_types::{Dialect, Envelope, ErrorCode, ErrorReply, Frame, JobEvent, JobR
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use super::{
@@ -650,7 +650,7 @@ impl<'a> Call<'a> {
             event_seq: envelope.event_seq,
             event,
         };
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.req.events.try_send(event) {
+        if !self.req.shared.deliver(event) {
             self.dropped_events += 1;
         }
     }
