@@ -196,7 +196,8 @@ impl InvokeBuilder {
         self
     }
 
-    /// How long the call may take in all, retries included. Defaults to the
+    /// How long the call may take in all: waiting for an in-flight slot and
+    /// retries included. Defaults to the
     /// client's default deadline.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
