@@ -256,6 +256,37 @@ impl Error {
         }
     }
 
+    /// The typed give-up when a call's retry budget is spent, for every
+    /// transport: `OutcomeUnavailable` when the job may exist (it was
+    /// accepted, or an attempt's answer was lost), else `RetriesExhausted`
+    /// (every attempt was refused before acceptance).
+    pub(crate) fn give_up(
+        key: &IdempotencyKey,
+        job_id: Option<&str>,
+        may_have_run: bool,
+        attempts: u32,
+        reason: &str,
+        last_error: Option<&str>,
+    ) -> Error {
+        if job_id.is_some() || may_have_run {
+            Error::OutcomeUnavailable {
+                key: key.clone(),
+                job_id: job_id.map(str::to_owned),
+                reason: match last_error {
+                    Some(last) => format!("{reason} after {attempts} attempt(s); last: {last}"),
+                    None => format!("{reason} after {attempts} attempt(s)"),
+                },
+                attempts,
+            }
+        } else {
+            Error::RetriesExhausted {
+                key: key.clone(),
+                attempts,
+                last_error: last_error.unwrap_or(reason).to_owned(),
+            }
+        }
+    }
+
     /// Stamps the call's send count (the connection task knows it last).
     pub(crate) fn with_attempts(mut self, n: u32) -> Self {
         match &mut self {

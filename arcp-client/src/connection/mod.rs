@@ -1187,25 +1187,14 @@ impl Task {
 
     fn give_up(&mut self, id: u64, reason: &str) {
         let call = &self.calls[&id];
-        let err = if call.job_id.is_some() || call.outcome_uncertain {
-            Error::OutcomeUnavailable {
-                key: call.req.key.clone(),
-                job_id: call.job_id.clone(),
-                reason: match &call.last_error {
-                    Some(last) => {
-                        format!("{reason} after {} attempt(s); last: {last}", call.attempts)
-                    }
-                    None => format!("{reason} after {} attempt(s)", call.attempts),
-                },
-                attempts: call.attempts,
-            }
-        } else {
-            Error::RetriesExhausted {
-                key: call.req.key.clone(),
-                attempts: call.attempts,
-                last_error: call.last_error.clone().unwrap_or_else(|| reason.to_owned()),
-            }
-        };
+        let err = Error::give_up(
+            &call.req.key,
+            call.job_id.as_deref(),
+            call.outcome_uncertain,
+            call.attempts,
+            reason,
+            call.last_error.as_deref(),
+        );
         self.finish(id, Err(err));
     }
 

@@ -322,25 +322,14 @@ impl<'a> Call<'a> {
     /// The typed give-up: `OutcomeUnavailable` when the job may exist,
     /// `RetriesExhausted` when every attempt was refused before acceptance.
     fn give_up(&self, reason: &str) -> Error {
-        if self.job_id.is_some() || self.bound || self.uncertain {
-            Error::OutcomeUnavailable {
-                key: self.req.key.clone(),
-                job_id: self.job_id.clone(),
-                reason: match &self.last_error {
-                    Some(last) => {
-                        format!("{reason} after {} attempt(s); last: {last}", self.attempts)
-                    }
-                    None => format!("{reason} after {} attempt(s)", self.attempts),
-                },
-                attempts: self.attempts,
-            }
-        } else {
-            Error::RetriesExhausted {
-                key: self.req.key.clone(),
-                attempts: self.attempts,
-                last_error: self.last_error.clone().unwrap_or_else(|| reason.to_owned()),
-            }
-        }
+        Error::give_up(
+            &self.req.key,
+            self.job_id.as_deref(),
+            self.bound || self.uncertain,
+            self.attempts,
+            reason,
+            self.last_error.as_deref(),
+        )
     }
 
     /// Sends the request once: the same intent (one `Invoke` value, so a
