@@ -107,7 +107,8 @@ pub struct InvokeArgs {
     #[arg(value_name = "TOOL")]
     pub tool: String,
 
-    /// The runtime's WebSocket URL (ws:// or wss://).
+    /// The runtime's URL: ws:// or wss://, or http:// or https:// for the
+    /// HTTP binding.
     #[arg(long, value_name = "URL", value_parser = parse_url)]
     pub url: String,
 
@@ -252,12 +253,15 @@ fn parse_key(s: &str) -> Result<IdempotencyKey, String> {
     IdempotencyKey::try_from(s).map_err(|e| e.to_string())
 }
 
-/// `--url`: a ws:// or wss:// URL with a host.
+/// `--url`: a ws://, wss://, http:// or https:// URL with a host (http(s)
+/// selects the HTTP binding).
 fn parse_url(s: &str) -> Result<String, String> {
-    let rest = s
-        .strip_prefix("ws://")
-        .or_else(|| s.strip_prefix("wss://"))
-        .ok_or("expected a ws:// or wss:// URL, such as ws://127.0.0.1:7777/arcp")?;
+    let rest = ["ws://", "wss://", "http://", "https://"]
+        .iter()
+        .find_map(|scheme| s.strip_prefix(scheme))
+        .ok_or(
+            "expected a ws://, wss://, http:// or https:// URL, such as ws://127.0.0.1:7777/arcp",
+        )?;
     if rest.is_empty() || rest.starts_with('/') {
         return Err("the URL has no host".into());
     }
@@ -286,10 +290,12 @@ mod tests {
     }
 
     #[test]
-    fn urls_need_a_websocket_scheme_and_a_host() {
+    fn urls_need_a_known_scheme_and_a_host() {
         assert!(parse_url("ws://127.0.0.1:1/arcp").is_ok());
         assert!(parse_url("wss://example.com").is_ok());
-        assert!(parse_url("http://example.com").is_err());
+        assert!(parse_url("http://example.com").is_ok());
+        assert!(parse_url("https://example.com/arcp").is_ok());
+        assert!(parse_url("ftp://example.com").is_err());
         assert!(parse_url("ws://").is_err());
         assert!(parse_url("ws:///arcp").is_err());
     }

@@ -103,8 +103,8 @@ fn bad_dialect() {
 fn missing_or_bad_url() {
     fails_with(&["invoke", "echo"], &["--url <URL>", "required"]);
     fails_with(
-        &["invoke", "echo", "--url", "http://127.0.0.1:9/arcp"],
-        &["--url", "expected a ws:// or wss:// URL"],
+        &["invoke", "echo", "--url", "ftp://127.0.0.1:9/arcp"],
+        &["--url", "expected a ws://, wss://, http:// or https:// URL"],
     );
     fails_with(&["invoke", "echo", "--url", "ws://"], &["--url", "no host"]);
 }

@@ -304,3 +304,24 @@ fn an_interrupted_wait_reports_the_key_to_resume_with() {
     assert_eq!(again["job_id"], map["job_id"]);
     assert_eq!(mock.executions("slow"), 1);
 }
+
+#[test]
+fn the_http_binding_is_selected_by_the_url_scheme() {
+    let rt = runtime();
+    let mock = rt
+        .block_on(slow_mock(MockRuntime::builder()).start())
+        .unwrap();
+    let out = invoke_json(
+        "slow",
+        &mock.http_url(),
+        &["--args", r#"{"ms": 10}"#, "--key", "http-1"],
+    )
+    .assert()
+    .code(0)
+    .get_output()
+    .clone();
+    let map = single_json_object(&out.stdout);
+    assert_ok_contract(&map);
+    assert_eq!(map["result"], json!({"slept_ms": 10}));
+    assert_eq!(mock.executions_for_key("http-1"), 1);
+}
