@@ -76,6 +76,12 @@ pub enum ConflictSignal {
     DuplicateKeyFailed,
     /// Legacy `nack` `DUPLICATE_KEY`, correlated to the request.
     Nack,
+    /// PHP runtimes: not signalled. The runtime deduplicates by key alone,
+    /// so a resubmission with another intent is answered as a replay of the
+    /// original job (per the [`ReplayPolicy`]); the new intent never runs.
+    /// Check [`MockRuntime::jobs`](crate::MockRuntime::jobs) to see which
+    /// arguments a key's job actually ran with.
+    Ignored,
 }
 
 impl ConflictSignal {
@@ -86,6 +92,34 @@ impl ConflictSignal {
             _ => ConflictSignal::SessionError,
         }
     }
+}
+
+/// A named runtime family: one row of the replay table, as
+/// [`MockRuntimeBuilder::preset`] applies it.
+///
+/// A preset sets the dialect, the [`ReplayPolicy`], the [`ConflictSignal`],
+/// whether `job.subscribe` is offered and how a resumed session behaves;
+/// knobs called after it override it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Preset {
+    /// v1.1 Python 1.1.3: terminal replay, `session.error DUPLICATE_KEY`
+    /// without a request id, `job.subscribe`, resume without re-attaching
+    /// running jobs, welcome as `arcp-python-peer` 1.1.3.
+    Python113,
+    /// Legacy Rust 2.0.0: `job.accepted` only, `job.failed
+    /// FAILED_PRECONDITION`, no subscribe, no resume, drops TCP on frames it
+    /// cannot parse, welcome as `arcp-rs` 2.0.0.
+    Rust200,
+    /// v1.1 TypeScript / Go / Java: `job.accepted` only, `job.error
+    /// DUPLICATE_KEY` with the request id, no subscribe.
+    TsGoJava,
+    /// Newer legacy PHP: the stored terminal re-sent without `job.accepted`,
+    /// other intents not signalled.
+    PhpNewer,
+    /// Older legacy PHP: `ack` with `replay: true`, other intents not
+    /// signalled.
+    PhpOlder,
 }
 
 /// Everything the builder decided; immutable once the runtime starts.
@@ -102,6 +136,9 @@ pub(crate) struct Config {
     pub cancel_ack: bool,
     pub runtime_name: String,
     pub runtime_version: String,
+    pub subscribe: bool,
+    pub max_inbound_frame: Option<usize>,
+    pub drop_on_unparseable: bool,
 }
 
 /// Configures and starts a [`MockRuntime`]. Made by [`MockRuntime::builder`].
@@ -123,6 +160,9 @@ pub struct MockRuntimeBuilder {
     runtime_name: String,
     runtime_version: String,
     port: u16,
+    subscribe: Option<bool>,
+    max_inbound_frame: Option<usize>,
+    drop_on_unparseable: bool,
 }
 
 impl std::fmt::Debug for MockRuntimeBuilder {
@@ -158,6 +198,9 @@ impl Default for MockRuntimeBuilder {
             runtime_name: "arcp-mock".to_owned(),
             runtime_version: env!("CARGO_PKG_VERSION").to_owned(),
             port: 0,
+            subscribe: None,
+            max_inbound_frame: None,
+            drop_on_unparseable: true,
         }
     }
 }
@@ -277,6 +320,99 @@ impl MockRuntimeBuilder {
         self
     }
 
+    /// Applies a runtime family's behaviour (see [`Preset`]): dialect,
+    /// replay policy, conflict signal, `job.subscribe`, resume behaviour and,
+    /// for the captured runtimes, the name and version in the welcome. Call
+    /// it first: knobs called after it override it.
+    pub fn preset(mut self, preset: Preset) -> Self {
+        let (dialect, replay, conflict, subscribe) = match preset {
+            Preset::Python113 => (
+                Dialect::V1_1,
+                ReplayPolicy::TerminalReplay,
+                ConflictSignal::SessionError,
+                true,
+            ),
+            Preset::Rust200 => (
+                Dialect::Legacy,
+                ReplayPolicy::AcceptedOnly,
+                ConflictSignal::FailedPrecondition,
+                false,
+            ),
+            Preset::TsGoJava => (
+                Dialect::V1_1,
+                ReplayPolicy::AcceptedOnly,
+                ConflictSignal::JobError,
+                false,
+            ),
+            Preset::PhpNewer => (
+                Dialect::Legacy,
+                ReplayPolicy::TerminalOnly,
+                ConflictSignal::Ignored,
+                false,
+            ),
+            Preset::PhpOlder => (
+                Dialect::Legacy,
+                ReplayPolicy::AckReplay,
+                ConflictSignal::Ignored,
+                false,
+            ),
+        };
+        self.dialect = dialect;
+        self.replay = Some(replay);
+        self.conflict = Some(conflict);
+        self.subscribe = Some(subscribe);
+        self.drop_on_unparseable = true;
+        match preset {
+            Preset::Python113 => {
+                // Capture S4: events after the drop are not re-attached.
+                self.reattach = false;
+                self.runtime_name = "arcp-python-peer".into();
+                self.runtime_version = "1.1.3".into();
+            }
+            Preset::Rust200 => {
+                self.runtime_name = "arcp-rs".into();
+                self.runtime_version = "2.0.0".into();
+            }
+            _ => self.reattach = true,
+        }
+        self
+    }
+
+    /// Whether the v1.1 runtime offers `job.subscribe` (advertised as the
+    /// `subscribe` feature in the welcome, in the position the Python 1.1.3
+    /// runtime lists it). A subscriber gets `job.subscribed`, the job's
+    /// buffered events after `from_event_seq` when it asks for `history`,
+    /// the terminal if the job has finished, then live events. Off (as the
+    /// TS, Go and Java runtimes), the feature is not advertised and a
+    /// `job.subscribe` is an unsupported type (`session.error
+    /// INVALID_REQUEST`). Default: on for v1.1. The legacy dialect never
+    /// offers it (`subscriptions: false`; a `job.subscribe` gets `nack
+    /// UNIMPLEMENTED`).
+    pub fn subscribe(mut self, offered: bool) -> Self {
+        self.subscribe = Some(offered);
+        self
+    }
+
+    /// The largest inbound WebSocket message, in bytes. A bigger one is
+    /// not processed (a submit in it is not executed): the connection is
+    /// closed with code 1009 (message too big). Default: no limit below the
+    /// hard 16 MiB bound (over which the connection is dropped).
+    pub fn max_inbound_frame_size(mut self, bytes: usize) -> Self {
+        self.max_inbound_frame = Some(bytes);
+        self
+    }
+
+    /// Legacy dialect: whether a frame the runtime cannot parse (not JSON,
+    /// an unknown type, an envelope id without the `msg_` prefix) drops the
+    /// TCP connection without a close frame, as the Rust 2.0.0 runtime does.
+    /// Off, such a frame gets `nack INVALID_ARGUMENT` (correlated when its
+    /// id is readable) and the connection stays. Default: on. The v1.1
+    /// dialect always answers `session.error INVALID_REQUEST`.
+    pub fn drop_on_unparseable(mut self, drop: bool) -> Self {
+        self.drop_on_unparseable = drop;
+        self
+    }
+
     /// Listens on this loopback port instead of an ephemeral one.
     pub fn port(mut self, port: u16) -> Self {
         self.port = port;
@@ -308,6 +444,9 @@ impl MockRuntimeBuilder {
             cancel_ack: self.cancel_ack.unwrap_or(false),
             runtime_name: self.runtime_name,
             runtime_version: self.runtime_version,
+            subscribe: self.subscribe.unwrap_or(true) && self.dialect != Dialect::Legacy,
+            max_inbound_frame: self.max_inbound_frame,
+            drop_on_unparseable: self.drop_on_unparseable,
         };
         MockRuntime::bind(addr, config).await
     }

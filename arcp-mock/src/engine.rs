@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arcp_types::{
     canonical_json, format_rfc3339, is_message_id, now_rfc3339, Accepted, Auth, Cancel, Dialect,
     Envelope, ErrorCode, ErrorReply, Frame, Invoke, JobEvent, JobResult, Message, Object, Open,
-    PeerInfo, Ping, Pong, Receipt, ResumeRequest, Welcome, PROTOCOL_VERSION,
+    PeerInfo, Ping, Pong, Receipt, ResumeRequest, Subscribe, Welcome, PROTOCOL_VERSION,
 };
 use futures_util::FutureExt;
 use serde_json::{json, Map, Value};
@@ -25,7 +25,7 @@ use tokio::task::AbortHandle;
 use crate::config::{Config, ConflictSignal, ReplayPolicy};
 use crate::fault::{Fault, Faults, FrameAction};
 use crate::tool::{ToolContext, ToolFailure};
-use crate::verify::{Expectation, VerifyError};
+use crate::verify::{ConnRecord, Expectation, JobRecord, JobStatus, VerifyError};
 
 /// Outbound frames queued per connection before it counts as a slow consumer
 /// and is dropped.
@@ -42,13 +42,24 @@ const MAX_RUNNING_JOBS: usize = 1024;
 const MAX_KEY_COUNTERS: usize = 100_000;
 /// Duplicates waiting for a running job's terminal (`TerminalOnly`).
 const MAX_WAITERS: usize = 64;
+/// Subscribers per job.
+const MAX_SUBSCRIBERS: usize = 64;
+/// Envelopes kept per connection and direction in the connection log.
+pub(crate) const MAX_LOG_PER_CONN: usize = 10_000;
+/// Connections kept in the connection log (oldest forgotten first).
+const MAX_LOGGED_CONNS: usize = 1024;
+/// Envelopes kept in the whole connection log (oldest connections forgotten
+/// first).
+const MAX_LOGGED_TOTAL: usize = 200_000;
 
 /// What a connection task is asked to do.
 pub(crate) enum Out {
     /// Encode and send a frame.
     Frame(Box<Frame>),
-    /// Send a close frame (1000) and end the connection.
-    Close,
+    /// Encode and send a stray frame (never counted as a delivery).
+    Stray(Box<Frame>),
+    /// Send a close frame with this code and end the connection.
+    Close(u16),
     /// End the connection abruptly: no close frame.
     Kill,
 }
@@ -146,6 +157,17 @@ struct Job {
     waiters: Vec<(u64, String, String)>,
     /// Streamed-result id and next chunk number.
     chunks: Option<(String, u64)>,
+    /// The arguments it runs with.
+    arguments: Value,
+    /// Times the tool closure was called.
+    executions: u64,
+    /// Whether the terminal was ever written to a client.
+    terminal_delivered: bool,
+    /// The job's events, oldest first (bounded like a resume buffer), for
+    /// `job.subscribe` with history.
+    history: VecDeque<Frame>,
+    /// Subscribed connections (v1.1) and their sessions.
+    subscribers: Vec<(u64, String)>,
 }
 
 impl Job {
@@ -204,6 +226,75 @@ pub(crate) struct State {
     http_requests: u64,
     pub faults: Faults,
     pub expectations: Vec<Expectation>,
+    log: ConnLog,
+}
+
+/// The per-connection log behind [`crate::MockRuntime::connection_log`]:
+/// bounded per connection, in connections, and in total.
+#[derive(Default)]
+struct ConnLog {
+    records: VecDeque<LogEntry>,
+    total: usize,
+}
+
+struct LogEntry {
+    id: u64,
+    http: bool,
+    received: VecDeque<Envelope>,
+    sent: VecDeque<Envelope>,
+}
+
+impl ConnLog {
+    fn open(&mut self, id: u64, http: bool) {
+        self.records.push_back(LogEntry {
+            id,
+            http,
+            received: VecDeque::new(),
+            sent: VecDeque::new(),
+        });
+        self.trim();
+    }
+
+    fn push(&mut self, id: u64, envelope: Envelope, sent: bool) {
+        let Ok(i) = self.records.binary_search_by_key(&id, |r| r.id) else {
+            return;
+        };
+        let entry = &mut self.records[i];
+        let list = if sent {
+            &mut entry.sent
+        } else {
+            &mut entry.received
+        };
+        list.push_back(envelope);
+        self.total += 1;
+        if list.len() > MAX_LOG_PER_CONN {
+            list.pop_front();
+            self.total -= 1;
+        }
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        while self.records.len() > MAX_LOGGED_CONNS
+            || (self.total > MAX_LOGGED_TOTAL && self.records.len() > 1)
+        {
+            if let Some(old) = self.records.pop_front() {
+                self.total -= old.received.len() + old.sent.len();
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Vec<ConnRecord> {
+        self.records
+            .iter()
+            .map(|r| ConnRecord {
+                id: r.id,
+                http: r.http,
+                received: r.received.iter().cloned().collect(),
+                sent: r.sent.iter().cloned().collect(),
+            })
+            .collect()
+    }
 }
 
 fn new_id(prefix: &str) -> String {
@@ -297,6 +388,7 @@ impl Shared {
                 http_requests: 0,
                 faults: Faults::default(),
                 expectations: Vec::new(),
+                log: ConnLog::default(),
             }),
             blackhole: AtomicBool::new(false),
         }
@@ -326,6 +418,7 @@ impl Shared {
         st.next_conn += 1;
         st.connections_total += 1;
         let id = st.next_conn;
+        st.log.open(id, false);
         st.conns.insert(
             id,
             Conn {
@@ -370,6 +463,27 @@ impl Shared {
         self.lock().close(conn);
     }
 
+    /// Closes a connection with a close frame carrying `code`.
+    pub fn close_conn_with(&self, conn: u64, code: u16) {
+        self.lock().enqueue_end(conn, Out::Close(code));
+    }
+
+    /// Consumes a [`Fault::RefuseUpgrade`] for a WebSocket upgrade: the
+    /// status and `Retry-After` to answer with instead.
+    pub fn upgrade_refusal(&self) -> Option<(u16, Option<Duration>)> {
+        match self
+            .lock()
+            .faults
+            .take(|f| matches!(f, Fault::RefuseUpgrade { .. }))
+        {
+            Some(Fault::RefuseUpgrade {
+                status,
+                retry_after,
+            }) => Some((status, retry_after)),
+            _ => None,
+        }
+    }
+
     /// Sends a `session.ping` on a connection.
     pub fn send_ping(&self, conn: u64) {
         let mut st = self.lock();
@@ -411,6 +525,35 @@ impl Shared {
         self.lock().finish(&self.cfg, job_id, outcome);
     }
 
+    /// A tool closure is being called for `job_id`.
+    pub fn ran(&self, job_id: &str) {
+        if let Some(job) = self.lock().jobs.get_mut(job_id) {
+            job.executions += 1;
+        }
+    }
+
+    /// A frame was written to a client: log it, and note a job terminal as
+    /// delivered (unless the frame is a stray).
+    pub fn written(&self, conn: u64, envelope: Envelope, frame: &Frame, stray: bool) {
+        let mut st = self.lock();
+        let terminal = matches!(
+            frame.message,
+            Message::Result(_) | Message::Error(_) | Message::Cancelled(_)
+        );
+        if terminal && !stray {
+            if let Some(job) = frame
+                .envelope
+                .job_id
+                .as_deref()
+                .and_then(|id| st.jobs.get_mut(id))
+                .filter(|j| !j.is_running())
+            {
+                job.terminal_delivered = true;
+            }
+        }
+        st.log.push(conn, envelope, true);
+    }
+
     /// Handles one text frame from a client.
     pub fn handle_text(self: &Arc<Self>, conn: u64, text: &str) {
         let cfg = &self.cfg;
@@ -421,22 +564,25 @@ impl Shared {
             Err(e) => {
                 if self.blackholed() {
                 } else if legacy {
-                    // The Rust runtime drops the TCP connection on any frame
-                    // it cannot parse.
-                    st.kill(conn);
+                    st.unparseable(cfg, conn, None, &format!("invalid envelope: {e}"));
                 } else {
                     st.invalid(conn, format!("invalid envelope: {e}"));
                 }
                 return;
             }
         };
-        st.record(envelope.clone());
+        st.record(conn, envelope.clone());
         if self.blackholed() {
             return;
         }
         if legacy {
             if !envelope.id.starts_with("msg_") {
-                st.kill(conn);
+                st.unparseable(
+                    cfg,
+                    conn,
+                    Some(&envelope.id),
+                    "envelope id must start with msg_",
+                );
                 return;
             }
         } else if envelope.arcp != PROTOCOL_VERSION {
@@ -449,11 +595,12 @@ impl Shared {
             return;
         }
         let kind = envelope.kind.clone();
+        let kind_id = envelope.id.clone();
         let frame = match cfg.dialect.decode_envelope(envelope) {
             Ok(frame) => frame,
             Err(e) => {
                 if legacy {
-                    st.kill(conn);
+                    st.unparseable(cfg, conn, Some(&kind_id), &e.to_string());
                 } else {
                     st.invalid(conn, e.to_string());
                 }
@@ -479,15 +626,31 @@ impl Shared {
         header_key: Option<&str>,
         body: &str,
         tx: mpsc::Sender<Out>,
-    ) -> HttpSubmit {
-        let cfg = &self.cfg;
+    ) -> (u64, HttpSubmit) {
         let mut st = self.lock();
         st.http_requests += 1;
+        st.next_conn += 1;
+        let conn = st.next_conn;
+        st.log.open(conn, true);
+        let answer = self.http_answer(&mut st, conn, auth, header_key, body, tx);
+        (conn, answer)
+    }
+
+    fn http_answer(
+        self: &Arc<Self>,
+        st: &mut State,
+        conn: u64,
+        auth: &Auth,
+        header_key: Option<&str>,
+        body: &str,
+        tx: mpsc::Sender<Out>,
+    ) -> HttpSubmit {
+        let cfg = &self.cfg;
         let envelope: Envelope = match serde_json::from_str(body) {
             Ok(envelope) => envelope,
             Err(e) => return HttpSubmit::BadRequest(format!("invalid envelope: {e}")),
         };
-        st.record(envelope.clone());
+        st.record(conn, envelope.clone());
         if self.blackholed() {
             return HttpSubmit::Ignored;
         }
@@ -526,7 +689,9 @@ impl Shared {
             let fingerprint = st.fingerprint(&invoke);
             let scope = (principal.clone(), key.clone());
             if let Some(binding) = st.bindings.get(&scope) {
-                if !binding.fingerprint.matches(&fingerprint) {
+                if !binding.fingerprint.matches(&fingerprint)
+                    && cfg.conflict != ConflictSignal::Ignored
+                {
                     return HttpSubmit::Conflict(format!(
                         "idempotency key '{key}' already used with different parameters"
                     ));
@@ -542,7 +707,7 @@ impl Shared {
                 }
             }
         }
-        let conn = st.open_http(tx, principal);
+        st.open_http(conn, tx, principal);
         st.on_submit(self, conn, &envelope, invoke);
         HttpSubmit::Started(conn)
     }
@@ -647,11 +812,47 @@ impl State {
         }
     }
 
-    fn record(&mut self, envelope: Envelope) {
+    fn record(&mut self, conn: u64, envelope: Envelope) {
         if self.received.len() >= MAX_RECEIVED {
             self.received.pop_front();
         }
+        self.log.push(conn, envelope.clone(), false);
         self.received.push_back(envelope);
+    }
+
+    pub fn connection_log(&self) -> Vec<ConnRecord> {
+        self.log.snapshot()
+    }
+
+    pub fn executions_by_key(&self) -> HashMap<String, u64> {
+        self.exec_key.clone()
+    }
+
+    pub fn jobs(&self) -> Vec<JobRecord> {
+        let mut jobs: Vec<JobRecord> = self
+            .jobs
+            .values()
+            .map(|j| JobRecord {
+                job_id: j.id.clone(),
+                idempotency_key: j.key.clone(),
+                tool: j.tool.clone(),
+                arguments: j.arguments.clone(),
+                principal: j.principal.clone(),
+                executions: j.executions,
+                status: match &j.state {
+                    JobState::Running { .. } => JobStatus::Running,
+                    JobState::Done { terminal } => match terminal.message {
+                        Message::Result(_) => JobStatus::Completed,
+                        Message::Cancelled(_) => JobStatus::Cancelled,
+                        _ => JobStatus::Failed,
+                    },
+                },
+                terminal_delivered: j.terminal_delivered,
+            })
+            .collect();
+        // Job ids are ULIDs: sorting by id is sorting by creation.
+        jobs.sort_by(|a, b| a.job_id.cmp(&b.job_id));
+        jobs
     }
 
     // ------------------------------------------------------------- connections
@@ -709,7 +910,21 @@ impl State {
 
     /// Closes the connection (close frame 1000) once queued frames are sent.
     fn close(&mut self, conn: u64) {
-        self.enqueue_end(conn, Out::Close);
+        self.enqueue_end(conn, Out::Close(1000));
+    }
+
+    /// Legacy: a frame the runtime cannot parse. Rust 2.0.0 drops the TCP
+    /// connection; with the knob off, `nack INVALID_ARGUMENT`.
+    fn unparseable(&mut self, cfg: &Config, conn: u64, id: Option<&str>, why: &str) {
+        if cfg.drop_on_unparseable {
+            self.kill(conn);
+            return;
+        }
+        let mut nack = error_reply(ErrorCode::InvalidArgument, why, false, id);
+        nack.retryable = None;
+        let mut frame = self.reply(conn, Message::Nack(nack));
+        frame.envelope.correlation_id = id.map(str::to_owned);
+        self.send(conn, frame);
     }
 
     /// Drops the connection now, discarding queued frames.
@@ -814,18 +1029,62 @@ impl State {
 
     // ---------------------------------------------------------------- routing
 
-    /// Delivers a job event or terminal: v1.1 to the session (sequenced,
-    /// buffered for resume, sent to the attached connection); legacy to the
-    /// submitting connection only, discarded once it is gone.
-    fn route(&mut self, cfg: &Config, job_id: &str, mut frame: Frame, terminal: bool) {
-        let Some(job) = self.jobs.get(job_id) else {
+    /// Delivers a job event or terminal: to its submitter (see
+    /// [`Self::route_origin`]), then to its subscribers. Returns the
+    /// connection the submitter's copy was sent to, and that copy.
+    fn route(
+        &mut self,
+        cfg: &Config,
+        job_id: &str,
+        frame: Frame,
+        terminal: bool,
+    ) -> Option<(u64, Frame)> {
+        let (target, stamped) = self.route_origin(cfg, job_id, frame.clone(), terminal)?;
+        let job = self.jobs.get_mut(job_id)?;
+        if !terminal {
+            job.history.push_back(stamped.clone());
+            while job.history.len() > cfg.resume_buffer {
+                job.history.pop_front();
+            }
+        }
+        let subscribers = job.subscribers.clone();
+        for (conn, sid) in subscribers {
+            if target != Some(conn) {
+                self.deliver_to(cfg, conn, &sid, frame.clone());
+            }
+        }
+        target.map(|conn| (conn, stamped))
+    }
+
+    /// Sends a job frame to a subscriber: on its own session (as the Rust
+    /// runtime's subscriber frames are), sequenced and buffered there.
+    fn deliver_to(&mut self, cfg: &Config, conn: u64, sid: &str, mut frame: Frame) {
+        if !self.is_live(conn) {
             return;
-        };
+        }
+        frame.envelope.session_id = Some(sid.to_owned());
+        frame.envelope.event_seq = self.next_seq(sid);
+        self.buffer(cfg, sid, frame.clone());
+        self.send(conn, frame);
+    }
+
+    /// Delivers a job frame to its submitter: v1.1 to the session
+    /// (sequenced, buffered for resume, sent to the attached connection);
+    /// legacy to the submitting connection only, discarded once it is gone.
+    /// Returns the connection it was sent to and the frame as stamped.
+    fn route_origin(
+        &mut self,
+        cfg: &Config,
+        job_id: &str,
+        mut frame: Frame,
+        terminal: bool,
+    ) -> Option<(Option<u64>, Frame)> {
+        let job = self.jobs.get(job_id)?;
         let origin = job.origin_conn;
         let sid = job.session.clone();
         if self.legacy {
             if !self.is_live(origin) {
-                return;
+                return Some((None, frame));
             }
             if terminal
                 && self
@@ -834,19 +1093,19 @@ impl State {
                     .is_some()
             {
                 self.kill(origin);
-                return;
+                return Some((None, frame));
             }
             frame.envelope.event_seq = self.next_seq(&sid);
-            self.send(origin, frame);
-            return;
+            self.send(origin, frame.clone());
+            return Some((Some(origin), frame));
         }
         let Some(session) = self.sessions.get(&sid) else {
-            return;
+            return Some((None, frame));
         };
         let mut target = session.conn.filter(|&c| self.is_live(c));
         if !cfg.reattach && target != Some(origin) {
             // Python 1.1.3: events of a job whose connection dropped are lost.
-            return;
+            return Some((None, frame));
         }
         if terminal && target.is_some() {
             if let Some(conn) = target.filter(|_| {
@@ -857,14 +1116,73 @@ impl State {
                 self.kill(conn);
                 target = None;
                 if !cfg.reattach {
-                    return;
+                    return Some((None, frame));
                 }
             }
         }
         frame.envelope.event_seq = self.next_seq(&sid);
         self.buffer(cfg, &sid, frame.clone());
         if let Some(conn) = target {
-            self.send(conn, frame);
+            self.send(conn, frame.clone());
+        }
+        Some((target, frame))
+    }
+
+    /// [`Fault::StrayFrames`]: after a terminal went out on `conn`, a
+    /// duplicate of it, a late event for its job, and a terminal for a job
+    /// and a request that never existed.
+    fn after_terminal(&mut self, conn: u64, terminal: &Frame) {
+        if self
+            .faults
+            .take(|f| matches!(f, Fault::StrayFrames))
+            .is_none()
+        {
+            return;
+        }
+        self.send_stray(conn, terminal.clone());
+        let event = JobEvent {
+            kind: "log".into(),
+            ts: (!self.legacy).then(now_rfc3339),
+            body: json!({"level": "warn", "message": "stray event after the terminal"}),
+            extra: Object::new(),
+        };
+        let mut late = self.frame(Message::Event(event));
+        late.envelope.session_id = terminal.envelope.session_id.clone();
+        late.envelope.job_id = terminal.envelope.job_id.clone();
+        late.envelope.correlation_id = terminal.envelope.correlation_id.clone();
+        if let Some(sid) = self.conn_session(conn) {
+            late.envelope.event_seq = self.next_seq(&sid);
+        }
+        self.send_stray(conn, late);
+        let ghost_request = if self.legacy {
+            format!("msg_{}", ulid::Ulid::new())
+        } else {
+            ulid::Ulid::new().to_string()
+        };
+        let code = if self.legacy {
+            ErrorCode::Internal
+        } else {
+            ErrorCode::InternalError
+        };
+        let failure = ToolFailure::new(code, "stray terminal").retryable(false);
+        let mut message = terminal_message(self.legacy, Outcome::Done(Err(failure)), None);
+        if let Message::Error(e) = &mut message {
+            e.request_id = Some(ghost_request.clone());
+        }
+        let mut ghost = self.reply(conn, message);
+        ghost.envelope.job_id = Some(new_id("job"));
+        if self.legacy {
+            ghost.envelope.correlation_id = Some(ghost_request);
+        }
+        if let Some(sid) = self.conn_session(conn) {
+            ghost.envelope.event_seq = self.next_seq(&sid);
+        }
+        self.send_stray(conn, ghost);
+    }
+
+    fn send_stray(&mut self, conn: u64, frame: Frame) {
+        if let Some(c) = self.conns.get(&conn).filter(|c| c.live) {
+            let _ = c.tx.try_send(Out::Stray(Box::new(frame)));
         }
     }
 
@@ -907,7 +1225,9 @@ impl State {
         }
         self.running = self.running.saturating_sub(1);
         self.finished.push_back(job_id.to_owned());
-        self.route(cfg, job_id, frame.clone(), true);
+        if let Some((conn, sent)) = self.route(cfg, job_id, frame.clone(), true) {
+            self.after_terminal(conn, &sent);
+        }
         for (conn, request_id, key) in waiters {
             self.replay_terminal(cfg, conn, &request_id, &key, frame.clone(), true);
         }
@@ -955,6 +1275,9 @@ impl State {
             Message::ListJobs(_) => self.on_list_jobs(conn, &envelope),
             Message::Invoke(invoke) => self.on_submit(shared, conn, &envelope, invoke),
             Message::Cancel(cancel) => self.on_cancel(cfg, conn, &envelope, cancel),
+            Message::Subscribe(sub) if cfg.subscribe => {
+                self.on_subscribe(cfg, conn, &envelope, sub)
+            }
             Message::Unknown(u) => {
                 let msg = format!("unknown envelope type: '{}'", u.kind);
                 self.invalid(conn, msg);
@@ -1154,13 +1477,12 @@ impl State {
         if cfg.heartbeat.is_some() {
             features.push("heartbeat");
         }
-        features.extend([
-            "ack",
-            "list_jobs",
-            "progress",
-            "result_chunk",
-            "agent_versions",
-        ]);
+        features.extend(["ack", "list_jobs"]);
+        if cfg.subscribe {
+            // Where Python 1.1.3 lists it.
+            features.push("subscribe");
+        }
+        features.extend(["progress", "result_chunk", "agent_versions"]);
         let mut extra = Map::new();
         extra.insert("accepted_at".into(), json!(now_rfc3339()));
         if let Some(interval) = heartbeat {
@@ -1189,6 +1511,88 @@ impl State {
         let mut frame = self.frame(Message::Welcome(welcome));
         frame.envelope.session_id = Some(session_id.to_owned());
         frame
+    }
+
+    /// `job.subscribe` (v1.1, when offered): `job.subscribed`, the job's
+    /// buffered events after `from_event_seq` when `history` is asked, the
+    /// terminal if the job has finished, then live events.
+    fn on_subscribe(&mut self, cfg: &Config, conn: u64, envelope: &Envelope, sub: Subscribe) {
+        let principal = self.conn_principal(conn);
+        let Some(sid) = self.conn_session(conn) else {
+            return;
+        };
+        let refusal = match self.jobs.get(&sub.job_id) {
+            None => Some((
+                ErrorCode::JobNotFound,
+                format!("no such job: {}", sub.job_id),
+            )),
+            Some(job) if job.principal != principal => Some((
+                ErrorCode::PermissionDenied,
+                "permission denied: not authorized to observe this job".to_owned(),
+            )),
+            Some(_) => None,
+        };
+        if let Some((code, message)) = refusal {
+            let mut error = session_error(code, message);
+            error.request_id = Some(envelope.id.clone());
+            let frame = self.reply(conn, Message::SessionError(error));
+            self.send(conn, frame);
+            return;
+        }
+        let job = &self.jobs[&sub.job_id];
+        let from = sub.from_event_seq.unwrap_or(0);
+        let history: Vec<Frame> = if sub.history.unwrap_or(false) {
+            job.history
+                .iter()
+                .filter(|f| f.envelope.event_seq.is_none_or(|seq| seq > from))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let latest = job
+            .history
+            .back()
+            .and_then(|f| f.envelope.event_seq)
+            .unwrap_or(0);
+        let terminal = match &job.state {
+            JobState::Done { terminal } => Some((**terminal).clone()),
+            JobState::Running { .. } => None,
+        };
+        let body = json!({
+            "job_id": job.id,
+            "current_status": status_name(job),
+            "agent": job.tool,
+            "lease": {},
+            "subscribed_from": if sub.history.unwrap_or(false) { from } else { latest },
+            "replayed": !history.is_empty(),
+            "request_id": envelope.id,
+        });
+        let job_id = job.id.clone();
+        let mut frame = self.reply(conn, Message::Subscribed(object(body)));
+        frame.envelope.job_id = Some(job_id.clone());
+        self.send(conn, frame);
+        for event in history {
+            self.deliver_to(cfg, conn, &sid, event);
+        }
+        if let Some(terminal) = terminal {
+            self.deliver_to(cfg, conn, &sid, terminal);
+            return;
+        }
+        let live: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.live)
+            .map(|(id, _)| *id)
+            .collect();
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            job.subscribers.retain(|(c, _)| live.contains(c));
+            if job.subscribers.len() < MAX_SUBSCRIBERS
+                && !job.subscribers.iter().any(|(c, _)| *c == conn)
+            {
+                job.subscribers.push((conn, sid));
+            }
+        }
     }
 
     fn on_ping(&mut self, conn: u64, envelope: &Envelope, ping: Ping) {
@@ -1221,14 +1625,7 @@ impl State {
             .values()
             .filter(|j| j.session == sid)
             .map(|j| {
-                let status = match &j.state {
-                    JobState::Running { .. } => "running",
-                    JobState::Done { terminal } => match &terminal.message {
-                        Message::Result(_) => "success",
-                        Message::Cancelled(_) => "cancelled",
-                        _ => "error",
-                    },
-                };
+                let status = status_name(j);
                 (
                     &j.id,
                     json!({"job_id": j.id, "agent": j.tool, "status": status}),
@@ -1267,9 +1664,7 @@ impl State {
 
     /// A connection and a session for one HTTP submit (not counted in
     /// [`crate::MockRuntime::connections`]).
-    fn open_http(&mut self, tx: mpsc::Sender<Out>, principal: String) -> u64 {
-        self.next_conn += 1;
-        let id = self.next_conn;
+    fn open_http(&mut self, id: u64, tx: mpsc::Sender<Out>, principal: String) {
         let session = self.new_session(principal.clone());
         if let Some(s) = self.sessions.get_mut(&session) {
             s.conn = Some(id);
@@ -1286,7 +1681,6 @@ impl State {
                 frames_sent: 0,
             },
         );
-        id
     }
 
     fn on_submit(&mut self, shared: &Arc<Shared>, conn: u64, envelope: &Envelope, invoke: Invoke) {
@@ -1296,12 +1690,18 @@ impl State {
         };
         let principal = self.conn_principal(conn);
         let request_id = envelope.id.clone();
-        match self
-            .faults
-            .take(|f| matches!(f, Fault::DropOnSubmit | Fault::RejectNextSubmit { .. }))
-        {
+        match self.faults.take(|f| {
+            matches!(
+                f,
+                Fault::DropOnSubmit | Fault::RejectNextSubmit { .. } | Fault::CloseWith { .. }
+            )
+        }) {
             Some(Fault::DropOnSubmit) => {
                 self.kill(conn);
+                return;
+            }
+            Some(Fault::CloseWith { code }) => {
+                self.enqueue_end(conn, Out::Close(code));
                 return;
             }
             Some(Fault::RejectNextSubmit { code, retry_after }) => {
@@ -1319,7 +1719,9 @@ impl State {
         if let Some(key) = &key {
             let scope = (principal.clone(), key.clone());
             if let Some(binding) = self.bindings.get(&scope) {
-                if !binding.fingerprint.matches(&fingerprint) {
+                if !binding.fingerprint.matches(&fingerprint)
+                    && cfg.conflict != ConflictSignal::Ignored
+                {
                     self.conflict(cfg, conn, &request_id, key);
                     return;
                 }
@@ -1373,6 +1775,11 @@ impl State {
                 state: JobState::Running { abort: None },
                 waiters: Vec::new(),
                 chunks: None,
+                arguments: invoke.arguments.clone(),
+                executions: 0,
+                terminal_delivered: false,
+                history: VecDeque::new(),
+                subscribers: Vec::new(),
             },
         );
         if let Some(key) = &key {
@@ -1413,6 +1820,7 @@ impl State {
         let task_shared = Arc::clone(shared);
         let task_job = job_id.clone();
         let handle = tokio::spawn(async move {
+            task_shared.ran(&task_job);
             let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| tool_fn(args, ctx))) {
                 Ok(future) => match AssertUnwindSafe(future).catch_unwind().await {
                     Ok(result) => Outcome::Done(result),
@@ -1539,7 +1947,7 @@ impl State {
                 )),
                 true,
             ),
-            ConflictSignal::Nack => {
+            ConflictSignal::Nack | ConflictSignal::Ignored => {
                 // A legacy `nack` payload has no `retryable` (arcp-core's
                 // NackPayload: code, message, details).
                 let mut nack = error_reply(ErrorCode::DuplicateKey, rust, false, Some(request_id));
@@ -1648,7 +2056,8 @@ impl State {
             frame.envelope.correlation_id = Some(request_id.to_owned());
             frame.envelope.idempotency_key = Some(key.to_owned());
             self.stamp_legacy(conn, &mut frame);
-            self.send(conn, frame);
+            self.send(conn, frame.clone());
+            self.after_terminal(conn, &frame);
             return;
         }
         let mut frame = stored;
@@ -1669,7 +2078,8 @@ impl State {
         };
         frame.envelope.event_seq = self.next_seq(&sid);
         self.buffer(cfg, &sid, frame.clone());
-        self.send(conn, frame);
+        self.send(conn, frame.clone());
+        self.after_terminal(conn, &frame);
     }
 
     fn on_cancel(&mut self, cfg: &Config, conn: u64, envelope: &Envelope, cancel: Cancel) {
@@ -1722,7 +2132,12 @@ impl State {
         match message {
             Message::Open(open) => self.on_open(cfg, conn, &envelope, open),
             // The Rust runtime cannot parse these and drops the TCP connection.
-            Message::Resume(_) | Message::Unknown(_) => self.kill(conn),
+            Message::Resume(_) | Message::Unknown(_) => self.unparseable(
+                cfg,
+                conn,
+                Some(&envelope.id),
+                &format!("unknown message type '{}'", envelope.kind),
+            ),
             // ... and ignores anything else until the session is open.
             _ if self.conn_session(conn).is_none() => {}
             Message::Ping(ping) => self.on_ping(conn, &envelope, ping),
@@ -1829,6 +2244,18 @@ impl State {
         frame.envelope.session_id = Some(session_id);
         frame.envelope.correlation_id = Some(envelope.id.clone());
         self.send(conn, frame);
+    }
+}
+
+/// A job's status as `session.jobs` and `job.subscribed` name it.
+fn status_name(job: &Job) -> &'static str {
+    match &job.state {
+        JobState::Running { .. } => "running",
+        JobState::Done { terminal } => match &terminal.message {
+            Message::Result(_) => "success",
+            Message::Cancelled(_) => "cancelled",
+            _ => "error",
+        },
     }
 }
 

@@ -52,6 +52,32 @@ pub enum Fault {
     BlackHole,
     /// End a [`Fault::BlackHole`].
     Recover,
+    /// Answer the next WebSocket upgrade (with `inject_always`: every one)
+    /// with this HTTP status instead of `101 Switching Protocols`, then
+    /// close: `429` or `503` model an overloaded runtime, `401` refused
+    /// credentials (with `WWW-Authenticate: Bearer`). `retry_after`, when
+    /// given, is sent as a `Retry-After` header in whole seconds (rounded
+    /// up). A status outside 400..=599 is sent as 503.
+    RefuseUpgrade {
+        /// The HTTP status, such as 429, 503 or 401.
+        status: u16,
+        /// Sent as `Retry-After` (seconds).
+        retry_after: Option<Duration>,
+    },
+    /// Close the next connection that sends a submit with a WebSocket close
+    /// frame carrying `code` (for example 1011 or 1013), before executing
+    /// the submit. The HTTP binding ends the response abruptly instead.
+    CloseWith {
+        /// The WebSocket close code.
+        code: u16,
+    },
+    /// After each job terminal is sent (one-shot: the next one), also send
+    /// on the same connection an exact duplicate of that terminal, a
+    /// `job.event` for the finished job, and a terminal error naming a job
+    /// and a request that never existed. None of these count in the ground
+    /// truth ([`MockRuntime::jobs`](crate::MockRuntime::jobs) and the
+    /// execution counts).
+    StrayFrames,
 }
 
 #[derive(Debug)]

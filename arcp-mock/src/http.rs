@@ -138,7 +138,8 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Recei
         return;
     };
     let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
-    let _ = match shared.http_submit(&auth, key.as_deref(), body, tx) {
+    let (conn, answer) = shared.http_submit(&auth, key.as_deref(), body, tx);
+    let _ = match answer {
         HttpSubmit::BadRequest(detail) => problem(&mut stream, 400, &detail, &[]).await,
         HttpSubmit::Unauthenticated(detail) => {
             let challenge = [("WWW-Authenticate", "Bearer".to_owned())];
@@ -151,7 +152,12 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Recei
         }
         HttpSubmit::Replay(terminal) => {
             let mut response = Response::new(ndjson, true);
-            response.frame(&mut stream, &terminal).await.map(|_| ())
+            let written = response.frame(&mut stream, &terminal).await.map(|_| ());
+            if written.is_ok() {
+                let envelope = Dialect::V1_1.to_envelope(&terminal);
+                shared.written(conn, envelope, &terminal, false);
+            }
+            written
         }
         HttpSubmit::Ignored => {
             // Black hole: hold the request until the client gives up.
@@ -185,10 +191,11 @@ async fn respond(
     let mut response = Response::new(ndjson, false);
     let mut first = true;
     while let Some(out) = rx.recv().await {
-        let frame = match out {
-            Out::Frame(frame) => frame,
+        let (frame, stray) = match out {
+            Out::Frame(frame) => (frame, false),
+            Out::Stray(frame) => (frame, true),
             // A drop or close: end abruptly, mid-response.
-            Out::Close | Out::Kill => return,
+            Out::Close(_) | Out::Kill => return,
         };
         let action = shared.outbound_action(conn);
         if let Some(delay) = action.delay {
@@ -208,10 +215,17 @@ async fn respond(
                 return;
             }
         }
-        match response.frame(stream, &frame).await {
-            Ok(true) => return,
-            Ok(false) => {}
+        let done = match response.frame(stream, &frame).await {
+            Ok(done) => done,
             Err(_) => return,
+        };
+        if ndjson || done {
+            // JSON responses carry only the terminal.
+            let envelope = Dialect::V1_1.to_envelope(&frame);
+            shared.written(conn, envelope, &frame, stray);
+        }
+        if done {
+            return;
         }
         if action.drop_after {
             return;

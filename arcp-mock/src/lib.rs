@@ -71,6 +71,19 @@
 //!   ([`ReplayPolicy`]); **conflict signal**: how a same-key, other-intent
 //!   one is refused ([`ConflictSignal`]). Both default to the dialect's
 //!   reference runtime.
+//! - **Presets**: one per runtime family of the replay table, with
+//!   [`MockRuntimeBuilder::preset`]:
+//!   - [`Preset::Python113`]: v1.1 Python 1.1.3; terminal replayed after
+//!     completion, `session.error DUPLICATE_KEY` without request id,
+//!     `job.subscribe`, resume without re-attaching running jobs.
+//!   - [`Preset::Rust200`]: legacy Rust 2.0.0; `job.accepted` only, `job.failed
+//!     FAILED_PRECONDITION`, no subscribe or resume, drops TCP on bad frames.
+//!   - [`Preset::TsGoJava`]: v1.1 TypeScript / Go / Java; `job.accepted`
+//!     only, `job.error DUPLICATE_KEY` with the request id, no subscribe.
+//!   - [`Preset::PhpNewer`]: legacy PHP (newer); the stored terminal without
+//!     `job.accepted`, other intents not signalled.
+//!   - [`Preset::PhpOlder`]: legacy PHP (older); `ack` with `replay: true`,
+//!     other intents not signalled.
 //! - **Sessions**: v1.1 `session.hello` / `session.welcome` with resume
 //!   (rotating tokens, a bounded replay buffer, `RESUME_WINDOW_EXPIRED`),
 //!   `session.ack`, heartbeats; legacy `session.open` / `session.accepted`,
@@ -79,7 +92,17 @@
 //!   or standing ([`MockRuntime::inject_always`]): drop on submit, after
 //!   `job.accepted`, before the terminal, after N frames, during the
 //!   handshake; delay replies; reject the next submit with a code and
-//!   `retry_after`; black-hole everything without closing.
+//!   `retry_after`; black-hole everything without closing; answer the
+//!   WebSocket upgrade with an HTTP status (429 / 503 with `Retry-After`,
+//!   401); close with a given code; follow terminals with stray and
+//!   duplicate frames. Inbound frames over
+//!   [`MockRuntimeBuilder::max_inbound_frame_size`] are closed with 1009.
+//! - **Ground truth** for checkers, during and after a run:
+//!   [`MockRuntime::jobs`] (per job: key, tool, arguments, principal, how
+//!   many times the tool ran, status, whether the terminal ever reached a
+//!   client), [`MockRuntime::executions_by_key`], and
+//!   [`MockRuntime::connection_log`] (what each connection received and
+//!   sent).
 //! - **Verification**: [`MockRuntime::expect_executions`] and friends,
 //!   checked by [`MockRuntime::verify`] and when the mock is dropped;
 //!   [`MockRuntime::received`] returns every envelope the client sent, to
@@ -134,8 +157,8 @@ mod verify;
 
 pub use arcp_types::{Dialect, Envelope, ErrorCode};
 pub use chaos::{ChaosProxy, ChaosProxyBuilder, ChaosProxyHandle, ChaosReport, Kill, KillReason};
-pub use config::{ConflictSignal, MockRuntimeBuilder, ReplayPolicy};
+pub use config::{ConflictSignal, MockRuntimeBuilder, Preset, ReplayPolicy};
 pub use fault::Fault;
 pub use server::MockRuntime;
 pub use tool::{ToolContext, ToolFailure};
-pub use verify::VerifyError;
+pub use verify::{ConnRecord, JobRecord, JobStatus, VerifyError};

@@ -1,5 +1,6 @@
 //! The listener, the connection tasks, and the [`MockRuntime`] handle.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +11,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{header, HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -18,7 +21,7 @@ use tokio_tungstenite::WebSocketStream;
 use crate::config::{Config, MockRuntimeBuilder};
 use crate::engine::{Link, Out, Shared, OUTBOUND_CAPACITY};
 use crate::fault::Fault;
-use crate::verify::{Expectation, VerifyError};
+use crate::verify::{ConnRecord, Expectation, JobRecord, VerifyError};
 
 /// Largest WebSocket message the mock accepts (bounded memory per frame).
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -283,6 +286,33 @@ impl MockRuntime {
     pub fn received(&self) -> Vec<Envelope> {
         self.shared.lock().received()
     }
+
+    /// Ground truth about every job, oldest first: its key, tool,
+    /// arguments and principal, how many times its tool really ran, its
+    /// status, and whether its terminal was ever delivered. Queryable during
+    /// and after a run. Finished jobs are kept up to the last 10 000.
+    ///
+    /// To check that a key bound to another intent never ran that intent,
+    /// look up the key's job here: its `arguments` are the first
+    /// submission's.
+    pub fn jobs(&self) -> Vec<JobRecord> {
+        self.shared.lock().jobs()
+    }
+
+    /// Executions per idempotency key (any principal), for every key seen
+    /// (up to 100 000 distinct keys).
+    pub fn executions_by_key(&self) -> HashMap<String, u64> {
+        self.shared.lock().executions_by_key()
+    }
+
+    /// What each connection received and sent, in accept order: WebSocket
+    /// connections and HTTP binding requests. Bounded: the last 10 000
+    /// envelopes per connection and direction, the last 1 024 connections,
+    /// and 200 000 envelopes in all (the oldest connections are forgotten
+    /// first).
+    pub fn connection_log(&self) -> Vec<ConnRecord> {
+        self.shared.lock().connection_log()
+    }
 }
 
 impl Drop for MockRuntime {
@@ -330,6 +360,8 @@ impl Drop for Registration {
 type Sink = SplitSink<WebSocketStream<TcpStream>, WsMessage>;
 type Source = SplitStream<WebSocketStream<TcpStream>>;
 
+// tungstenite's upgrade callback returns its own (large) `ErrorResponse`.
+#[allow(clippy::result_large_err)]
 async fn serve(
     shared: Arc<Shared>,
     id: u64,
@@ -341,10 +373,22 @@ async fn serve(
         shared: Arc::clone(&shared),
         id,
     };
+    let limit = shared
+        .cfg
+        .max_inbound_frame
+        .map_or(MAX_MESSAGE_BYTES, |max| {
+            max.saturating_add(1).max(MAX_MESSAGE_BYTES)
+        });
     let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_MESSAGE_BYTES))
-        .max_frame_size(Some(MAX_MESSAGE_BYTES));
-    let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else {
+        .max_message_size(Some(limit))
+        .max_frame_size(Some(limit));
+    let callback = |_request: &Request, response: Response| match shared.upgrade_refusal() {
+        None => Ok(response),
+        Some((status, retry_after)) => Err(refusal_response(status, retry_after)),
+    };
+    let Ok(ws) =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config)).await
+    else {
         return;
     };
     link.touch();
@@ -360,29 +404,12 @@ async fn serve(
 
 async fn writer(shared: &Shared, id: u64, mut sink: Sink, rx: &mut mpsc::Receiver<Out>) {
     while let Some(out) = rx.recv().await {
-        match out {
-            Out::Frame(frame) => {
-                if shared.blackholed() {
-                    continue;
-                }
-                let action = shared.outbound_action(id);
-                if let Some(delay) = action.delay {
-                    tokio::time::sleep(delay).await;
-                }
-                if action.drop_before {
-                    return;
-                }
-                let text = shared.cfg.dialect.encode(&frame);
-                if sink.send(WsMessage::text(text)).await.is_err() {
-                    return;
-                }
-                if action.drop_after {
-                    return;
-                }
-            }
-            Out::Close => {
+        let (frame, stray) = match out {
+            Out::Frame(frame) => (frame, false),
+            Out::Stray(frame) => (frame, true),
+            Out::Close(code) => {
                 let close = CloseFrame {
-                    code: CloseCode::Normal,
+                    code: CloseCode::from(code),
                     reason: "".into(),
                 };
                 let _ = sink.send(WsMessage::Close(Some(close))).await;
@@ -392,16 +419,51 @@ async fn writer(shared: &Shared, id: u64, mut sink: Sink, rx: &mut mpsc::Receive
                 return;
             }
             Out::Kill => return,
+        };
+        if shared.blackholed() {
+            continue;
+        }
+        let action = shared.outbound_action(id);
+        if let Some(delay) = action.delay {
+            tokio::time::sleep(delay).await;
+        }
+        if action.drop_before {
+            return;
+        }
+        let envelope = shared.cfg.dialect.to_envelope(&frame);
+        let text = serde_json::to_string(&envelope).unwrap_or_default();
+        if sink.send(WsMessage::text(text)).await.is_err() {
+            return;
+        }
+        shared.written(id, envelope, &frame, stray);
+        if action.drop_after {
+            return;
         }
     }
 }
 
 async fn reader(shared: &Arc<Shared>, id: u64, mut source: Source, link: &Link) {
+    let mut closing = false;
     while let Some(message) = source.next().await {
         let Ok(message) = message else {
             return;
         };
         link.touch();
+        if closing {
+            // Only the close handshake is left: read on, handle nothing.
+            continue;
+        }
+        if shared
+            .cfg
+            .max_inbound_frame
+            .is_some_and(|limit| message.len() > limit)
+        {
+            // 1009: message too big. It is not processed, nor is anything
+            // after it.
+            shared.close_conn_with(id, 1009);
+            closing = true;
+            continue;
+        }
         match message {
             WsMessage::Text(text) => shared.handle_text(id, text.as_str()),
             WsMessage::Binary(bytes) => match std::str::from_utf8(&bytes) {
@@ -414,6 +476,26 @@ async fn reader(shared: &Arc<Shared>, id: u64, mut source: Source, link: &Link) 
             }
         }
     }
+}
+
+/// The response that refuses an upgrade ([`Fault::RefuseUpgrade`]).
+fn refusal_response(status: u16, retry_after: Option<Duration>) -> ErrorResponse {
+    let status = StatusCode::from_u16(status)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error())
+        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let mut response = ErrorResponse::new(None);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    if let Some(after) = retry_after {
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// Runtime heartbeats (v1.1, once negotiated): a ping every interval; after
