@@ -8,10 +8,52 @@ use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
-use crate::error::Error;
-use crate::invocation::ToolOutput;
+use arcp_types::Invoke;
 
+use crate::error::{Error, Execution};
+use crate::outcome::ToolOutput;
+
+/// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;
+
+/// Identifies an intent (tool, arguments and every option, as sent), for the
+/// outcome cache and for joining a repeated call.
+pub(crate) fn fingerprint(invoke: &Invoke) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(invoke)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The admission rule, one for both transports: an outcome is cached when
+/// it is the key's outcome on the runtime (a result, a tool error of the
+/// job, a cancellation). A refusal before acceptance, a duplicate key or an
+/// unknown outcome is not: a repeated call must ask the runtime again.
+pub(crate) fn admits(outcome: &Outcome) -> bool {
+    match outcome {
+        Ok(_) | Err(Error::Cancelled { .. }) => true,
+        Err(Error::Tool(e)) => e.execution == Execution::Ran,
+        Err(_) => false,
+    }
+}
+
+/// A stored outcome handed to a repeated call: marked replayed, whether it
+/// is a result or a tool error.
+pub(crate) fn replayed(outcome: Outcome) -> Outcome {
+    match outcome {
+        Ok(mut out) => {
+            out.replayed = true;
+            Ok(out)
+        }
+        Err(Error::Tool(mut e)) => {
+            e.replayed = true;
+            Err(Error::Tool(e))
+        }
+        other => other,
+    }
+}
 
 struct Entry {
     fingerprint: u64,
@@ -48,7 +90,7 @@ impl OutcomeCache {
     pub(crate) fn get(&mut self, key: &IdempotencyKey, fingerprint: u64, now: Instant) -> Cached {
         self.expire(now);
         match self.entries.get(key) {
-            Some(e) if e.fingerprint == fingerprint => Cached::Hit(e.outcome.clone()),
+            Some(e) if e.fingerprint == fingerprint => Cached::Hit(replayed(e.outcome.clone())),
             Some(_) => Cached::Conflict,
             None => Cached::Miss,
         }
@@ -61,7 +103,7 @@ impl OutcomeCache {
         outcome: Outcome,
         now: Instant,
     ) {
-        if self.capacity == 0 {
+        if self.capacity == 0 || !admits(&outcome) {
             return;
         }
         self.expire(now);

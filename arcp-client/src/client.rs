@@ -2,135 +2,27 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use arcp_types::{Dialect, IdempotencyKey};
+use arcp_types::IdempotencyKey;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::connection::{self, CallRequest, Command};
-use crate::error::Error;
+use crate::backend::Backend;
+use crate::cache::Outcome;
+use crate::config::{Config, DialectChoice, RetryPolicy, Secret};
+use crate::error::{Error, Execution};
 use crate::http::{self, ArtifactFetcher, ArtifactRef, HttpBackend};
-use crate::invocation::{Invocation, InvokeBuilder, ToolOutput};
+use crate::invocation::{Invocation, InvokeBuilder};
 use crate::journal::{
     self, Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention,
 };
+use crate::outcome::{CancelOutcome, ToolOutput};
 use crate::profile::RuntimeProfile;
-use crate::retry::RetryPolicy;
-
-/// Which ARCP message set to speak.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum DialectChoice {
-    /// ARCP v1.1 (`session.hello`, `job.submit`, ...). The default.
-    #[default]
-    V1_1,
-    /// The legacy RFC-0001 v2 set (`session.open`, `tool.invoke`, ...) that
-    /// the published Rust runtime speaks.
-    Legacy,
-    /// Try v1.1 first; if the runtime does not understand it (a legacy
-    /// runtime drops the connection on an unknown message type), reconnect
-    /// and speak legacy. The choice is kept for the client's lifetime.
-    Auto,
-}
-
-impl From<Dialect> for DialectChoice {
-    fn from(d: Dialect) -> Self {
-        match d {
-            Dialect::Legacy => DialectChoice::Legacy,
-            _ => DialectChoice::V1_1,
-        }
-    }
-}
-
-impl std::str::FromStr for DialectChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "v1.1" | "v1_1" | "1.1" => Ok(DialectChoice::V1_1),
-            "legacy" | "v2" | "rfc0001" => Ok(DialectChoice::Legacy),
-            "auto" => Ok(DialectChoice::Auto),
-            other => Err(format!(
-                "unknown dialect {other:?}: expected auto, v1.1 or legacy"
-            )),
-        }
-    }
-}
-
-/// A string that never appears in `Debug` output or logs.
-#[derive(Clone)]
-pub(crate) struct Secret(pub(crate) String);
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-/// TLS settings for `wss://`.
-#[derive(Clone, Default)]
-pub(crate) struct TlsSettings {
-    pub(crate) extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
-    pub(crate) config: Option<Arc<rustls::ClientConfig>>,
-}
-
-impl fmt::Debug for TlsSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsSettings")
-            .field("extra_roots", &self.extra_roots.len())
-            .field("custom_config", &self.config.is_some())
-            .finish()
-    }
-}
-
-impl TlsSettings {
-    /// The rustls configuration to connect with, when anything is customised
-    /// (otherwise the WebSocket library's default: the web PKI roots).
-    pub(crate) fn client_config(&self) -> Option<Arc<rustls::ClientConfig>> {
-        if let Some(config) = &self.config {
-            return Some(config.clone());
-        }
-        if self.extra_roots.is_empty() {
-            return None;
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        // Unparsable extra roots are skipped; the handshake then reports the
-        // certificate error, which names the server's certificate.
-        let _ = roots.add_parsable_certificates(self.extra_roots.iter().cloned());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .ok()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Some(Arc::new(config))
-    }
-}
-
-/// Everything the connection task needs to know.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) url: String,
-    pub(crate) token: Option<Secret>,
-    pub(crate) dialect: DialectChoice,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) handshake_timeout: Duration,
-    pub(crate) default_deadline: Duration,
-    pub(crate) client_name: String,
-    pub(crate) client_version: String,
-    pub(crate) max_in_flight: usize,
-    pub(crate) heartbeat: Option<Duration>,
-    pub(crate) keepalive: Duration,
-    pub(crate) max_frame_size: usize,
-    pub(crate) event_buffer: usize,
-    pub(crate) outcome_cache_capacity: usize,
-    pub(crate) outcome_cache_ttl: Duration,
-    pub(crate) tls: TlsSettings,
-    pub(crate) max_result_size: usize,
-    pub(crate) max_artifact_size: u64,
-}
+use crate::request::{CallRequest, CallShared};
+use crate::retry::later;
+use crate::ws::{self, Core};
 
 /// Configures and connects a [`Client`].
 ///
@@ -146,6 +38,13 @@ pub(crate) struct Config {
 ///     .await?;
 /// # Ok(()) }
 /// ```
+///
+/// Every wait has its own knob: [`connect_timeout`](Self::connect_timeout)
+/// (one dial), [`handshake_timeout`](Self::handshake_timeout) (the welcome),
+/// [`connect_budget`](Self::connect_budget) (how long `connect()` retries),
+/// [`write_timeout`](Self::write_timeout), [`response_timeout`](Self::response_timeout)
+/// (a silent runtime), [`cancel_timeout`](Self::cancel_timeout), and each
+/// call's deadline ([`default_deadline`](Self::default_deadline)).
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until connect() is awaited"]
 pub struct ClientBuilder {
@@ -156,26 +55,7 @@ pub struct ClientBuilder {
 impl ClientBuilder {
     fn new(url: impl Into<String>) -> Self {
         ClientBuilder {
-            config: Config {
-                url: url.into(),
-                token: None,
-                dialect: DialectChoice::V1_1,
-                retry: RetryPolicy::default(),
-                handshake_timeout: Duration::from_secs(10),
-                default_deadline: Duration::from_secs(300),
-                client_name: "arcp-rust".into(),
-                client_version: env!("CARGO_PKG_VERSION").into(),
-                max_in_flight: 1024,
-                heartbeat: None,
-                keepalive: Duration::from_secs(15),
-                max_frame_size: 16 << 20,
-                event_buffer: 256,
-                outcome_cache_capacity: 1024,
-                outcome_cache_ttl: Duration::from_secs(600),
-                tls: TlsSettings::default(),
-                max_result_size: 64 << 20,
-                max_artifact_size: crate::http::DEFAULT_MAX_ARTIFACT_SIZE,
-            },
+            config: Config::new(url.into()),
             journal: JournalSetup::default(),
         }
     }
@@ -199,9 +79,52 @@ impl ClientBuilder {
         self
     }
 
-    /// How long connecting plus the session handshake may take (default 10 s).
+    /// How long the runtime may take to answer the session hello with its
+    /// welcome, per connection (default 10 s). A timeout is transient: the
+    /// client dials again.
     pub fn handshake_timeout(mut self, d: Duration) -> Self {
         self.config.handshake_timeout = d;
+        self
+    }
+
+    /// How long one TCP connect plus TLS and WebSocket upgrade may take
+    /// (default 10 s). A timeout is transient: the client dials again.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.config.connect_timeout = d;
+        self
+    }
+
+    /// How long [`connect`](ClientBuilder::connect) keeps dialing through
+    /// transient failures (resets, timeouts, HTTP 5xx or 429) before it
+    /// gives up (default 30 s). Definitive failures (refused credentials,
+    /// an untrusted certificate, a bad URL, a runtime that speaks neither
+    /// dialect) fail at once.
+    pub fn connect_budget(mut self, d: Duration) -> Self {
+        self.config.connect_budget = d;
+        self
+    }
+
+    /// A write to the connection that makes no progress this long means the
+    /// connection is dead (default 5 s).
+    pub fn write_timeout(mut self, d: Duration) -> Self {
+        self.config.write_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// With requests outstanding, a runtime that sends nothing at all this
+    /// long is taken for a dead connection (default 10 s): runtimes accept
+    /// a request at once, so silence means a stalled link.
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.config.response_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long [`cancel`](crate::CallHandle::cancel) waits for the
+    /// runtime's confirmation before reporting
+    /// [`CancelOutcome::Dispatched`](crate::CancelOutcome::Dispatched) (or
+    /// `NotDispatched` when it could not even be written) (default 2 s).
+    pub fn cancel_timeout(mut self, d: Duration) -> Self {
+        self.config.cancel_timeout = d;
         self
     }
 
@@ -348,69 +271,111 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects and completes the session handshake once. Later connection
-    /// losses are handled by the client; this first connect fails fast so a
-    /// wrong URL or token is reported at once.
+    /// Connects and completes the session handshake, riding out a flaky
+    /// network: transient failures of the TCP connect, the upgrade or the
+    /// handshake are retried with the retry policy's backoff for up to
+    /// [`connect_budget`](Self::connect_budget). Definitive ones fail at
+    /// once with an error that names what failed: [`Error::Unauthenticated`],
+    /// [`Error::Connect`] with `retryable: false` (bad URL, untrusted
+    /// certificate, an HTTP status that is not transient), or
+    /// [`Error::Handshake`] with `retryable: false` (a runtime that answered
+    /// but speaks neither dialect). Later connection losses are handled by
+    /// the client.
     ///
     /// An `http://` or `https://` URL selects the HTTP binding
     /// (`docs/http-binding.md`): no connection is kept and there is no
     /// handshake, so only the URL and token format are checked here; a
     /// wrong address or token shows on the first call.
     pub async fn connect(self) -> Result<Client, Error> {
+        Ok(self.start(true).await?.started())
+    }
+
+    /// Returns a client at once, without connecting (as tonic's
+    /// `connect_lazy`): the first call dials, and every call waits for the
+    /// connection within its own deadline. Fails only on a configuration
+    /// that can never work (a bad URL, an invalid token) or a journal that
+    /// cannot be opened. Must be called within a Tokio runtime.
+    pub async fn connect_lazy(self) -> Result<Client, Error> {
+        Ok(self.start(false).await?.started())
+    }
+
+    /// Starts the backend, waits for the first session when `wait_ready`,
+    /// then opens the journal (so a failed connect leaves the journal to
+    /// the next attempt).
+    async fn start(self, wait_ready: bool) -> Result<Client, Error> {
         let config = Arc::new(self.config);
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
-        if http::is_http_url(&config.url) {
+        let profile = Arc::new(Mutex::new(None));
+        let backend = if http::is_http_url(&config.url) {
             let backend = HttpBackend::new(config.clone())?;
-            let profile = backend.profile();
-            let journal = self.journal.open(config.max_in_flight).await?;
-            return Ok(Client {
-                inner: Arc::new(Inner {
-                    in_flight,
-                    config,
-                    backend: Backend::Http(Arc::new(backend)),
-                    profile,
-                    artifacts: OnceLock::new(),
-                    journal,
-                }),
+            *profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.profile());
+            Backend::Http(Arc::new(backend))
+        } else {
+            check_ws_url(&config.url)?;
+            let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
+            let (ready_tx, ready_rx) = oneshot::channel();
+            let ready = wait_ready.then_some(ready_tx);
+            let core = Core::new(config.clone(), ready, profile.clone(), Instant::now());
+            tokio::spawn(ws::run(config.clone(), rx, core));
+            let backend = Backend::Ws { tx };
+            if wait_ready {
+                let first = ready_rx.await.unwrap_or(Err(Error::Closed));
+                if let Err(e) = first {
+                    backend.close().await;
+                    return Err(e);
+                }
             }
-            .started());
-        }
-        let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
-        let (ready_tx, ready_rx) = oneshot::channel();
-        tokio::spawn(connection::run(config.clone(), rx, ready_tx));
-        let profile = ready_rx.await.map_err(|_| Error::Closed)??;
-        // The journal once the runtime answered: a failed connect leaves a
-        // journal instance in the builder, so a clone of it can retry. A
-        // corrupt, foreign or locked journal fails here (and the new
-        // connection closes).
-        let journal = self.journal.open(config.max_in_flight).await?;
+            backend
+        };
+        // A corrupt, foreign or locked journal fails here (and the backend
+        // closes with the client).
+        let journal = match self.journal.open(config.max_in_flight).await {
+            Ok(journal) => journal,
+            Err(e) => {
+                backend.close().await;
+                return Err(e);
+            }
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 in_flight,
                 config,
-                backend: Backend::WebSocket { tx },
+                backend,
                 profile,
                 artifacts: OnceLock::new(),
                 journal,
             }),
-        }
-        .started())
+        })
     }
 }
 
-/// How calls reach the runtime.
-enum Backend {
-    /// The connection task, over a bounded command channel.
-    WebSocket { tx: mpsc::Sender<Command> },
-    /// The HTTP binding: calls run on the caller's task.
-    Http(Arc<HttpBackend>),
+/// A WebSocket URL that can never work fails at once, not after retries.
+fn check_ws_url(url: &str) -> Result<(), Error> {
+    let bad = |message: String| Error::Connect {
+        url: url.to_owned(),
+        message,
+        retryable: false,
+    };
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("the URL has no scheme (expected ws://, wss://, http:// or https://)".into()))?;
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "ws" | "wss") {
+        return Err(bad(format!(
+            "unsupported URL scheme {scheme:?} (expected ws://, wss://, http:// or https://)"
+        )));
+    }
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(bad("the URL has no host".into()));
+    }
+    Ok(())
 }
 
 struct Inner {
     config: Arc<Config>,
     backend: Backend,
     in_flight: Arc<Semaphore>,
-    profile: RuntimeProfile,
+    /// What the runtime said in the last handshake, once there was one.
+    profile: Arc<Mutex<Option<RuntimeProfile>>>,
     /// Built on first use: most clients never fetch an artifact.
     artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
     /// The invocation journal, when configured.
@@ -429,7 +394,7 @@ impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
             .field("url", &self.inner.config.url)
-            .field("runtime", &self.inner.profile.name)
+            .field("runtime", &self.runtime().map(|p| p.name))
             .finish_non_exhaustive()
     }
 }
@@ -452,19 +417,25 @@ impl Client {
         InvokeBuilder::new(self.clone(), tool.into(), args)
     }
 
-    /// What the client learned about the runtime in the first handshake.
-    pub fn runtime(&self) -> &RuntimeProfile {
-        &self.inner.profile
+    /// What the client learned about the runtime in the last handshake:
+    /// `None` until a lazily connected client has connected.
+    pub fn runtime(&self) -> Option<RuntimeProfile> {
+        self.inner
+            .profile
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
-    /// Closes the session gracefully; calls still in flight fail with
-    /// [`Error::Closed`].
+    /// Closes the session gracefully. Calls still in flight end: with
+    /// [`Error::Interrupted`] when a request was sent (their key and job id
+    /// let a later call learn the outcome), else [`Error::Closed`].
     ///
     /// With a journal, close also commits everything recorded so far and
     /// releases the journal (its file is unlocked); journal operations on
     /// this client then fail with `JOURNAL_CLOSED`.
     pub async fn close(&self) {
-        self.close_connection().await;
+        self.inner.backend.close().await;
         if let Some(journal) = &self.inner.journal {
             journal.close().await;
         }
@@ -525,7 +496,7 @@ impl Client {
         }
     }
 
-    /// Starts what a new client does in the background (automatic recovery).
+        /// Starts what a new client does in the background (automatic recovery).
     fn started(self) -> Self {
         if let Some(journal) = &self.inner.journal {
             if journal.recovery() == RecoveryMode::Automatic {
@@ -533,17 +504,6 @@ impl Client {
             }
         }
         self
-    }
-
-    async fn close_connection(&self) {
-        if let Backend::Http(http) = &self.inner.backend {
-            http.close();
-            return;
-        }
-        let (reply, rx) = oneshot::channel();
-        if self.send_command(Command::Close { reply }).await.is_ok() {
-            let _ = rx.await;
-        }
     }
 
     /// Downloads an artifact (an `artifact_ref` or `result_ref`, see
@@ -566,29 +526,65 @@ impl Client {
         fetcher.fetch(artifact).await
     }
 
-    /// Whether calls use the HTTP binding.
-    pub(crate) fn is_http(&self) -> bool {
-        matches!(self.inner.backend, Backend::Http(_))
-    }
-
     pub(crate) fn config(&self) -> &Config {
         &self.inner.config
     }
 
-    pub(crate) async fn send_command(&self, command: Command) -> Result<(), Error> {
-        match &self.inner.backend {
-            Backend::WebSocket { tx } => tx.send(command).await.map_err(|_| Error::Closed),
-            // No connection task: nothing takes commands.
-            Backend::Http(_) => Err(Error::Closed),
+    /// Asks the backend to cancel the call with `key`, bounded by the
+    /// cancel timeout whatever the connection does.
+    pub(crate) async fn cancel(&self, key: IdempotencyKey) -> CancelOutcome {
+        let bound = self.inner.config.cancel_timeout + std::time::Duration::from_millis(250);
+        match tokio::time::timeout(bound, self.inner.backend.cancel(key)).await {
+            Ok(outcome) => outcome,
+            Err(_) => CancelOutcome::NotDispatched {
+                reason: format!("the client did not get to the cancel within {bound:?}"),
+            },
         }
     }
 
-    /// Takes an in-flight slot, hands the call to the connection task and
-    /// waits for its outcome.
-    ///
-    /// With a journal, the call is recorded durably before it is handed on
-    /// (prepared before send) and its terminal outcome recorded after.
-    pub(crate) async fn dispatch(&self, mut request: CallRequest) -> Result<ToolOutput, Error> {
+    /// Runs a call to its outcome within its deadline: the in-flight slot,
+    /// the journal's prepare and every attempt all count against it. With a
+    /// journal, the call is recorded durably before it is handed on
+    /// (prepared before send) and its outcome recorded after.
+    pub(crate) async fn dispatch(&self, mut request: CallRequest) -> Outcome {
+        request.seal();
+        let key = request.key.clone();
+        let shared = request.shared.clone();
+        let deadline = request.deadline;
+        let deadline_at = tokio::time::Instant::from_std(later(request.started, deadline));
+        let mut guard = AbandonOnDrop {
+            client: self,
+            key: key.clone(),
+            shared: shared.clone(),
+            armed: true,
+        };
+        let outcome = match tokio::time::timeout_at(deadline_at, self.run_call(request)).await {
+            Ok(outcome) => {
+                guard.armed = false;
+                outcome
+            }
+            Err(_) => {
+                let sent = shared.abandon();
+                Err(Error::DeadlineExceeded {
+                    key: key.clone(),
+                    job_id: shared.job_id(),
+                    deadline,
+                    attempts: shared.attempts(),
+                    execution: if sent {
+                        Execution::MayHaveRun
+                    } else {
+                        Execution::NotRun
+                    },
+                })
+            }
+        };
+        if let Some(journal) = &self.inner.journal {
+            journal.finish_call(&key, &outcome).await;
+        }
+        outcome
+    }
+
+    async fn run_call(&self, mut request: CallRequest) -> Outcome {
         let _permit = self
             .inner
             .in_flight
@@ -596,34 +592,48 @@ impl Client {
             .acquire_owned()
             .await
             .map_err(|_| Error::Closed)?;
-        let Some(journal) = &self.inner.journal else {
-            return self.send_call(request).await;
-        };
-        let max_frame_size = self.inner.config.max_frame_size;
-        if let Some(answer) = journal.prepare_call(&mut request, max_frame_size).await? {
-            return answer;
+        if let Some(journal) = &self.inner.journal {
+            let max_frame_size = self.inner.config.max_frame_size;
+            if let Some(answer) = journal.prepare_call(&mut request, max_frame_size).await? {
+                return answer;
+            }
         }
-        let key = request.key.clone();
-        let outcome = self.send_call(request).await;
-        journal.finish_call(&key, &outcome).await;
-        outcome
+        self.inner.backend.invoke(request).await
     }
+}
 
-    /// Hands a call to the backend and waits for its outcome.
-    async fn send_call(&self, request: CallRequest) -> Result<ToolOutput, Error> {
-        let shared = request.shared.clone();
-        if let Backend::Http(http) = &self.inner.backend {
-            shared
-                .dispatched
-                .store(true, std::sync::atomic::Ordering::Release);
-            return http.invoke(request).await;
+/// Tells the backend a caller gave up (deadline, or a dropped future), so
+/// it forgets the call once nobody waits on it.
+struct AbandonOnDrop<'a> {
+    client: &'a Client,
+    key: IdempotencyKey,
+    shared: Arc<CallShared>,
+    armed: bool,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.abandon();
+            self.client
+                .inner
+                .backend
+                .abandon(self.key.clone(), self.shared.clone());
         }
-        let (reply, rx) = oneshot::channel();
-        self.send_command(Command::Invoke(Box::new((request, reply))))
-            .await?;
-        shared
-            .dispatched
-            .store(true, std::sync::atomic::Ordering::Release);
-        rx.await.map_err(|_| Error::Closed)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_that_can_never_work_are_refused_at_once() {
+        for url in ["127.0.0.1:7777", "ftp://x/arcp", "ws://", "ws:///arcp"] {
+            let e = check_ws_url(url).unwrap_err();
+            assert!(matches!(e, Error::Connect { retryable: false, .. }), "{url}: {e}");
+        }
+        assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
+        assert!(check_ws_url("WSS://example.com").is_ok());
     }
 }

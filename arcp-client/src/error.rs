@@ -1,28 +1,84 @@
 //! The client's error type: what failed, for which call, and whether the
-//! outcome on the runtime is known.
+//! tool ran ([`Execution`]).
+//!
+//! A leaf: imports no other module of the crate.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_types::{ErrorCode, IdempotencyKey};
 use serde_json::Value;
 
-use crate::journal::{JournalError, JournalErrorKind};
+/// Whether a call's tool ran, as far as the client can prove. One rule
+/// decides it for every outcome ([`Error::execution`]):
+///
+/// - [`Execution::NotRun`] only when proven: nothing reached the runtime, or
+///   every request that did was refused before acceptance (answered, with no
+///   job), or the key belongs to another intent. The runtime executed this
+///   call zero times, ever: re-issuing the work, even under a new key, runs
+///   it once.
+/// - [`Execution::Ran`]: the runtime reported the call's outcome (a result,
+///   a tool error of its job, a cancellation).
+/// - [`Execution::MayHaveRun`]: a request may have reached the runtime and
+///   its outcome is unknown. It ran at most once; retry later with the same
+///   key (and read the job id) to learn the outcome without running it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Execution {
+    /// Proven not to have run.
+    NotRun,
+    /// Ran; the outcome is known.
+    Ran,
+    /// May have run, at most once; the outcome is unknown.
+    MayHaveRun,
+}
+
+impl Execution {
+    /// A stable lower-case name (`not_run`, `ran`, `may_have_run`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Execution::NotRun => "not_run",
+            Execution::Ran => "ran",
+            Execution::MayHaveRun => "may_have_run",
+        }
+    }
+}
+
+impl fmt::Display for Execution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// " (job J)" when the job is known, else nothing: for messages.
+struct JobSuffix<'a>(&'a Option<String>);
+
+impl fmt::Display for JobSuffix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(job) => write!(f, " (job {job})"),
+            None => Ok(()),
+        }
+    }
+}
 
 /// Everything `invoke_tool` and `connect` can fail with.
 ///
-/// The variants say what is known about the side effect, which is what a
-/// caller deciding whether to retry needs:
+/// Each error says whether the tool ran ([`Error::execution`]), which is
+/// what a caller deciding whether to retry needs:
 ///
 /// | variant | did the tool run? |
 /// |---|---|
-/// | [`Error::Tool`] | it ran (or was refused) and reported this error |
-/// | [`Error::DuplicateKey`] | the key is bound to a different call; this one did not run |
-/// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance |
-/// | [`Error::OutcomeUnavailable`] | unknown: it may have run; retry later with the same key |
-/// | [`Error::DeadlineExceeded`] | unknown, as above |
-/// | [`Error::Cancelled`] | it was cancelled |
-/// | [`Error::Journal`] | no: the call could not be recorded, so it was not sent |
+/// | [`Error::Tool`] | it ran and reported this error ([`ToolError::execution`]: not run when the runtime refused the request before accepting it) |
+/// | [`Error::DuplicateKey`] | no: the key is bound to a different call |
+/// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance, or never sent |
+/// | [`Error::OutcomeUnavailable`] | maybe, at most once; retry later with the same key |
+/// | [`Error::DeadlineExceeded`] | as its `execution` field says |
+/// | [`Error::Interrupted`] | maybe, at most once: the client closed while it was in flight |
+/// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
+/// | [`Error::Cancelled`] | it was cancelled by the runtime |
+/// | connect, auth, invalid call, journal, closed | no: nothing was sent |
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -30,10 +86,10 @@ use crate::journal::{JournalError, JournalErrorKind};
 pub enum Error {
     /// The runtime reported a terminal error for the call (returned, never
     /// retried with the same key: the runtime would replay it).
-    #[error("tool call failed: {0}")]
+    #[error("the tool call failed: {0}")]
     Tool(Box<ToolError>),
     /// The key is already bound to a call with a different intent (tool,
-    /// arguments or options). Never retried.
+    /// arguments or options). Never retried; this call did not run.
     #[error("idempotency key {key} is already bound to a different call: {message}")]
     DuplicateKey {
         /// The key.
@@ -43,25 +99,32 @@ pub enum Error {
         /// Requests sent for this call (0 when refused locally).
         attempts: u32,
     },
-    /// The runtime accepted the call but its outcome could not be obtained
-    /// within the retry budget (for example a runtime that replays only
+    /// A request may have reached the runtime, but the call's outcome could
+    /// not be obtained (for example a runtime that replays only
     /// `job.accepted` after the terminal was lost with the connection). The
-    /// job may have completed; it did not run twice.
-    #[error("outcome of the call with key {key} is unavailable (job {job_id:?}): {reason}")]
+    /// tool ran at most once.
+    #[error("the outcome of the call with key {key} is unavailable{}: {reason}", JobSuffix(job_id))]
     OutcomeUnavailable {
-        /// The key: retry later with it to get the outcome without re-running.
+        /// The key: ask again later with it to get the outcome without
+        /// running the tool again.
         key: IdempotencyKey,
         /// The job the runtime bound the call to, when it said.
         job_id: Option<String>,
-        /// What ran out.
+        /// What ran out, in words.
         reason: String,
         /// Requests sent for this call.
         attempts: u32,
+        /// The runtime's profile says it never hands a finished job's
+        /// outcome to a later request or session (it replays only
+        /// `job.accepted`): asking again will not return it either. A
+        /// journal records such a call as outcome-unknown instead of
+        /// re-driving it.
+        permanent: bool,
     },
-    /// Every attempt was refused before acceptance (for example `UNAVAILABLE`
-    /// each time), or no connection could be made, until the retry budget ran
-    /// out. The tool did not run.
-    #[error("call with key {key} not accepted after {attempts} attempt(s): {last_error}")]
+    /// No attempt was accepted: each was refused before acceptance (for
+    /// example `UNAVAILABLE` each time) or could not be sent (no
+    /// connection), until the retry budget ran out. The tool did not run.
+    #[error("the call with key {key} was not accepted after {attempts} attempt(s): {last_error}")]
     RetriesExhausted {
         /// The key.
         key: IdempotencyKey,
@@ -70,8 +133,8 @@ pub enum Error {
         /// The last reason an attempt failed.
         last_error: String,
     },
-    /// The call's deadline passed before it resolved. The tool may have run.
-    #[error("call with key {key} exceeded its deadline of {deadline:?} (job {job_id:?})")]
+    /// The call's deadline passed before it resolved.
+    #[error("the call with key {key} exceeded its deadline of {deadline:?}{} ({execution})", JobSuffix(job_id))]
     DeadlineExceeded {
         /// The key.
         key: IdempotencyKey,
@@ -81,14 +144,43 @@ pub enum Error {
         deadline: Duration,
         /// Requests sent for this call.
         attempts: u32,
+        /// Whether the tool ran: [`Execution::NotRun`] when nothing reached
+        /// the runtime, else [`Execution::MayHaveRun`].
+        execution: Execution,
     },
     /// The job was cancelled.
-    #[error("call with key {key} was cancelled (job {job_id:?})")]
+    #[error("the call with key {key} was cancelled{}", JobSuffix(job_id))]
     Cancelled {
         /// The key.
         key: IdempotencyKey,
         /// The job.
         job_id: Option<String>,
+        /// Requests sent for this call.
+        attempts: u32,
+    },
+    /// The client was closed while the call was in flight: a request had
+    /// been sent, so it may have run, at most once.
+    #[error("the client was closed while the call with key {key} was in flight{}; it may have run", JobSuffix(job_id))]
+    Interrupted {
+        /// The key: ask again later with it.
+        key: IdempotencyKey,
+        /// The job, when accepted.
+        job_id: Option<String>,
+        /// Requests sent for this call.
+        attempts: u32,
+    },
+    /// The runtime closed the connection because of this request itself
+    /// (WebSocket close 1009 "message too big", 1002, 1003, 1007 or 1008),
+    /// again when it was re-sent alone: it cannot be accepted as it is. The
+    /// tool did not run. Not retried.
+    #[error("the runtime refused the request of the call with key {key}: it closed the connection with code {close_code} ({reason})")]
+    RequestRejected {
+        /// The key.
+        key: IdempotencyKey,
+        /// The WebSocket close code.
+        close_code: u16,
+        /// The close reason the runtime gave, or what the code means.
+        reason: String,
         /// Requests sent for this call.
         attempts: u32,
     },
@@ -105,22 +197,27 @@ pub enum Error {
         url: String,
         /// What failed.
         message: String,
-        /// Whether retrying may help (false for TLS certificate errors, bad URLs).
+        /// Whether retrying may help (false for TLS certificate errors, bad
+        /// URLs, HTTP statuses that are not transient).
         retryable: bool,
     },
     /// The session handshake did not complete.
-    #[error("session handshake with {url} failed: {message}")]
+    #[error("the session handshake with {url} failed: {message}")]
     Handshake {
         /// The runtime URL.
         url: String,
         /// What failed.
         message: String,
+        /// Whether retrying may help (false when the runtime answered but
+        /// speaks neither dialect, or refused the session for good).
+        retryable: bool,
     },
     /// The call was rejected before it was sent (bad key, arguments that do
     /// not serialize, a message over the size limit...).
     #[error("invalid call: {0}")]
     InvalidCall(String),
-    /// The client was closed, or its connection task stopped.
+    /// The client was closed, or its connection task stopped, before the
+    /// call was sent.
     #[error("the client is closed")]
     Closed,
     /// An internal failure (a bug); the message says where.
@@ -129,7 +226,7 @@ pub enum Error {
     /// The invocation journal failed: at start-up (a corrupt file, a
     /// database that is not a journal, a journal held by another client),
     /// or while recording a call before its send (then the call was **not**
-    /// sent). [`JournalError::kind`](crate::JournalError) says which.
+    /// sent). [`JournalError::kind`] says which.
     #[error("{0}")]
     Journal(JournalError),
     /// The HTTP binding got a status it does not define for a call (for
@@ -195,15 +292,49 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether retrying the same call (with the same key) may succeed.
+    /// Whether the tool ran ([`Execution`]): the one rule behind every
+    /// outcome, shared by both transports and recorded by the journal.
+    /// Artifact errors concern a tool that already ran ([`Execution::Ran`]).
+    pub fn execution(&self) -> Execution {
+        match self {
+            Error::Tool(e) => e.execution,
+            Error::DeadlineExceeded { execution, .. } => *execution,
+            Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
+                Execution::MayHaveRun
+            }
+            Error::Cancelled { .. }
+            | Error::ArtifactMismatch { .. }
+            | Error::ArtifactTooLarge { .. }
+            | Error::ArtifactNotFound { .. }
+            | Error::ArtifactFetch { .. } => Execution::Ran,
+            Error::DuplicateKey { .. }
+            | Error::RetriesExhausted { .. }
+            | Error::RequestRejected { .. }
+            | Error::Unauthenticated { .. }
+            | Error::Connect { .. }
+            | Error::Handshake { .. }
+            | Error::InvalidCall(_)
+            | Error::Closed
+            | Error::Journal(_)
+            | Error::Http { .. } => Execution::NotRun,
+        }
+    }
+
+    /// Whether making the same call again (with the same key) may end
+    /// differently: the outcome is unknown or the failure was transient.
+    /// A tool error is the key's final outcome, so it is not retryable
+    /// with the same key, whatever [`ToolError::retryable`] says about a
+    /// new call.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Tool(e) => e.retryable,
-            Error::OutcomeUnavailable { .. }
-            | Error::RetriesExhausted { .. }
-            | Error::DeadlineExceeded { .. } => true,
-            Error::Connect { retryable, .. } | Error::ArtifactFetch { retryable, .. } => *retryable,
-            Error::Handshake { .. } => true,
+            Error::Tool(_) => false,
+            Error::OutcomeUnavailable { permanent, .. } => !permanent,
+            Error::RetriesExhausted { .. }
+            | Error::DeadlineExceeded { .. }
+            | Error::Interrupted { .. } => true,
+            Error::Connect { retryable, .. }
+            | Error::Handshake { retryable, .. }
+            | Error::ArtifactFetch { retryable, .. } => *retryable,
             Error::Journal(e) => matches!(e.kind, JournalErrorKind::Locked | JournalErrorKind::Io),
             _ => false,
         }
@@ -227,6 +358,8 @@ impl Error {
             Error::RetriesExhausted { .. } => "RETRIES_EXHAUSTED".into(),
             Error::DeadlineExceeded { .. } => "DEADLINE_EXCEEDED".into(),
             Error::Cancelled { .. } => "CANCELLED".into(),
+            Error::Interrupted { .. } => "INTERRUPTED".into(),
+            Error::RequestRejected { .. } => "REQUEST_REJECTED".into(),
             Error::Unauthenticated { .. } => "UNAUTHENTICATED".into(),
             Error::Connect { .. } => "CONNECT_FAILED".into(),
             Error::Handshake { .. } => "HANDSHAKE_FAILED".into(),
@@ -251,43 +384,14 @@ impl Error {
             | Error::RetriesExhausted { attempts, .. }
             | Error::DeadlineExceeded { attempts, .. }
             | Error::Cancelled { attempts, .. }
+            | Error::Interrupted { attempts, .. }
+            | Error::RequestRejected { attempts, .. }
             | Error::Http { attempts, .. } => Some(*attempts),
             _ => None,
         }
     }
 
-    /// The typed give-up when a call's retry budget is spent, for every
-    /// transport: `OutcomeUnavailable` when the job may exist (it was
-    /// accepted, or an attempt's answer was lost), else `RetriesExhausted`
-    /// (every attempt was refused before acceptance).
-    pub(crate) fn give_up(
-        key: &IdempotencyKey,
-        job_id: Option<&str>,
-        may_have_run: bool,
-        attempts: u32,
-        reason: &str,
-        last_error: Option<&str>,
-    ) -> Error {
-        if job_id.is_some() || may_have_run {
-            Error::OutcomeUnavailable {
-                key: key.clone(),
-                job_id: job_id.map(str::to_owned),
-                reason: match last_error {
-                    Some(last) => format!("{reason} after {attempts} attempt(s); last: {last}"),
-                    None => format!("{reason} after {attempts} attempt(s)"),
-                },
-                attempts,
-            }
-        } else {
-            Error::RetriesExhausted {
-                key: key.clone(),
-                attempts,
-                last_error: last_error.unwrap_or(reason).to_owned(),
-            }
-        }
-    }
-
-    /// Stamps the call's send count (the connection task knows it last).
+    /// Stamps the call's send count (the transport knows it last).
     pub(crate) fn with_attempts(mut self, n: u32) -> Self {
         match &mut self {
             Error::Tool(e) => e.attempts = n,
@@ -296,6 +400,8 @@ impl Error {
             | Error::RetriesExhausted { attempts, .. }
             | Error::DeadlineExceeded { attempts, .. }
             | Error::Cancelled { attempts, .. }
+            | Error::Interrupted { attempts, .. }
+            | Error::RequestRejected { attempts, .. }
             | Error::Http { attempts, .. } => *attempts = n,
             _ => {}
         }
@@ -308,7 +414,23 @@ impl Error {
             Error::Tool(e) => e.job_id.as_deref(),
             Error::OutcomeUnavailable { job_id, .. }
             | Error::DeadlineExceeded { job_id, .. }
-            | Error::Cancelled { job_id, .. } => job_id.as_deref(),
+            | Error::Cancelled { job_id, .. }
+            | Error::Interrupted { job_id, .. } => job_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The call's idempotency key, for errors about one call.
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        match self {
+            Error::Tool(e) => Some(&e.key),
+            Error::DuplicateKey { key, .. }
+            | Error::OutcomeUnavailable { key, .. }
+            | Error::RetriesExhausted { key, .. }
+            | Error::DeadlineExceeded { key, .. }
+            | Error::Cancelled { key, .. }
+            | Error::Interrupted { key, .. }
+            | Error::RequestRejected { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -323,11 +445,15 @@ pub struct ToolError {
     pub code: ErrorCode,
     /// The runtime's message.
     pub message: String,
-    /// Whether the runtime says a new call (new key) may succeed.
+    /// Whether the runtime says a *new* call (a new key) may succeed. The
+    /// same key would get this error replayed.
     pub retryable: bool,
     /// Structured details, if any.
     pub details: Option<Value>,
-    /// Whether this is a stored outcome replayed for a retried request.
+    /// Whether the runtime's answer shows it was a stored outcome: a
+    /// terminal with no `job.accepted` before it on the attempt, a frame of
+    /// another session, an acceptance the runtime marked as a replay, or an
+    /// answer from the client's outcome cache or journal.
     pub replayed: bool,
     /// The job, when the runtime bound the call to one.
     pub job_id: Option<String>,
@@ -335,4 +461,133 @@ pub struct ToolError {
     pub key: IdempotencyKey,
     /// Requests sent for this call.
     pub attempts: u32,
+    /// Whether the tool ran: [`Execution::Ran`] for an error of the call's
+    /// job; [`Execution::NotRun`] for a refusal before acceptance (no job)
+    /// when no earlier attempt may have reached the runtime.
+    pub execution: Execution,
+}
+
+/// What kind of journal failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JournalErrorKind {
+    /// The file is not a SQLite database, or is damaged.
+    Corrupt,
+    /// The file is a database, but not an ARCP journal of a schema this
+    /// version reads.
+    Schema,
+    /// Another client (in this or another process) holds the journal.
+    Locked,
+    /// The journal holds `max_records` unfinished calls.
+    Full,
+    /// Reading or writing failed (disk full, permissions, ...).
+    Io,
+    /// The journal was closed with its client.
+    Closed,
+    /// A recorded intent cannot be re-sent byte-identically.
+    Intent,
+}
+
+impl JournalErrorKind {
+    /// A stable upper-case name, used in [`Error::code_name`].
+    pub fn code_name(&self) -> &'static str {
+        match self {
+            JournalErrorKind::Corrupt => "JOURNAL_CORRUPT",
+            JournalErrorKind::Schema => "JOURNAL_SCHEMA",
+            JournalErrorKind::Locked => "JOURNAL_LOCKED",
+            JournalErrorKind::Full => "JOURNAL_FULL",
+            JournalErrorKind::Io => "JOURNAL_IO",
+            JournalErrorKind::Closed => "JOURNAL_CLOSED",
+            JournalErrorKind::Intent => "JOURNAL_INTENT",
+        }
+    }
+}
+
+impl fmt::Display for JournalErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JournalErrorKind::Corrupt => "corrupt",
+            JournalErrorKind::Schema => "not a journal of a known schema",
+            JournalErrorKind::Locked => "locked",
+            JournalErrorKind::Full => "full",
+            JournalErrorKind::Io => "I/O error",
+            JournalErrorKind::Closed => "closed",
+            JournalErrorKind::Intent => "unusable intent",
+        })
+    }
+}
+
+/// A journal failure: what kind, where, and what the store said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal {location}: {kind}: {message}")]
+#[non_exhaustive]
+pub struct JournalError {
+    /// What kind of failure.
+    pub kind: JournalErrorKind,
+    /// Where the journal lives (a path, `memory`, ...).
+    pub location: String,
+    /// What failed, in words.
+    pub message: String,
+}
+
+impl JournalError {
+    /// A journal error (for [`Journal`](crate::Journal) implementations).
+    pub fn new(
+        kind: JournalErrorKind,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        JournalError {
+            kind,
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_read_as_sentences_without_debug_noise() {
+        let key = IdempotencyKey::new();
+        let e = Error::OutcomeUnavailable {
+            key: key.clone(),
+            job_id: Some("job_1".into()),
+            reason: "the connection was lost".into(),
+            attempts: 2,
+            permanent: false,
+        };
+        let text = e.to_string();
+        assert!(text.contains("(job job_1)"), "{text}");
+        assert!(!text.contains("Some("), "{text}");
+        let e = Error::DeadlineExceeded {
+            key,
+            job_id: None,
+            deadline: Duration::from_secs(1),
+            attempts: 0,
+            execution: Execution::NotRun,
+        };
+        assert!(!e.to_string().contains("None"), "{e}");
+        assert_eq!(e.execution(), Execution::NotRun);
+    }
+
+    #[test]
+    fn retryable_never_contradicts_a_tool_error() {
+        let e = Error::Tool(Box::new(ToolError {
+            code: ErrorCode::Unavailable,
+            message: "busy".into(),
+            retryable: true,
+            details: None,
+            replayed: true,
+            job_id: Some("job_1".into()),
+            key: IdempotencyKey::new(),
+            attempts: 1,
+            execution: Execution::Ran,
+        }));
+        // The runtime says a new call may succeed; the same key replays it.
+        assert!(!e.is_retryable());
+        assert_eq!(e.execution(), Execution::Ran);
+    }
 }

@@ -1,157 +1,21 @@
-//! One logical call: the builder, the awaitable handle, its events and the
-//! cancel outcome.
+//! One logical call: the builder, the awaitable handle and its events.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use arcp_types::{EventBody, IdempotencyKey, Invoke, JobEvent};
+use arcp_types::{IdempotencyKey, Invoke};
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::client::Client;
-use crate::connection::{CallRequest, Command};
 use crate::error::Error;
 use crate::journal::JournalEntry;
-
-/// The successful outcome of a call.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct ToolOutput {
-    /// The tool's result.
-    pub value: Value,
-    /// The job the runtime bound the call to, when it said.
-    pub job_id: Option<String>,
-    /// The call's idempotency key.
-    pub key: IdempotencyKey,
-    /// Whether this is a stored outcome replayed for a retried request (or
-    /// answered from the client's outcome cache).
-    pub replayed: bool,
-    /// How many times the request was sent (1 when nothing went wrong).
-    pub attempts: u32,
-    /// The W3C trace id shared by every attempt of the call.
-    pub trace_id: String,
-}
-
-/// A non-terminal event of a call's job (progress, log, metric, result chunk, ...).
-#[derive(Debug, Clone, PartialEq)]
-pub struct InvocationEvent {
-    /// The session-scoped sequence number, when the runtime sent one.
-    pub event_seq: Option<u64>,
-    /// The event as received.
-    pub event: JobEvent,
-}
-
-impl InvocationEvent {
-    /// The body typed by kind.
-    pub fn typed(&self) -> EventBody {
-        self.event.typed()
-    }
-}
-
-/// What became of a cancel request. Dispatch and acknowledgement are
-/// reported separately: a cancel that was sent is not a cancel that happened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelOutcome {
-    /// Nothing was sent (for example the call is not accepted yet, so there
-    /// is no job to cancel).
-    NotDispatched {
-        /// Why.
-        reason: String,
-    },
-    /// The cancel was sent but the runtime did not confirm it in time.
-    Dispatched,
-    /// The runtime confirmed the cancel (or the job ended cancelled).
-    Acknowledged,
-    /// The runtime refused the cancel.
-    Refused {
-        /// The runtime's reason.
-        reason: String,
-    },
-    /// The call had already ended; its outcome stands.
-    AlreadyFinished,
-}
-
-impl CancelOutcome {
-    /// Whether a cancel request reached the wire.
-    pub fn is_dispatched(&self) -> bool {
-        matches!(
-            self,
-            CancelOutcome::Dispatched | CancelOutcome::Acknowledged | CancelOutcome::Refused { .. }
-        )
-    }
-
-    /// Whether the runtime confirmed the cancellation.
-    pub fn is_acknowledged(&self) -> bool {
-        matches!(self, CancelOutcome::Acknowledged)
-    }
-}
-
-/// State shared between an [`Invocation`] and the connection task.
-#[derive(Debug, Default)]
-pub(crate) struct CallShared {
-    pub(crate) job_id: OnceLock<String>,
-    pub(crate) dispatched: AtomicBool,
-    /// The events channel exists only once someone asked for it: most calls
-    /// are never watched, and a channel costs a few KiB.
-    events: Mutex<EventSlot>,
-}
-
-#[derive(Debug, Default)]
-enum EventSlot {
-    #[default]
-    Unwatched,
-    Watched(mpsc::Sender<InvocationEvent>),
-    Ended,
-}
-
-impl CallShared {
-    /// Starts watching the call's events, unless it already ended.
-    fn watch(&self, capacity: usize) -> Option<mpsc::Receiver<InvocationEvent>> {
-        let mut slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        match *slot {
-            EventSlot::Unwatched => {
-                let (tx, rx) = mpsc::channel(capacity);
-                *slot = EventSlot::Watched(tx);
-                Some(rx)
-            }
-            EventSlot::Watched(_) | EventSlot::Ended => None,
-        }
-    }
-
-    /// Hands an event to the watcher, if any. Returns false when it was
-    /// dropped because the watcher's buffer is full.
-    pub(crate) fn deliver(&self, event: InvocationEvent) -> bool {
-        let slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        match &*slot {
-            EventSlot::Watched(tx) => {
-                !matches!(tx.try_send(event), Err(mpsc::error::TrySendError::Full(_)))
-            }
-            _ => true,
-        }
-    }
-
-    /// The call ended: its event stream ends too.
-    fn end(&self) {
-        *self.events.lock().unwrap_or_else(|e| e.into_inner()) = EventSlot::Ended;
-    }
-}
-
-/// Ends a call's event stream when dropped: carried by the call's request,
-/// so however the call ends (answered, abandoned, client closed), its
-/// watcher sees the end.
-#[derive(Debug)]
-pub(crate) struct EventsEnd(pub(crate) Arc<CallShared>);
-
-impl Drop for EventsEnd {
-    fn drop(&mut self) {
-        self.0.end();
-    }
-}
+use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
+use crate::request::{CallRequest, CallShared, EventsEnd};
 
 /// Builds one call: `client.invoke(tool, args)...send()`.
 #[must_use = "a call does nothing until sent and awaited"]
@@ -196,9 +60,11 @@ impl InvokeBuilder {
         self
     }
 
-    /// How long the call may take in all: waiting for an in-flight slot and
-    /// retries included. Defaults to the
-    /// client's default deadline.
+    /// How long the call may take in all, from [`send`](Self::send):
+    /// waiting for an in-flight slot, recording it in the journal,
+    /// connecting and every retry included. The call ends with
+    /// [`Error::DeadlineExceeded`] within milliseconds of it, whatever the
+    /// connection is doing. Defaults to the client's default deadline.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
         self
@@ -362,7 +228,7 @@ impl Invocation {
         self.handle.job_id()
     }
 
-    /// A cloneable handle for other tasks (job id, cancel).
+    /// A cloneable handle for other tasks (job id, acceptance, cancel).
     pub fn handle(&self) -> CallHandle {
         self.handle.clone()
     }
@@ -370,6 +236,11 @@ impl Invocation {
     /// Asks the runtime to cancel the call's job. See [`CallHandle::cancel`].
     pub async fn cancel(&self) -> CancelOutcome {
         self.handle.cancel().await
+    }
+
+    /// Waits for the runtime to accept the call. See [`CallHandle::accepted`].
+    pub async fn accepted(&self) -> Option<String> {
+        self.handle.accepted().await
     }
 }
 
@@ -381,23 +252,27 @@ impl CallHandle {
 
     /// The job id, once the runtime accepted the call.
     pub fn job_id(&self) -> Option<String> {
-        self.shared.job_id.get().cloned()
+        self.shared.job_id()
+    }
+
+    /// Waits until the runtime accepts the call and returns its job id, or
+    /// `None` if the call ended without being accepted. A caller that
+    /// joined the same logical call (same key and intent, awaited twice)
+    /// learns the same job id.
+    pub async fn accepted(&self) -> Option<String> {
+        self.shared.accepted().await
     }
 
     /// Asks the runtime to cancel the call's job and reports truthfully
-    /// whether the request was sent and whether the runtime confirmed it.
+    /// whether the request was written to a connection and whether the
+    /// runtime confirmed it, within the client's `cancel_timeout` whatever
+    /// the connection does. While the call is live, a cancel lost with its
+    /// connection is sent again on the next one.
     ///
     /// Over the HTTP binding there is no cancel message: the outcome is
     /// always [`CancelOutcome::NotDispatched`] (drop the invocation to stop
     /// waiting; the runtime still finishes the job).
     pub async fn cancel(&self) -> CancelOutcome {
-        if self.client.is_http() {
-            return CancelOutcome::NotDispatched {
-                reason: "the HTTP binding has no cancel message; nothing was sent \
-                         (drop the call to stop waiting; the runtime finishes the job)"
-                    .into(),
-            };
-        }
         if !self.shared.dispatched.load(Ordering::Acquire) {
             return CancelOutcome::NotDispatched {
                 reason: "the call has not been sent yet (await the invocation first)".into(),
@@ -408,20 +283,7 @@ impl CallHandle {
                 reason: "the call was invalid and never sent".into(),
             };
         };
-        let (reply, rx) = oneshot::channel();
-        if self
-            .client
-            .send_command(Command::Cancel { key, reply })
-            .await
-            .is_err()
-        {
-            return CancelOutcome::NotDispatched {
-                reason: "the client is closed".into(),
-            };
-        }
-        rx.await.unwrap_or(CancelOutcome::NotDispatched {
-            reason: "the client is closed".into(),
-        })
+        self.client.cancel(key).await
     }
 }
 

@@ -39,28 +39,35 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod cache;
-mod client;
-mod connection;
+// Leaves: import no other module of the crate.
+mod config;
 mod error;
-mod http;
-mod intent;
-mod invocation;
-mod journal;
+mod outcome;
+// A call's intent and the pure rules.
+mod request;
+mod cache;
+mod classify;
 mod profile;
 mod retry;
+// Durable records of calls.
+mod journal;
+// The transports, and the client on top.
+mod ws;
+mod http;
+mod backend;
+mod client;
+mod invocation;
 
 pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
-pub use client::{Client, ClientBuilder, DialectChoice};
-pub use error::{Error, ToolError};
+pub use client::{Client, ClientBuilder};
+pub use config::{DialectChoice, RetryPolicy};
+pub use error::{Error, Execution, ToolError};
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
-pub use invocation::{
-    CallHandle, CancelOutcome, Events, Invocation, InvocationEvent, InvokeBuilder, ToolOutput,
-};
+pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder};
+pub use outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention, SqliteJournal,
     SqliteOptions, Synchronous,
 };
 pub use profile::RuntimeProfile;
-pub use retry::RetryPolicy;

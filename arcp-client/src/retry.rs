@@ -1,97 +1,16 @@
 //! The retry schedule: capped exponential backoff with full jitter.
 //!
-//! Classification (what is retried) lives with the call state machine; this
-//! module only decides *when* and *how often*.
+//! Classification (what is retried) is `classify.rs`; this module only
+//! decides *when* and *how often*.
 
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use rand::Rng;
 
-/// How a call is retried across failures.
-///
-/// Delays follow capped exponential backoff (`initial_delay`, doubled per
-/// retry, at most `max_delay`) with *full jitter*: each wait is uniform in
-/// `[0, ceiling]`, which spreads reconnect storms of many clients. A
-/// `retry_after` hint from the runtime is a floor for the next wait.
-///
-/// The budget counts sends of the request (`max_attempts`) and wall time
-/// since the call started (`max_elapsed`); a failed connect or handshake costs
-/// time, not an attempt. The defaults carry a call through several network
-/// cuts in a row and still end with a typed outcome within about a minute.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetryPolicy {
-    pub(crate) initial_delay: Duration,
-    pub(crate) max_delay: Duration,
-    pub(crate) max_attempts: u32,
-    pub(crate) max_elapsed: Duration,
-    pub(crate) outcome_poll: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            initial_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(5),
-            max_attempts: 10,
-            max_elapsed: Duration::from_secs(60),
-            outcome_poll: Duration::from_millis(500),
-        }
-    }
-}
+use crate::config::RetryPolicy;
 
 impl RetryPolicy {
-    /// Exponential backoff with the default bounds (100 ms initial, 5 s cap,
-    /// 10 attempts, 60 s elapsed).
-    pub fn exponential() -> Self {
-        RetryPolicy::default()
-    }
-
-    /// No retries: one attempt, no waiting.
-    pub fn none() -> Self {
-        RetryPolicy {
-            max_attempts: 1,
-            ..RetryPolicy::default()
-        }
-    }
-
-    /// The first delay's ceiling.
-    pub fn initial_delay(mut self, d: Duration) -> Self {
-        self.initial_delay = d.max(Duration::from_millis(1));
-        self
-    }
-
-    /// The cap on any single delay.
-    pub fn max_delay(mut self, d: Duration) -> Self {
-        self.max_delay = d.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How many times the request may be sent, in all (at least 1).
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n.max(1);
-        self
-    }
-
-    /// How long a call may keep retrying, from its first failure (a long
-    /// call that fails late still gets the whole budget).
-    pub fn max_elapsed(mut self, d: Duration) -> Self {
-        self.max_elapsed = d;
-        self
-    }
-
-    /// How long a call that the runtime accepted again after a retry (a
-    /// replayed `job.accepted`) waits for its outcome on the live stream
-    /// before the next recovery step (subscribe, then re-send with the same
-    /// key). Doubles per step up to `max_delay`; every job event resets the
-    /// wait. Default 500 ms.
-    pub fn outcome_poll(mut self, d: Duration) -> Self {
-        self.outcome_poll = d.max(Duration::from_millis(1));
-        self
-    }
-
     /// Retry delays: ceilings from `initial_delay`, doubling, through backon.
     pub(crate) fn schedule(&self) -> Schedule {
         Schedule::new(self.initial_delay, self.max_delay)

@@ -22,13 +22,13 @@ use super::{
     bearer_header, body_detail, build_http_client, describe, display_uri, read_capped, redact,
     retry_after, ERROR_BODY_LIMIT,
 };
-use crate::client::{Config, Secret};
+use crate::config::{Config, Secret};
 use crate::error::Error;
 use crate::retry::later;
-use crate::retry::RetryPolicy;
+use crate::config::RetryPolicy;
 
 /// Default limit on an artifact's size: 64 MiB.
-pub(crate) const DEFAULT_MAX_ARTIFACT_SIZE: u64 = 64 << 20;
+pub(crate) use crate::config::DEFAULT_MAX_ARTIFACT_SIZE;
 /// Default bound on one fetch, retries included.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Redirects followed (artifact URIs often redirect to signed storage URLs).

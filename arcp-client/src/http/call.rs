@@ -28,12 +28,15 @@ use super::{
     idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
     ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{Cached, Outcome, OutcomeCache};
-use crate::client::Config;
-use crate::connection::CallRequest;
-use crate::error::{Error, ToolError};
-use crate::intent::{fingerprint, is_duplicate_key, read_result, ResultReading};
-use crate::invocation::{InvocationEvent, ToolOutput};
+use crate::cache::{fingerprint, Cached, Outcome, OutcomeCache};
+use crate::classify::{
+    classify_error, failed_result, give_up, read_result, tool_error, ErrorVerdict, Exposure,
+    ResultReading,
+};
+use crate::config::Config;
+use crate::request::CallRequest;
+use crate::error::{Error, Execution};
+use crate::outcome::{InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::retry::later;
 use crate::retry::Schedule;
@@ -109,16 +112,11 @@ impl HttpBackend {
 
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut req: CallRequest) -> Result<ToolOutput, Error> {
-        req.invoke.idempotency_key = Some(req.key.to_string());
+        req.seal();
         let fingerprint = fingerprint(&req.invoke);
         let now = Instant::now();
         match self.cache().get(&req.key, fingerprint, now) {
-            Cached::Hit(outcome) => {
-                return outcome.map(|mut out| {
-                    out.replayed = true;
-                    out
-                })
-            }
+            Cached::Hit(outcome) => return outcome,
             Cached::Conflict => {
                 return Err(Error::DuplicateKey {
                     key: req.key,
@@ -176,8 +174,16 @@ impl HttpBackend {
                 job_id: call.job_id.clone(),
                 deadline,
                 attempts: 0,
+                execution: call.exposure().unresolved(),
             }),
-            End::Closed => Err(Error::Closed),
+            End::Closed => Err(match call.exposure().unresolved() {
+                Execution::NotRun => Error::Closed,
+                _ => Error::Interrupted {
+                    key,
+                    job_id: call.job_id.clone(),
+                    attempts: 0,
+                },
+            }),
         };
         let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
         match &outcome {
@@ -189,18 +195,13 @@ impl HttpBackend {
         if call.dropped_events > 0 {
             warn!(parent: &span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
-        // A `DuplicateKey` refusal is not the key's outcome, so it is not cached.
-        if matches!(
-            outcome,
-            Ok(_) | Err(Error::Tool(_) | Error::Cancelled { .. })
-        ) {
-            self.cache().insert(
-                call.req.key.clone(),
-                fingerprint,
-                outcome.clone(),
-                Instant::now(),
-            );
-        }
+        // The cache admits only the key's own outcome (`cache::admits`).
+        self.cache().insert(
+            call.req.key.clone(),
+            fingerprint,
+            outcome.clone(),
+            Instant::now(),
+        );
         outcome
     }
 
@@ -322,14 +323,23 @@ impl<'a> Call<'a> {
     /// The typed give-up: `OutcomeUnavailable` when the job may exist,
     /// `RetriesExhausted` when every attempt was refused before acceptance.
     fn give_up(&self, reason: &str) -> Error {
-        Error::give_up(
+        give_up(
             &self.req.key,
             self.job_id.as_deref(),
-            self.bound || self.uncertain,
+            self.exposure(),
             self.attempts,
             reason,
             self.last_error.as_deref(),
+            false,
         )
+    }
+
+    /// What the attempts so far exposed to the runtime.
+    fn exposure(&self) -> Exposure {
+        Exposure {
+            bound: self.bound,
+            in_doubt: self.uncertain,
+        }
     }
 
     /// Sends the request once: the same intent (one `Invoke` value, so a
@@ -620,7 +630,7 @@ impl<'a> Call<'a> {
 
     fn bind(&mut self, job_id: String) {
         if self.job_id.as_deref() != Some(job_id.as_str()) {
-            let _ = self.req.shared.job_id.set(job_id.clone());
+            self.req.shared.set_job(&job_id);
             self.job_id = Some(job_id);
         }
         self.bound = true;
@@ -652,16 +662,15 @@ impl<'a> Call<'a> {
         let value = match read_result(result, None) {
             ResultReading::Value(value) => value,
             ResultReading::Failed { code, message } => {
-                return Err(Error::Tool(Box::new(ToolError {
-                    attempts: 0,
-                    retryable: code.default_retryable(),
-                    code,
-                    message: self.redact(message),
-                    details: None,
+                let e = failed_result(code, self.redact(message));
+                return Err(tool_error(
+                    &key,
+                    self.job_id.clone(),
+                    e,
+                    &ErrorVerdict::JobFailed,
+                    self.exposure(),
                     replayed,
-                    job_id: self.job_id.clone(),
-                    key,
-                })));
+                ));
             }
         };
         Ok(ToolOutput {
@@ -676,37 +685,40 @@ impl<'a> Call<'a> {
 
     fn on_error(&mut self, envelope: &Envelope, mut e: ErrorReply, replayed: bool) -> Next {
         e.message = self.redact(std::mem::take(&mut e.message));
-        if is_duplicate_key(&e) {
-            return Next::Done(Err(Error::DuplicateKey {
-                key: self.req.key.clone(),
-                message: e.message,
-                attempts: 0,
-            }));
-        }
         if e.code == ErrorCode::Unauthenticated {
             return Next::Done(Err(Error::Unauthenticated { message: e.message }));
         }
-        if !self.accepted_now && envelope.job_id.is_none() && e.is_retryable() {
+        let names_job = envelope.job_id.is_some();
+        let verdict = classify_error(&e, names_job, self.accepted_now);
+        match verdict {
+            ErrorVerdict::DuplicateKey => Next::Done(Err(Error::DuplicateKey {
+                key: self.req.key.clone(),
+                message: e.message,
+                attempts: 0,
+            })),
             // Refused before acceptance, transiently: no job was created by
             // this attempt; retry with the same key.
-            return Next::Transient {
-                floor: e.retry_after(),
+            ErrorVerdict::Transient { floor } => Next::Transient {
+                floor,
                 reason: format!("{}: {}", e.code, e.message),
-            };
+            },
+            verdict => {
+                if let Some(job) = envelope.job_id.clone() {
+                    self.bind(job);
+                }
+                // A job's error with no acceptance before it on this
+                // attempt is a stored outcome.
+                let replayed = replayed || (names_job && !self.accepted_now);
+                Next::Done(Err(tool_error(
+                    &self.req.key,
+                    self.job_id.clone(),
+                    e,
+                    &verdict,
+                    self.exposure(),
+                    replayed,
+                )))
+            }
         }
-        if let Some(job) = envelope.job_id.clone() {
-            self.bind(job);
-        }
-        Next::Done(Err(Error::Tool(Box::new(ToolError {
-            attempts: 0,
-            retryable: e.is_retryable(),
-            code: e.code,
-            message: e.message,
-            details: e.details,
-            replayed,
-            job_id: self.job_id.clone(),
-            key: self.req.key.clone(),
-        }))))
     }
 }
 

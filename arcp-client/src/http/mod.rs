@@ -19,10 +19,9 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::Url;
 
-use crate::client::{Config, Secret};
+use crate::config::{Config, Secret};
 use crate::error::Error;
 
-pub(crate) use artifact::DEFAULT_MAX_ARTIFACT_SIZE;
 pub use artifact::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub(crate) use call::HttpBackend;
 

@@ -24,15 +24,15 @@ mod memory;
 mod sqlite;
 mod writer;
 
-use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use arcp_types::{ErrorCode, IdempotencyKey, Invoke};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{Error, ToolError};
-use crate::invocation::ToolOutput;
+pub use crate::error::{JournalError, JournalErrorKind};
+use crate::error::{Error, Execution, ToolError};
+use crate::outcome::ToolOutput;
 
 pub use memory::MemoryJournal;
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
@@ -195,6 +195,10 @@ pub enum JournalOutcome {
         /// Requests sent.
         #[serde(default)]
         attempts: u32,
+        /// The runtime refused the request before accepting it: the tool
+        /// did not run ([`Execution::NotRun`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
     /// The key is bound to a different intent ([`Error::DuplicateKey`]).
     DuplicateKey {
@@ -229,13 +233,29 @@ pub enum JournalOutcome {
         /// Why.
         message: String,
     },
+    /// The runtime accepted the call (or may have) and will never hand its
+    /// outcome to a later request: it replays only `job.accepted`
+    /// ([`Error::OutcomeUnavailable`] with `permanent`). Final, so recovery
+    /// does not re-send a hopeless call; the tool ran at most once.
+    OutcomeUnknown {
+        /// The job, when the runtime said.
+        #[serde(default)]
+        job_id: Option<String>,
+        /// What the client knows, in words.
+        reason: String,
+        /// Requests sent.
+        #[serde(default)]
+        attempts: u32,
+    },
 }
 
 impl JournalOutcome {
-    /// The journal outcome of a call's result, or `None` when the result is
-    /// not final: the outcome is unknown (`OutcomeUnavailable`,
-    /// `DeadlineExceeded`, the client closed or lost its credentials), so
-    /// the record stays unfinished and a later recovery re-drives it.
+    /// The journal outcome of a call's result, or `None` when the record
+    /// must stay unfinished for a later recovery to re-drive: the tool may
+    /// have run and its outcome can still be learned. Follows the execution
+    /// rule ([`Error::execution`]): a call proven not run is final (the
+    /// caller was told so and may re-issue the work; re-driving it could
+    /// run it twice), and so is one whose runtime never replays outcomes.
     pub(crate) fn from_result(result: &Result<ToolOutput, Error>) -> Option<Self> {
         Some(match result {
             Ok(out) => JournalOutcome::Ok {
@@ -252,6 +272,7 @@ impl JournalOutcome {
                 job_id: e.job_id.clone(),
                 replayed: e.replayed,
                 attempts: e.attempts,
+                refused: e.execution == Execution::NotRun,
             },
             Err(Error::DuplicateKey {
                 message, attempts, ..
@@ -276,6 +297,21 @@ impl JournalOutcome {
             Err(Error::InvalidCall(message)) => JournalOutcome::Invalid {
                 message: message.clone(),
             },
+            Err(Error::OutcomeUnavailable {
+                job_id,
+                reason,
+                attempts,
+                permanent: true,
+                ..
+            }) => JournalOutcome::OutcomeUnknown {
+                job_id: job_id.clone(),
+                reason: reason.clone(),
+                attempts: *attempts,
+            },
+            Err(e) if e.execution() == Execution::NotRun => JournalOutcome::NotAccepted {
+                last_error: e.to_string(),
+                attempts: e.attempts().unwrap_or(0),
+            },
             Err(_) => return None,
         })
     }
@@ -289,7 +325,7 @@ impl JournalOutcome {
         matches!(
             self,
             JournalOutcome::Ok { .. }
-                | JournalOutcome::ToolError { .. }
+                | JournalOutcome::ToolError { refused: false, .. }
                 | JournalOutcome::Cancelled { .. }
         )
     }
@@ -299,7 +335,8 @@ impl JournalOutcome {
         match self {
             JournalOutcome::Ok { job_id, .. }
             | JournalOutcome::ToolError { job_id, .. }
-            | JournalOutcome::Cancelled { job_id, .. } => job_id.as_deref(),
+            | JournalOutcome::Cancelled { job_id, .. }
+            | JournalOutcome::OutcomeUnknown { job_id, .. } => job_id.as_deref(),
             _ => None,
         }
     }
@@ -311,7 +348,8 @@ impl JournalOutcome {
             | JournalOutcome::ToolError { attempts, .. }
             | JournalOutcome::DuplicateKey { attempts, .. }
             | JournalOutcome::Cancelled { attempts, .. }
-            | JournalOutcome::NotAccepted { attempts, .. } => *attempts,
+            | JournalOutcome::NotAccepted { attempts, .. }
+            | JournalOutcome::OutcomeUnknown { attempts, .. } => *attempts,
             JournalOutcome::Invalid { .. } => 0,
         }
     }
@@ -340,6 +378,7 @@ impl JournalOutcome {
                 job_id,
                 replayed,
                 attempts,
+                refused,
             } => Err(Error::Tool(Box::new(ToolError {
                 code: ErrorCode::parse(&code),
                 message,
@@ -349,7 +388,23 @@ impl JournalOutcome {
                 job_id,
                 key: key.clone(),
                 attempts,
+                execution: if refused {
+                    Execution::NotRun
+                } else {
+                    Execution::Ran
+                },
             }))),
+            JournalOutcome::OutcomeUnknown {
+                job_id,
+                reason,
+                attempts,
+            } => Err(Error::OutcomeUnavailable {
+                key: key.clone(),
+                job_id,
+                reason,
+                attempts,
+                permanent: true,
+            }),
             JournalOutcome::DuplicateKey { message, attempts } => Err(Error::DuplicateKey {
                 key: key.clone(),
                 message,
@@ -561,84 +616,6 @@ pub struct PurgeReport {
     pub unfinished: u64,
 }
 
-/// What kind of journal failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum JournalErrorKind {
-    /// The file is not a SQLite database, or is damaged.
-    Corrupt,
-    /// The file is a database, but not an ARCP journal of a schema this
-    /// version reads.
-    Schema,
-    /// Another client (in this or another process) holds the journal.
-    Locked,
-    /// The journal holds `max_records` unfinished calls.
-    Full,
-    /// Reading or writing failed (disk full, permissions, ...).
-    Io,
-    /// The journal was closed with its client.
-    Closed,
-    /// A recorded intent cannot be re-sent byte-identically.
-    Intent,
-}
-
-impl JournalErrorKind {
-    /// A stable upper-case name, used in [`Error::code_name`].
-    pub fn code_name(&self) -> &'static str {
-        match self {
-            JournalErrorKind::Corrupt => "JOURNAL_CORRUPT",
-            JournalErrorKind::Schema => "JOURNAL_SCHEMA",
-            JournalErrorKind::Locked => "JOURNAL_LOCKED",
-            JournalErrorKind::Full => "JOURNAL_FULL",
-            JournalErrorKind::Io => "JOURNAL_IO",
-            JournalErrorKind::Closed => "JOURNAL_CLOSED",
-            JournalErrorKind::Intent => "JOURNAL_INTENT",
-        }
-    }
-}
-
-impl fmt::Display for JournalErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            JournalErrorKind::Corrupt => "corrupt",
-            JournalErrorKind::Schema => "not a journal of a known schema",
-            JournalErrorKind::Locked => "locked",
-            JournalErrorKind::Full => "full",
-            JournalErrorKind::Io => "I/O error",
-            JournalErrorKind::Closed => "closed",
-            JournalErrorKind::Intent => "unusable intent",
-        })
-    }
-}
-
-/// A journal failure: what kind, where, and what the store said.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("journal {location}: {kind}: {message}")]
-#[non_exhaustive]
-pub struct JournalError {
-    /// What kind of failure.
-    pub kind: JournalErrorKind,
-    /// Where the journal lives (a path, `memory`, ...).
-    pub location: String,
-    /// What failed, in words.
-    pub message: String,
-}
-
-impl JournalError {
-    /// A journal error (for [`Journal`] implementations).
-    pub fn new(
-        kind: JournalErrorKind,
-        location: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        JournalError {
-            kind,
-            location: location.into(),
-            message: message.into(),
-        }
-    }
-}
-
 /// Whether a client re-drives unfinished calls by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -746,6 +723,12 @@ mod tests {
                 job_id: None,
                 replayed: false,
                 attempts: 1,
+                refused: true,
+            },
+            JournalOutcome::OutcomeUnknown {
+                job_id: Some("job_2".into()),
+                reason: "accepted only".into(),
+                attempts: 2,
             },
             JournalOutcome::DuplicateKey {
                 message: "bound".into(),

@@ -30,12 +30,10 @@ use super::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, PurgeReport, RecoveryMode, Retention, SqliteJournal,
 };
+use crate::cache::Outcome;
 use crate::client::Client;
-use crate::connection::CallRequest;
 use crate::error::Error;
-use crate::invocation::ToolOutput;
-
-type Outcome = Result<ToolOutput, Error>;
+use crate::request::CallRequest;
 
 /// The journal settings of a `ClientBuilder`.
 #[derive(Clone, Default)]
@@ -357,8 +355,8 @@ impl JournalHandle {
         request: &mut CallRequest,
         max_frame_size: usize,
     ) -> Result<Option<Outcome>, Error> {
-        // The intent exactly as the task will send it (it sets the same key).
-        request.invoke.idempotency_key = Some(request.key.to_string());
+        // The intent exactly as the transport will send it.
+        request.seal();
         let intent = serde_json::to_string(&request.invoke)
             .map_err(|e| Error::InvalidCall(format!("the arguments do not serialize: {e}")))?;
         if intent.len() > max_frame_size {
@@ -399,20 +397,7 @@ impl JournalHandle {
             }
             Prepared::Answer(existing) => {
                 debug!(key = %existing.key, "answered from the journal");
-                Ok(existing.outcome().map(|outcome| {
-                    outcome
-                        .map(|mut out| {
-                            out.replayed = true;
-                            out
-                        })
-                        .map_err(|e| match e {
-                            Error::Tool(mut t) => {
-                                t.replayed = true;
-                                Error::Tool(t)
-                            }
-                            other => other,
-                        })
-                }))
+                Ok(existing.outcome().map(crate::cache::replayed))
             }
             Prepared::Conflict(existing) => Ok(Some(Err(Error::DuplicateKey {
                 key: existing.key,

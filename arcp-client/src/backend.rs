@@ -1,0 +1,91 @@
+//! How calls reach the runtime: the WebSocket driver (through its command
+//! channel) or the HTTP binding (on the caller's task). One interface for
+//! the client: invoke, cancel, abandon, close.
+
+use std::sync::Arc;
+
+use arcp_types::IdempotencyKey;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cache::Outcome;
+use crate::error::Error;
+use crate::http::HttpBackend;
+use crate::outcome::CancelOutcome;
+use crate::request::{CallRequest, CallShared};
+use crate::ws::Command;
+
+/// A client's transport.
+pub(crate) enum Backend {
+    /// The WebSocket driver, over a bounded command channel.
+    Ws { tx: mpsc::Sender<Command> },
+    /// The HTTP binding: calls run on the caller's task.
+    Http(Arc<HttpBackend>),
+}
+
+impl Backend {
+    /// Runs one call to its outcome.
+    pub(crate) async fn invoke(&self, request: CallRequest) -> Outcome {
+        let shared = request.shared.clone();
+        match self {
+            Backend::Http(http) => {
+                shared
+                    .dispatched
+                    .store(true, std::sync::atomic::Ordering::Release);
+                http.invoke(request).await
+            }
+            Backend::Ws { tx } => {
+                let (reply, rx) = oneshot::channel();
+                tx.send(Command::Invoke(Box::new((request, reply))))
+                    .await
+                    .map_err(|_| Error::Closed)?;
+                shared
+                    .dispatched
+                    .store(true, std::sync::atomic::Ordering::Release);
+                rx.await.map_err(|_| Error::Closed)?
+            }
+        }
+    }
+
+    /// Asks the runtime to cancel the job of the call with `key`.
+    pub(crate) async fn cancel(&self, key: IdempotencyKey) -> CancelOutcome {
+        let closed = || CancelOutcome::NotDispatched {
+            reason: "the client is closed".into(),
+        };
+        match self {
+            Backend::Http(_) => CancelOutcome::NotDispatched {
+                reason: "the HTTP binding has no cancel message; nothing was sent \
+                         (drop the call to stop waiting; the runtime finishes the job)"
+                    .into(),
+            },
+            Backend::Ws { tx } => {
+                let (reply, rx) = oneshot::channel();
+                if tx.send(Command::Cancel { key, reply }).await.is_err() {
+                    return closed();
+                }
+                rx.await.unwrap_or_else(|_| closed())
+            }
+        }
+    }
+
+    /// Tells the transport that the caller behind `shared` gave up, so it
+    /// forgets the call when nobody else waits on it. Never blocks: if the
+    /// channel is full, the call is forgotten at its own deadline instead.
+    pub(crate) fn abandon(&self, key: IdempotencyKey, shared: Arc<CallShared>) {
+        if let Backend::Ws { tx } = self {
+            let _ = tx.try_send(Command::Abandon { key, shared });
+        }
+    }
+
+    /// Closes the session; calls in flight end.
+    pub(crate) async fn close(&self) {
+        match self {
+            Backend::Http(http) => http.close(),
+            Backend::Ws { tx } => {
+                let (reply, rx) = oneshot::channel();
+                if tx.send(Command::Close { reply }).await.is_ok() {
+                    let _ = rx.await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The client's configuration: every knob of [`crate::ClientBuilder`], with
+//! its default, in one immutable value shared by both transports.
+//!
+//! A leaf: imports no other module of the crate.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp_types::Dialect;
+
+/// Which ARCP message set to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DialectChoice {
+    /// ARCP v1.1 (`session.hello`, `job.submit`, ...). The default.
+    #[default]
+    V1_1,
+    /// The legacy RFC-0001 v2 set (`session.open`, `tool.invoke`, ...) that
+    /// the published Rust runtime speaks.
+    Legacy,
+    /// Try v1.1 first; if the runtime does not understand it (a legacy
+    /// runtime drops the connection on an unknown message type), reconnect
+    /// and speak legacy. The choice is kept for the client's lifetime.
+    Auto,
+}
+
+impl From<Dialect> for DialectChoice {
+    fn from(d: Dialect) -> Self {
+        match d {
+            Dialect::Legacy => DialectChoice::Legacy,
+            _ => DialectChoice::V1_1,
+        }
+    }
+}
+
+impl std::str::FromStr for DialectChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "v1.1" | "v1_1" | "1.1" => Ok(DialectChoice::V1_1),
+            "legacy" | "v2" | "rfc0001" => Ok(DialectChoice::Legacy),
+            "auto" => Ok(DialectChoice::Auto),
+            other => Err(format!(
+                "unknown dialect {other:?}: expected auto, v1.1 or legacy"
+            )),
+        }
+    }
+}
+
+/// How a call is retried across failures.
+///
+/// Delays follow capped exponential backoff (`initial_delay`, doubled per
+/// retry, at most `max_delay`) with *full jitter*: each wait is uniform in
+/// `[0, ceiling]`, which spreads reconnect storms of many clients. A
+/// `retry_after` hint from the runtime is a floor for the next wait.
+///
+/// The budget counts sends of the request (`max_attempts`) and wall time
+/// from the call's first failure (`max_elapsed`); a failed connect or
+/// handshake costs time, not an attempt. The defaults carry a call through
+/// several network cuts in a row and still end with a typed outcome within
+/// about a minute. The call's deadline bounds everything regardless.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    pub(crate) initial_delay: Duration,
+    pub(crate) max_delay: Duration,
+    pub(crate) max_attempts: u32,
+    pub(crate) max_elapsed: Duration,
+    pub(crate) outcome_poll: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(5),
+            max_attempts: 10,
+            max_elapsed: Duration::from_secs(60),
+            outcome_poll: Duration::from_millis(500),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Exponential backoff with the default bounds (100 ms initial, 5 s cap,
+    /// 10 attempts, 60 s elapsed).
+    pub fn exponential() -> Self {
+        RetryPolicy::default()
+    }
+
+    /// No retries: one attempt, no waiting.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The first delay's ceiling.
+    pub fn initial_delay(mut self, d: Duration) -> Self {
+        self.initial_delay = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The cap on any single delay.
+    pub fn max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How many times the request may be sent, in all (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// How long a call may keep retrying, from its first failure (a long
+    /// call that fails late still gets the whole budget).
+    pub fn max_elapsed(mut self, d: Duration) -> Self {
+        self.max_elapsed = d;
+        self
+    }
+
+    /// How long a call that the runtime accepted again after a retry (a
+    /// replayed `job.accepted`) waits for its outcome on the live stream
+    /// before the next recovery step (subscribe, then re-send with the same
+    /// key). Doubles per step up to `max_delay`; every job event resets the
+    /// wait. Default 500 ms.
+    pub fn outcome_poll(mut self, d: Duration) -> Self {
+        self.outcome_poll = d.max(Duration::from_millis(1));
+        self
+    }
+}
+
+/// A string that never appears in `Debug` output or logs.
+#[derive(Clone)]
+pub(crate) struct Secret(pub(crate) String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Secret {
+    /// Removes the secret from text a runtime sent back (a careless or
+    /// hostile runtime may echo it), so it never reaches errors or logs.
+    pub(crate) fn redact(&self, text: String) -> String {
+        if !self.0.is_empty() && text.contains(self.0.as_str()) {
+            text.replace(self.0.as_str(), "<redacted>")
+        } else {
+            text
+        }
+    }
+}
+
+/// TLS settings for `wss://` and `https://`.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    pub(crate) extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
+    pub(crate) config: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("extra_roots", &self.extra_roots.len())
+            .field("custom_config", &self.config.is_some())
+            .finish()
+    }
+}
+
+impl TlsSettings {
+    /// The rustls configuration to connect with, when anything is customised
+    /// (otherwise the WebSocket library's default: the web PKI roots).
+    pub(crate) fn client_config(&self) -> Option<Arc<rustls::ClientConfig>> {
+        if let Some(config) = &self.config {
+            return Some(config.clone());
+        }
+        if self.extra_roots.is_empty() {
+            return None;
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        // Unparsable extra roots are skipped; the handshake then reports the
+        // certificate error, which names the server's certificate.
+        let _ = roots.add_parsable_certificates(self.extra_roots.iter().cloned());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Some(Arc::new(config))
+    }
+}
+
+/// Everything the transports need to know. Each wait has its own name.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) url: String,
+    pub(crate) token: Option<Secret>,
+    pub(crate) dialect: DialectChoice,
+    pub(crate) retry: RetryPolicy,
+    /// One TCP connect plus WebSocket upgrade (and TLS).
+    pub(crate) connect_timeout: Duration,
+    /// From the hello to the runtime's welcome.
+    pub(crate) handshake_timeout: Duration,
+    /// How long `connect()` keeps retrying transient failures.
+    pub(crate) connect_budget: Duration,
+    /// A write that makes no progress this long means a dead connection.
+    pub(crate) write_timeout: Duration,
+    /// Requests outstanding and not one frame from the runtime this long
+    /// means a dead connection (runtimes accept a submit at once).
+    pub(crate) response_timeout: Duration,
+    /// How long `cancel()` waits for the runtime's confirmation.
+    pub(crate) cancel_timeout: Duration,
+    pub(crate) default_deadline: Duration,
+    pub(crate) client_name: String,
+    pub(crate) client_version: String,
+    pub(crate) max_in_flight: usize,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) keepalive: Duration,
+    pub(crate) max_frame_size: usize,
+    pub(crate) event_buffer: usize,
+    pub(crate) outcome_cache_capacity: usize,
+    pub(crate) outcome_cache_ttl: Duration,
+    pub(crate) tls: TlsSettings,
+    pub(crate) max_result_size: usize,
+    pub(crate) max_artifact_size: u64,
+}
+
+/// Largest artifact accepted by default, in bytes.
+pub(crate) const DEFAULT_MAX_ARTIFACT_SIZE: u64 = 64 << 20;
+
+impl Config {
+    /// The defaults for a runtime at `url`.
+    pub(crate) fn new(url: String) -> Self {
+        Config {
+            url,
+            token: None,
+            dialect: DialectChoice::V1_1,
+            retry: RetryPolicy::default(),
+            connect_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+            connect_budget: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(10),
+            cancel_timeout: Duration::from_secs(2),
+            default_deadline: Duration::from_secs(300),
+            client_name: "arcp-rust".into(),
+            client_version: env!("CARGO_PKG_VERSION").into(),
+            max_in_flight: 1024,
+            heartbeat: None,
+            keepalive: Duration::from_secs(15),
+            max_frame_size: 16 << 20,
+            event_buffer: 256,
+            outcome_cache_capacity: 1024,
+            outcome_cache_ttl: Duration::from_secs(600),
+            tls: TlsSettings::default(),
+            max_result_size: 64 << 20,
+            max_artifact_size: DEFAULT_MAX_ARTIFACT_SIZE,
+        }
+    }
+
+    /// Removes the bearer token from text a runtime sent back.
+    pub(crate) fn redact(&self, text: String) -> String {
+        match &self.token {
+            Some(token) => token.redact(text),
+            None => text,
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! What a call ends with, and what it reports on the way: the successful
+//! output, job events, and the outcome of a cancel request.
+//!
+//! A leaf: imports no other module of the crate.
+
+use arcp_types::{EventBody, IdempotencyKey, JobEvent};
+use serde_json::Value;
+
+/// The successful outcome of a call.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The tool's result.
+    pub value: Value,
+    /// The job the runtime bound the call to, when it said.
+    pub job_id: Option<String>,
+    /// The call's idempotency key.
+    pub key: IdempotencyKey,
+    /// Whether the runtime's answer shows it was a stored outcome (see
+    /// [`ToolError::replayed`](crate::ToolError::replayed) for the rule), or
+    /// it was answered from the client's outcome cache or journal.
+    pub replayed: bool,
+    /// How many times the request was sent (1 when nothing went wrong).
+    pub attempts: u32,
+    /// The W3C trace id shared by every attempt of the call.
+    pub trace_id: String,
+}
+
+/// A non-terminal event of a call's job (progress, log, metric, result chunk, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvocationEvent {
+    /// The session-scoped sequence number, when the runtime sent one.
+    pub event_seq: Option<u64>,
+    /// The event as received.
+    pub event: JobEvent,
+}
+
+impl InvocationEvent {
+    /// The body typed by kind.
+    pub fn typed(&self) -> EventBody {
+        self.event.typed()
+    }
+}
+
+/// What became of a cancel request. Dispatch and acknowledgement are
+/// reported separately: a cancel that was sent is not a cancel that happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// Nothing was written to a connection (for example the call is not
+    /// accepted yet, so there is no job to cancel, or no connection was up
+    /// within the cancel timeout).
+    NotDispatched {
+        /// Why.
+        reason: String,
+    },
+    /// The cancel was written to the connection but the runtime did not
+    /// confirm it within the cancel timeout. While the call is live, a
+    /// cancel lost with its connection is re-sent on the next one.
+    Dispatched,
+    /// The runtime confirmed the cancel (or the job ended cancelled).
+    Acknowledged,
+    /// The runtime refused the cancel.
+    Refused {
+        /// The runtime's reason.
+        reason: String,
+    },
+    /// The call had already ended; its outcome stands.
+    AlreadyFinished,
+}
+
+impl CancelOutcome {
+    /// Whether a cancel request reached the wire.
+    pub fn is_dispatched(&self) -> bool {
+        matches!(
+            self,
+            CancelOutcome::Dispatched | CancelOutcome::Acknowledged | CancelOutcome::Refused { .. }
+        )
+    }
+
+    /// Whether the runtime confirmed the cancellation.
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(self, CancelOutcome::Acknowledged)
+    }
+}

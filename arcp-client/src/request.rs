@@ -1,0 +1,210 @@
+//! One call's intent as handed to a transport, and the state it shares with
+//! its [`Invocation`](crate::Invocation) handle: job id, acceptance, whether
+//! a request went out, and the event stream.
+//!
+//! The "sent" and "abandoned" marks form a small protocol between the
+//! transport and the caller's future, so that a caller whose deadline fires
+//! reports [`Execution::NotRun`](crate::Execution::NotRun) only when no
+//! request can ever go out: the transport marks a waiter sent *before*
+//! writing, and skips waiters already abandoned; the caller marks itself
+//! abandoned and reads whether it was sent, in one atomic step.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use arcp_types::{IdempotencyKey, Invoke};
+use tokio::sync::{mpsc, Notify};
+
+use crate::outcome::InvocationEvent;
+
+/// A call handed from an `Invocation` to a transport.
+pub(crate) struct CallRequest {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) trace_id: String,
+    /// The intent, with the key set: every attempt sends exactly this.
+    pub(crate) invoke: Invoke,
+    pub(crate) deadline: Duration,
+    pub(crate) started: Instant,
+    pub(crate) shared: Arc<CallShared>,
+    /// Held, never read: dropping it ends the call's event stream.
+    #[allow(dead_code)]
+    pub(crate) events_end: EventsEnd,
+    /// The journal's hook (when journaled): told of sends and acceptance.
+    pub(crate) recorder: Option<crate::journal::Recorder>,
+}
+
+impl CallRequest {
+    /// Puts the key into the intent: what is fingerprinted, journaled and
+    /// sent is the same value.
+    pub(crate) fn seal(&mut self) {
+        self.invoke.idempotency_key = Some(self.key.to_string());
+    }
+}
+
+const SENT: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// State shared between an [`Invocation`](crate::Invocation) and the
+/// transport running its call.
+#[derive(Debug, Default)]
+pub(crate) struct CallShared {
+    job_id: OnceLock<String>,
+    /// Woken on acceptance and at the end.
+    changed: Notify,
+    ended: AtomicBool,
+    /// The call was handed to a transport (a cancel can be asked for).
+    pub(crate) dispatched: AtomicBool,
+    attempts: AtomicU32,
+    marks: AtomicU8,
+    /// The events channel exists only once someone asked for it: most calls
+    /// are never watched, and a channel costs a few KiB.
+    events: Mutex<EventSlot>,
+}
+
+#[derive(Debug, Default)]
+enum EventSlot {
+    #[default]
+    Unwatched,
+    Watched(mpsc::Sender<InvocationEvent>),
+    Ended,
+}
+
+impl CallShared {
+    /// Records acceptance (the first job id wins) and wakes `accepted()`.
+    pub(crate) fn set_job(&self, job_id: &str) {
+        if self.job_id.get().is_none() {
+            let _ = self.job_id.set(job_id.to_owned());
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// The job id, once accepted.
+    pub(crate) fn job_id(&self) -> Option<String> {
+        self.job_id.get().cloned()
+    }
+
+    /// Waits for acceptance: the job id, or `None` if the call ended
+    /// without one.
+    pub(crate) async fn accepted(&self) -> Option<String> {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(job) = self.job_id.get() {
+                return Some(job.clone());
+            }
+            if self.ended.load(Ordering::Acquire) {
+                return None;
+            }
+            notified.await;
+        }
+    }
+
+    /// The transport is about to write a request for this waiter. Returns
+    /// false when the waiter already gave up (nothing may be sent for it).
+    pub(crate) fn mark_sent(&self) -> bool {
+        self.marks.fetch_or(SENT, Ordering::AcqRel) & ABANDONED == 0
+    }
+
+    /// The caller gives up (deadline or drop). Returns whether a request
+    /// may have gone out for it.
+    pub(crate) fn abandon(&self) -> bool {
+        self.marks.fetch_or(ABANDONED, Ordering::AcqRel) & SENT != 0
+    }
+
+    /// Whether the caller gave up.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.marks.load(Ordering::Acquire) & ABANDONED != 0
+    }
+
+    /// Requests sent so far.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempts.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_attempts(&self, n: u32) {
+        self.attempts.store(n, Ordering::Release);
+    }
+
+    /// Starts watching the call's events, unless it already ended.
+    pub(crate) fn watch(&self, capacity: usize) -> Option<mpsc::Receiver<InvocationEvent>> {
+        let mut slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        match *slot {
+            EventSlot::Unwatched => {
+                let (tx, rx) = mpsc::channel(capacity);
+                *slot = EventSlot::Watched(tx);
+                Some(rx)
+            }
+            EventSlot::Watched(_) | EventSlot::Ended => None,
+        }
+    }
+
+    /// Hands an event to the watcher, if any. Returns false when it was
+    /// dropped because the watcher's buffer is full.
+    pub(crate) fn deliver(&self, event: InvocationEvent) -> bool {
+        let slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        match &*slot {
+            EventSlot::Watched(tx) => {
+                !matches!(tx.try_send(event), Err(mpsc::error::TrySendError::Full(_)))
+            }
+            _ => true,
+        }
+    }
+
+    /// The call ended: its event stream ends, and `accepted()` returns.
+    pub(crate) fn end(&self) {
+        *self.events.lock().unwrap_or_else(|e| e.into_inner()) = EventSlot::Ended;
+        self.ended.store(true, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+}
+
+/// Ends a call's event stream when dropped: carried by the call's request,
+/// so however the call ends (answered, abandoned, client closed), its
+/// watcher sees the end.
+#[derive(Debug)]
+pub(crate) struct EventsEnd(pub(crate) Arc<CallShared>);
+
+impl Drop for EventsEnd {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abandon_and_send_are_linearized() {
+        let shared = CallShared::default();
+        assert!(!shared.abandon(), "nothing was sent");
+        assert!(!shared.mark_sent(), "an abandoned waiter is never sent");
+
+        let shared = CallShared::default();
+        assert!(shared.mark_sent());
+        assert!(shared.abandon(), "a sent waiter may have run");
+    }
+
+    #[tokio::test]
+    async fn accepted_resolves_on_job_or_end() {
+        let shared = Arc::new(CallShared::default());
+        let waiter = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.accepted().await }
+        });
+        tokio::task::yield_now().await;
+        shared.set_job("job_1");
+        assert_eq!(waiter.await.unwrap().as_deref(), Some("job_1"));
+
+        let shared = Arc::new(CallShared::default());
+        let waiter = tokio::spawn({
+            let shared = shared.clone();
+            async move { shared.accepted().await }
+        });
+        tokio::task::yield_now().await;
+        shared.end();
+        assert_eq!(waiter.await.unwrap(), None);
+    }
+}

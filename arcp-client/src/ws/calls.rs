@@ -1,0 +1,188 @@
+//! One logical call inside the connection core: its phase (each carrying
+//! its own data), its waiters, its cancel request, and the facts the
+//! execution rule reads.
+//!
+//! ```text
+//!  Queued { not_before } ──send──▶ Sent { request, seq } ──job.accepted──▶ Accepted { job, ladder }
+//!     ▲  │                           │   │                                    │   │
+//!     │  │ budget spent: give up     │   └ transient refusal ─▶ Queued        │   └ terminal ─▶ done
+//!     │  ▼                           └ terminal / refusal / DUPLICATE_KEY     │
+//!     └──────── connection lost, or the ladder re-sends ◀─────────────────────┘
+//! ```
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arcp_types::{IdempotencyKey, Invoke};
+use tokio::sync::oneshot;
+
+use super::assembly::Assembly;
+use crate::cache::Outcome;
+use crate::classify::Exposure;
+use crate::outcome::CancelOutcome;
+use crate::request::{CallShared, EventsEnd};
+use crate::retry::Schedule;
+
+/// A call's id inside one connection core.
+pub(crate) type CallId = u64;
+
+/// One caller awaiting the call (a repeated call with the same key and
+/// intent joins the first one).
+pub(crate) struct Waiter {
+    pub(crate) reply: oneshot::Sender<Outcome>,
+    pub(crate) shared: Arc<CallShared>,
+    /// Dropping it ends this caller's event stream.
+    pub(crate) _events_end: EventsEnd,
+}
+
+impl Waiter {
+    /// Whether this caller still wants the outcome.
+    pub(crate) fn is_live(&self) -> bool {
+        !self.reply.is_closed() && !self.shared.is_abandoned()
+    }
+}
+
+/// Where a call stands. Each phase carries its own data.
+#[derive(Debug)]
+pub(crate) enum Phase {
+    /// Waiting to be (re)sent, not before the instant: for backoff, a
+    /// connection, or a slot in the send window.
+    Queued { not_before: Instant },
+    /// An attempt is on the connection, unanswered. `seq` is its place in
+    /// the transmit order: written to the socket once the driver reports it
+    /// flushed.
+    Sent { request: String, seq: u64 },
+    /// Bound to a job. `ladder_at` is set when the live stream cannot be
+    /// trusted to deliver the terminal (the acceptance was a replay, or the
+    /// connection was resumed): then the recovery ladder takes its next step.
+    Accepted { ladder_at: Option<Instant> },
+}
+
+/// A cancel asked for while the call is live.
+pub(crate) struct CancelState {
+    /// Callers waiting for the cancel's outcome, answered by `until`.
+    pub(crate) waiters: Vec<oneshot::Sender<CancelOutcome>>,
+    pub(crate) until: Instant,
+    /// The request on the current connection, with its transmit order.
+    pub(crate) request: Option<(String, u64)>,
+    /// Some copy of the cancel was written to a socket.
+    pub(crate) written: bool,
+    /// The runtime confirmed it; nothing more to send.
+    pub(crate) settled: bool,
+}
+
+/// One logical call.
+pub(crate) struct Call {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) trace_id: String,
+    pub(crate) invoke: Invoke,
+    pub(crate) fingerprint: u64,
+    pub(crate) waiters: Vec<Waiter>,
+    pub(crate) recorder: Option<crate::journal::Recorder>,
+    pub(crate) phase: Phase,
+    pub(crate) attempts: u32,
+    pub(crate) job_id: Option<String>,
+    pub(crate) exposure: Exposure,
+    /// The runtime's answers show a stored outcome (see `ToolError::replayed`).
+    pub(crate) replayed: bool,
+    pub(crate) last_error: Option<String>,
+    pub(crate) deadline_at: Instant,
+    pub(crate) deadline: std::time::Duration,
+    /// When retrying stops: `max_elapsed` after the first failure.
+    pub(crate) budget_at: Option<Instant>,
+    pub(crate) backoff: Option<Schedule>,
+    pub(crate) ladder: Option<Schedule>,
+    /// Accepted when its connection died: a resumed session may deliver
+    /// the outcome without a re-send.
+    pub(crate) awaiting_resume: bool,
+    /// The runtime cannot hand this job's outcome to a new request: the
+    /// next replayed acceptance ends the call (one confirming re-send).
+    pub(crate) confirming: bool,
+    /// Subscribed with history on this connection generation.
+    pub(crate) subscribed_on: Option<u64>,
+    pub(crate) subscribe_request: Option<String>,
+    pub(crate) subscribe_refused: bool,
+    /// Connections the runtime closed with a request-level code while this
+    /// call's attempt was written and unanswered: (count, last code, reason,
+    /// whether the last one happened with no other request outstanding).
+    pub(crate) rejections: (u32, u16, String, bool),
+    pub(crate) cancel: Option<CancelState>,
+    /// Highest (session epoch, event_seq) delivered, for deduplication.
+    pub(crate) last_event: Option<(u64, u64)>,
+    pub(crate) dropped_events: u64,
+    pub(crate) assembly: Option<Assembly>,
+    pub(crate) span: tracing::Span,
+    /// The instant and generation of the call's armed timer.
+    pub(crate) timer: Option<Instant>,
+    pub(crate) timer_gen: u32,
+}
+
+impl Call {
+    /// When the call next needs a look: its deadline, its phase's instant,
+    /// the end of its retry budget while recovering, its cancel's bound.
+    ///
+    /// A queued call whose `not_before` has passed waits for a connection
+    /// or a send-window slot: those events step it, not a timer (a timer at
+    /// a past instant would fire on every turn).
+    pub(crate) fn next_wake(&self, now: Instant) -> Instant {
+        let mut at = self.deadline_at;
+        match self.phase {
+            Phase::Queued { not_before } if not_before > now => at = at.min(not_before),
+            Phase::Accepted {
+                ladder_at: Some(ladder),
+            } => at = at.min(ladder),
+            _ => {}
+        }
+        if let Some(budget) = self.budget_at {
+            at = at.min(budget);
+        }
+        if let Some(cancel) = &self.cancel {
+            if !cancel.waiters.is_empty() {
+                at = at.min(cancel.until);
+            }
+        }
+        at
+    }
+
+    /// Whether any caller still wants the outcome.
+    pub(crate) fn is_wanted(&self) -> bool {
+        self.waiters.iter().any(Waiter::is_live)
+    }
+
+    /// Starts the retry budget's clock at the call's first failure, so a
+    /// long call that fails late still gets its whole budget.
+    pub(crate) fn start_recovery(&mut self, now: Instant, max_elapsed: std::time::Duration) {
+        if self.budget_at.is_none() {
+            self.budget_at = Some(crate::retry::later(now, max_elapsed));
+        }
+    }
+
+    /// The retry budget is spent (attempts or time).
+    pub(crate) fn budget_spent(&self, now: Instant, max_attempts: u32) -> bool {
+        self.attempts >= max_attempts || self.budget_at.is_some_and(|b| now >= b)
+    }
+
+    /// Records the job id, for this call and every waiter.
+    pub(crate) fn bind(&mut self, job_id: &str) {
+        self.exposure.bound = true;
+        if self.job_id.as_deref() != Some(job_id) {
+            self.job_id = Some(job_id.to_owned());
+            self.span.record("job_id", job_id);
+        }
+        for waiter in &self.waiters {
+            waiter.shared.set_job(job_id);
+        }
+        if let Some(recorder) = &self.recorder {
+            recorder.accepted(&self.key, job_id);
+        }
+    }
+
+    /// Answers every cancel waiter.
+    pub(crate) fn answer_cancel(&mut self, outcome: CancelOutcome) {
+        if let Some(cancel) = &mut self.cancel {
+            for waiter in cancel.waiters.drain(..) {
+                let _ = waiter.send(outcome.clone());
+            }
+        }
+    }
+}

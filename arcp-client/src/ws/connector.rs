@@ -1,0 +1,224 @@
+//! Dialing a session (async-nats's `Connector`): connect, upgrade,
+//! handshake, probe the dialect, resume, and classify every failure as
+//! transient (dial again after backoff) or definitive (report it).
+//!
+//! It runs as one future inside the driver's loop, so while it dials the
+//! driver still serves deadlines, cancels and `close()`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp_types::{Auth, Dialect, ErrorCode, Frame, Message, Open, PeerInfo, Pong, Welcome};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use super::core::{DialFailure, DialPlan, Established};
+use super::transport::{self, Inbound, Reader, Writer};
+use crate::config::Config;
+use crate::error::Error;
+
+/// Why one handshake did not produce a session.
+enum Refusal {
+    /// The runtime refused the credentials.
+    Auth(String),
+    /// The resume was refused; a fresh session may still work.
+    ResumeRefused(String),
+    /// The runtime said it does not speak this dialect.
+    WrongDialect(String),
+    /// The connection closed before the runtime said anything (a legacy
+    /// runtime drops TCP on a message type it does not know, and so does a
+    /// flaky network).
+    ClosedSilently(String),
+    /// Worth dialing again (a timeout, a cut, a transient refusal).
+    Transient(String, Option<Duration>),
+    /// Refused for good.
+    Definitive(String),
+}
+
+/// Dials one session according to `plan`.
+pub(crate) async fn dial(
+    config: Arc<Config>,
+    plan: DialPlan,
+) -> Result<(Reader, Writer, Established), DialFailure> {
+    let mut resume = plan.resume;
+    let probing = plan.dialects.len() > 1;
+    let mut explicit_refusals = 0;
+    let mut last = String::new();
+    for &dialect in &plan.dialects {
+        // At most two tries per dialect: a refused resume, then fresh.
+        for _ in 0..2 {
+            let (mut reader, mut writer) = transport::connect(&config).await?;
+            let resuming = resume.is_some();
+            match handshake(&config, &mut reader, &mut writer, dialect, resume.clone()).await {
+                Ok(welcome) => {
+                    let est = Established {
+                        dialect,
+                        welcome,
+                        resuming,
+                    };
+                    return Ok((reader, writer, est));
+                }
+                Err(Refusal::Auth(message)) => {
+                    return Err(definitive(Error::Unauthenticated { message }))
+                }
+                Err(Refusal::ResumeRefused(message)) => {
+                    info!(%message, "resume refused; opening a new session");
+                    resume = None;
+                    last = message;
+                }
+                Err(Refusal::WrongDialect(message)) => {
+                    debug!(%dialect, %message, "the runtime does not speak this dialect");
+                    explicit_refusals += 1;
+                    last = message;
+                    break;
+                }
+                Err(Refusal::ClosedSilently(message)) if probing => {
+                    debug!(%dialect, %message, "closed before the welcome; trying the next dialect");
+                    last = message;
+                    break;
+                }
+                Err(Refusal::ClosedSilently(message)) => {
+                    let hint = match dialect {
+                        Dialect::V1_1 => {
+                            " (a legacy runtime closes on session.hello: try the legacy or auto dialect)"
+                        }
+                        _ => "",
+                    };
+                    return Err(transient(
+                        handshake_error(&config, format!("{message} before the welcome{hint}"), true),
+                        None,
+                    ));
+                }
+                Err(Refusal::Transient(message, floor)) => {
+                    return Err(transient(handshake_error(&config, message, true), floor))
+                }
+                Err(Refusal::Definitive(message)) => {
+                    return Err(definitive(handshake_error(&config, message, false)))
+                }
+            }
+        }
+    }
+    // Every dialect failed. Only explicit refusals prove the runtime speaks
+    // none of them; a silent close may be the network.
+    let names: Vec<String> = plan.dialects.iter().map(|d| d.to_string()).collect();
+    let message = format!(
+        "the runtime did not accept {} ({last})",
+        names.join(" nor ")
+    );
+    if explicit_refusals == plan.dialects.len() {
+        Err(definitive(handshake_error(&config, message, false)))
+    } else {
+        Err(transient(handshake_error(&config, message, true), None))
+    }
+}
+
+fn handshake_error(config: &Config, message: String, retryable: bool) -> Error {
+    Error::Handshake {
+        url: config.url.clone(),
+        message,
+        retryable,
+    }
+}
+
+fn definitive(error: Error) -> DialFailure {
+    DialFailure {
+        error,
+        transient: false,
+        floor: None,
+    }
+}
+
+fn transient(error: Error, floor: Option<Duration>) -> DialFailure {
+    DialFailure {
+        error,
+        transient: true,
+        floor,
+    }
+}
+
+async fn handshake(
+    config: &Config,
+    reader: &mut Reader,
+    writer: &mut Writer,
+    dialect: Dialect,
+    resume: Option<arcp_types::ResumeRequest>,
+) -> Result<Welcome, Refusal> {
+    let resuming = resume.is_some();
+    let open = Open {
+        client: PeerInfo {
+            name: config.client_name.clone(),
+            version: config.client_version.clone(),
+            extra: Default::default(),
+        },
+        auth: match &config.token {
+            Some(t) => Auth::bearer(t.0.clone()),
+            None => Auth::none(),
+        },
+        capabilities: Value::Null,
+        resume,
+        extra: Default::default(),
+    };
+    let timeout = config.handshake_timeout;
+    let exchange = async {
+        write(writer, dialect.encode(&Frame::new(Message::Open(open))), config).await?;
+        let mut heard_anything = false;
+        loop {
+            let text = match reader.recv().await {
+                Inbound::Text(text) => text,
+                Inbound::Other => continue,
+                Inbound::Closed { reason, .. } if !heard_anything => {
+                    return Err(Refusal::ClosedSilently(reason))
+                }
+                Inbound::Closed { reason, .. } => return Err(Refusal::Transient(reason, None)),
+            };
+            heard_anything = true;
+            let frame = match dialect.decode(&text) {
+                Ok(frame) => frame,
+                Err(e) => {
+                    warn!(error = %e, "skipping an undecodable frame during the handshake");
+                    continue;
+                }
+            };
+            match frame.message {
+                Message::Welcome(welcome) => return Ok(welcome),
+                Message::SessionError(e) | Message::Rejected(e) | Message::Nack(e) => {
+                    let message = config.redact(e.message.clone());
+                    let text = format!("{}: {message}", e.code);
+                    return Err(match e.code {
+                        ErrorCode::Unauthenticated => Refusal::Auth(message),
+                        _ if resuming => Refusal::ResumeRefused(text),
+                        ErrorCode::InvalidRequest | ErrorCode::Unimplemented => {
+                            Refusal::WrongDialect(text)
+                        }
+                        _ if e.is_retryable() => Refusal::Transient(text, e.retry_after()),
+                        _ => Refusal::Definitive(text),
+                    });
+                }
+                Message::Ping(p) => {
+                    let pong = Frame::new(Message::Pong(Pong {
+                        ping_nonce: p.nonce,
+                        received_at: Some(arcp_types::now_rfc3339()),
+                        extra: Default::default(),
+                    }));
+                    write(writer, dialect.encode(&pong), config).await?;
+                }
+                _ => debug!("ignoring a frame before the session welcome"),
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(Refusal::Transient(
+            format!("no session welcome within the handshake timeout of {timeout:?}"),
+            None,
+        )),
+    }
+}
+
+/// Writes one frame during the handshake.
+async fn write(writer: &mut Writer, text: String, config: &Config) -> Result<(), Refusal> {
+    writer
+        .send(vec![text], config.write_timeout)
+        .await
+        .map_err(|e| Refusal::Transient(e, None))
+}

@@ -1,0 +1,1230 @@
+//! The I/O-free connection core, in quinn-proto's shape: no socket, no
+//! `await`, no clock of its own. The driver feeds it commands, dial
+//! results, frames, flush reports and the time; it answers with frames to
+//! write (`take_transmit`), the next instant it needs a look
+//! (`poll_timeout`), whether to dial (`poll_dial`) or drop the connection
+//! (`take_drop`). Outcomes go straight to each caller's oneshot.
+//!
+//! The link is a state of its own, so a call's deadline, `close()` and
+//! `cancel()` are served whatever the network does:
+//!
+//! ```text
+//!  Down { next_dial } ──poll_dial──▶ Dialing ──on_established──▶ Up ──on_lost / dead──▶ Down
+//!        ▲                              │
+//!        └──── on_dial_failed (backoff) ┘        any state ──close──▶ Closed
+//! ```
+//!
+//! Inbound frames are handled in `inbound.rs`; this file holds commands,
+//! the link and the per-call state machine (`step`, the one place that
+//! decides what a call does next; timers only say *when* to look).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Subscribe, Welcome};
+use tokio::sync::oneshot;
+use tracing::{debug, info, warn};
+
+use super::attribution::{ReqKind, Requests};
+use super::calls::{Call, CallId, CancelState, Phase, Waiter};
+use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
+use crate::cache::{fingerprint, Cached, Outcome, OutcomeCache};
+use crate::classify::{give_up, Exposure};
+use crate::config::{Config, DialectChoice};
+use crate::error::{Error, Execution};
+use crate::outcome::CancelOutcome;
+use crate::profile::RuntimeProfile;
+use crate::request::{CallRequest, CallShared};
+use crate::retry::{later, Schedule};
+
+/// Requests from client handles.
+pub(crate) enum Command {
+    /// Run a call; its outcome goes to the sender.
+    Invoke(Box<(CallRequest, oneshot::Sender<Outcome>)>),
+    /// Cancel the job of the call with this key.
+    Cancel {
+        key: IdempotencyKey,
+        reply: oneshot::Sender<CancelOutcome>,
+    },
+    /// The caller behind `shared` gave up (deadline, or dropped the future).
+    Abandon {
+        key: IdempotencyKey,
+        shared: Arc<CallShared>,
+    },
+    /// Close the session; calls still in flight end.
+    Close { reply: oneshot::Sender<()> },
+}
+
+/// What the driver should dial.
+#[derive(Debug, Clone)]
+pub(crate) struct DialPlan {
+    /// Dialects to try, in order (two in `Auto` before the first session).
+    pub(crate) dialects: Vec<Dialect>,
+    pub(crate) resume: Option<ResumeRequest>,
+}
+
+/// A completed handshake.
+pub(crate) struct Established {
+    pub(crate) dialect: Dialect,
+    pub(crate) welcome: Welcome,
+    /// A resume was asked for (the welcome says whether it was granted).
+    pub(crate) resuming: bool,
+}
+
+/// A dial that produced no session.
+#[derive(Debug)]
+pub(crate) struct DialFailure {
+    pub(crate) error: Error,
+    /// Whether dialing again may work.
+    pub(crate) transient: bool,
+    /// The runtime's `Retry-After`, a floor for the next dial.
+    pub(crate) floor: Option<Duration>,
+}
+
+/// Why the connection ended.
+#[derive(Debug)]
+pub(crate) enum Loss {
+    /// The network or the runtime dropped it.
+    Network(String),
+    /// The runtime closed it because of something we sent (WebSocket close
+    /// 1002, 1003, 1007, 1008 or 1009).
+    Rejected { code: u16, reason: String },
+}
+
+pub(super) enum Link {
+    /// No connection; dial (when there is work) not before the instant.
+    Down { next_dial: Instant },
+    /// The driver is dialing.
+    Dialing,
+    /// A session is established on a live connection.
+    Up(Box<Up>),
+    /// The client closed.
+    Closed,
+}
+
+pub(super) struct Up {
+    pub(super) generation: u64,
+    pub(super) dialect: Dialect,
+    pub(super) profile: RuntimeProfile,
+    pub(super) live: Liveness,
+    /// The connection carried something after its handshake (the reconnect
+    /// backoff restarts only then).
+    pub(super) useful: bool,
+    /// Requests on this connection not yet answered, and how many may be:
+    /// after a loss the window restarts small and grows by one per answer
+    /// (slow start), so a reconnect does not flood a flaky link.
+    pub(super) unanswered: usize,
+    pub(super) window: usize,
+    pub(super) window_queue: VecDeque<CallId>,
+}
+
+/// Unanswered requests allowed right after a connection loss.
+const WINDOW_AFTER_LOSS: usize = 4;
+/// How often calls waiting for the send window are re-checked.
+const WINDOW_RECHECK: Duration = Duration::from_millis(50);
+/// The timer heap is never compacted below this size.
+const TIMER_COMPACT_MIN: usize = 1024;
+
+/// The connection core.
+pub(crate) struct Core {
+    pub(super) config: Arc<Config>,
+    pub(super) calls: HashMap<CallId, Box<Call>>,
+    by_key: HashMap<IdempotencyKey, CallId>,
+    pub(super) by_job: HashMap<String, CallId>,
+    pub(super) requests: Requests,
+    timers: BinaryHeap<Reverse<(Instant, CallId, u32)>>,
+    cache: OutcomeCache,
+    pub(super) session: Session,
+    pub(super) link: Link,
+    generation: u64,
+    next_id: CallId,
+    outbox: Vec<String>,
+    queued_seq: u64,
+    flushed_seq: u64,
+    /// Cancels queued and not yet reported written: (transmit seq, call).
+    cancel_writes: Vec<(u64, CallId)>,
+    reconnect: Option<Schedule>,
+    /// `connect()` waits on this until the first session, or the budget.
+    ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
+    /// The window size after the next loss (1 after a request-level close).
+    window_after_loss: usize,
+    drop_reason: Option<String>,
+    close_replies: Vec<oneshot::Sender<()>>,
+    /// What `Client::runtime()` reads.
+    profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
+}
+
+impl Core {
+    /// A core. With `ready`, it dials at once and reports the first
+    /// session (or the failure, within `connect_budget`); without, it dials
+    /// when the first call arrives.
+    pub(crate) fn new(
+        config: Arc<Config>,
+        ready: Option<oneshot::Sender<Result<RuntimeProfile, Error>>>,
+        profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
+        now: Instant,
+    ) -> Self {
+        let budget = later(now, config.connect_budget);
+        Core {
+            cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl),
+            config,
+            calls: HashMap::new(),
+            by_key: HashMap::new(),
+            by_job: HashMap::new(),
+            requests: Requests::default(),
+            timers: BinaryHeap::new(),
+            session: Session::default(),
+            link: Link::Down { next_dial: now },
+            generation: 0,
+            next_id: 0,
+            outbox: Vec::new(),
+            queued_seq: 0,
+            flushed_seq: 0,
+            cancel_writes: Vec::new(),
+            reconnect: None,
+            ready: ready.map(|r| (r, budget)),
+            window_after_loss: WINDOW_AFTER_LOSS,
+            drop_reason: None,
+            close_replies: Vec::new(),
+            profile_out,
+        }
+    }
+
+    // ----- what the driver asks -------------------------------------------------
+
+    /// Whether the core is done (closed, or the first connect failed).
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.link, Link::Closed)
+    }
+
+    /// Replies owed to `close()` callers, once the driver has closed the socket.
+    pub(crate) fn take_close_replies(&mut self) -> Vec<oneshot::Sender<()>> {
+        std::mem::take(&mut self.close_replies)
+    }
+
+    /// Whether the connection should be dropped (the core found it dead).
+    pub(crate) fn take_drop(&mut self) -> Option<String> {
+        self.drop_reason.take()
+    }
+
+    /// Frames to write, in order; returns the transmit seq of the last one.
+    pub(crate) fn take_transmit(&mut self, into: &mut Vec<String>) -> u64 {
+        into.append(&mut self.outbox);
+        self.queued_seq
+    }
+
+    /// Whether frames wait to be written.
+    pub(crate) fn has_transmit(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Whether to dial now, and how.
+    pub(crate) fn poll_dial(&mut self, now: Instant) -> Option<DialPlan> {
+        let Link::Down { next_dial } = self.link else {
+            return None;
+        };
+        if now < next_dial || !self.wants_connection() {
+            return None;
+        }
+        let dialects = match (self.session.dialect, self.config.dialect) {
+            (Some(d), _) => vec![d],
+            (None, DialectChoice::Legacy) => vec![Dialect::Legacy],
+            (None, DialectChoice::Auto) => vec![Dialect::V1_1, Dialect::Legacy],
+            (None, _) => vec![Dialect::V1_1],
+        };
+        self.link = Link::Dialing;
+        Some(DialPlan {
+            dialects,
+            resume: self.session.resume_request(),
+        })
+    }
+
+    fn wants_connection(&self) -> bool {
+        self.ready.is_some() || !self.calls.is_empty()
+    }
+
+    /// The next instant the core needs `handle_timeout`.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let mut at = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let mut min = |t: Instant| at = Some(at.map_or(t, |a: Instant| a.min(t)));
+        if let Some((_, budget)) = &self.ready {
+            min(*budget);
+        }
+        match &self.link {
+            Link::Down { next_dial } if self.wants_connection() => min(*next_dial),
+            Link::Up(up) => {
+                if let Some(t) = up.live.next_wake(self.config.response_timeout) {
+                    min(t);
+                }
+                if !up.window_queue.is_empty() {
+                    min(later(Instant::now(), WINDOW_RECHECK));
+                }
+                if up.profile.accepts_ack && self.session.last_event_seq > up.live.acked_seq {
+                    min(up.live.last_ack + ACK_EVERY);
+                }
+            }
+            _ => {}
+        }
+        at
+    }
+
+    // ----- time -----------------------------------------------------------------
+
+    /// Serves every timer due at `now`.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        if let Some((_, budget)) = &self.ready {
+            if now >= *budget && !matches!(self.link, Link::Up(_)) {
+                let error = self.connect_give_up();
+                self.fail_ready(error);
+            }
+        }
+        // Take the due timers first: a step re-arms at a later instant
+        // only, but a bug there must cost a spin of one turn, not a hang.
+        let mut due = Vec::new();
+        while let Some(Reverse((at, id, gen))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.calls.get(&id).is_some_and(|c| c.timer_gen == gen) {
+                due.push(id);
+            }
+        }
+        for id in due {
+            if let Some(call) = self.calls.get_mut(&id) {
+                call.timer = None;
+            }
+            self.step(id, now);
+        }
+        let mut action = LivenessAction::None;
+        if let Link::Up(up) = &mut self.link {
+            action = up.live.check(now, self.config.response_timeout);
+        }
+        match action {
+            LivenessAction::Dead(reason) => self.lose(Loss::Network(reason.into()), now, true),
+            LivenessAction::Ping => {
+                self.queue_frame(Frame::new(Message::Ping(arcp_types::Ping {
+                    nonce: arcp_types::new_message_id(),
+                    sent_at: Some(arcp_types::now_rfc3339()),
+                    extra: Default::default(),
+                })));
+            }
+            LivenessAction::None => {}
+        }
+        self.fill_window(now);
+        self.maybe_ack(now);
+        self.compact();
+    }
+
+    // ----- commands ----------------------------------------------------------------
+
+    /// Takes a command from a client handle.
+    pub(crate) fn command(&mut self, command: Command, now: Instant) {
+        match command {
+            Command::Invoke(boxed) => {
+                let (request, reply) = *boxed;
+                self.start_call(request, reply, now);
+            }
+            Command::Cancel { key, reply } => self.cancel(key, reply, now),
+            Command::Abandon { key, shared } => self.abandon(&key, &shared, now),
+            Command::Close { reply } => {
+                self.close_replies.push(reply);
+                self.close(now);
+            }
+        }
+    }
+
+    /// Ends every call and the session. Calls that may have run end with
+    /// `Interrupted` (their key and job id), the others with `Closed`.
+    pub(crate) fn close(&mut self, _now: Instant) {
+        if matches!(self.link, Link::Up(_)) {
+            self.queue_frame(Frame::new(Message::Close(arcp_types::Close {
+                reason: Some("client closed".into()),
+                extra: Default::default(),
+            })));
+        }
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for id in ids {
+            let error = match self.calls.get(&id) {
+                Some(call) if call.exposure.unresolved() == Execution::MayHaveRun => {
+                    Error::Interrupted {
+                        key: call.key.clone(),
+                        job_id: call.job_id.clone(),
+                        attempts: call.attempts,
+                    }
+                }
+                _ => Error::Closed,
+            };
+            self.finish(id, Err(error));
+        }
+        self.fail_ready(Error::Closed);
+        self.link = Link::Closed;
+    }
+
+    fn start_call(&mut self, mut req: CallRequest, reply: oneshot::Sender<Outcome>, now: Instant) {
+        req.seal();
+        let fingerprint = fingerprint(&req.invoke);
+        let waiter = Waiter {
+            reply,
+            shared: req.shared.clone(),
+            _events_end: req.events_end,
+        };
+        if matches!(self.link, Link::Closed) {
+            let _ = waiter.reply.send(Err(Error::Closed));
+            return;
+        }
+        match self.cache.get(&req.key, fingerprint, now) {
+            Cached::Hit(outcome) => {
+                let _ = waiter.reply.send(outcome);
+                return;
+            }
+            Cached::Conflict => {
+                let _ = waiter.reply.send(Err(Error::DuplicateKey {
+                    key: req.key,
+                    message:
+                        "the key already completed a call with a different intent in this client"
+                            .into(),
+                    attempts: 0,
+                }));
+                return;
+            }
+            Cached::Miss => {}
+        }
+        if let Some(&existing) = self.by_key.get(&req.key) {
+            if let Some(call) = self.calls.get_mut(&existing) {
+                if call.fingerprint == fingerprint {
+                    // The same logical call awaited twice: share one outcome,
+                    // and the job id once known.
+                    if let Some(job) = &call.job_id {
+                        waiter.shared.set_job(job);
+                    }
+                    if call.exposure.in_doubt || call.exposure.bound {
+                        waiter.shared.mark_sent();
+                    }
+                    call.waiters.push(waiter);
+                } else {
+                    let _ = waiter.reply.send(Err(Error::DuplicateKey {
+                        key: req.key,
+                        message:
+                            "the key is in use by a call with a different intent in this client"
+                                .into(),
+                        attempts: 0,
+                    }));
+                }
+                return;
+            }
+        }
+        let size = serde_json::to_string(&req.invoke).map_or(0, |t| t.len());
+        if size > self.config.max_frame_size {
+            let _ = waiter.reply.send(Err(Error::InvalidCall(format!(
+                "the request is {size} bytes; the frame size limit is {}",
+                self.config.max_frame_size
+            ))));
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let span = tracing::info_span!(
+            "arcp.call",
+            tool = %req.invoke.tool,
+            key = %req.key,
+            trace_id = %req.trace_id,
+            transport = "ws",
+            attempt = tracing::field::Empty,
+            job_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let call = Call {
+            key: req.key.clone(),
+            trace_id: req.trace_id,
+            invoke: req.invoke,
+            fingerprint,
+            waiters: vec![waiter],
+            recorder: req.recorder,
+            phase: Phase::Queued { not_before: now },
+            attempts: 0,
+            job_id: None,
+            exposure: Exposure::default(),
+            replayed: false,
+            last_error: None,
+            deadline_at: later(req.started, req.deadline),
+            deadline: req.deadline,
+            budget_at: None,
+            backoff: None,
+            ladder: None,
+            awaiting_resume: false,
+            confirming: false,
+            subscribed_on: None,
+            subscribe_request: None,
+            subscribe_refused: false,
+            rejections: (0, 0, String::new(), false),
+            cancel: None,
+            last_event: None,
+            dropped_events: 0,
+            assembly: None,
+            span,
+            timer: None,
+            timer_gen: 0,
+        };
+        self.by_key.insert(req.key, id);
+        self.calls.insert(id, Box::new(call));
+        self.step(id, now);
+    }
+
+    fn abandon(&mut self, key: &IdempotencyKey, shared: &Arc<CallShared>, now: Instant) {
+        let Some(&id) = self.by_key.get(key) else {
+            return;
+        };
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.waiters.retain(|w| !Arc::ptr_eq(&w.shared, shared));
+        }
+        self.step(id, now);
+    }
+
+    fn cancel(&mut self, key: IdempotencyKey, reply: oneshot::Sender<CancelOutcome>, now: Instant) {
+        let Some(call) = self.by_key.get(&key).and_then(|id| self.calls.get(id)) else {
+            let _ = reply.send(CancelOutcome::AlreadyFinished);
+            return;
+        };
+        let id = self.by_key[&key];
+        if call.job_id.is_none() {
+            let _ = reply.send(CancelOutcome::NotDispatched {
+                reason: "the runtime has not accepted the call yet; there is no job to cancel"
+                    .into(),
+            });
+            return;
+        }
+        let until = later(now, self.config.cancel_timeout);
+        let call = self.calls.get_mut(&id).expect("looked up above");
+        match &mut call.cancel {
+            Some(cancel) if cancel.settled => {
+                let _ = reply.send(CancelOutcome::Acknowledged);
+                return;
+            }
+            Some(cancel) => {
+                cancel.waiters.push(reply);
+                cancel.until = cancel.until.max(until);
+            }
+            None => {
+                call.cancel = Some(CancelState {
+                    waiters: vec![reply],
+                    until,
+                    request: None,
+                    written: false,
+                    settled: false,
+                });
+                self.send_cancel(id);
+            }
+        }
+        self.rearm(id, now);
+    }
+
+    /// Queues the call's cancel on the live connection, if any.
+    fn send_cancel(&mut self, id: CallId) {
+        if !matches!(self.link, Link::Up(_)) {
+            return;
+        }
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
+        let (Some(job_id), Some(cancel)) = (call.job_id.clone(), &call.cancel) else {
+            return;
+        };
+        if cancel.settled || cancel.request.is_some() {
+            return;
+        }
+        let frame = Frame::new(Message::Cancel(arcp_types::Cancel {
+            job_id,
+            reason: Some("cancelled by the caller".into()),
+            extra: Default::default(),
+        }));
+        let request = frame.envelope.id.clone();
+        let seq = self.queue_frame(frame);
+        self.requests.insert(request.clone(), id, ReqKind::Cancel);
+        self.cancel_writes.push((seq, id));
+        if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+            cancel.request = Some((request, seq));
+        }
+    }
+
+    // ----- the link ------------------------------------------------------------------
+
+    /// The driver completed a handshake.
+    pub(crate) fn on_established(&mut self, est: Established, now: Instant) {
+        let resumed = self
+            .session
+            .install(est.dialect, &est.welcome, est.resuming);
+        let profile = self.session.profile.clone().expect("installed above");
+        self.generation += 1;
+        info!(
+            runtime = %profile.name,
+            version = %profile.version,
+            dialect = %est.dialect,
+            session = %est.welcome.session_id,
+            resumed,
+            "session established"
+        );
+        *self.profile_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(profile.clone());
+        let live = Liveness::new(&self.config, &profile, &est.welcome, now);
+        let window = if self.ready.is_some() {
+            self.config.max_in_flight
+        } else {
+            self.window_after_loss.min(self.config.max_in_flight)
+        };
+        self.link = Link::Up(Box::new(Up {
+            generation: self.generation,
+            dialect: est.dialect,
+            profile: profile.clone(),
+            live,
+            useful: false,
+            unanswered: 0,
+            window,
+            window_queue: VecDeque::new(),
+        }));
+        if let Some((ready, _)) = self.ready.take() {
+            let _ = ready.send(Ok(profile.clone()));
+        }
+        let mut ids: Vec<CallId> = self.calls.keys().copied().collect();
+        ids.sort_unstable();
+        let ladder_first = self.config.retry.outcome_poll;
+        for &id in &ids {
+            let Some(call) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            if std::mem::take(&mut call.awaiting_resume) {
+                if resumed {
+                    // The resumed session may deliver the outcome (buffered
+                    // or live): wait for it before re-sending.
+                    let wait = call
+                        .ladder
+                        .get_or_insert_with(|| self.config.retry.ladder())
+                        .next_ceiling()
+                        .max(ladder_first);
+                    call.phase = Phase::Accepted {
+                        ladder_at: Some(later(now, wait)),
+                    };
+                } else if !profile.replays_terminal && !profile.supports_subscribe {
+                    // Nothing carries the job to this session: one
+                    // confirming re-send, then the outcome is unknown.
+                    call.confirming = true;
+                }
+            }
+        }
+        for id in ids {
+            if self.calls.get(&id).is_some_and(|c| c.cancel.is_some()) {
+                self.send_cancel(id);
+            }
+            self.step(id, now);
+        }
+    }
+
+    /// The driver's dial failed.
+    pub(crate) fn on_dial_failed(&mut self, failure: DialFailure, now: Instant) {
+        warn!(error = %failure.error, transient = failure.transient, "connecting failed");
+        let ever = self.session.profile.is_some();
+        if !failure.transient {
+            if self.ready.is_some() {
+                self.fail_ready(failure.error.clone());
+            }
+            // Definitive: calls that may have run keep their key and job id;
+            // the others end with the refusal itself (nothing was sent).
+            let ids: Vec<CallId> = self.calls.keys().copied().collect();
+            for id in ids {
+                let Some(call) = self.calls.get(&id) else {
+                    continue;
+                };
+                let error = match call.exposure.unresolved() {
+                    Execution::NotRun => failure.error.clone(),
+                    _ => give_up(
+                        &call.key,
+                        call.job_id.as_deref(),
+                        call.exposure,
+                        call.attempts,
+                        &format!("reconnecting failed for good ({})", failure.error),
+                        call.last_error.as_deref(),
+                        false,
+                    ),
+                };
+                self.finish(id, Err(error));
+            }
+            self.reconnect = None;
+            self.link = if self.is_closed() {
+                Link::Closed
+            } else {
+                Link::Down { next_dial: now }
+            };
+            return;
+        }
+        let delay = self
+            .reconnect
+            .get_or_insert_with(|| self.config.retry.schedule())
+            .next_delay(failure.floor);
+        let message = failure.error.to_string();
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for &id in &ids {
+            if let Some(call) = self.calls.get_mut(&id) {
+                call.start_recovery(now, self.config.retry.max_elapsed);
+                call.last_error = Some(message.clone());
+            }
+        }
+        if let Some((_, budget)) = &self.ready {
+            if later(now, delay) >= *budget && !ever {
+                let budget = self.config.connect_budget;
+                self.fail_ready(with_context(
+                    failure.error,
+                    &format!("gave up after retrying for the connect budget of {budget:?}"),
+                ));
+                return;
+            }
+        }
+        self.link = if self.is_closed() {
+            Link::Closed
+        } else {
+            Link::Down {
+                next_dial: later(now, delay),
+            }
+        };
+        for id in ids {
+            self.step(id, now);
+        }
+    }
+
+    /// The error `connect()` ends with when its budget runs out mid-dial.
+    fn connect_give_up(&self) -> Error {
+        Error::Connect {
+            url: self.config.url.clone(),
+            message: format!(
+                "no session within the connect budget of {:?}",
+                self.config.connect_budget
+            ),
+            retryable: true,
+        }
+    }
+
+    /// Ends `connect()` with `error`; the core is then done unless calls
+    /// are waiting.
+    fn fail_ready(&mut self, error: Error) {
+        if let Some((ready, _)) = self.ready.take() {
+            let _ = ready.send(Err(error));
+            if self.calls.is_empty() {
+                self.link = Link::Closed;
+            }
+        }
+    }
+
+    /// A frame that carries no message (a WebSocket ping or pong) arrived.
+    pub(crate) fn on_activity(&mut self, now: Instant) {
+        touch(&mut self.link, now);
+    }
+
+    /// The driver reports frames written up to transmit seq `upto`.
+    pub(crate) fn on_flushed(&mut self, upto: u64, now: Instant) {
+        self.flushed_seq = self.flushed_seq.max(upto);
+        if let Link::Up(up) = &mut self.link {
+            up.live.last_outbound = now;
+        }
+        let flushed = self.flushed_seq;
+        let calls = &mut self.calls;
+        self.cancel_writes.retain(|&(seq, id)| {
+            if seq > flushed {
+                return true;
+            }
+            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+                cancel.written = true;
+            }
+            false
+        });
+    }
+
+    /// The connection ended (reported by the driver).
+    pub(crate) fn on_lost(&mut self, loss: Loss, now: Instant) {
+        self.lose(loss, now, false);
+    }
+
+    /// Drops the connection: requests on it are forgotten, and each call is
+    /// recovered with its key on the next one. `ours`: the core decided.
+    pub(super) fn lose(&mut self, loss: Loss, now: Instant, ours: bool) {
+        let Link::Up(up) = std::mem::replace(&mut self.link, Link::Down { next_dial: now }) else {
+            return;
+        };
+        let reason = match &loss {
+            Loss::Network(reason) => reason.clone(),
+            Loss::Rejected { code, reason } => {
+                format!("the runtime closed the connection with code {code} ({reason})")
+            }
+        };
+        warn!(%reason, calls = self.calls.len(), "connection lost");
+        if ours {
+            self.drop_reason = Some(reason.clone());
+        }
+        // A connection that carried nothing after its handshake: back off
+        // before the next dial; otherwise reconnect at once.
+        let delay = if up.useful {
+            self.reconnect = None;
+            Duration::ZERO
+        } else {
+            self.reconnect
+                .get_or_insert_with(|| self.config.retry.schedule())
+                .next_delay(None)
+        };
+        self.link = Link::Down {
+            next_dial: later(now, delay),
+        };
+        self.requests.clear();
+        self.outbox.clear();
+        self.cancel_writes.clear();
+        let alone = up.unanswered <= 1;
+        self.window_after_loss = match loss {
+            Loss::Rejected { .. } => 1,
+            Loss::Network(_) => WINDOW_AFTER_LOSS,
+        };
+        let flushed = self.flushed_seq;
+        let max_elapsed = self.config.retry.max_elapsed;
+        let mut rejected = Vec::new();
+        for (&id, call) in self.calls.iter_mut() {
+            match &call.phase {
+                Phase::Sent { seq, .. } => {
+                    let written = *seq <= flushed;
+                    // A request never written never reached the runtime.
+                    call.exposure.in_doubt |= written;
+                    if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
+                        call.rejections.0 += 1;
+                        call.rejections.1 = *code;
+                        call.rejections.2 = reason.clone();
+                        call.rejections.3 = alone;
+                        if call.rejections.0 >= 2 && alone {
+                            rejected.push(id);
+                        }
+                    }
+                    call.phase = Phase::Queued { not_before: now };
+                }
+                Phase::Accepted { .. } => {
+                    call.awaiting_resume = true;
+                    call.phase = Phase::Queued { not_before: now };
+                }
+                Phase::Queued { .. } => {}
+            }
+            call.subscribe_request = None;
+            if let Some(cancel) = &mut call.cancel {
+                cancel.request = None;
+            }
+            call.start_recovery(now, max_elapsed);
+            call.last_error = Some(format!("connection lost: {reason}"));
+        }
+        for id in rejected {
+            let Some(call) = self.calls.get(&id) else {
+                continue;
+            };
+            let (_, code, reason, _) = call.rejections.clone();
+            let error = Error::RequestRejected {
+                key: call.key.clone(),
+                close_code: code,
+                reason,
+                attempts: call.attempts,
+            };
+            self.finish(id, Err(error));
+        }
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for id in ids {
+            self.rearm(id, now);
+        }
+    }
+
+    // ----- the per-call state machine ------------------------------------------------
+
+    /// Decides what call `id` does next. Idempotent: timers may fire late
+    /// or twice.
+    pub(super) fn step(&mut self, id: CallId, now: Instant) {
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        call.waiters.retain(|w| !w.shared.is_abandoned());
+        if !call.is_wanted() {
+            debug!(parent: &call.span, "call abandoned by its callers");
+            self.forget(id);
+            return;
+        }
+        if now >= call.deadline_at {
+            let error = Error::DeadlineExceeded {
+                key: call.key.clone(),
+                job_id: call.job_id.clone(),
+                deadline: call.deadline,
+                attempts: call.attempts,
+                execution: call.exposure.unresolved(),
+            };
+            self.finish(id, Err(error));
+            return;
+        }
+        if let Some(cancel) = &mut call.cancel {
+            if now >= cancel.until && !cancel.waiters.is_empty() {
+                let outcome = if cancel.written {
+                    CancelOutcome::Dispatched
+                } else {
+                    CancelOutcome::NotDispatched {
+                        reason: format!(
+                            "the cancel could not be written to a connection within {:?}; \
+                             it is sent when the connection is back while the call is live",
+                            self.config.cancel_timeout
+                        ),
+                    }
+                };
+                call.answer_cancel(outcome);
+            }
+        }
+        let max_attempts = self.config.retry.max_attempts;
+        match call.phase {
+            Phase::Queued { not_before } => {
+                if call.budget_spent(now, max_attempts) {
+                    self.give_up(id, "the retry budget is spent");
+                    return;
+                }
+                if now >= not_before {
+                    self.try_send(id, now);
+                }
+            }
+            Phase::Accepted {
+                ladder_at: Some(at),
+            } => {
+                if call.budget_spent(now, u32::MAX) {
+                    self.give_up(id, "the retry budget is spent");
+                    return;
+                }
+                if now >= at {
+                    self.ladder_step(id, now);
+                }
+            }
+            Phase::Sent { .. } | Phase::Accepted { ladder_at: None } => {}
+        }
+        self.rearm(id, now);
+    }
+
+    /// Sends the call's next attempt, or queues it for the send window.
+    fn try_send(&mut self, id: CallId, now: Instant) {
+        let Link::Up(up) = &mut self.link else {
+            // Waiting for a connection is retrying.
+            if let Some(call) = self.calls.get_mut(&id) {
+                call.start_recovery(now, self.config.retry.max_elapsed);
+            }
+            return;
+        };
+        if up.unanswered >= up.window {
+            if !up.window_queue.contains(&id) {
+                up.window_queue.push_back(id);
+            }
+            return;
+        }
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        // Mark every live waiter sent before writing: a waiter that gave
+        // up first is dropped, and nothing goes out if none is left.
+        call.waiters.retain(|w| w.shared.mark_sent());
+        if call.waiters.is_empty() {
+            self.forget(id);
+            return;
+        }
+        call.attempts += 1;
+        call.span.record("attempt", call.attempts);
+        for waiter in &call.waiters {
+            waiter.shared.set_attempts(call.attempts);
+        }
+        if let Some(recorder) = &call.recorder {
+            recorder.sent(&call.key, call.attempts);
+        }
+        // The intent is the same `Invoke` value every time, so the payload
+        // is byte-identical; only the envelope (id, timestamp) is new.
+        let mut frame = Frame::new(Message::Invoke(call.invoke.clone()));
+        frame.envelope.trace_id = Some(call.trace_id.clone());
+        let request = frame.envelope.id.clone();
+        debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
+        up.unanswered += 1;
+        if up.live.awaiting_since.is_none() {
+            up.live.awaiting_since = Some(now);
+        }
+        let seq = self.queue_frame(frame);
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.phase = Phase::Sent {
+                request: request.clone(),
+                seq,
+            };
+        }
+        self.requests.insert(request, id, ReqKind::Submit);
+    }
+
+    /// Sends calls that were waiting for the window, oldest first.
+    fn fill_window(&mut self, now: Instant) {
+        loop {
+            let Link::Up(up) = &mut self.link else {
+                return;
+            };
+            if up.unanswered >= up.window {
+                return;
+            }
+            let Some(id) = up.window_queue.pop_front() else {
+                return;
+            };
+            self.step(id, now);
+        }
+    }
+
+    /// A request of the call left the unanswered set: its slot is free and
+    /// the window grows by one (slow start).
+    pub(super) fn answered(&mut self, now: Instant) {
+        if let Link::Up(up) = &mut self.link {
+            up.unanswered = up.unanswered.saturating_sub(1);
+            up.live.awaiting_since = (up.unanswered > 0).then_some(now);
+            up.window = (up.window + 1).min(self.config.max_in_flight);
+            up.useful = true;
+        }
+    }
+
+    /// The job was accepted but its outcome is not coming on the live
+    /// stream: subscribe (where the runtime offers it), else re-send with
+    /// the same key; a runtime that never hands an outcome to a new
+    /// request gets one confirming re-send.
+    fn ladder_step(&mut self, id: CallId, now: Instant) {
+        let (generation, subscribe_ok, carries) = match &self.link {
+            Link::Up(up) => (
+                Some(up.generation),
+                up.profile.supports_subscribe,
+                up.profile.replays_terminal || up.profile.supports_subscribe,
+            ),
+            _ => (None, false, true),
+        };
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let wait = call
+            .ladder
+            .get_or_insert_with(|| self.config.retry.ladder())
+            .next_ceiling();
+        let subscribe = subscribe_ok
+            && !call.subscribe_refused
+            && generation.is_some()
+            && call.subscribed_on != generation
+            && call.job_id.is_some();
+        if subscribe {
+            call.subscribed_on = generation;
+            call.phase = Phase::Accepted {
+                ladder_at: Some(later(now, wait)),
+            };
+            let frame = Frame::new(Message::Subscribe(Subscribe {
+                job_id: call.job_id.clone().expect("checked above"),
+                from_event_seq: Some(0),
+                history: Some(true),
+                extra: Default::default(),
+            }));
+            debug!(parent: &call.span, "subscribing to the job's stream with history");
+            let request = frame.envelope.id.clone();
+            call.subscribe_request = Some(request.clone());
+            self.queue_frame(frame);
+            self.requests.insert(request, id, ReqKind::Subscribe);
+            return;
+        }
+        if !carries {
+            if call.confirming {
+                self.give_up_permanent(id);
+                return;
+            }
+            call.confirming = true;
+        }
+        debug!(parent: &call.span, "no outcome on the live stream; re-sending with the same key");
+        call.last_error =
+            Some("the runtime answered with job.accepted only; no outcome was delivered".into());
+        call.phase = Phase::Queued { not_before: now };
+        self.try_send(id, now);
+    }
+
+    /// Ends a call whose job the runtime will never report to us.
+    pub(super) fn give_up_permanent(&mut self, id: CallId) {
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
+        let error = give_up(
+            &call.key,
+            call.job_id.as_deref(),
+            call.exposure,
+            call.attempts,
+            "the runtime replays only job.accepted for this job and nothing carries its outcome \
+             to this session",
+            None,
+            true,
+        );
+        self.finish(id, Err(error));
+    }
+
+    fn give_up(&mut self, id: CallId, reason: &str) {
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
+        let error = give_up(
+            &call.key,
+            call.job_id.as_deref(),
+            call.exposure,
+            call.attempts,
+            reason,
+            call.last_error.as_deref(),
+            false,
+        );
+        self.finish(id, Err(error));
+    }
+
+    /// Resolves a call: answers every waiter, caches a terminal outcome,
+    /// and removes all state of the call.
+    pub(super) fn finish(&mut self, id: CallId, outcome: Outcome) {
+        let Some(mut call) = self.forget(id) else {
+            return;
+        };
+        let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
+        match &outcome {
+            Ok(out) => {
+                call.span.record("outcome", "ok");
+                info!(parent: &call.span, attempts = out.attempts, replayed = out.replayed, "call succeeded")
+            }
+            Err(e) => {
+                call.span.record("outcome", e.code_name().as_str());
+                info!(parent: &call.span, attempts = call.attempts, execution = %e.execution(), error = %e, "call failed")
+            }
+        }
+        if call.dropped_events > 0 {
+            warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
+        }
+        self.cache
+            .insert(call.key.clone(), call.fingerprint, outcome.clone(), Instant::now());
+        let cancelled = matches!(outcome, Err(Error::Cancelled { .. }));
+        call.answer_cancel(if cancelled {
+            CancelOutcome::Acknowledged
+        } else {
+            CancelOutcome::AlreadyFinished
+        });
+        for waiter in call.waiters {
+            let _ = waiter.reply.send(outcome.clone());
+        }
+    }
+
+    /// Removes every trace of a call (maps, requests, window) and returns it.
+    fn forget(&mut self, id: CallId) -> Option<Box<Call>> {
+        let call = self.calls.remove(&id)?;
+        if self.by_key.get(&call.key) == Some(&id) {
+            self.by_key.remove(&call.key);
+        }
+        if let Some(job) = &call.job_id {
+            if self.by_job.get(job) == Some(&id) {
+                self.by_job.remove(job);
+            }
+        }
+        if let Phase::Sent { request, .. } = &call.phase {
+            if self.requests.remove(request).is_some() {
+                self.answered(Instant::now());
+            }
+        }
+        if let Some(request) = &call.subscribe_request {
+            self.requests.remove(request);
+        }
+        if let Some((request, _)) = call.cancel.as_ref().and_then(|c| c.request.as_ref()) {
+            self.requests.remove(request);
+        }
+        if let Link::Up(up) = &mut self.link {
+            up.window_queue.retain(|&q| q != id);
+        }
+        Some(call)
+    }
+
+    // ----- plumbing ----------------------------------------------------------------
+
+    /// Arms the call's timer at its next wake, if that changed.
+    pub(super) fn rearm(&mut self, id: CallId, now: Instant) {
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let at = call.next_wake(now);
+        if call.timer == Some(at) {
+            return;
+        }
+        call.timer = Some(at);
+        call.timer_gen = call.timer_gen.wrapping_add(1);
+        self.timers.push(Reverse((at, id, call.timer_gen)));
+    }
+
+    /// Drops stale timer entries once the heap has doubled (amortised O(1)).
+    fn compact(&mut self) {
+        if self.timers.len() > 2 * self.calls.len() + TIMER_COMPACT_MIN {
+            let calls = &self.calls;
+            self.timers.retain(|Reverse((_, id, gen))| {
+                calls.get(id).is_some_and(|c| c.timer_gen == *gen)
+            });
+        }
+    }
+
+    /// Encodes and queues a frame on the live connection; returns its
+    /// transmit seq.
+    pub(super) fn queue_frame(&mut self, mut frame: Frame) -> u64 {
+        let Link::Up(up) = &self.link else {
+            return self.queued_seq;
+        };
+        frame.envelope.session_id = self.session.id.clone();
+        self.outbox.push(up.dialect.encode(&frame));
+        self.queued_seq += 1;
+        self.queued_seq
+    }
+
+    fn maybe_ack(&mut self, now: Instant) {
+        let seq = self.session.last_event_seq;
+        let due = match &self.link {
+            Link::Up(up) => {
+                up.profile.accepts_ack
+                    && seq > up.live.acked_seq
+                    && now.saturating_duration_since(up.live.last_ack) >= ACK_EVERY
+            }
+            _ => false,
+        };
+        if due {
+            self.queue_frame(Frame::new(Message::Ack(arcp_types::Ack {
+                last_processed_seq: seq,
+                extra: Default::default(),
+            })));
+            if let Link::Up(up) = &mut self.link {
+                up.live.acked_seq = seq;
+                up.live.last_ack = now;
+            }
+        }
+    }
+
+    /// Calls held, for tests and memory checks.
+    #[cfg(test)]
+    pub(crate) fn call_count(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Outstanding requests, for tests.
+    #[cfg(test)]
+    pub(crate) fn request_count(&self) -> usize {
+        self.requests.len()
+    }
+}
+
+/// The same error with a note on why it is final.
+fn with_context(error: Error, context: &str) -> Error {
+    match error {
+        Error::Connect { url, message, .. } => Error::Connect {
+            url,
+            message: format!("{message}; {context}"),
+            retryable: true,
+        },
+        Error::Handshake { url, message, .. } => Error::Handshake {
+            url,
+            message: format!("{message}; {context}"),
+            retryable: true,
+        },
+        other => other,
+    }
+}
+
+/// Marks the time of any inbound frame on the live link.
+pub(super) fn touch(link: &mut Link, now: Instant) {
+    if let Link::Up(up) = link {
+        up.live.last_inbound = now;
+    }
+}

@@ -1,0 +1,175 @@
+//! The driver: one task per client, a `select!` loop that moves commands,
+//! dial results, frames, write completions and timers between the socket
+//! and the core. It never awaits anything but the `select!`: dialing and
+//! writing are futures *inside* the loop, so a deadline, `close()` or
+//! `cancel()` is served within milliseconds whatever the network does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::connector;
+use super::core::{Command, Core, DialFailure, Established, Loss};
+use super::transport::{Inbound, Reader, Writer};
+use crate::config::Config;
+
+type Dialing = Pin<Box<dyn Future<Output = Result<(Reader, Writer, Established), DialFailure>> + Send>>;
+type Writing = Pin<Box<dyn Future<Output = (Writer, Result<(), String>)> + Send>>;
+
+/// Commands taken per loop turn before writing, so bursts leave in one flush.
+const MAX_COMMANDS_PER_TURN: usize = 512;
+
+/// Runs the core until the client closes or every handle is gone.
+pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mut core: Core) {
+    let mut dialing: Option<Dialing> = None;
+    // The live connection's halves: the reader, and the writer when idle
+    // (a write in progress holds it, with the transmit seq it covers).
+    let mut reader: Option<Reader> = None;
+    let mut writer: Option<Writer> = None;
+    let mut writing: Option<(Writing, u64)> = None;
+    let mut batch: Vec<String> = Vec::new();
+    let mut handles_gone = false;
+    loop {
+        let now = Instant::now();
+        if core.take_drop().is_some() {
+            (reader, writer, writing) = (None, None, None);
+        }
+        if core.is_closed() {
+            break;
+        }
+        if dialing.is_none() && reader.is_none() {
+            if let Some(plan) = core.poll_dial(now) {
+                tracing::debug!(?plan, "dialing");
+                dialing = Some(Box::pin(connector::dial(config.clone(), plan)));
+            }
+        }
+        if writing.is_none() && core.has_transmit() {
+            if let Some(idle) = writer.take() {
+                let upto = core.take_transmit(&mut batch);
+                let frames = std::mem::take(&mut batch);
+                writing = Some((Box::pin(idle.write(frames, config.write_timeout)), upto));
+            }
+        }
+        let wake = core.poll_timeout();
+        enum Turn {
+            Command(Option<Command>),
+            Dialed(Result<(Reader, Writer, Established), DialFailure>),
+            Read(Inbound),
+            Wrote(Writer, Result<(), String>),
+            Timer,
+        }
+        let turn = tokio::select! {
+            command = rx.recv(), if !handles_gone => Turn::Command(command),
+            dialed = poll_opt(&mut dialing) => Turn::Dialed(dialed),
+            inbound = read(&mut reader) => Turn::Read(inbound),
+            (idle, result) = write_done(&mut writing) => Turn::Wrote(idle, result),
+            _ = sleep_until(wake) => Turn::Timer,
+        };
+        let now = Instant::now();
+        match turn {
+            Turn::Command(Some(command)) => {
+                core.command(command, now);
+                for _ in 0..MAX_COMMANDS_PER_TURN {
+                    match rx.try_recv() {
+                        Ok(command) => core.command(command, now),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Turn::Command(None) => {
+                // Every handle is gone, so nobody awaits an outcome.
+                handles_gone = true;
+                core.close(now);
+            }
+            Turn::Dialed(result) => {
+                dialing = None;
+                match result {
+                    Ok((r, w, est)) => {
+                        if core.is_closed() {
+                            w.close().await;
+                            break;
+                        }
+                        core.on_established(est, now);
+                        (reader, writer, writing) = (Some(r), Some(w), None);
+                    }
+                    Err(failure) => core.on_dial_failed(failure, now),
+                }
+            }
+            Turn::Read(Inbound::Text(text)) => core.on_text(&text, now),
+            Turn::Read(Inbound::Other) => core.on_activity(now),
+            Turn::Read(Inbound::Closed { code, reason }) => {
+                (reader, writer, writing) = (None, None, None);
+                core.on_lost(loss(code, reason), now);
+            }
+            Turn::Wrote(idle, Ok(())) => {
+                if let Some((_, upto)) = writing.take() {
+                    core.on_flushed(upto, now);
+                }
+                writer = Some(idle);
+            }
+            Turn::Wrote(_, Err(reason)) => {
+                (reader, writer, writing) = (None, None, None);
+                core.on_lost(Loss::Network(reason), now);
+            }
+            Turn::Timer => {}
+        }
+        core.handle_timeout(Instant::now());
+    }
+    // Closing: write what is queued (the session close), briefly, then close.
+    drop(reader);
+    if let Some((pending, upto)) = writing.take() {
+        if let Ok((idle, _)) = tokio::time::timeout(Duration::from_millis(500), pending).await {
+            core.on_flushed(upto, Instant::now());
+            writer = Some(idle);
+        }
+    }
+    if let Some(mut w) = writer.take() {
+        core.take_transmit(&mut batch);
+        let _ = w
+            .send(std::mem::take(&mut batch), Duration::from_millis(500))
+            .await;
+        w.close().await;
+    }
+    for reply in core.take_close_replies() {
+        let _ = reply.send(());
+    }
+}
+
+/// A close the runtime gave because of something the client sent, or a loss.
+fn loss(code: Option<u16>, reason: String) -> Loss {
+    match code {
+        Some(code @ (1002 | 1003 | 1007 | 1008 | 1009)) => Loss::Rejected { code, reason },
+        _ => Loss::Network(reason),
+    }
+}
+
+async fn poll_opt<T>(future: &mut Option<Pin<Box<dyn Future<Output = T> + Send>>>) -> T {
+    match future {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn read(reader: &mut Option<Reader>) -> Inbound {
+    match reader {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn write_done(writing: &mut Option<(Writing, u64)>) -> (Writer, Result<(), String>) {
+    match writing {
+        Some((pending, _)) => pending.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,477 @@
+//! Frames from the runtime, into the core: attribution (by the request a
+//! frame names, then its job, then, for errors naming neither, the oldest
+//! request that can draw one) and the classifier's verdicts.
+//!
+//! A frame for no live call (a finished call, an unknown job, a stale
+//! request) is logged and dropped: nothing here can fail a call it does not
+//! belong to, and nothing panics.
+
+use std::time::Instant;
+
+use arcp_types::{Envelope, ErrorReply, Frame, JobEvent, JobResult, Message, Pong};
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use super::assembly::Assembly;
+use super::attribution::ReqKind;
+use super::calls::{CallId, Phase};
+use super::core::{touch, Core, Link, Loss};
+use crate::classify::{
+    classify_error, failed_result, read_result, tool_error, ErrorVerdict, ResultReading,
+};
+use crate::error::Error;
+use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
+use crate::retry::later;
+
+impl Core {
+    /// A text frame from the live connection.
+    pub(crate) fn on_text(&mut self, text: &str, now: Instant) {
+        let Link::Up(up) = &self.link else {
+            return;
+        };
+        match up.dialect.decode(text) {
+            Ok(frame) => self.handle_frame(frame, now),
+            Err(e) => {
+                touch(&mut self.link, now);
+                warn!(error = %e, "skipping a frame that does not decode");
+            }
+        }
+    }
+
+    /// A decoded frame from the live connection.
+    pub(crate) fn handle_frame(&mut self, frame: Frame, now: Instant) {
+        touch(&mut self.link, now);
+        if !matches!(self.link, Link::Up(_)) {
+            return;
+        }
+        if let Some(seq) = frame.envelope.event_seq {
+            self.session.last_event_seq = self.session.last_event_seq.max(seq);
+        }
+        let Frame { envelope, message } = frame;
+        match message {
+            Message::Ping(ping) => {
+                self.queue_frame(Frame::new(Message::Pong(Pong {
+                    ping_nonce: ping.nonce,
+                    received_at: Some(arcp_types::now_rfc3339()),
+                    extra: Default::default(),
+                })));
+            }
+            Message::Accepted(accepted) => {
+                let request = accepted.request_id.or(envelope.correlation_id.clone());
+                let marked = envelope.idempotency_key.is_some() && self.key_echo_marks_replay();
+                self.on_accepted(&envelope, request, Some(accepted.job_id), marked, now);
+            }
+            Message::Receipt(receipt) if receipt.replay => {
+                // An older runtime's "duplicate" answer: bound, no outcome.
+                let job = receipt.job_id.or(envelope.job_id.clone());
+                let request = envelope.correlation_id.clone();
+                self.on_accepted(&envelope, request, job, true, now);
+            }
+            Message::Event(event) => self.on_event(&envelope, event, now),
+            Message::Result(result) => self.on_result(&envelope, result, now),
+            Message::Cancelled(_) => {
+                if let Some(id) = self.call_for(&envelope, envelope.correlation_id.as_deref()) {
+                    if let Some(call) = self.calls.get(&id) {
+                        let error = Error::Cancelled {
+                            key: call.key.clone(),
+                            job_id: call.job_id.clone().or(envelope.job_id.clone()),
+                            attempts: call.attempts,
+                        };
+                        self.finish(id, Err(error));
+                    }
+                }
+            }
+            Message::Error(e)
+            | Message::Nack(e)
+            | Message::SessionError(e)
+            | Message::Rejected(e) => self.on_error(&envelope, e, now),
+            Message::CancelAccepted(_) => {
+                self.on_cancel_reply(&envelope, CancelOutcome::Acknowledged)
+            }
+            Message::CancelRefused(body) => {
+                let reason = body
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("refused")
+                    .to_owned();
+                self.on_cancel_reply(&envelope, CancelOutcome::Refused { reason });
+            }
+            Message::Subscribed(_) => {
+                if let Some(request) = envelope.correlation_id.as_deref() {
+                    if let Some((id, ReqKind::Subscribe)) = self.requests.get(request) {
+                        self.requests.remove(request);
+                        if let Some(call) = self.calls.get_mut(&id) {
+                            call.subscribe_request = None;
+                        }
+                    }
+                }
+            }
+            Message::Evicted(_) | Message::Closed(_) => {
+                self.session.forget();
+                self.lose(
+                    Loss::Network("the runtime ended the session".into()),
+                    now,
+                    true,
+                );
+            }
+            other => {
+                debug!(message = ?std::mem::discriminant(&other), "ignoring a frame the client does not act on")
+            }
+        }
+    }
+
+    fn key_echo_marks_replay(&self) -> bool {
+        matches!(&self.link, Link::Up(up) if up.profile.key_echo_marks_replay)
+    }
+
+    fn echoes_request_ids(&self) -> bool {
+        matches!(&self.link, Link::Up(up) if up.profile.echoes_request_id_on_errors)
+    }
+
+    /// A frame re-sent from another session (a replayed, stored answer).
+    fn is_foreign(&self, envelope: &Envelope) -> bool {
+        matches!(
+            (envelope.session_id.as_deref(), self.session.id.as_deref()),
+            (Some(theirs), Some(ours)) if theirs != ours
+        )
+    }
+
+    /// The call a frame is about: by the request it names, else by job.
+    fn call_for(&self, envelope: &Envelope, request: Option<&str>) -> Option<CallId> {
+        request
+            .and_then(|r| self.requests.get(r))
+            .map(|(id, _)| id)
+            .or_else(|| {
+                envelope
+                    .job_id
+                    .as_deref()
+                    .and_then(|j| self.by_job.get(j).copied())
+            })
+            .filter(|id| self.calls.contains_key(id))
+    }
+
+    /// Removes the call's subscribe request once a frame of its job shows
+    /// the subscription works (it can no longer draw an unnamed error).
+    fn subscription_answered(&mut self, id: CallId) {
+        if let Some(request) = self.calls.get_mut(&id).and_then(|c| c.subscribe_request.take()) {
+            self.requests.remove(&request);
+        }
+    }
+
+    fn on_accepted(
+        &mut self,
+        envelope: &Envelope,
+        request: Option<String>,
+        job_id: Option<String>,
+        marked: bool,
+        now: Instant,
+    ) {
+        let id = match request.as_deref() {
+            Some(r) => match self.requests.get(r) {
+                Some((id, ReqKind::Submit)) => Some(id),
+                _ => None,
+            },
+            // No request named: runtimes answer in order.
+            None => match self.requests.oldest_drawing() {
+                Some((_, id, ReqKind::Submit)) => Some(id),
+                _ => None,
+            },
+        };
+        let Some(id) = id else {
+            debug!(?request, ?job_id, "an acceptance for no outstanding request; dropped");
+            return;
+        };
+        let foreign = self.is_foreign(envelope);
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let Phase::Sent { request, .. } = &call.phase else {
+            return;
+        };
+        let request = request.clone();
+        let known_job = matches!((&call.job_id, &job_id), (Some(a), Some(b)) if a == b);
+        // The answer shows a stored binding: another session's frame, a
+        // runtime's replay mark, or the job an earlier attempt was bound to.
+        let replay = foreign || marked || known_job;
+        call.replayed |= replay;
+        if let Some(job) = &job_id {
+            call.bind(job);
+        }
+        let ladder_at = if replay {
+            call.start_recovery(now, self.config.retry.max_elapsed);
+            let wait = call
+                .ladder
+                .get_or_insert_with(|| self.config.retry.ladder())
+                .next_ceiling();
+            Some(later(now, wait))
+        } else {
+            None
+        };
+        debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
+        call.phase = Phase::Accepted { ladder_at };
+        if let Some(job) = job_id {
+            self.by_job.insert(job, id);
+        }
+        self.requests.remove(&request);
+        self.answered(now);
+        self.rearm(id, now);
+    }
+
+    fn on_event(&mut self, envelope: &Envelope, event: JobEvent, now: Instant) {
+        let Some(id) = self.call_for(envelope, None) else {
+            debug!(job_id = ?envelope.job_id, "an event for a job no call is waiting on; dropped");
+            return;
+        };
+        self.subscription_answered(id);
+        let epoch = self.session.epoch;
+        let limit = self.config.max_result_size;
+        let retry = &self.config.retry;
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        // Any event of the job (even a repeat) shows its stream reaches us:
+        // the ladder waits again instead of re-sending.
+        if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
+            let wait = call
+                .ladder
+                .get_or_insert_with(|| retry.ladder())
+                .current();
+            call.phase = Phase::Accepted {
+                ladder_at: Some(later(now, wait)),
+            };
+        }
+        if let Some(seq) = envelope.event_seq {
+            if call.last_event.is_some_and(|last| last >= (epoch, seq)) {
+                self.rearm(id, now);
+                return; // already delivered (replay after resume or subscribe)
+            }
+            call.last_event = Some((epoch, seq));
+        }
+        if event.kind == "result_chunk" {
+            let typed = event.typed();
+            if let arcp_types::EventBody::ResultChunk {
+                result_id,
+                encoding,
+                ..
+            } = &typed
+            {
+                call.assembly
+                    .get_or_insert_with(|| {
+                        Assembly::new(result_id.clone(), encoding == "base64")
+                    })
+                    .push(&typed, limit);
+            }
+        }
+        let event = InvocationEvent {
+            event_seq: envelope.event_seq,
+            event,
+        };
+        for waiter in &call.waiters {
+            if !waiter.shared.deliver(event.clone()) {
+                call.dropped_events += 1;
+            }
+        }
+        self.rearm(id, now);
+    }
+
+    fn on_result(&mut self, envelope: &Envelope, result: JobResult, now: Instant) {
+        let Some(id) = self.call_for(envelope, envelope.correlation_id.as_deref()) else {
+            debug!(job_id = ?envelope.job_id, "a result for a job no call is waiting on; dropped");
+            return;
+        };
+        let foreign = self.is_foreign(envelope);
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        // A terminal with no acceptance before it on this attempt is a
+        // stored outcome re-sent (runtimes accept a fresh job before it runs).
+        let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        if let Some(job) = &envelope.job_id {
+            call.bind(job);
+        }
+        let replayed = call.replayed || foreign || unaccepted;
+        let streamed = result.extra.get("result_id").and_then(Value::as_str);
+        let assembled = match (call.assembly.take(), streamed) {
+            (Some(a), Some(r)) if a.result_id == r => a.value(),
+            _ => None,
+        };
+        let key = call.key.clone();
+        let job_id = call.job_id.clone();
+        let exposure = call.exposure;
+        let outcome = match read_result(result, assembled) {
+            ResultReading::Value(value) => Ok(ToolOutput {
+                value,
+                job_id,
+                key,
+                replayed,
+                attempts: call.attempts,
+                trace_id: call.trace_id.clone(),
+            }),
+            ResultReading::Failed { code, message } => {
+                let e = failed_result(code, self.config.redact(message));
+                Err(tool_error(
+                    &key,
+                    job_id,
+                    e,
+                    &ErrorVerdict::JobFailed,
+                    exposure,
+                    replayed,
+                ))
+            }
+        };
+        let _ = now;
+        self.finish(id, outcome);
+    }
+
+    fn on_error(&mut self, envelope: &Envelope, e: ErrorReply, now: Instant) {
+        let request = e.request_id.clone().or(envelope.correlation_id.clone());
+        let named = request.as_deref().and_then(|r| {
+            self.requests
+                .get(r)
+                .map(|(id, kind)| (r.to_owned(), id, kind))
+        });
+        let target = match named {
+            Some(t) => Some(t),
+            None => match envelope
+                .job_id
+                .as_deref()
+                .and_then(|j| self.by_job.get(j).copied())
+            {
+                Some(id) => Some((String::new(), id, ReqKind::Submit)),
+                // Names neither: runtimes answer in order (v1.1 Python's
+                // `session.error` carries no request id).
+                None if request.is_none()
+                    && envelope.job_id.is_none()
+                    && !self.echoes_request_ids() =>
+                {
+                    self.requests.oldest_drawing()
+                }
+                None => None,
+            },
+        };
+        let Some((request, id, kind)) = target else {
+            warn!(code = %e.code, message = %self.config.redact(e.message.clone()), "an error for no outstanding request; ignored");
+            return;
+        };
+        match kind {
+            ReqKind::Subscribe => {
+                self.requests.remove(&request);
+                if let Some(call) = self.calls.get_mut(&id) {
+                    debug!(parent: &call.span, code = %e.code, "subscribe refused; the ladder re-sends instead");
+                    call.subscribe_request = None;
+                    call.subscribe_refused = true;
+                }
+            }
+            ReqKind::Cancel => {
+                self.requests.remove(&request);
+                let reason = format!("{}: {}", e.code, self.config.redact(e.message));
+                if let Some(call) = self.calls.get_mut(&id) {
+                    if let Some(cancel) = &mut call.cancel {
+                        cancel.request = None;
+                        cancel.settled = true;
+                    }
+                    call.answer_cancel(CancelOutcome::Refused { reason });
+                }
+            }
+            ReqKind::Submit => self.on_call_error(id, envelope, e, now),
+        }
+    }
+
+    fn on_call_error(&mut self, id: CallId, envelope: &Envelope, mut e: ErrorReply, now: Instant) {
+        e.message = self.config.redact(e.message);
+        let foreign = self.is_foreign(envelope);
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let names_job = envelope.job_id.is_some();
+        let accepted = matches!(call.phase, Phase::Accepted { .. });
+        let verdict = classify_error(&e, names_job, accepted);
+        let mut freed = false;
+        if let Phase::Sent { request, .. } = &call.phase {
+            let request = request.clone();
+            freed = self.requests.remove(&request).is_some();
+        }
+        if freed {
+            self.answered(now);
+        }
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        match verdict {
+            ErrorVerdict::DuplicateKey => {
+                let error = Error::DuplicateKey {
+                    key: call.key.clone(),
+                    message: e.message,
+                    attempts: call.attempts,
+                };
+                self.finish(id, Err(error));
+            }
+            ErrorVerdict::Transient { floor } if unaccepted => {
+                // Refused before acceptance, transiently: this attempt
+                // created nothing; retry with the same key.
+                let delay = call
+                    .backoff
+                    .get_or_insert_with(|| self.config.retry.schedule())
+                    .next_delay(floor);
+                call.last_error = Some(format!("{}: {}", e.code, e.message));
+                call.start_recovery(now, self.config.retry.max_elapsed);
+                debug!(parent: &call.span, code = %e.code, ?delay, "transient refusal; retrying with the same key");
+                call.phase = Phase::Queued {
+                    not_before: later(now, delay),
+                };
+                self.rearm(id, now);
+            }
+            ErrorVerdict::Transient { .. } => {
+                debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
+            }
+            verdict => {
+                if let Some(job) = &envelope.job_id {
+                    call.bind(job);
+                }
+                let replayed = call.replayed || foreign || (names_job && unaccepted);
+                let error = tool_error(
+                    &call.key,
+                    call.job_id.clone(),
+                    e,
+                    &verdict,
+                    call.exposure,
+                    replayed,
+                );
+                self.finish(id, Err(error));
+            }
+        }
+    }
+
+    fn on_cancel_reply(&mut self, envelope: &Envelope, outcome: CancelOutcome) {
+        let by_request = envelope
+            .correlation_id
+            .as_deref()
+            .and_then(|r| match self.requests.get(r) {
+                Some((id, ReqKind::Cancel)) => Some((r.to_owned(), id)),
+                _ => None,
+            });
+        let (request, id) = match by_request {
+            Some((r, id)) => (Some(r), id),
+            None => match envelope
+                .job_id
+                .as_deref()
+                .and_then(|j| self.by_job.get(j).copied())
+            {
+                Some(id) => (None, id),
+                None => return,
+            },
+        };
+        if let Some(r) = request {
+            self.requests.remove(&r);
+        }
+        if let Some(call) = self.calls.get_mut(&id) {
+            if let Some(cancel) = &mut call.cancel {
+                cancel.request = None;
+                cancel.written = true;
+                cancel.settled = true;
+            }
+            call.answer_cancel(outcome);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! What outlives a connection (the session: id, resume token, event
+//! sequence, the runtime's profile) and what keeps one honest (liveness:
+//! heartbeats, keepalive pings, acks, unanswered requests). Pure state and
+//! rules; the core asks, the driver does the I/O.
+
+use std::time::{Duration, Instant};
+
+use arcp_types::{Dialect, ResumeRequest, Welcome};
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::profile::RuntimeProfile;
+use crate::retry::later;
+
+/// The session across connections.
+#[derive(Debug, Default)]
+pub(crate) struct Session {
+    /// The dialect, fixed by the first successful handshake.
+    pub(crate) dialect: Option<Dialect>,
+    pub(crate) id: Option<String>,
+    resume_token: Option<String>,
+    /// Highest `event_seq` received in this session.
+    pub(crate) last_event_seq: u64,
+    /// Incremented on every new (not resumed) session: `event_seq` restarts.
+    pub(crate) epoch: u64,
+    pub(crate) profile: Option<RuntimeProfile>,
+}
+
+impl Session {
+    /// The resume request for the next handshake, when the runtime offers
+    /// resume and there is a session to resume.
+    pub(crate) fn resume_request(&self) -> Option<ResumeRequest> {
+        let profile = self.profile.as_ref()?;
+        if profile.dialect != Dialect::V1_1 || !profile.supports_resume {
+            return None;
+        }
+        Some(ResumeRequest {
+            session_id: self.id.clone()?,
+            resume_token: self.resume_token.clone()?,
+            last_event_seq: self.last_event_seq,
+        })
+    }
+
+    /// Installs a welcome; returns whether the previous session was resumed.
+    pub(crate) fn install(&mut self, dialect: Dialect, welcome: &Welcome, resuming: bool) -> bool {
+        let resumed = resuming && self.id.as_deref() == Some(welcome.session_id.as_str());
+        if !resumed {
+            self.epoch += 1;
+            self.last_event_seq = 0;
+        }
+        self.dialect = Some(dialect);
+        self.id = Some(welcome.session_id.clone());
+        self.resume_token = welcome.resume_token.clone();
+        self.profile = Some(RuntimeProfile::from_welcome(dialect, welcome));
+        resumed
+    }
+
+    /// The runtime ended the session: the next connection opens a new one.
+    pub(crate) fn forget(&mut self) {
+        self.id = None;
+        self.resume_token = None;
+    }
+}
+
+/// What liveness asks of the core at a given instant.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LivenessAction {
+    /// Nothing to do.
+    None,
+    /// Send a ping now.
+    Ping,
+    /// The connection is dead, for this reason.
+    Dead(&'static str),
+}
+
+/// Liveness of the live connection.
+#[derive(Debug)]
+pub(crate) struct Liveness {
+    /// The heartbeat interval: configured, negotiated, or the keepalive for
+    /// runtimes that answer pings.
+    heartbeat: Option<Duration>,
+    /// The runtime pings us: silence for two intervals is a dead link.
+    pub(crate) last_inbound: Instant,
+    pub(crate) last_outbound: Instant,
+    pub(crate) last_ack: Instant,
+    pub(crate) acked_seq: u64,
+    /// Since when requests have been outstanding with nothing heard.
+    pub(crate) awaiting_since: Option<Instant>,
+}
+
+/// How often acks are sent at most.
+pub(crate) const ACK_EVERY: Duration = Duration::from_millis(200);
+
+impl Liveness {
+    /// Liveness for a connection that just completed its handshake.
+    pub(crate) fn new(config: &Config, profile: &RuntimeProfile, welcome: &Welcome, now: Instant) -> Self {
+        let negotiated = welcome
+            .extra
+            .get("heartbeat_interval_ms")
+            .and_then(Value::as_u64)
+            .map(Duration::from_millis)
+            .or(welcome.heartbeat_interval_sec.map(Duration::from_secs))
+            .filter(|d| !d.is_zero() && (profile.sends_ping || profile.answers_ping));
+        let heartbeat = config
+            .heartbeat
+            .or(negotiated)
+            .or(profile.answers_ping.then_some(config.keepalive));
+        Liveness {
+            heartbeat,
+            last_inbound: now,
+            last_outbound: now,
+            last_ack: now,
+            acked_seq: 0,
+            awaiting_since: None,
+        }
+    }
+
+    /// When liveness next needs a look.
+    pub(crate) fn next_wake(&self, response_timeout: Duration) -> Option<Instant> {
+        let mut at: Option<Instant> = None;
+        let mut min = |t: Instant| at = Some(at.map_or(t, |a: Instant| a.min(t)));
+        if let Some(interval) = self.heartbeat {
+            min(later(self.last_outbound, interval));
+            min(later(self.last_inbound, interval.saturating_mul(2)));
+        }
+        if let Some(since) = self.awaiting_since {
+            min(later(since.max(self.last_inbound), response_timeout));
+        }
+        at
+    }
+
+    /// Decides, at `now`, whether to ping or to declare the link dead.
+    pub(crate) fn check(&mut self, now: Instant, response_timeout: Duration) -> LivenessAction {
+        if let Some(since) = self.awaiting_since {
+            if now.saturating_duration_since(since.max(self.last_inbound)) >= response_timeout {
+                return LivenessAction::Dead(
+                    "requests were outstanding and the runtime sent nothing within the response timeout",
+                );
+            }
+        }
+        if let Some(interval) = self.heartbeat {
+            if now.saturating_duration_since(self.last_inbound) >= interval.saturating_mul(2) {
+                return LivenessAction::Dead(
+                    "no frame from the runtime for two heartbeat intervals (HEARTBEAT_LOST)",
+                );
+            }
+            if now.saturating_duration_since(self.last_outbound) >= interval {
+                // Count the probe as traffic so the next one waits a full interval.
+                self.last_outbound = now;
+                return LivenessAction::Ping;
+            }
+        }
+        LivenessAction::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn welcome() -> Welcome {
+        serde_json::from_value(json!({"session_id": "s", "heartbeat_interval_sec": 1,
+            "runtime": {"name": "x", "version": "1"},
+            "capabilities": {"features": ["heartbeat"]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn two_silent_intervals_kill_the_link_and_pings_fill_the_gaps() {
+        let config = Config::new("ws://x".into());
+        let w = welcome();
+        let profile = RuntimeProfile::from_welcome(Dialect::V1_1, &w);
+        let t0 = Instant::now();
+        let mut live = Liveness::new(&config, &profile, &w, t0);
+        let rt = Duration::from_secs(10);
+        assert_eq!(live.check(t0, rt), LivenessAction::None);
+        assert_eq!(live.check(t0 + Duration::from_secs(1), rt), LivenessAction::Ping);
+        assert_eq!(
+            live.check(t0 + Duration::from_millis(1500), rt),
+            LivenessAction::None
+        );
+        assert!(matches!(
+            live.check(t0 + Duration::from_secs(2), rt),
+            LivenessAction::Dead(_)
+        ));
+    }
+
+    #[test]
+    fn outstanding_requests_with_a_silent_runtime_kill_the_link() {
+        let mut config = Config::new("ws://x".into());
+        config.heartbeat = None;
+        let w: Welcome = serde_json::from_value(json!({"session_id": "s"})).unwrap();
+        let profile = RuntimeProfile::from_welcome(Dialect::Legacy, &w);
+        let t0 = Instant::now();
+        let mut live = Liveness::new(&config, &profile, &w, t0);
+        let rt = Duration::from_millis(300);
+        live.awaiting_since = Some(t0);
+        assert_eq!(live.next_wake(rt), Some(t0 + rt));
+        assert_eq!(live.check(t0 + Duration::from_millis(299), rt), LivenessAction::None);
+        assert!(matches!(live.check(t0 + rt, rt), LivenessAction::Dead(_)));
+    }
+}
