@@ -184,16 +184,21 @@ both_dialects! {
         assert!(mock.connections() >= 2, "heartbeat loss was detected and a reconnect tried");
         assert_eq!(mock.executions("refund"), 1);
 
-        // A runtime that never answers the handshake: connect fails in time.
+        // A runtime that never answers the handshake: connect retries
+        // within its budget, then fails in time with a retryable error.
         let started = Instant::now();
         let err = client_for_black_hole(&mock.ws_url(), dialect).await;
-        assert!(started.elapsed() < Duration::from_secs(2), "{err:?}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(1_000 + 300), "{took:?} {err:?}");
+        assert!(took >= Duration::from_millis(600), "retried, not failed at once: {took:?}");
+        assert!(err.is_retryable(), "{err:?}");
     }
 }
 
 async fn client_for_black_hole(url: &str, dialect: Dialect) -> Error {
     client(url, dialect)
         .handshake_timeout(Duration::from_millis(300))
+        .connect_budget(Duration::from_secs(1))
         .connect()
         .await
         .unwrap_err()

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use arcp::client::{Error, IdempotencyKey};
-use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault, MockRuntime, ReplayPolicy};
+use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault, MockRuntime, Preset, ReplayPolicy};
 use serde_json::{json, Value};
 use support::mock::{client, mock, submits};
 
@@ -147,8 +147,16 @@ async fn duplicate_key_from_nack() {
 
 /// Accepted-only replay (Rust 2.0.0, TS, Go, Java): the ladder runs out and
 /// names the original job; never a hang, never a second execution.
+/// A runtime that replays only `job.accepted` and offers no `job.subscribe`
+/// (the v1.1 TS/Go/Java family, the legacy Rust runtime): nothing can hand
+/// the stored outcome to a second client, so it ends `OutcomeUnavailable`.
 async fn accepted_only(dialect: Dialect, policy: ReplayPolicy) {
-    let mock = mock(dialect).replay_policy(policy).start().await.unwrap();
+    let mock = mock(dialect)
+        .replay_policy(policy)
+        .subscribe(false)
+        .start()
+        .await
+        .unwrap();
     let key = IdempotencyKey::new();
     let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
     let original = first
@@ -195,6 +203,44 @@ async fn accepted_only_replay_v1_1() {
     accepted_only(Dialect::V1_1, ReplayPolicy::AcceptedOnly).await;
 }
 
+/// The same accepted-only replay from a v1.1 runtime that offers
+/// `job.subscribe` with history (as Python 1.1.3 does): the client
+/// subscribes to the named job and gets its stored terminal.
+#[tokio::test]
+async fn accepted_only_replay_with_subscribe_v1_1() {
+    let mock = mock(Dialect::V1_1)
+        .replay_policy(ReplayPolicy::AcceptedOnly)
+        .start()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), Dialect::V1_1).connect().await.unwrap();
+    let original = first
+        .invoke("refund", json!({"order": 3}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    let second = client(&mock.ws_url(), Dialect::V1_1).connect().await.unwrap();
+    let out = second
+        .invoke("refund", json!({"order": 3}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.value, original.value);
+    assert_eq!(out.job_id, original.job_id, "the original job");
+    assert!(out.replayed, "the acceptance named a job bound in another session");
+    assert_eq!(out.attempts, 1, "subscribing needed no re-send");
+    assert!(
+        mock.received()
+            .iter()
+            .any(|e| e.kind == "job.subscribe"),
+        "the outcome came through job.subscribe"
+    );
+    assert_eq!(mock.executions("refund"), 1);
+}
+
 #[tokio::test]
 async fn ack_with_replay_legacy() {
     accepted_only(Dialect::Legacy, ReplayPolicy::AckReplay).await;
@@ -204,9 +250,11 @@ async fn ack_with_replay_legacy() {
 /// finished (the Python runtime): the ladder's re-send after backoff gets it.
 #[tokio::test]
 async fn accepted_while_running_then_terminal_replay() {
+    // Python 1.1.3's replay and resume (no live events after a resume),
+    // without job.subscribe, so only a re-send can fetch the stored terminal.
     let mock = mock(Dialect::V1_1)
-        .replay_policy(ReplayPolicy::TerminalReplay)
-        .resume_reattaches_jobs(false) // as the Python runtime: no live events after resume
+        .preset(Preset::Python113)
+        .subscribe(false)
         .start()
         .await
         .unwrap();

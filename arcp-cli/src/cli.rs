@@ -139,6 +139,12 @@ pub struct InvokeArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_secs, allow_negative_numbers = true)]
     pub deadline: Option<f64>,
 
+    /// How long to keep dialing through transient connection failures
+    /// (resets, refused connections, timeouts, HTTP 5xx or 429) before the
+    /// first session, in seconds. Default: 30, never past --deadline.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub connect_budget: Option<f64>,
+
     /// How many times the request may be sent in all (at least 1; default 10).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: Option<u32>,

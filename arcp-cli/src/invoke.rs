@@ -18,6 +18,8 @@ use crate::progress::EventRenderer;
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// The client's default handshake timeout, lowered to the deadline when shorter.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `connect` rides out transient failures unless told otherwise.
+const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(30);
 /// How long to let the event renderer drain after the call ended.
 const EVENTS_DRAIN: Duration = Duration::from_millis(500);
 /// How long a graceful session close may take before the process exits anyway.
@@ -75,6 +77,12 @@ pub async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutc
         .dialect(arcp_client::DialectChoice::from(args.dialect))
         .retry(retry)
         .handshake_timeout(HANDSHAKE_TIMEOUT.min(deadline))
+        .connect_budget(
+            args.connect_budget
+                .map(Duration::from_secs_f64)
+                .unwrap_or(DEFAULT_CONNECT_BUDGET)
+                .min(deadline),
+        )
         .client_info("arcp-cli", env!("CARGO_PKG_VERSION"));
     if let Some(token) = &args.token {
         builder = builder.bearer_token(token.clone());

@@ -285,11 +285,20 @@ fn an_unreachable_runtime_is_an_error_object_with_zero_attempts() {
         .unwrap()
         .port();
     let url = format!("ws://127.0.0.1:{port}/arcp");
-    let out = invoke_json("echo", &url, &["--key", "unreachable-1"])
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
+    let started = std::time::Instant::now();
+    let out = invoke_json(
+        "echo",
+        &url,
+        &["--key", "unreachable-1", "--connect-budget", "1"],
+    )
+    .assert()
+    .code(1)
+    .get_output()
+    .clone();
+    // Refused connections are retried (a runtime may be restarting), but
+    // only within the connect budget.
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
     let map = single_json_object(&out.stdout);
     assert_error_contract(&map);
     assert_eq!(map["code"], "CONNECT_FAILED");

@@ -144,6 +144,9 @@ fn a_lost_terminal_on_a_v1_1_accepted_only_runtime_exits_4() {
             slow_mock(MockRuntime::builder())
                 .replay_policy(ReplayPolicy::AcceptedOnly)
                 .resume_reattaches_jobs(false)
+                // No job.subscribe either (the TS/Go/Java family): nothing
+                // hands the outcome to the reconnected client.
+                .subscribe(false)
                 .start(),
         )
         .unwrap();

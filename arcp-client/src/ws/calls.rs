@@ -177,6 +177,15 @@ impl Call {
         }
     }
 
+    /// What a cancel not confirmed by the runtime amounts to: dispatched
+    /// once some copy reached a socket, else not dispatched (`why`).
+    pub(crate) fn cancel_so_far(&self, why: &str) -> CancelOutcome {
+        match &self.cancel {
+            Some(c) if c.written => CancelOutcome::Dispatched,
+            _ => CancelOutcome::NotDispatched { reason: why.into() },
+        }
+    }
+
     /// Answers every cancel waiter.
     pub(crate) fn answer_cancel(&mut self, outcome: CancelOutcome) {
         if let Some(cancel) = &mut self.cancel {

@@ -843,6 +843,8 @@ impl Core {
         call.waiters.retain(|w| !w.shared.is_abandoned());
         if !call.is_wanted() {
             debug!(parent: &call.span, "call abandoned by its callers");
+            let cancel = call.cancel_so_far("the caller gave up before the cancel was written");
+            call.answer_cancel(cancel);
             self.forget(id);
             return;
         }
@@ -857,21 +859,17 @@ impl Core {
             self.finish(id, Err(error));
             return;
         }
-        if let Some(cancel) = &mut call.cancel {
-            if now >= cancel.until && !cancel.waiters.is_empty() {
-                let outcome = if cancel.written {
-                    CancelOutcome::Dispatched
-                } else {
-                    CancelOutcome::NotDispatched {
-                        reason: format!(
-                            "the cancel could not be written to a connection within {:?}; \
-                             it is sent when the connection is back while the call is live",
-                            self.config.cancel_timeout
-                        ),
-                    }
-                };
-                call.answer_cancel(outcome);
-            }
+        let cancel_due = call
+            .cancel
+            .as_ref()
+            .is_some_and(|c| now >= c.until && !c.waiters.is_empty());
+        if cancel_due {
+            let outcome = call.cancel_so_far(&format!(
+                "the cancel could not be written to a connection within {:?}; \
+                 it is sent when the connection is back while the call is live",
+                self.config.cancel_timeout
+            ));
+            call.answer_cancel(outcome);
         }
         let max_attempts = self.config.retry.max_attempts;
         match call.phase {
@@ -1093,12 +1091,16 @@ impl Core {
         }
         self.cache
             .insert(call.key.clone(), call.fingerprint, outcome.clone(), Instant::now());
-        let cancelled = matches!(outcome, Err(Error::Cancelled { .. }));
-        call.answer_cancel(if cancelled {
-            CancelOutcome::Acknowledged
-        } else {
-            CancelOutcome::AlreadyFinished
-        });
+        let cancel = match &outcome {
+            Err(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
+            // The job reached its own end: nothing is left to cancel.
+            Ok(_) | Err(Error::Tool(_) | Error::DuplicateKey { .. }) => {
+                CancelOutcome::AlreadyFinished
+            }
+            // The client stopped waiting; the job may still run.
+            Err(_) => call.cancel_so_far("the call ended before the cancel was written"),
+        };
+        call.answer_cancel(cancel);
         for waiter in call.waiters {
             let _ = waiter.reply.send(outcome.clone());
         }
