@@ -34,6 +34,7 @@ impl Backend {
                 http.invoke(request).await
             }
             Backend::Ws { tx } => {
+                let key = request.key.clone();
                 let (reply, rx) = oneshot::channel();
                 tx.send(Command::Invoke(Box::new((request, reply))))
                     .await
@@ -41,13 +42,25 @@ impl Backend {
                 shared
                     .dispatched
                     .store(true, std::sync::atomic::Ordering::Release);
-                rx.await.map_err(|_| Error::Closed)?
+                // A dropped reply means the connection task is gone. If a
+                // request went out, the call may have run: say so.
+                rx.await.unwrap_or_else(|_| {
+                    Err(if shared.abandon() {
+                        Error::Interrupted {
+                            key,
+                            job_id: shared.job_id(),
+                            attempts: shared.attempts(),
+                        }
+                    } else {
+                        Error::Closed
+                    })
+                })
             }
         }
     }
 
     /// Asks the runtime to cancel the job of the call with `key`.
-    pub(crate) async fn cancel(&self, key: IdempotencyKey) -> CancelOutcome {
+    pub(crate) async fn cancel(&self, key: IdempotencyKey, shared: Arc<CallShared>) -> CancelOutcome {
         let closed = || CancelOutcome::NotDispatched {
             reason: "the client is closed".into(),
         };
@@ -59,7 +72,7 @@ impl Backend {
             },
             Backend::Ws { tx } => {
                 let (reply, rx) = oneshot::channel();
-                if tx.send(Command::Cancel { key, reply }).await.is_err() {
+                if tx.send(Command::Cancel { key, shared, reply }).await.is_err() {
                     return closed();
                 }
                 rx.await.unwrap_or_else(|_| closed())

@@ -532,9 +532,9 @@ impl Client {
 
     /// Asks the backend to cancel the call with `key`, bounded by the
     /// cancel timeout whatever the connection does.
-    pub(crate) async fn cancel(&self, key: IdempotencyKey) -> CancelOutcome {
+    pub(crate) async fn cancel(&self, key: IdempotencyKey, shared: Arc<CallShared>) -> CancelOutcome {
         let bound = self.inner.config.cancel_timeout + std::time::Duration::from_millis(250);
-        match tokio::time::timeout(bound, self.inner.backend.cancel(key)).await {
+        match tokio::time::timeout(bound, self.inner.backend.cancel(key, shared)).await {
             Ok(outcome) => outcome,
             Err(_) => CancelOutcome::NotDispatched {
                 reason: format!("the client did not get to the cancel within {bound:?}"),

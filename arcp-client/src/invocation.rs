@@ -283,7 +283,7 @@ impl CallHandle {
                 reason: "the call was invalid and never sent".into(),
             };
         };
-        self.client.cancel(key).await
+        self.client.cancel(key, self.shared.clone()).await
     }
 }
 

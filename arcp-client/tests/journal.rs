@@ -513,7 +513,9 @@ async fn a_journal_instance_survives_a_failed_connect_and_serves_one_client() {
         .unwrap()
         .port();
     let url = format!("ws://127.0.0.1:{port}/arcp");
-    let configured = builder(&url).journal(MemoryJournal::new());
+    let configured = builder(&url)
+        .connect_budget(Duration::from_millis(300))
+        .journal(MemoryJournal::new());
     let err = configured.clone().connect().await.unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     // The runtime comes up; a clone of the same builder connects with the

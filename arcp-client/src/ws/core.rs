@@ -43,9 +43,12 @@ use crate::retry::{later, Schedule};
 pub(crate) enum Command {
     /// Run a call; its outcome goes to the sender.
     Invoke(Box<(CallRequest, oneshot::Sender<Outcome>)>),
-    /// Cancel the job of the call with this key.
+    /// Cancel the job of the call with this key, if the caller behind
+    /// `shared` waits on it (a same-key call refused as a duplicate must
+    /// not cancel the call that holds the key).
     Cancel {
         key: IdempotencyKey,
+        shared: Arc<CallShared>,
         reply: oneshot::Sender<CancelOutcome>,
     },
     /// The caller behind `shared` gave up (deadline, or dropped the future).
@@ -327,7 +330,7 @@ impl Core {
                 let (request, reply) = *boxed;
                 self.start_call(request, reply, now);
             }
-            Command::Cancel { key, reply } => self.cancel(key, reply, now),
+            Command::Cancel { key, shared, reply } => self.cancel(key, &shared, reply, now),
             Command::Abandon { key, shared } => self.abandon(&key, &shared, now),
             Command::Close { reply } => {
                 self.close_replies.push(reply);
@@ -400,9 +403,17 @@ impl Core {
                     if let Some(job) = &call.job_id {
                         waiter.shared.set_job(job);
                     }
-                    if call.exposure.in_doubt || call.exposure.bound {
-                        waiter.shared.mark_sent();
+                    // From now on the key's fate is shared: whichever caller
+                    // gives up first cannot prove the others will not run
+                    // it, so none of them may claim "did not run".
+                    for w in &call.waiters {
+                        w.shared.mark_sent();
                     }
+                    waiter.shared.mark_sent();
+                    // The call lives as long as its most patient caller;
+                    // each caller's own deadline is enforced on its side.
+                    call.deadline_at = call.deadline_at.max(later(req.started, req.deadline));
+                    call.deadline = call.deadline.max(req.deadline);
                     call.waiters.push(waiter);
                 } else {
                     let _ = waiter.reply.send(Err(Error::DuplicateKey {
@@ -483,8 +494,19 @@ impl Core {
         self.step(id, now);
     }
 
-    fn cancel(&mut self, key: IdempotencyKey, reply: oneshot::Sender<CancelOutcome>, now: Instant) {
-        let Some(call) = self.by_key.get(&key).and_then(|id| self.calls.get(id)) else {
+    fn cancel(
+        &mut self,
+        key: IdempotencyKey,
+        shared: &Arc<CallShared>,
+        reply: oneshot::Sender<CancelOutcome>,
+        now: Instant,
+    ) {
+        let Some(call) = self
+            .by_key
+            .get(&key)
+            .and_then(|id| self.calls.get(id))
+            .filter(|c| c.waiters.iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
+        else {
             let _ = reply.send(CancelOutcome::AlreadyFinished);
             return;
         };
