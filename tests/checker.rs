@@ -18,9 +18,11 @@
 //! - `DuplicateKey` ⇒ the key is bound to another intent;
 //! - the call ends within its deadline + 100 ms;
 //! - the client's task never dies (no `Closed` while the client is open);
-//! - a cancel reported `Acknowledged` ended the call `Cancelled`; one
-//!   reported dispatched reached the runtime.
-//! And for every key: at most one execution.
+//! - a cancel reported `Acknowledged` did not end `Ok`; one reported
+//!   dispatched or acknowledged reached the runtime (when no cut was in
+//!   between).
+//! And for every key: at most one execution; once every call ended, the
+//! client holds no call and no request ([`Client::stats`]).
 //!
 //! `ARCP_CHECKER_SEEDS=N` runs N seeds (default 160), `ARCP_CHECKER_FIRST`
 //! the first seed (default 0), `ARCP_CHECKER_SEED=S` replays only seed S,
@@ -348,6 +350,11 @@ async fn run(plan: Plan) -> Vec<String> {
     let mut ended = Vec::new();
     for t in tasks {
         ended.push(t.await.expect("call task"));
+    }
+    // Nothing of a finished call stays behind.
+    let stats = client.stats().await;
+    if stats.calls != 0 || stats.requests != 0 {
+        violations.push(format!("finished calls left state behind: {stats:?}"));
     }
     client.close().await;
     // Settle: whatever the runtime still runs (calls that gave up) ends,

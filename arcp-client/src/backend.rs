@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::cache::Outcome;
 use crate::error::Error;
 use crate::http::HttpBackend;
-use crate::outcome::CancelOutcome;
+use crate::outcome::{CancelOutcome, ClientStats};
 use crate::request::{CallRequest, CallShared};
 use crate::ws::Command;
 
@@ -86,6 +86,21 @@ impl Backend {
     pub(crate) fn abandon(&self, key: IdempotencyKey, shared: Arc<CallShared>) {
         if let Backend::Ws { tx } = self {
             let _ = tx.try_send(Command::Abandon { key, shared });
+        }
+    }
+
+    /// What the transport holds; the HTTP binding holds nothing between
+    /// calls.
+    pub(crate) async fn stats(&self) -> ClientStats {
+        match self {
+            Backend::Http(_) => ClientStats::default(),
+            Backend::Ws { tx } => {
+                let (reply, rx) = oneshot::channel();
+                if tx.send(Command::Stats { reply }).await.is_err() {
+                    return ClientStats::default();
+                }
+                rx.await.unwrap_or_default()
+            }
         }
     }
 

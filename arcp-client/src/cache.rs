@@ -146,7 +146,7 @@ impl OutcomeCache {
         }
     }
 
-    #[cfg(test)]
+    /// Outcomes held.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

@@ -18,7 +18,7 @@ use crate::invocation::{Invocation, InvokeBuilder};
 use crate::journal::{
     self, Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention,
 };
-use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::outcome::{CancelOutcome, ClientStats, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
@@ -425,6 +425,14 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What the client holds now: calls in flight, requests awaiting an
+    /// answer, timers and cached outcomes. Nothing of a finished call stays
+    /// behind, so once every call ended `calls` and `requests` are zero; a
+    /// closed client reports zeros.
+    pub async fn stats(&self) -> ClientStats {
+        self.inner.backend.stats().await
     }
 
     /// Closes the session gracefully. Calls still in flight end: with

@@ -64,7 +64,7 @@ pub use config::{DialectChoice, RetryPolicy};
 pub use error::{Error, Execution, ToolError};
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder};
-pub use outcome::{CancelOutcome, InvocationEvent, ToolOutput};
+pub use outcome::{CancelOutcome, ClientStats, InvocationEvent, ToolOutput};
 pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention, SqliteJournal,

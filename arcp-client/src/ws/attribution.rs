@@ -85,7 +85,6 @@ impl Requests {
     }
 
     /// Outstanding requests.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()
     }

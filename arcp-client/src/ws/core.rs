@@ -34,7 +34,7 @@ use crate::cache::{fingerprint, Cached, Outcome, OutcomeCache};
 use crate::classify::{give_up, Exposure};
 use crate::config::{Config, DialectChoice};
 use crate::error::{Error, Execution};
-use crate::outcome::CancelOutcome;
+use crate::outcome::{CancelOutcome, ClientStats};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::{later, Schedule};
@@ -58,6 +58,8 @@ pub(crate) enum Command {
     },
     /// Close the session; calls still in flight end.
     Close { reply: oneshot::Sender<()> },
+    /// Report what the core holds.
+    Stats { reply: oneshot::Sender<ClientStats> },
 }
 
 /// What the driver should dial.
@@ -335,6 +337,9 @@ impl Core {
             Command::Close { reply } => {
                 self.close_replies.push(reply);
                 self.close(now);
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.stats());
             }
         }
     }
@@ -1216,16 +1221,14 @@ impl Core {
         }
     }
 
-    /// Calls held, for tests and memory checks.
-    #[cfg(test)]
-    pub(crate) fn call_count(&self) -> usize {
-        self.calls.len()
-    }
-
-    /// Outstanding requests, for tests.
-    #[cfg(test)]
-    pub(crate) fn request_count(&self) -> usize {
-        self.requests.len()
+    /// What the core holds (`Client::stats`).
+    pub(crate) fn stats(&self) -> ClientStats {
+        ClientStats {
+            calls: self.calls.len(),
+            requests: self.requests.len(),
+            timers: self.timers.len(),
+            cached_outcomes: self.cache.len(),
+        }
     }
 }
 
