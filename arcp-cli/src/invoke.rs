@@ -69,7 +69,9 @@ pub async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutc
     // can report it, and a user can repeat the call with it.
     let key = args.key.clone().unwrap_or_else(IdempotencyKey::new);
 
-    let mut retry = RetryPolicy::exponential();
+    // A person waits on the CLI: cap each backoff at 2 s, so a flaky link
+    // that recovers is used within a couple of seconds.
+    let mut retry = RetryPolicy::exponential().max_delay(Duration::from_secs(2));
     if let Some(n) = args.max_attempts {
         retry = retry.max_attempts(n);
     }

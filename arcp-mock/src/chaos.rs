@@ -151,6 +151,7 @@ struct Config {
     kill_probability: f64,
     spare_first_frames: u64,
     max_kills: Option<u64>,
+    spare_connections: f64,
 }
 
 impl ChaosProxyBuilder {
@@ -206,6 +207,17 @@ impl ChaosProxyBuilder {
     #[must_use]
     pub fn spare_first_frames(mut self, n: u64) -> Self {
         self.config.spare_first_frames = n;
+        self
+    }
+
+    /// Exempt about this fraction of connections (drawn from the seed per
+    /// connection) from the frame and byte schedules, so a flaky network
+    /// cuts most connections but lets some through whole. `p` is clamped
+    /// to `[0, 1]`; NaN counts as 0. Default 0: every connection follows
+    /// the schedules.
+    #[must_use]
+    pub fn spare_connections(mut self, p: f64) -> Self {
+        self.config.spare_connections = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
         self
     }
 
@@ -494,6 +506,9 @@ impl Conn {
         // which others are configured.
         let r_frames = rng.next_u64();
         let r_bytes = rng.next_u64();
+        // Drawn apart from `rng`, so sparing changes no other draw.
+        let draw = (splitmix64(config.seed ^ splitmix64(id) ^ 0x5bd1_e995) >> 11) as f64;
+        let spared = (draw / (1u64 << 53) as f64) < config.spare_connections;
         Conn {
             id,
             frames: AtomicU64::new(0),
@@ -502,8 +517,14 @@ impl Conn {
             kill: Notify::new(),
             schedule: Mutex::new(Schedule {
                 rng,
-                frame_threshold: config.kill_every_frames.map(|n| jitter(n, r_frames)),
-                byte_threshold: config.kill_every_bytes.map(|n| jitter(n, r_bytes)),
+                frame_threshold: config
+                    .kill_every_frames
+                    .filter(|_| !spared)
+                    .map(|n| jitter(n, r_frames)),
+                byte_threshold: config
+                    .kill_every_bytes
+                    .filter(|_| !spared)
+                    .map(|n| jitter(n, r_bytes)),
                 started: 0,
                 admitted: 0,
             }),
