@@ -21,6 +21,7 @@
 //! - a cancel reported `Acknowledged` did not end `Ok`; one reported
 //!   dispatched or acknowledged reached the runtime (when no cut was in
 //!   between).
+//!
 //! And for every key: at most one execution; once every call ended, the
 //! client holds no call and no request ([`Client::stats`]).
 //!
@@ -156,7 +157,11 @@ fn plan(seed: u64) -> Plan {
         // with the same intent (a joiner), half with another (a conflict).
         let (key, v) = if i > 0 && r.chance(20) {
             let earlier: &PlannedCall = &calls[r.range(0, i as u64 - 1) as usize];
-            let v = if r.chance(50) { earlier.v } else { r.next() % 1_000_000 };
+            let v = if r.chance(50) {
+                earlier.v
+            } else {
+                r.next() % 1_000_000
+            };
             (earlier.key, v)
         } else {
             keys += 1;
@@ -293,7 +298,9 @@ async fn run(plan: Plan) -> Vec<String> {
             return violations;
         }
     };
-    let keys: Vec<IdempotencyKey> = (0..plan.calls.len()).map(|_| IdempotencyKey::new()).collect();
+    let keys: Vec<IdempotencyKey> = (0..plan.calls.len())
+        .map(|_| IdempotencyKey::new())
+        .collect();
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for call in plan.calls.clone() {
@@ -368,7 +375,9 @@ async fn run(plan: Plan) -> Vec<String> {
     let mut by_key: HashMap<String, u64> = HashMap::new();
     let mut job_status: HashMap<String, JobStatus> = HashMap::new();
     for job in &jobs {
-        let Some(key) = &job.idempotency_key else { continue };
+        let Some(key) = &job.idempotency_key else {
+            continue;
+        };
         let v = job.arguments["v"].as_u64().unwrap_or(u64::MAX);
         *by_intent.entry((key.clone(), v)).or_default() += job.executions;
         *by_key.entry(key.clone()).or_default() += job.executions;
@@ -407,7 +416,9 @@ async fn run(plan: Plan) -> Vec<String> {
                     violations.push(format!("{who}: Ok with a value not its own: {value}"));
                 }
             }
-            Err(Error::Closed) => violations.push(format!("{who}: Closed while the client was open")),
+            Err(Error::Closed) => {
+                violations.push(format!("{who}: Closed while the client was open"))
+            }
             Err(Error::DuplicateKey { .. }) => {
                 let other = by_intent
                     .iter()
@@ -417,10 +428,14 @@ async fn run(plan: Plan) -> Vec<String> {
                         .iter()
                         .any(|c| c.key == call.key && c.v != call.v);
                 if !other {
-                    violations.push(format!("{who}: DuplicateKey but no other intent used the key"));
+                    violations.push(format!(
+                        "{who}: DuplicateKey but no other intent used the key"
+                    ));
                 }
                 if runs != 0 {
-                    violations.push(format!("{who}: DuplicateKey but its intent ran {runs} times"));
+                    violations.push(format!(
+                        "{who}: DuplicateKey but its intent ran {runs} times"
+                    ));
                 }
             }
             Err(e) => match e.execution() {
@@ -440,9 +455,9 @@ async fn run(plan: Plan) -> Vec<String> {
             // The runtime confirmed the cancel: the job cannot have ended
             // with a result after it (the call itself may still end without
             // the final `cancelled` frame, if the connection died).
-            Some(CancelOutcome::Acknowledged) if end.outcome.is_ok() => violations.push(format!(
-                "{who}: cancel acknowledged but the call ended Ok"
-            )),
+            Some(CancelOutcome::Acknowledged) if end.outcome.is_ok() => {
+                violations.push(format!("{who}: cancel acknowledged but the call ended Ok"))
+            }
             Some(CancelOutcome::Acknowledged | CancelOutcome::Dispatched) => {
                 let sent = end.job_id.as_ref().is_some_and(|job| {
                     received.iter().any(|e| {
@@ -470,9 +485,7 @@ async fn run(plan: Plan) -> Vec<String> {
 async fn settle(mock: &MockRuntime) {
     let until = Instant::now() + Duration::from_secs(3);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    while Instant::now() < until
-        && mock.jobs().iter().any(|j| j.status == JobStatus::Running)
-    {
+    while Instant::now() < until && mock.jobs().iter().any(|j| j.status == JobStatus::Running) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -511,7 +524,10 @@ async fn seeded_fault_schedules_never_lie() {
     for r in runs {
         let (seed, shown, violations) = r.await.expect("schedule task");
         if !violations.is_empty() {
-            eprintln!("seed {seed} FAILED:\n  {}\n  plan: {shown}", violations.join("\n  "));
+            eprintln!(
+                "seed {seed} FAILED:\n  {}\n  plan: {shown}",
+                violations.join("\n  ")
+            );
             failed.push(seed);
         }
     }

@@ -67,7 +67,9 @@ async fn through_killer(kind: PeerKind) {
     for i in 0..CALLS {
         let args = peer.counter_args(job_ms, 2, &format!("k{i}")).to_string();
         let child = Command::new(&bin)
-            .args(["invoke", "counter", "--url", &url, "--args", &args, "--json"])
+            .args([
+                "invoke", "counter", "--url", &url, "--args", &args, "--json",
+            ])
             .args(["--deadline", "60"])
             .args(std::env::var("ARCP_KILLER_VERBOSE").map(|_| "-vv"))
             .env("ARCP_TOKEN", peer.token())

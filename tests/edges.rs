@@ -195,7 +195,9 @@ async fn a_replayed_retryable_tool_error_is_terminal() {
         .send()
         .await
         .unwrap_err();
-    let Error::Tool(e1) = e1 else { panic!("{e1:?}") };
+    let Error::Tool(e1) = e1 else {
+        panic!("{e1:?}")
+    };
     assert!(!e1.replayed);
     let second = client(&mock.ws_url(), Dialect::Legacy)
         .connect()
@@ -207,7 +209,9 @@ async fn a_replayed_retryable_tool_error_is_terminal() {
         .send()
         .await
         .unwrap_err();
-    let Error::Tool(e2) = e2 else { panic!("{e2:?}") };
+    let Error::Tool(e2) = e2 else {
+        panic!("{e2:?}")
+    };
     assert!(e2.replayed, "the stored terminal was re-sent");
     assert_eq!(e2.attempts, 1, "not re-sent as if it were a refusal");
     assert_eq!(e2.execution, Execution::Ran);
@@ -230,7 +234,9 @@ async fn a_cached_tool_error_is_marked_replayed() {
             .send()
             .await
             .unwrap_err();
-        let Error::Tool(e) = err else { panic!("{err:?}") };
+        let Error::Tool(e) = err else {
+            panic!("{err:?}")
+        };
         assert_eq!(e.replayed, replayed);
     }
     assert_eq!(mock.executions("fail"), 1);
@@ -316,12 +322,21 @@ async fn a_request_closed_with_1009_is_rejected_not_retried() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::RequestRejected { close_code: 1009, .. }),
+        matches!(
+            err,
+            Error::RequestRejected {
+                close_code: 1009,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(err.execution(), Execution::NotRun);
     assert!(!err.is_retryable());
-    assert!(err.attempts().unwrap_or(0) <= 2, "at most one confirming re-send: {err:?}");
+    assert!(
+        err.attempts().unwrap_or(0) <= 2,
+        "at most one confirming re-send: {err:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(mock.executions("echo"), 0);
     // The connection is usable for other calls afterwards.
@@ -358,7 +373,10 @@ async fn an_accepted_only_runtime_ends_fast_after_a_cut() {
         other => panic!("{other:?}"),
     }
     assert!(took < Duration::from_millis(2_500), "{took:?}");
-    assert!(err.attempts().unwrap_or(0) <= 2, "one confirming re-send: {err:?}");
+    assert!(
+        err.attempts().unwrap_or(0) <= 2,
+        "one confirming re-send: {err:?}"
+    );
     assert_eq!(mock.executions("refund"), 1);
 }
 
@@ -424,7 +442,11 @@ async fn a_cancel_while_disconnected_is_sent_after_reconnecting() {
     mock.clear_faults();
     let result = run.await.unwrap();
     assert!(matches!(result, Err(Error::Cancelled { .. })), "{result:?}");
-    let job = mock.jobs().into_iter().find(|j| j.job_id == job_id).unwrap();
+    let job = mock
+        .jobs()
+        .into_iter()
+        .find(|j| j.job_id == job_id)
+        .unwrap();
     assert_eq!(job.status, JobStatus::Cancelled);
     assert_eq!(mock.executions("refund"), 1);
 }
@@ -450,7 +472,10 @@ async fn a_joined_caller_can_await_acceptance() {
     let second_handle = second.handle();
     let second = tokio::spawn(second);
     assert_eq!(second_handle.accepted().await, Some(job.clone()));
-    let (a, b) = (first.await.unwrap().unwrap(), second.await.unwrap().unwrap());
+    let (a, b) = (
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+    );
     assert_eq!(a.value, b.value);
     assert_eq!(b.job_id, Some(job));
     assert_eq!(mock.executions("refund"), 1);
@@ -465,7 +490,9 @@ async fn stray_frames_for_finished_calls_are_dropped() {
         let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
         for i in 0..5 {
             mock.inject(Fault::StrayFrames);
-            let call = client.invoke("refund", json!({"order": i, "ms": 20})).send();
+            let call = client
+                .invoke("refund", json!({"order": i, "ms": 20}))
+                .send();
             let handle = call.handle();
             let run = tokio::spawn(call);
             if i % 2 == 0 {

@@ -214,14 +214,20 @@ async fn accepted_only_replay_with_subscribe_v1_1() {
         .await
         .unwrap();
     let key = IdempotencyKey::new();
-    let first = client(&mock.ws_url(), Dialect::V1_1).connect().await.unwrap();
+    let first = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
     let original = first
         .invoke("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .send()
         .await
         .unwrap();
-    let second = client(&mock.ws_url(), Dialect::V1_1).connect().await.unwrap();
+    let second = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
     let out = second
         .invoke("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
@@ -230,12 +236,13 @@ async fn accepted_only_replay_with_subscribe_v1_1() {
         .unwrap();
     assert_eq!(out.value, original.value);
     assert_eq!(out.job_id, original.job_id, "the original job");
-    assert!(out.replayed, "the acceptance named a job bound in another session");
+    assert!(
+        out.replayed,
+        "the acceptance named a job bound in another session"
+    );
     assert_eq!(out.attempts, 1, "subscribing needed no re-send");
     assert!(
-        mock.received()
-            .iter()
-            .any(|e| e.kind == "job.subscribe"),
+        mock.received().iter().any(|e| e.kind == "job.subscribe"),
         "the outcome came through job.subscribe"
     );
     assert_eq!(mock.executions("refund"), 1);

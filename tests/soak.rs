@@ -112,13 +112,20 @@ async fn soak(dialect: Dialect, policy: ReplayPolicy, seed: u64) {
                     _ => {} // may have run, at most once
                 }
                 assert!(
-                    matches!(e, Error::OutcomeUnavailable { .. } | Error::RetriesExhausted { .. }),
+                    matches!(
+                        e,
+                        Error::OutcomeUnavailable { .. } | Error::RetriesExhausted { .. }
+                    ),
                     "{policy:?}: unexpected outcome {e:?}"
                 );
                 e.code_name()
             }
         };
-        if outcome.is_ok() || outcome.as_ref().is_err_and(|e| e.execution() != Execution::NotRun) {
+        if outcome.is_ok()
+            || outcome
+                .as_ref()
+                .is_err_and(|e| e.execution() != Execution::NotRun)
+        {
             executions_claimed_or_possible += runs;
         }
         *outcomes.entry(kind).or_default() += 1;

@@ -60,7 +60,11 @@ impl Backend {
     }
 
     /// Asks the runtime to cancel the job of the call with `key`.
-    pub(crate) async fn cancel(&self, key: IdempotencyKey, shared: Arc<CallShared>) -> CancelOutcome {
+    pub(crate) async fn cancel(
+        &self,
+        key: IdempotencyKey,
+        shared: Arc<CallShared>,
+    ) -> CancelOutcome {
         let closed = || CancelOutcome::NotDispatched {
             reason: "the client is closed".into(),
         };
@@ -72,7 +76,11 @@ impl Backend {
             },
             Backend::Ws { tx } => {
                 let (reply, rx) = oneshot::channel();
-                if tx.send(Command::Cancel { key, shared, reply }).await.is_err() {
+                if tx
+                    .send(Command::Cancel { key, shared, reply })
+                    .await
+                    .is_err()
+                {
                     return closed();
                 }
                 rx.await.unwrap_or_else(|_| closed())

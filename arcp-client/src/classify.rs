@@ -251,11 +251,32 @@ mod tests {
         assert_eq!(clean.unresolved(), Execution::NotRun);
         assert_eq!(lost.unresolved(), Execution::MayHaveRun);
         let refused = reply(ErrorCode::InvalidArgument, false, "bad");
-        let e = tool_error(&key, None, refused.clone(), &ErrorVerdict::Refused, clean, false);
+        let e = tool_error(
+            &key,
+            None,
+            refused.clone(),
+            &ErrorVerdict::Refused,
+            clean,
+            false,
+        );
         assert_eq!(e.execution(), Execution::NotRun);
-        let e = tool_error(&key, None, refused.clone(), &ErrorVerdict::Refused, lost, false);
+        let e = tool_error(
+            &key,
+            None,
+            refused.clone(),
+            &ErrorVerdict::Refused,
+            lost,
+            false,
+        );
         assert_eq!(e.execution(), Execution::MayHaveRun);
-        let e = tool_error(&key, Some("j".into()), refused, &ErrorVerdict::JobFailed, clean, true);
+        let e = tool_error(
+            &key,
+            Some("j".into()),
+            refused,
+            &ErrorVerdict::JobFailed,
+            clean,
+            true,
+        );
         assert_eq!(e.execution(), Execution::Ran);
         assert!(matches!(
             give_up(&key, None, clean, 3, "budget", None, false),

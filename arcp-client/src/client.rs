@@ -356,9 +356,9 @@ fn check_ws_url(url: &str) -> Result<(), Error> {
         message,
         retryable: false,
     };
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| bad("the URL has no scheme (expected ws://, wss://, http:// or https://)".into()))?;
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        bad("the URL has no scheme (expected ws://, wss://, http:// or https://)".into())
+    })?;
     if !matches!(scheme.to_ascii_lowercase().as_str(), "ws" | "wss") {
         return Err(bad(format!(
             "unsupported URL scheme {scheme:?} (expected ws://, wss://, http:// or https://)"
@@ -504,7 +504,7 @@ impl Client {
         }
     }
 
-        /// Starts what a new client does in the background (automatic recovery).
+    /// Starts what a new client does in the background (automatic recovery).
     fn started(self) -> Self {
         if let Some(journal) = &self.inner.journal {
             if journal.recovery() == RecoveryMode::Automatic {
@@ -540,7 +540,11 @@ impl Client {
 
     /// Asks the backend to cancel the call with `key`, bounded by the
     /// cancel timeout whatever the connection does.
-    pub(crate) async fn cancel(&self, key: IdempotencyKey, shared: Arc<CallShared>) -> CancelOutcome {
+    pub(crate) async fn cancel(
+        &self,
+        key: IdempotencyKey,
+        shared: Arc<CallShared>,
+    ) -> CancelOutcome {
         let bound = self.inner.config.cancel_timeout + std::time::Duration::from_millis(250);
         match tokio::time::timeout(bound, self.inner.backend.cancel(key, shared)).await {
             Ok(outcome) => outcome,
@@ -639,7 +643,16 @@ mod tests {
     fn urls_that_can_never_work_are_refused_at_once() {
         for url in ["127.0.0.1:7777", "ftp://x/arcp", "ws://", "ws:///arcp"] {
             let e = check_ws_url(url).unwrap_err();
-            assert!(matches!(e, Error::Connect { retryable: false, .. }), "{url}: {e}");
+            assert!(
+                matches!(
+                    e,
+                    Error::Connect {
+                        retryable: false,
+                        ..
+                    }
+                ),
+                "{url}: {e}"
+            );
         }
         assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
         assert!(check_ws_url("WSS://example.com").is_ok());

@@ -103,7 +103,10 @@ pub enum Error {
     /// not be obtained (for example a runtime that replays only
     /// `job.accepted` after the terminal was lost with the connection). The
     /// tool ran at most once.
-    #[error("the outcome of the call with key {key} is unavailable{}: {reason}", JobSuffix(job_id))]
+    #[error(
+        "the outcome of the call with key {key} is unavailable{}: {reason}",
+        JobSuffix(job_id)
+    )]
     OutcomeUnavailable {
         /// The key: ask again later with it to get the outcome without
         /// running the tool again.
@@ -134,7 +137,10 @@ pub enum Error {
         last_error: String,
     },
     /// The call's deadline passed before it resolved.
-    #[error("the call with key {key} exceeded its deadline of {deadline:?}{} ({execution})", JobSuffix(job_id))]
+    #[error(
+        "the call with key {key} exceeded its deadline of {deadline:?}{} ({execution})",
+        JobSuffix(job_id)
+    )]
     DeadlineExceeded {
         /// The key.
         key: IdempotencyKey,
@@ -160,7 +166,10 @@ pub enum Error {
     },
     /// The client was closed while the call was in flight: a request had
     /// been sent, so it may have run, at most once.
-    #[error("the client was closed while the call with key {key} was in flight{}; it may have run", JobSuffix(job_id))]
+    #[error(
+        "the client was closed while the call with key {key} was in flight{}; it may have run",
+        JobSuffix(job_id)
+    )]
     Interrupted {
         /// The key: ask again later with it.
         key: IdempotencyKey,

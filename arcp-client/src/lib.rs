@@ -44,19 +44,19 @@ mod config;
 mod error;
 mod outcome;
 // A call's intent and the pure rules.
-mod request;
 mod cache;
 mod classify;
 mod profile;
+mod request;
 mod retry;
 // Durable records of calls.
 mod journal;
 // The transports, and the client on top.
-mod ws;
-mod http;
 mod backend;
 mod client;
+mod http;
 mod invocation;
+mod ws;
 
 pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};
@@ -64,10 +64,10 @@ pub use config::{DialectChoice, RetryPolicy};
 pub use error::{Error, Execution, ToolError};
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder};
-pub use outcome::{CancelOutcome, ClientStats, InvocationEvent, ToolOutput};
 pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention, SqliteJournal,
     SqliteOptions, Synchronous,
 };
+pub use outcome::{CancelOutcome, ClientStats, InvocationEvent, ToolOutput};
 pub use profile::RuntimeProfile;

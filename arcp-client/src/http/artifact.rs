@@ -22,10 +22,10 @@ use super::{
     bearer_header, body_detail, build_http_client, describe, display_uri, read_capped, redact,
     retry_after, ERROR_BODY_LIMIT,
 };
+use crate::config::RetryPolicy;
 use crate::config::{Config, Secret};
 use crate::error::Error;
 use crate::retry::later;
-use crate::config::RetryPolicy;
 
 /// Default limit on an artifact's size: 64 MiB.
 pub(crate) use crate::config::DEFAULT_MAX_ARTIFACT_SIZE;

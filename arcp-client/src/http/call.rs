@@ -34,10 +34,10 @@ use crate::classify::{
     ResultReading,
 };
 use crate::config::Config;
-use crate::request::CallRequest;
 use crate::error::{Error, Execution};
 use crate::outcome::{InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
+use crate::request::CallRequest;
 use crate::retry::later;
 use crate::retry::Schedule;
 

@@ -30,8 +30,8 @@ use arcp_types::{ErrorCode, IdempotencyKey, Invoke};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use crate::error::{JournalError, JournalErrorKind};
 use crate::error::{Error, Execution, ToolError};
+pub use crate::error::{JournalError, JournalErrorKind};
 use crate::outcome::ToolOutput;
 
 pub use memory::MemoryJournal;

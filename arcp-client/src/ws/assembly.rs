@@ -26,7 +26,6 @@ impl Assembly {
         }
     }
 
-
     pub(crate) fn push(&mut self, chunk: &arcp_types::EventBody, limit: usize) {
         use base64::Engine as _;
         let arcp_types::EventBody::ResultChunk {
@@ -74,4 +73,3 @@ impl Assembly {
         }))
     }
 }
-

@@ -104,7 +104,10 @@ mod tests {
         r.remove("s1");
         assert_eq!(r.oldest_drawing().map(|x| x.1), Some(3));
         r.remove("s2");
-        assert!(r.oldest_drawing().is_none(), "a cancel draws no unnamed error");
+        assert!(
+            r.oldest_drawing().is_none(),
+            "a cancel draws no unnamed error"
+        );
         assert_eq!(r.len(), 1);
         r.clear();
         assert_eq!(r.len(), 0);

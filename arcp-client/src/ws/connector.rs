@@ -85,7 +85,11 @@ pub(crate) async fn dial(
                         _ => "",
                     };
                     return Err(transient(
-                        handshake_error(&config, format!("{message} before the welcome{hint}"), true),
+                        handshake_error(
+                            &config,
+                            format!("{message} before the welcome{hint}"),
+                            true,
+                        ),
                         None,
                     ));
                 }
@@ -160,7 +164,12 @@ async fn handshake(
     };
     let timeout = config.handshake_timeout;
     let exchange = async {
-        write(writer, dialect.encode(&Frame::new(Message::Open(open))), config).await?;
+        write(
+            writer,
+            dialect.encode(&Frame::new(Message::Open(open))),
+            config,
+        )
+        .await?;
         let mut heard_anything = false;
         loop {
             let text = match reader.recv().await {

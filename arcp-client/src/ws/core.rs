@@ -1116,8 +1116,12 @@ impl Core {
         if call.dropped_events > 0 {
             warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
-        self.cache
-            .insert(call.key.clone(), call.fingerprint, outcome.clone(), Instant::now());
+        self.cache.insert(
+            call.key.clone(),
+            call.fingerprint,
+            outcome.clone(),
+            Instant::now(),
+        );
         let cancel = match &outcome {
             Err(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.
@@ -1181,9 +1185,8 @@ impl Core {
     fn compact(&mut self) {
         if self.timers.len() > 2 * self.calls.len() + TIMER_COMPACT_MIN {
             let calls = &self.calls;
-            self.timers.retain(|Reverse((_, id, gen))| {
-                calls.get(id).is_some_and(|c| c.timer_gen == *gen)
-            });
+            self.timers
+                .retain(|Reverse((_, id, gen))| calls.get(id).is_some_and(|c| c.timer_gen == *gen));
         }
     }
 

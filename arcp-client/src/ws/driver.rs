@@ -16,7 +16,8 @@ use super::core::{Command, Core, DialFailure, Established, Loss};
 use super::transport::{Inbound, Reader, Writer};
 use crate::config::Config;
 
-type Dialing = Pin<Box<dyn Future<Output = Result<(Reader, Writer, Established), DialFailure>> + Send>>;
+type Dialing =
+    Pin<Box<dyn Future<Output = Result<(Reader, Writer, Established), DialFailure>> + Send>>;
 type Writing = Pin<Box<dyn Future<Output = (Writer, Result<(), String>)> + Send>>;
 
 /// Commands taken per loop turn before writing, so bursts leave in one flush.
@@ -56,14 +57,14 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
         let wake = core.poll_timeout();
         enum Turn {
             Command(Option<Command>),
-            Dialed(Result<(Reader, Writer, Established), DialFailure>),
+            Dialed(Box<Result<(Reader, Writer, Established), DialFailure>>),
             Read(Inbound),
             Wrote(Writer, Result<(), String>),
             Timer,
         }
         let turn = tokio::select! {
             command = rx.recv(), if !handles_gone => Turn::Command(command),
-            dialed = poll_opt(&mut dialing) => Turn::Dialed(dialed),
+            dialed = poll_opt(&mut dialing) => Turn::Dialed(Box::new(dialed)),
             inbound = read(&mut reader) => Turn::Read(inbound),
             (idle, result) = write_done(&mut writing) => Turn::Wrote(idle, result),
             _ = sleep_until(wake) => Turn::Timer,
@@ -86,7 +87,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             }
             Turn::Dialed(result) => {
                 dialing = None;
-                match result {
+                match *result {
                     Ok((r, w, est)) => {
                         if core.is_closed() {
                             w.close().await;

@@ -153,7 +153,11 @@ impl Core {
     /// Removes the call's subscribe request once a frame of its job shows
     /// the subscription works (it can no longer draw an unnamed error).
     fn subscription_answered(&mut self, id: CallId) {
-        if let Some(request) = self.calls.get_mut(&id).and_then(|c| c.subscribe_request.take()) {
+        if let Some(request) = self
+            .calls
+            .get_mut(&id)
+            .and_then(|c| c.subscribe_request.take())
+        {
             self.requests.remove(&request);
         }
     }
@@ -178,7 +182,11 @@ impl Core {
             },
         };
         let Some(id) = id else {
-            debug!(?request, ?job_id, "an acceptance for no outstanding request; dropped");
+            debug!(
+                ?request,
+                ?job_id,
+                "an acceptance for no outstanding request; dropped"
+            );
             return;
         };
         let foreign = self.is_foreign(envelope);
@@ -232,10 +240,7 @@ impl Core {
         // Any event of the job (even a repeat) shows its stream reaches us:
         // the ladder waits again instead of re-sending.
         if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
-            let wait = call
-                .ladder
-                .get_or_insert_with(|| retry.ladder())
-                .current();
+            let wait = call.ladder.get_or_insert_with(|| retry.ladder()).current();
             call.phase = Phase::Accepted {
                 ladder_at: Some(later(now, wait)),
             };
@@ -256,9 +261,7 @@ impl Core {
             } = &typed
             {
                 call.assembly
-                    .get_or_insert_with(|| {
-                        Assembly::new(result_id.clone(), encoding == "base64")
-                    })
+                    .get_or_insert_with(|| Assembly::new(result_id.clone(), encoding == "base64"))
                     .push(&typed, limit);
             }
         }
@@ -444,13 +447,14 @@ impl Core {
     }
 
     fn on_cancel_reply(&mut self, envelope: &Envelope, outcome: CancelOutcome) {
-        let by_request = envelope
-            .correlation_id
-            .as_deref()
-            .and_then(|r| match self.requests.get(r) {
-                Some((id, ReqKind::Cancel)) => Some((r.to_owned(), id)),
-                _ => None,
-            });
+        let by_request =
+            envelope
+                .correlation_id
+                .as_deref()
+                .and_then(|r| match self.requests.get(r) {
+                    Some((id, ReqKind::Cancel)) => Some((r.to_owned(), id)),
+                    _ => None,
+                });
         let (request, id) = match by_request {
             Some((r, id)) => (Some(r), id),
             None => match envelope

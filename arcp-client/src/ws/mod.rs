@@ -26,4 +26,3 @@ mod transport;
 
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;
-

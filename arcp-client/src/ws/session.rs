@@ -93,7 +93,12 @@ pub(crate) const ACK_EVERY: Duration = Duration::from_millis(200);
 
 impl Liveness {
     /// Liveness for a connection that just completed its handshake.
-    pub(crate) fn new(config: &Config, profile: &RuntimeProfile, welcome: &Welcome, now: Instant) -> Self {
+    pub(crate) fn new(
+        config: &Config,
+        profile: &RuntimeProfile,
+        welcome: &Welcome,
+        now: Instant,
+    ) -> Self {
         let negotiated = welcome
             .extra
             .get("heartbeat_interval_ms")
@@ -175,7 +180,10 @@ mod tests {
         let mut live = Liveness::new(&config, &profile, &w, t0);
         let rt = Duration::from_secs(10);
         assert_eq!(live.check(t0, rt), LivenessAction::None);
-        assert_eq!(live.check(t0 + Duration::from_secs(1), rt), LivenessAction::Ping);
+        assert_eq!(
+            live.check(t0 + Duration::from_secs(1), rt),
+            LivenessAction::Ping
+        );
         assert_eq!(
             live.check(t0 + Duration::from_millis(1500), rt),
             LivenessAction::None
@@ -197,7 +205,10 @@ mod tests {
         let rt = Duration::from_millis(300);
         live.awaiting_since = Some(t0);
         assert_eq!(live.next_wake(rt), Some(t0 + rt));
-        assert_eq!(live.check(t0 + Duration::from_millis(299), rt), LivenessAction::None);
+        assert_eq!(
+            live.check(t0 + Duration::from_millis(299), rt),
+            LivenessAction::None
+        );
         assert!(matches!(live.check(t0 + rt, rt), LivenessAction::Dead(_)));
     }
 }

@@ -50,8 +50,12 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         .tls
         .client_config()
         .map(tokio_tungstenite::Connector::Rustls);
-    let connect =
-        tokio_tungstenite::connect_async_tls_with_config(&config.url, Some(ws_config), true, connector);
+    let connect = tokio_tungstenite::connect_async_tls_with_config(
+        &config.url,
+        Some(ws_config),
+        true,
+        connector,
+    );
     let (ws, _response) = tokio::time::timeout(config.connect_timeout, connect)
         .await
         .map_err(|_| DialFailure {
@@ -69,7 +73,10 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         .map_err(|e| connect_error(&config.url, e))?;
     let socket = tcp_of(&ws).and_then(|tcp| {
         use std::os::fd::AsFd;
-        tcp.as_fd().try_clone_to_owned().ok().map(socket2::Socket::from)
+        tcp.as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(socket2::Socket::from)
     });
     let (sink, stream) = ws.split();
     let reader = Reader { stream, socket };
@@ -139,7 +146,11 @@ impl Writer {
     }
 
     /// Writes `frames` and flushes once, bounded by `timeout`.
-    pub(crate) async fn send(&mut self, frames: Vec<String>, timeout: Duration) -> Result<(), String> {
+    pub(crate) async fn send(
+        &mut self,
+        frames: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(), String> {
         let write = async {
             for text in frames {
                 self.sink.feed(WsMessage::text(text)).await?;
@@ -163,7 +174,9 @@ impl Writer {
 
 fn describe(e: &tungstenite::Error) -> String {
     match e {
-        tungstenite::Error::Capacity(c) => format!("a frame from the runtime is over the size limit: {c}"),
+        tungstenite::Error::Capacity(c) => {
+            format!("a frame from the runtime is over the size limit: {c}")
+        }
         tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
             "the connection closed".into()
         }
@@ -234,7 +247,11 @@ fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
         return Some(Duration::from_secs(secs.min(86_400)));
     }
     let at = httpdate::parse_http_date(value.trim()).ok()?;
-    Some(at.duration_since(now).unwrap_or_default().min(Duration::from_secs(86_400)))
+    Some(
+        at.duration_since(now)
+            .unwrap_or_default()
+            .min(Duration::from_secs(86_400)),
+    )
 }
 
 #[cfg(test)]
@@ -247,7 +264,10 @@ mod tests {
         assert_eq!(retry_after("3", now), Some(Duration::from_secs(3)));
         let later = httpdate::fmt_http_date(now + Duration::from_secs(10));
         let d = retry_after(&later, now).unwrap();
-        assert!(d <= Duration::from_secs(10) && d >= Duration::from_secs(8), "{d:?}");
+        assert!(
+            d <= Duration::from_secs(10) && d >= Duration::from_secs(8),
+            "{d:?}"
+        );
         assert_eq!(retry_after("soon", now), None);
     }
 }
