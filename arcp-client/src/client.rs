@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
+use futures_util::StreamExt;
 use serde_json::Value;
+use tracing::{info, warn};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::backend::Backend;
@@ -16,7 +18,7 @@ use crate::error::{Error, Execution};
 use crate::http::{self, ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::invocation::{Invocation, InvokeBuilder};
 use crate::journal::{
-    self, Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention,
+    Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention,
 };
 use crate::outcome::{CancelOutcome, ClientStats, ToolOutput};
 use crate::profile::RuntimeProfile;
@@ -508,7 +510,7 @@ impl Client {
     fn started(self) -> Self {
         if let Some(journal) = &self.inner.journal {
             if journal.recovery() == RecoveryMode::Automatic {
-                journal::spawn_recovery(self.clone());
+                spawn_recovery(self.clone());
             }
         }
         self
@@ -657,4 +659,36 @@ mod tests {
         assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
         assert!(check_ws_url("WSS://example.com").is_ok());
     }
+}
+
+/// Re-drives every unfinished call in the background
+/// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
+pub(crate) fn spawn_recovery(client: Client) {
+    tokio::spawn(async move {
+        let calls = match client.recover().await {
+            Ok(calls) => calls,
+            Err(e) => {
+                warn!(error = %e, "automatic recovery could not read the journal");
+                return;
+            }
+        };
+        if calls.is_empty() {
+            return;
+        }
+        info!(
+            calls = calls.len(),
+            "re-driving unfinished calls from the journal"
+        );
+        futures_util::stream::iter(calls)
+            .for_each_concurrent(64, |call| async move {
+                let key = call.key().cloned();
+                match call.await {
+                    Ok(out) => {
+                        info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
+                    }
+                    Err(e) => info!(key = ?key, error = %e, "recovered call ended"),
+                }
+            })
+            .await;
+    });
 }

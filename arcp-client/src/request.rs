@@ -18,6 +18,15 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::outcome::InvocationEvent;
 
+/// Where a transport reports a call's progress (the journal, when one is
+/// configured). Called on the connection task: must not block.
+pub(crate) trait CallRecorder: Send + Sync {
+    /// Attempt number `attempts` of the call is being written.
+    fn sent(&self, key: &IdempotencyKey, attempts: u32);
+    /// The runtime bound the call to `job_id`.
+    fn accepted(&self, key: &IdempotencyKey, job_id: &str);
+}
+
 /// A call handed from an `Invocation` to a transport.
 pub(crate) struct CallRequest {
     pub(crate) key: IdempotencyKey,
@@ -31,7 +40,7 @@ pub(crate) struct CallRequest {
     #[allow(dead_code)]
     pub(crate) events_end: EventsEnd,
     /// The journal's hook (when journaled): told of sends and acceptance.
-    pub(crate) recorder: Option<crate::journal::Recorder>,
+    pub(crate) recorder: Option<Box<dyn CallRecorder>>,
 }
 
 impl CallRequest {

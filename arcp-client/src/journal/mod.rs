@@ -36,7 +36,7 @@ use crate::outcome::ToolOutput;
 
 pub use memory::MemoryJournal;
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
-pub(crate) use writer::{spawn_recovery, JournalHandle, JournalSetup, Recorder};
+pub(crate) use writer::{JournalHandle, JournalSetup};
 
 /// Storage for the invocation journal.
 ///

@@ -21,7 +21,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
-use futures_util::StreamExt;
 use tokio::sync::{oneshot, Notify};
 use tracing::{debug, info, warn};
 
@@ -31,9 +30,8 @@ use super::{
     JournalWrite, PurgeReport, RecoveryMode, Retention, SqliteJournal,
 };
 use crate::cache::Outcome;
-use crate::client::Client;
 use crate::error::Error;
-use crate::request::CallRequest;
+use crate::request::{CallRecorder, CallRequest};
 
 /// The journal settings of a `ClientBuilder`.
 #[derive(Clone, Default)]
@@ -256,9 +254,9 @@ impl fmt::Debug for Recorder {
     }
 }
 
-impl Recorder {
+impl CallRecorder for Recorder {
     /// An attempt of the call was handed to the transport.
-    pub(crate) fn sent(&self, key: &IdempotencyKey, attempts: u32) {
+    fn sent(&self, key: &IdempotencyKey, attempts: u32) {
         let at = SystemTime::now();
         self.0.note(key, |p| {
             let n = p.sent.map_or(attempts, |(n, _)| n.max(attempts));
@@ -267,7 +265,7 @@ impl Recorder {
     }
 
     /// The runtime bound the call to `job_id`.
-    pub(crate) fn accepted(&self, key: &IdempotencyKey, job_id: &str) {
+    fn accepted(&self, key: &IdempotencyKey, job_id: &str) {
         let at = SystemTime::now();
         self.0
             .note(key, |p| p.accepted = Some((job_id.to_owned(), at)));
@@ -392,7 +390,7 @@ impl JournalHandle {
             .map_err(Error::Journal)?;
         match decision {
             Prepared::Proceed => {
-                request.recorder = Some(Recorder(self.shared.clone()));
+                request.recorder = Some(Box::new(Recorder(self.shared.clone())));
                 Ok(None)
             }
             Prepared::Answer(existing) => {
@@ -485,38 +483,6 @@ impl JournalHandle {
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)
     }
-}
-
-/// Re-drives every unfinished call in the background
-/// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
-pub(crate) fn spawn_recovery(client: Client) {
-    tokio::spawn(async move {
-        let calls = match client.recover().await {
-            Ok(calls) => calls,
-            Err(e) => {
-                warn!(error = %e, "automatic recovery could not read the journal");
-                return;
-            }
-        };
-        if calls.is_empty() {
-            return;
-        }
-        info!(
-            calls = calls.len(),
-            "re-driving unfinished calls from the journal"
-        );
-        futures_util::stream::iter(calls)
-            .for_each_concurrent(64, |call| async move {
-                let key = call.key().cloned();
-                match call.await {
-                    Ok(out) => {
-                        info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
-                    }
-                    Err(e) => info!(key = ?key, error = %e, "recovered call ended"),
-                }
-            })
-            .await;
-    });
 }
 
 /// How long transitions alone wait for a prepare to share its commit.

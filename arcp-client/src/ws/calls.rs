@@ -78,7 +78,7 @@ pub(crate) struct Call {
     pub(crate) invoke: Invoke,
     pub(crate) fingerprint: u64,
     pub(crate) waiters: Vec<Waiter>,
-    pub(crate) recorder: Option<crate::journal::Recorder>,
+    pub(crate) recorder: Option<Box<dyn crate::request::CallRecorder>>,
     pub(crate) phase: Phase,
     pub(crate) attempts: u32,
     pub(crate) job_id: Option<String>,
