@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use arcp_types::IdempotencyKey;
 use futures_util::StreamExt;
 use serde_json::Value;
-use tracing::{info, warn};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tracing::{info, warn};
 
 use crate::backend::Backend;
 use crate::cache::Outcome;
@@ -17,9 +17,7 @@ use crate::config::{Config, DialectChoice, RetryPolicy, Secret};
 use crate::error::{Error, Execution};
 use crate::http::{self, ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::invocation::{Invocation, InvokeBuilder};
-use crate::journal::{
-    Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention,
-};
+use crate::journal::{Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention};
 use crate::outcome::{CancelOutcome, ClientStats, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};

@@ -1224,6 +1224,22 @@ impl Core {
         }
     }
 
+    /// The key of the call bound to `job`, for tests.
+    #[cfg(test)]
+    pub(crate) fn key_of_job(&self, job: &str) -> Option<IdempotencyKey> {
+        self.by_job
+            .get(job)
+            .and_then(|id| self.calls.get(id))
+            .map(|c| c.key.clone())
+    }
+
+    /// The first caller's shared state of the call bound to `job`, for tests.
+    #[cfg(test)]
+    pub(crate) fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
+        let call = self.by_job.get(job).and_then(|id| self.calls.get(id))?;
+        call.waiters.first().map(|w| w.shared.clone())
+    }
+
     /// What the core holds (`Client::stats`).
     pub(crate) fn stats(&self) -> ClientStats {
         ClientStats {

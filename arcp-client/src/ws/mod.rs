@@ -19,6 +19,8 @@ mod attribution;
 mod calls;
 mod connector;
 mod core;
+#[cfg(test)]
+mod core_tests;
 mod driver;
 mod inbound;
 mod session;

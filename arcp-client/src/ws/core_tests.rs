@@ -1,0 +1,254 @@
+//! The connection core on a fake clock, fed with frames captured from the
+//! Python 1.1.3 reference runtime (`tests/fixtures/`): no socket, no sleep.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arcp_types::{Dialect, IdempotencyKey, Invoke, Message};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::core::{Command, Core, Established, Loss};
+use crate::cache::Outcome;
+use crate::config::Config;
+use crate::error::{Error, Execution};
+use crate::request::{CallRequest, CallShared, EventsEnd};
+
+const PYTHON: &str = include_str!("../../../tests/fixtures/python-runtime-1.1.3.jsonl");
+
+/// The `n`-th frame of `kind` the Python runtime sent in the capture.
+fn captured(kind: &str, n: usize) -> Value {
+    PYTHON
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["dir"] == "recv")
+        .filter_map(|l| serde_json::from_str::<Value>(l["raw"].as_str()?).ok())
+        .filter(|f| f["type"] == kind)
+        .nth(n)
+        .unwrap_or_else(|| panic!("no captured {kind} #{n}"))
+}
+
+struct Harness {
+    core: Core,
+    t0: Instant,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let t0 = Instant::now();
+        let config = Arc::new(Config::new("ws://127.0.0.1:9/arcp".into()));
+        let core = Core::new(config, None, Arc::new(Mutex::new(None)), t0);
+        Harness { core, t0 }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    fn invoke(&mut self, args: Value, deadline: Duration, ms: u64) -> oneshot::Receiver<Outcome> {
+        self.invoke_with(IdempotencyKey::new(), args, deadline, ms)
+    }
+
+    fn invoke_with(
+        &mut self,
+        key: IdempotencyKey,
+        args: Value,
+        deadline: Duration,
+        ms: u64,
+    ) -> oneshot::Receiver<Outcome> {
+        let shared = Arc::new(CallShared::default());
+        let request = CallRequest {
+            key,
+            trace_id: arcp_types::new_trace_id(),
+            invoke: Invoke {
+                tool: "echo".into(),
+                arguments: args,
+                idempotency_key: None,
+                extra: Default::default(),
+            },
+            deadline,
+            started: self.at(ms),
+            events_end: EventsEnd(shared.clone()),
+            shared,
+            recorder: None,
+        };
+        let (tx, rx) = oneshot::channel();
+        self.core
+            .command(Command::Invoke(Box::new((request, tx))), self.at(ms));
+        rx
+    }
+
+    /// Dials (as the driver would) and establishes the captured session.
+    fn establish(&mut self, ms: u64) {
+        let plan = self
+            .core
+            .poll_dial(self.at(ms))
+            .expect("the core wants a connection");
+        assert_eq!(plan.dialects, vec![Dialect::V1_1]);
+        let welcome = match Dialect::V1_1
+            .decode(&captured("session.welcome", 0).to_string())
+            .unwrap()
+            .message
+        {
+            Message::Welcome(w) => w,
+            other => panic!("{other:?}"),
+        };
+        let est = Established {
+            dialect: Dialect::V1_1,
+            welcome,
+            resuming: plan.resume.is_some(),
+        };
+        self.core.on_established(est, self.at(ms));
+    }
+
+    /// The frames the core wants written, decoded as JSON.
+    fn transmit(&mut self, ms: u64) -> Vec<Value> {
+        let mut out = Vec::new();
+        let upto = self.core.take_transmit(&mut out);
+        self.core.on_flushed(upto, self.at(ms));
+        out.iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect()
+    }
+
+    /// Feeds a captured frame, answering `request_id` when given.
+    fn feed(&mut self, mut frame: Value, request_id: Option<&str>, job_id: &str, ms: u64) {
+        if let Some(r) = request_id {
+            frame["payload"]["request_id"] = json!(r);
+        }
+        frame["job_id"] = json!(job_id);
+        if frame["payload"].get("job_id").is_some() {
+            frame["payload"]["job_id"] = json!(job_id);
+        }
+        self.core.on_text(&frame.to_string(), self.at(ms));
+    }
+}
+
+fn submits(frames: &[Value]) -> Vec<&Value> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "job.submit")
+        .collect()
+}
+
+#[test]
+fn a_call_resolves_from_captured_frames_and_leaves_nothing_behind() {
+    let mut h = Harness::new();
+    let mut rx = h.invoke(json!({"hello": "world"}), Duration::from_secs(5), 0);
+    assert!(
+        h.transmit(0).is_empty(),
+        "nothing is written before a session"
+    );
+    h.establish(5);
+    let sent = h.transmit(6);
+    let submit = submits(&sent)[0].clone();
+    let request = submit["id"].as_str().unwrap();
+    h.feed(captured("job.accepted", 0), Some(request), "job_1", 10);
+    assert!(rx.try_recv().is_err(), "accepted is not an outcome");
+    h.feed(captured("job.result", 0), None, "job_1", 12);
+    let out = rx.try_recv().expect("resolved").expect("ok");
+    assert_eq!(out.value, json!({"hello": "world", "n": [1, 2, 3]}));
+    assert_eq!(out.job_id.as_deref(), Some("job_1"));
+    assert!(!out.replayed);
+    let stats = h.core.stats();
+    assert_eq!((stats.calls, stats.requests), (0, 0), "{stats:?}");
+}
+
+#[test]
+fn a_deadline_fires_on_the_fake_clock_while_dialing() {
+    let mut h = Harness::new();
+    let mut rx = h.invoke(json!({}), Duration::from_millis(300), 0);
+    assert!(h.core.poll_dial(h.at(1)).is_some(), "dialing");
+    // The driver asks when to look next: no later than the deadline.
+    assert!(h.core.poll_timeout().unwrap() <= h.at(300));
+    h.core.handle_timeout(h.at(299));
+    assert!(rx.try_recv().is_err());
+    h.core.handle_timeout(h.at(300));
+    match rx.try_recv().expect("resolved at the deadline") {
+        Err(e @ Error::DeadlineExceeded { .. }) => assert_eq!(e.execution(), Execution::NotRun),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_attempt_resends_the_same_payload_with_a_fresh_envelope() {
+    let mut h = Harness::new();
+    let _rx = h.invoke(json!({"x": 1.0, "y": [1, 2]}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let first = submits(&h.transmit(2))[0].clone();
+    h.core.on_lost(Loss::Network("cut".into()), h.at(3));
+    // Reconnect (the resume is refused here: a fresh session) and re-send.
+    h.core.handle_timeout(h.at(500));
+    h.establish(500);
+    let second = submits(&h.transmit(501))[0].clone();
+    assert_ne!(first["id"], second["id"], "a fresh envelope id per attempt");
+    assert_eq!(
+        first["payload"].to_string(),
+        second["payload"].to_string(),
+        "byte-identical intent"
+    );
+}
+
+#[test]
+fn an_idless_duplicate_key_error_goes_to_the_waiting_submit_not_a_cancel() {
+    let mut h = Harness::new();
+    let _long = h.invoke(json!({"long": true}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let long = submits(&h.transmit(2))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.feed(captured("job.accepted", 0), Some(&long), "job_long", 3);
+    // Cancel the long call: its request stays outstanding, unanswered.
+    let (cancel_tx, _cancel_rx) = oneshot::channel();
+    let key = h.core_key_of("job_long");
+    let shared = h.core_shared_of("job_long");
+    h.core.command(
+        Command::Cancel {
+            key,
+            shared,
+            reply: cancel_tx,
+        },
+        h.at(4),
+    );
+    let mut conflict = h.invoke(json!({"other": 1}), Duration::from_secs(30), 5);
+    let sent = h.transmit(6);
+    assert!(sent.iter().any(|f| f["type"] == "job.cancel"), "{sent:?}");
+    // The runtime's refusal names no request (as Python 1.1.3 sends it).
+    let error = captured("session.error", 1);
+    assert_eq!(error["payload"]["code"], "DUPLICATE_KEY");
+    h.core.on_text(&error.to_string(), h.at(7));
+    match conflict
+        .try_recv()
+        .expect("the conflicting call is answered")
+    {
+        Err(Error::DuplicateKey { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.core.stats().calls, 1, "the long call is untouched");
+}
+
+impl Harness {
+    fn core_key_of(&self, job: &str) -> IdempotencyKey {
+        self.core.key_of_job(job).expect("a call bound to the job")
+    }
+    fn core_shared_of(&self, job: &str) -> Arc<CallShared> {
+        self.core
+            .shared_of_job(job)
+            .expect("a call bound to the job")
+    }
+}
+
+#[test]
+fn a_stray_frame_for_no_call_changes_nothing() {
+    let mut h = Harness::new();
+    h.core.on_text("{not json", h.at(0));
+    let _rx = h.invoke(json!({}), Duration::from_secs(5), 0);
+    h.establish(1);
+    h.transmit(2);
+    for kind in ["job.result", "job.accepted", "job.event", "session.error"] {
+        h.feed(captured(kind, 0), Some("no-such-request"), "job_unknown", 3);
+    }
+    let stats = h.core.stats();
+    assert_eq!((stats.calls, stats.requests), (1, 1), "{stats:?}");
+}
