@@ -144,6 +144,15 @@ impl Call {
         at
     }
 
+    /// The call's exposure if it ended now: an attempt on the connection
+    /// (queued frames are still written, even at close) may reach the
+    /// runtime, so it counts as in doubt.
+    pub(crate) fn exposure_now(&self) -> Exposure {
+        let mut exposure = self.exposure;
+        exposure.in_doubt |= matches!(self.phase, Phase::Sent { .. });
+        exposure
+    }
+
     /// Whether any caller still wants the outcome.
     pub(crate) fn is_wanted(&self) -> bool {
         self.waiters.iter().any(Waiter::is_live)

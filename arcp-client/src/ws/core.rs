@@ -356,7 +356,7 @@ impl Core {
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
         for id in ids {
             let error = match self.calls.get(&id) {
-                Some(call) if call.exposure.unresolved() == Execution::MayHaveRun => {
+                Some(call) if call.exposure_now().unresolved() == Execution::MayHaveRun => {
                     Error::Interrupted {
                         key: call.key.clone(),
                         job_id: call.job_id.clone(),
@@ -662,12 +662,12 @@ impl Core {
                 let Some(call) = self.calls.get(&id) else {
                     continue;
                 };
-                let error = match call.exposure.unresolved() {
+                let error = match call.exposure_now().unresolved() {
                     Execution::NotRun => failure.error.clone(),
                     _ => give_up(
                         &call.key,
                         call.job_id.as_deref(),
-                        call.exposure,
+                        call.exposure_now(),
                         call.attempts,
                         &format!("reconnecting failed for good ({})", failure.error),
                         call.last_error.as_deref(),
@@ -881,7 +881,7 @@ impl Core {
                 job_id: call.job_id.clone(),
                 deadline: call.deadline,
                 attempts: call.attempts,
-                execution: call.exposure.unresolved(),
+                execution: call.exposure_now().unresolved(),
             };
             self.finish(id, Err(error));
             return;
@@ -1070,7 +1070,7 @@ impl Core {
         let error = give_up(
             &call.key,
             call.job_id.as_deref(),
-            call.exposure,
+            call.exposure_now(),
             call.attempts,
             "the runtime replays only job.accepted for this job and nothing carries its outcome \
              to this session",
@@ -1087,7 +1087,7 @@ impl Core {
         let error = give_up(
             &call.key,
             call.job_id.as_deref(),
-            call.exposure,
+            call.exposure_now(),
             call.attempts,
             reason,
             call.last_error.as_deref(),

@@ -252,3 +252,19 @@ fn a_stray_frame_for_no_call_changes_nothing() {
     let stats = h.core.stats();
     assert_eq!((stats.calls, stats.requests), (1, 1), "{stats:?}");
 }
+
+#[test]
+fn a_deadline_with_a_request_on_the_wire_says_it_may_have_run() {
+    let mut h = Harness::new();
+    let mut rx = h.invoke(json!({}), Duration::from_millis(300), 0);
+    h.establish(1);
+    assert_eq!(submits(&h.transmit(2)).len(), 1);
+    // The runtime never answers; the deadline passes.
+    h.core.handle_timeout(h.at(300));
+    match rx.try_recv().expect("resolved at the deadline") {
+        Err(e @ Error::DeadlineExceeded { .. }) => {
+            assert_eq!(e.execution(), Execution::MayHaveRun, "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
