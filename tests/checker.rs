@@ -25,7 +25,7 @@
 //! And for every key: at most one execution; once every call ended, the
 //! client holds no call and no request ([`Client::stats`]).
 //!
-//! `ARCP_CHECKER_SEEDS=N` runs N seeds (default 160), `ARCP_CHECKER_FIRST`
+//! `ARCP_CHECKER_SEEDS=N` runs N seeds (default 300), `ARCP_CHECKER_FIRST`
 //! the first seed (default 0), `ARCP_CHECKER_SEED=S` replays only seed S,
 //! `ARCP_CHECKER_PARALLEL` schedules at once (default 10). A long run:
 //!
@@ -500,7 +500,7 @@ async fn seeded_fault_schedules_never_lie() {
         Some(s) => vec![s],
         None => {
             let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
-            let n = env_u64("ARCP_CHECKER_SEEDS").unwrap_or(160);
+            let n = env_u64("ARCP_CHECKER_SEEDS").unwrap_or(300);
             (first..first + n).collect()
         }
     };

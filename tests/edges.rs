@@ -506,3 +506,44 @@ async fn stray_frames_for_finished_calls_are_dropped() {
         assert!(submits(&mock).len() >= 6);
     }
 }
+
+/// The runtime accepted the first attempt but the acceptance was lost with
+/// the connection; the re-send is answered `job.accepted` only (the job is
+/// still running) on a resumed session that does not carry the job's live
+/// events (Python 1.1.3). The client must not trust the live stream: it
+/// subscribes or re-sends until the outcome arrives.
+#[tokio::test]
+async fn an_acceptance_after_a_lost_attempt_does_not_trust_the_live_stream() {
+    let mock = mock(Dialect::V1_1)
+        .preset(Preset::Python113)
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    // The acceptance is held back, then the connection dies under it.
+    mock.inject(Fault::DelayReplies(Duration::from_millis(300)));
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .invoke("refund", json!({"order": 11, "steps": 4, "ms": 200}))
+                .deadline(Duration::from_secs(10))
+                .send()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    mock.kill_connections();
+    let started = Instant::now();
+    let out = call.await.unwrap().expect("the outcome is recovered");
+    assert_eq!(out.value, json!({"refunded": 11}));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(mock.executions("refund"), 1);
+}

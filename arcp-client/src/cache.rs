@@ -2,6 +2,10 @@
 //!
 //! Lets a repeated call with a key that already finished in this process
 //! answer at once, even against runtimes that replay only `job.accepted`.
+//! A key whose call ended with its outcome unknown (it may have run) is
+//! remembered too, without an outcome: a repeated call with the same intent
+//! asks the runtime again, and one with another intent is refused as a
+//! duplicate, since the key may be bound to the first intent.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -57,7 +61,8 @@ pub(crate) fn replayed(outcome: Outcome) -> Outcome {
 
 struct Entry {
     fingerprint: u64,
-    outcome: Outcome,
+    /// `None`: the key may be bound to this intent; its outcome is unknown.
+    outcome: Option<Outcome>,
     stored: Instant,
 }
 
@@ -90,7 +95,10 @@ impl OutcomeCache {
     pub(crate) fn get(&mut self, key: &IdempotencyKey, fingerprint: u64, now: Instant) -> Cached {
         self.expire(now);
         match self.entries.get(key) {
-            Some(e) if e.fingerprint == fingerprint => Cached::Hit(replayed(e.outcome.clone())),
+            Some(e) if e.fingerprint == fingerprint => match &e.outcome {
+                Some(outcome) => Cached::Hit(replayed(outcome.clone())),
+                None => Cached::Miss,
+            },
             Some(_) => Cached::Conflict,
             None => Cached::Miss,
         }
@@ -103,7 +111,17 @@ impl OutcomeCache {
         outcome: Outcome,
         now: Instant,
     ) {
-        if self.capacity == 0 || !admits(&outcome) {
+        let outcome = if admits(&outcome) {
+            Some(outcome)
+        } else if outcome
+            .as_ref()
+            .is_err_and(|e| e.execution() == Execution::MayHaveRun)
+        {
+            None
+        } else {
+            return;
+        };
+        if self.capacity == 0 {
             return;
         }
         self.expire(now);
@@ -181,5 +199,32 @@ mod tests {
             Cached::Miss
         ));
         assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn an_unknown_outcome_keeps_the_binding_not_the_outcome() {
+        let mut cache = OutcomeCache::new(8, Duration::from_secs(10));
+        let t0 = Instant::now();
+        let key = IdempotencyKey::new();
+        let unknown = Err(Error::OutcomeUnavailable {
+            key: key.clone(),
+            job_id: Some("job_1".into()),
+            reason: "cut".into(),
+            attempts: 2,
+            permanent: false,
+        });
+        cache.insert(key.clone(), 1, unknown, t0);
+        // The same intent asks the runtime again; another is refused.
+        assert!(matches!(cache.get(&key, 1, t0), Cached::Miss));
+        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
+        // A refusal that proves nothing ran is not remembered at all.
+        let other = IdempotencyKey::new();
+        let refused = Err(Error::RetriesExhausted {
+            key: other.clone(),
+            attempts: 3,
+            last_error: "UNAVAILABLE".into(),
+        });
+        cache.insert(other.clone(), 1, refused, t0);
+        assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
     }
 }

@@ -635,30 +635,6 @@ impl Drop for AbandonOnDrop<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_that_can_never_work_are_refused_at_once() {
-        for url in ["127.0.0.1:7777", "ftp://x/arcp", "ws://", "ws:///arcp"] {
-            let e = check_ws_url(url).unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    Error::Connect {
-                        retryable: false,
-                        ..
-                    }
-                ),
-                "{url}: {e}"
-            );
-        }
-        assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
-        assert!(check_ws_url("WSS://example.com").is_ok());
-    }
-}
-
 /// Re-drives every unfinished call in the background
 /// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
 pub(crate) fn spawn_recovery(client: Client) {
@@ -689,4 +665,28 @@ pub(crate) fn spawn_recovery(client: Client) {
             })
             .await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_that_can_never_work_are_refused_at_once() {
+        for url in ["127.0.0.1:7777", "ftp://x/arcp", "ws://", "ws:///arcp"] {
+            let e = check_ws_url(url).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Connect {
+                        retryable: false,
+                        ..
+                    }
+                ),
+                "{url}: {e}"
+            );
+        }
+        assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
+        assert!(check_ws_url("WSS://example.com").is_ok());
+    }
 }

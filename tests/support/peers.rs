@@ -34,8 +34,14 @@ impl Drop for Peer {
     }
 }
 
+/// The workspace root (the directory holding `interop/`), from the root
+/// package's tests or a member's.
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .find(|p| p.join("interop/setup.sh").exists())
+        .unwrap_or(here)
+        .to_path_buf()
 }
 
 impl Peer {

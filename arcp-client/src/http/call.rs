@@ -121,7 +121,7 @@ impl HttpBackend {
                 return Err(Error::DuplicateKey {
                     key: req.key,
                     message:
-                        "the key already completed a call with a different intent in this client"
+                        "the key was already used by a call with a different intent in this client"
                             .into(),
                     attempts: 0,
                 })

@@ -147,6 +147,11 @@ pub(crate) struct Core {
     next_id: CallId,
     outbox: Vec<String>,
     queued_seq: u64,
+    /// Frames up to this seq were handed to the writer: they may have
+    /// reached the runtime even if the connection died before the flush
+    /// was reported.
+    handed_seq: u64,
+    /// Frames up to this seq were reported written.
     flushed_seq: u64,
     /// Cancels queued and not yet reported written: (transmit seq, call).
     cancel_writes: Vec<(u64, CallId)>,
@@ -186,6 +191,7 @@ impl Core {
             next_id: 0,
             outbox: Vec::new(),
             queued_seq: 0,
+            handed_seq: 0,
             flushed_seq: 0,
             cancel_writes: Vec::new(),
             reconnect: None,
@@ -217,6 +223,7 @@ impl Core {
     /// Frames to write, in order; returns the transmit seq of the last one.
     pub(crate) fn take_transmit(&mut self, into: &mut Vec<String>) -> u64 {
         into.append(&mut self.outbox);
+        self.handed_seq = self.queued_seq;
         self.queued_seq
     }
 
@@ -392,7 +399,7 @@ impl Core {
                 let _ = waiter.reply.send(Err(Error::DuplicateKey {
                     key: req.key,
                     message:
-                        "the key already completed a call with a different intent in this client"
+                        "the key was already used by a call with a different intent in this client"
                             .into(),
                     attempts: 0,
                 }));
@@ -807,14 +814,15 @@ impl Core {
             Loss::Rejected { .. } => 1,
             Loss::Network(_) => WINDOW_AFTER_LOSS,
         };
-        let flushed = self.flushed_seq;
+        let handed = self.handed_seq;
         let max_elapsed = self.config.retry.max_elapsed;
         let mut rejected = Vec::new();
         for (&id, call) in self.calls.iter_mut() {
             match &call.phase {
                 Phase::Sent { seq, .. } => {
-                    let written = *seq <= flushed;
-                    // A request never written never reached the runtime.
+                    // Only a request never handed to the writer is proven
+                    // not to have reached the runtime.
+                    let written = *seq <= handed;
                     call.exposure.in_doubt |= written;
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
                         call.rejections.0 += 1;

@@ -202,10 +202,16 @@ impl Core {
         // runtime's replay mark, or the job an earlier attempt was bound to.
         let replay = foreign || marked || known_job;
         call.replayed |= replay;
+        // After an attempt lost unanswered, this acceptance may name a job
+        // that attempt created on a connection that is gone: its live stream
+        // may never reach this one (a resumed session need not re-attach
+        // running jobs), so the recovery ladder watches it. Not a replay,
+        // though: the job may as well be new.
+        let untrusted = replay || call.exposure.in_doubt;
         if let Some(job) = &job_id {
             call.bind(job);
         }
-        let ladder_at = if replay {
+        let ladder_at = if untrusted {
             call.start_recovery(now, self.config.retry.max_elapsed);
             let wait = call
                 .ladder
