@@ -97,21 +97,31 @@ both_dialects! {
             .send()
             .await
             .unwrap();
-        // A second process: a slow call in flight, then a conflicting one.
+        // A second process: a conflicting call, then another call sent
+        // while the refusal is still on its way (replies are held back), so
+        // two requests await an answer when the refusal arrives.
         let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
-        let slow = tokio::spawn({
+        mock.inject(Fault::DelayReplies(Duration::from_millis(150)));
+        let conflict = tokio::spawn({
             let second = second.clone();
-            async move { second.invoke_tool("refund", json!({"order": 8, "steps": 3, "ms": 60})).await }
+            let key = key.clone();
+            async move {
+                second
+                    .invoke("refund", json!({"order": 9}))
+                    .idempotency_key(key)
+                    .send()
+                    .await
+            }
         });
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let conflict = second
-            .invoke("refund", json!({"order": 9}))
-            .idempotency_key(key.clone())
-            .send()
-            .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let other = tokio::spawn({
+            let second = second.clone();
+            async move { second.invoke_tool("refund", json!({"order": 8, "ms": 60})).await }
+        });
+        let conflict = conflict.await.unwrap();
         assert!(matches!(conflict, Err(Error::DuplicateKey { .. })), "{conflict:?}");
-        let slow = slow.await.unwrap().unwrap();
-        assert_eq!(slow.value, json!({"refunded": 8}), "the other call is untouched");
+        let other = other.await.unwrap().unwrap();
+        assert_eq!(other.value, json!({"refunded": 8}), "the other call is untouched");
         assert_eq!(mock.executions("refund"), 2);
     }
 }
@@ -224,16 +234,6 @@ both_dialects! {
         assert_eq!(handle.cancel().await, CancelOutcome::AlreadyFinished);
         assert_eq!(mock.executions("refund"), 1);
     }
-}
-
-// The replay policy does not matter for the invariants above; make sure the
-// legacy default (accepted-only) is what they ran against.
-#[tokio::test]
-async fn legacy_mock_defaults_to_accepted_only_replay() {
-    assert_eq!(
-        ReplayPolicy::default_for(Dialect::Legacy),
-        ReplayPolicy::AcceptedOnly
-    );
 }
 
 // 7b. A cancel the runtime never confirms is reported as dispatched, not
