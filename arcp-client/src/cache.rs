@@ -43,6 +43,15 @@ pub(crate) fn admits(outcome: &Outcome) -> bool {
     }
 }
 
+/// What a call gets when the cache knows its key with another intent.
+pub(crate) fn conflict(key: IdempotencyKey) -> Error {
+    Error::DuplicateKey {
+        key,
+        message: "the key was already used by a call with a different intent in this client".into(),
+        attempts: 0,
+    }
+}
+
 /// A stored outcome handed to a repeated call: marked replayed, whether it
 /// is a result or a tool error.
 pub(crate) fn replayed(outcome: Outcome) -> Outcome {

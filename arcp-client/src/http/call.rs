@@ -28,7 +28,7 @@ use super::{
     idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
     ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{fingerprint, Cached, Outcome, OutcomeCache};
+use crate::cache::{conflict, fingerprint, Cached, Outcome, OutcomeCache};
 use crate::classify::{
     classify_error, failed_result, give_up, read_result, tool_error, ErrorVerdict, Exposure,
     ResultReading,
@@ -117,15 +117,7 @@ impl HttpBackend {
         let now = Instant::now();
         match self.cache().get(&req.key, fingerprint, now) {
             Cached::Hit(outcome) => return outcome,
-            Cached::Conflict => {
-                return Err(Error::DuplicateKey {
-                    key: req.key,
-                    message:
-                        "the key was already used by a call with a different intent in this client"
-                            .into(),
-                    attempts: 0,
-                })
-            }
+            Cached::Conflict => return Err(conflict(req.key)),
             Cached::Miss => {}
         }
         let size = serde_json::to_string(&req.invoke).map_or(0, |t| t.len());

@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 use super::attribution::{ReqKind, Requests};
 use super::calls::{Call, CallId, CancelState, Phase, Waiter};
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
-use crate::cache::{fingerprint, Cached, Outcome, OutcomeCache};
+use crate::cache::{conflict, fingerprint, Cached, Outcome, OutcomeCache};
 use crate::classify::{give_up, Exposure};
 use crate::config::{Config, DialectChoice};
 use crate::error::{Error, Execution};
@@ -396,13 +396,7 @@ impl Core {
                 return;
             }
             Cached::Conflict => {
-                let _ = waiter.reply.send(Err(Error::DuplicateKey {
-                    key: req.key,
-                    message:
-                        "the key was already used by a call with a different intent in this client"
-                            .into(),
-                    attempts: 0,
-                }));
+                let _ = waiter.reply.send(Err(conflict(req.key)));
                 return;
             }
             Cached::Miss => {}
@@ -1072,34 +1066,34 @@ impl Core {
 
     /// Ends a call whose job the runtime will never report to us.
     pub(super) fn give_up_permanent(&mut self, id: CallId) {
-        let Some(call) = self.calls.get(&id) else {
-            return;
-        };
-        let error = give_up(
-            &call.key,
-            call.job_id.as_deref(),
-            call.exposure_now(),
-            call.attempts,
+        self.give_up_with(
+            id,
             "the runtime replays only job.accepted for this job and nothing carries its outcome \
              to this session",
-            None,
             true,
         );
-        self.finish(id, Err(error));
     }
 
     fn give_up(&mut self, id: CallId, reason: &str) {
+        self.give_up_with(id, reason, false);
+    }
+
+    /// Ends a call without its outcome, by the one give-up rule.
+    fn give_up_with(&mut self, id: CallId, reason: &str, permanent: bool) {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
+        // A permanent give-up names its reason alone: the last transport
+        // error does not explain it.
+        let last = (!permanent).then_some(call.last_error.as_deref()).flatten();
         let error = give_up(
             &call.key,
             call.job_id.as_deref(),
             call.exposure_now(),
             call.attempts,
             reason,
-            call.last_error.as_deref(),
-            false,
+            last,
+            permanent,
         );
         self.finish(id, Err(error));
     }
