@@ -18,7 +18,7 @@ use crate::error::{Error, Execution};
 use crate::http::{self, ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::invocation::{Invocation, InvokeBuilder};
 use crate::journal::{Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention};
-use crate::outcome::{CancelOutcome, ClientStats, ToolOutput};
+use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
@@ -306,6 +306,7 @@ impl ClientBuilder {
         let config = Arc::new(self.config);
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
         let profile = Arc::new(Mutex::new(None));
+        let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
         let backend = if http::is_http_url(&config.url) {
             let backend = HttpBackend::new(config.clone())?;
             *profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.profile());
@@ -315,7 +316,13 @@ impl ClientBuilder {
             let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
             let (ready_tx, ready_rx) = oneshot::channel();
             let ready = wait_ready.then_some(ready_tx);
-            let core = Core::new(config.clone(), ready, profile.clone(), Instant::now());
+            let core = Core::new(
+                config.clone(),
+                ready,
+                profile.clone(),
+                events.clone(),
+                Instant::now(),
+            );
             tokio::spawn(ws::run(config.clone(), rx, core));
             let backend = Backend::Ws { tx };
             if wait_ready {
@@ -344,10 +351,14 @@ impl ClientBuilder {
                 profile,
                 artifacts: OnceLock::new(),
                 journal,
+                events,
             }),
         })
     }
 }
+
+/// Connection events kept for a listener that has not read them yet.
+const EVENT_CAPACITY: usize = 64;
 
 /// A WebSocket URL that can never work fails at once, not after retries.
 fn check_ws_url(url: &str) -> Result<(), Error> {
@@ -380,6 +391,8 @@ struct Inner {
     artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
     /// The invocation journal, when configured.
     journal: Option<JournalHandle>,
+    /// Where the connection task announces connection events.
+    events: tokio::sync::broadcast::Sender<ConnectionEvent>,
 }
 
 /// A handle to one connection to an ARCP runtime. Cheap to clone; every
@@ -425,6 +438,20 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Connection events from now on: connected (runtime, dialect, session,
+    /// resumed or new), disconnected (why), reconnecting (attempt, delay),
+    /// resume refused, and a slow-consumer notice for a listener that fell
+    /// behind. Listening costs the connection nothing it waits on; without
+    /// listeners, no event is built. The first session is reported by
+    /// `connect()` itself (see [`Client::runtime`]); with `connect_lazy`, a
+    /// listener made before the first call sees it too. The HTTP binding
+    /// keeps no connection and reports none.
+    pub fn events(&self) -> ConnectionEvents {
+        ConnectionEvents {
+            rx: self.inner.events.subscribe(),
+        }
     }
 
     /// What the client holds now: calls in flight, requests awaiting an

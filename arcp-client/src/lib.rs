@@ -69,5 +69,7 @@ pub use journal::{
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention, SqliteJournal,
     SqliteOptions, Synchronous,
 };
-pub use outcome::{CancelOutcome, ClientStats, InvocationEvent, ToolOutput};
+pub use outcome::{
+    CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, InvocationEvent, ToolOutput,
+};
 pub use profile::RuntimeProfile;

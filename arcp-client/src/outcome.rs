@@ -100,3 +100,81 @@ pub struct ClientStats {
     /// Terminal outcomes cached by key (bounded by the cache's capacity).
     pub cached_outcomes: usize,
 }
+
+/// A change in a client's connection, from [`Client::events`](crate::Client::events).
+/// Each carries the wall-clock time it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionEvent {
+    /// A session is established.
+    Connected {
+        /// When.
+        at: std::time::SystemTime,
+        /// The runtime's name and version, from its welcome.
+        runtime: String,
+        /// The runtime's version.
+        version: String,
+        /// The message set spoken.
+        dialect: arcp_types::Dialect,
+        /// The session's id.
+        session_id: String,
+        /// The previous session was resumed (else this one is new).
+        resumed: bool,
+    },
+    /// The connection ended.
+    Disconnected {
+        /// When.
+        at: std::time::SystemTime,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The client dials again after this delay (`attempt` counts the
+    /// dials since the last session).
+    Reconnecting {
+        /// When.
+        at: std::time::SystemTime,
+        /// Dials since the last established session, this one included.
+        attempt: u32,
+        /// The pause before this dial.
+        delay: std::time::Duration,
+    },
+    /// The runtime refused to resume the session; a new one was opened
+    /// (calls accepted on the old one are recovered by key).
+    ResumeRefused {
+        /// When.
+        at: std::time::SystemTime,
+        /// The runtime's reason.
+        reason: String,
+    },
+    /// This listener fell behind and missed `missed` events.
+    SlowConsumer {
+        /// When the listener noticed.
+        at: std::time::SystemTime,
+        /// Events dropped for this listener.
+        missed: u64,
+    },
+}
+
+/// A listener's stream of [`ConnectionEvent`]s, from
+/// [`Client::events`](crate::Client::events). Bounded: a listener that falls
+/// behind gets [`ConnectionEvent::SlowConsumer`] instead of the events it
+/// missed, and the client never waits for it.
+#[derive(Debug)]
+pub struct ConnectionEvents {
+    pub(crate) rx: tokio::sync::broadcast::Receiver<ConnectionEvent>,
+}
+
+impl ConnectionEvents {
+    /// The next event; `None` once the client is gone.
+    pub async fn next(&mut self) -> Option<ConnectionEvent> {
+        use tokio::sync::broadcast::error::RecvError;
+        match self.rx.recv().await {
+            Ok(event) => Some(event),
+            Err(RecvError::Lagged(missed)) => Some(ConnectionEvent::SlowConsumer {
+                at: std::time::SystemTime::now(),
+                missed,
+            }),
+            Err(RecvError::Closed) => None,
+        }
+    }
+}

@@ -43,6 +43,7 @@ pub(crate) async fn dial(
     let mut resume = plan.resume;
     let probing = plan.dialects.len() > 1;
     let mut explicit_refusals = 0;
+    let mut resume_refused = None;
     let mut last = String::new();
     for &dialect in &plan.dialects {
         // At most two tries per dialect: a refused resume, then fresh.
@@ -55,6 +56,7 @@ pub(crate) async fn dial(
                         dialect,
                         welcome,
                         resuming,
+                        resume_refused,
                     };
                     return Ok((reader, writer, est));
                 }
@@ -64,6 +66,7 @@ pub(crate) async fn dial(
                 Err(Refusal::ResumeRefused(message)) => {
                     info!(%message, "resume refused; opening a new session");
                     resume = None;
+                    resume_refused = Some(message.clone());
                     last = message;
                 }
                 Err(Refusal::WrongDialect(message)) => {

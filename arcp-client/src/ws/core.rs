@@ -34,7 +34,7 @@ use crate::cache::{conflict, fingerprint, Cached, Outcome, OutcomeCache};
 use crate::classify::{give_up, Exposure};
 use crate::config::{Config, DialectChoice};
 use crate::error::{Error, Execution};
-use crate::outcome::{CancelOutcome, ClientStats};
+use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::{later, Schedule};
@@ -76,6 +76,8 @@ pub(crate) struct Established {
     pub(crate) welcome: Welcome,
     /// A resume was asked for (the welcome says whether it was granted).
     pub(crate) resuming: bool,
+    /// The runtime refused a resume on the way (then this is a new session).
+    pub(crate) resume_refused: Option<String>,
 }
 
 /// A dial that produced no session.
@@ -164,6 +166,10 @@ pub(crate) struct Core {
     close_replies: Vec<oneshot::Sender<()>>,
     /// What `Client::runtime()` reads.
     profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
+    /// `Client::events()` listeners (sending costs nothing without any).
+    events: tokio::sync::broadcast::Sender<ConnectionEvent>,
+    /// Dials since the last established session.
+    dials: u32,
 }
 
 impl Core {
@@ -174,6 +180,7 @@ impl Core {
         config: Arc<Config>,
         ready: Option<oneshot::Sender<Result<RuntimeProfile, Error>>>,
         profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
+        events: tokio::sync::broadcast::Sender<ConnectionEvent>,
         now: Instant,
     ) -> Self {
         let budget = later(now, config.connect_budget);
@@ -200,6 +207,15 @@ impl Core {
             drop_reason: None,
             close_replies: Vec::new(),
             profile_out,
+            events,
+            dials: 0,
+        }
+    }
+
+    /// Tells `Client::events()` listeners, if there are any.
+    fn emit(&self, event: impl FnOnce() -> ConnectionEvent) {
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(event());
         }
     }
 
@@ -586,6 +602,27 @@ impl Core {
             .install(est.dialect, &est.welcome, est.resuming);
         let profile = self.session.profile.clone().expect("installed above");
         self.generation += 1;
+        self.dials = 0;
+        // Refused with an error (then a fresh session was opened), or
+        // answered with a new session instead of the old one.
+        let refused = est.resume_refused.clone().or_else(|| {
+            (est.resuming && !resumed)
+                .then(|| "the runtime opened a new session instead of resuming".to_owned())
+        });
+        if let Some(reason) = refused {
+            self.emit(|| ConnectionEvent::ResumeRefused {
+                at: std::time::SystemTime::now(),
+                reason,
+            });
+        }
+        self.emit(|| ConnectionEvent::Connected {
+            at: std::time::SystemTime::now(),
+            runtime: profile.name.clone(),
+            version: profile.version.clone(),
+            dialect: est.dialect,
+            session_id: est.welcome.session_id.clone(),
+            resumed,
+        });
         info!(
             runtime = %profile.name,
             version = %profile.version,
@@ -690,6 +727,13 @@ impl Core {
             .get_or_insert_with(|| self.config.retry.schedule())
             .next_delay(failure.floor);
         let message = failure.error.to_string();
+        self.dials += 1;
+        let attempt = self.dials + 1;
+        self.emit(|| ConnectionEvent::Reconnecting {
+            at: std::time::SystemTime::now(),
+            attempt,
+            delay,
+        });
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
         for &id in &ids {
             if let Some(call) = self.calls.get_mut(&id) {
@@ -784,6 +828,10 @@ impl Core {
             }
         };
         warn!(%reason, calls = self.calls.len(), "connection lost");
+        self.emit(|| ConnectionEvent::Disconnected {
+            at: std::time::SystemTime::now(),
+            reason: reason.clone(),
+        });
         if ours {
             self.drop_reason = Some(reason.clone());
         }
@@ -800,6 +848,13 @@ impl Core {
         self.link = Link::Down {
             next_dial: later(now, delay),
         };
+        if !self.calls.is_empty() {
+            self.emit(|| ConnectionEvent::Reconnecting {
+                at: std::time::SystemTime::now(),
+                attempt: 1,
+                delay,
+            });
+        }
         self.requests.clear();
         self.outbox.clear();
         self.cancel_writes.clear();

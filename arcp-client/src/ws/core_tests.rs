@@ -37,7 +37,8 @@ impl Harness {
     fn new() -> Self {
         let t0 = Instant::now();
         let config = Arc::new(Config::new("ws://127.0.0.1:9/arcp".into()));
-        let core = Core::new(config, None, Arc::new(Mutex::new(None)), t0);
+        let (events, _) = tokio::sync::broadcast::channel(8);
+        let core = Core::new(config, None, Arc::new(Mutex::new(None)), events, t0);
         Harness { core, t0 }
     }
 
