@@ -98,6 +98,7 @@ impl Harness {
             dialect: Dialect::V1_1,
             welcome,
             resuming: plan.resume.is_some(),
+            resume_refused: None,
         };
         self.core.on_established(est, self.at(ms));
     }
