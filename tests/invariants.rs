@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use arcp::client::{CancelOutcome, Error, IdempotencyKey};
-use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault, ReplayPolicy};
+use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault};
 use serde_json::json;
 use support::mock::{client, key_of, mock, submits};
 
