@@ -18,9 +18,8 @@
 //! - `DuplicateKey` ⇒ the key is bound to another intent;
 //! - the call ends within its deadline + 100 ms;
 //! - the client's task never dies (no `Closed` while the client is open);
-//! - a cancel reported `Acknowledged` did not end `Ok`; one reported
-//!   dispatched or acknowledged reached the runtime (when no cut was in
-//!   between).
+//! - a cancel reported dispatched or acknowledged reached the runtime (when
+//!   no cut was in between).
 //!
 //! And for every key: at most one execution; once every call ended, the
 //! client holds no call and no request ([`Client::stats`]).
@@ -452,12 +451,9 @@ async fn run(plan: Plan) -> Vec<String> {
             },
         }
         match &end.cancel {
-            // The runtime confirmed the cancel: the job cannot have ended
-            // with a result after it (the call itself may still end without
-            // the final `cancelled` frame, if the connection died).
-            Some(CancelOutcome::Acknowledged) if end.outcome.is_ok() => {
-                violations.push(format!("{who}: cancel acknowledged but the call ended Ok"))
-            }
+            // Dispatched or acknowledged: the runtime got it. (A cancel can
+            // race a job that already ended with a result whose delivery a
+            // cut delayed, so the call's outcome is not checked here.)
             Some(CancelOutcome::Acknowledged | CancelOutcome::Dispatched) => {
                 let sent = end.job_id.as_ref().is_some_and(|job| {
                     received.iter().any(|e| {

@@ -547,3 +547,40 @@ async fn an_acceptance_after_a_lost_attempt_does_not_trust_the_live_stream() {
     );
     assert_eq!(mock.executions("refund"), 1);
 }
+
+/// A call whose caller gave up after sending keeps its key bound to its
+/// intent in this client: against a runtime that does not signal conflicts
+/// (it replays the stored outcome of the first intent), another intent
+/// under that key is refused instead of getting someone else's result.
+#[tokio::test]
+async fn an_abandoned_call_keeps_its_key_bound_in_the_client() {
+    let mock = mock(Dialect::Legacy)
+        .preset(Preset::PhpNewer)
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let first = client
+        .invoke("refund", json!({"order": 12, "ms": 300}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(100))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = client
+        .invoke("refund", json!({"order": 13}))
+        .idempotency_key(key)
+        .send()
+        .await;
+    assert!(
+        matches!(second, Err(Error::DuplicateKey { .. })),
+        "{second:?}"
+    );
+    assert_eq!(mock.executions("refund"), 1);
+}

@@ -130,6 +130,16 @@ impl OutcomeCache {
         } else {
             return;
         };
+        self.store(key, fingerprint, outcome, now);
+    }
+
+    fn store(
+        &mut self,
+        key: IdempotencyKey,
+        fingerprint: u64,
+        outcome: Option<Outcome>,
+        now: Instant,
+    ) {
         if self.capacity == 0 {
             return;
         }
@@ -153,6 +163,12 @@ impl OutcomeCache {
                 stored: now,
             },
         );
+    }
+
+    /// Remembers that `key` may be bound to this intent on the runtime,
+    /// when a call ends with nobody waiting for its outcome.
+    pub(crate) fn remember_binding(&mut self, key: IdempotencyKey, fingerprint: u64, now: Instant) {
+        self.store(key, fingerprint, None, now);
     }
 
     fn expire(&mut self, now: Instant) {

@@ -929,6 +929,12 @@ impl Core {
             debug!(parent: &call.span, "call abandoned by its callers");
             let cancel = call.cancel_so_far("the caller gave up before the cancel was written");
             call.answer_cancel(cancel);
+            // The key may be bound on the runtime: another intent under it
+            // must not be sent from this client.
+            if call.exposure_now().unresolved() == Execution::MayHaveRun {
+                let (key, fingerprint) = (call.key.clone(), call.fingerprint);
+                self.cache.remember_binding(key, fingerprint, now);
+            }
             self.forget(id);
             return;
         }
