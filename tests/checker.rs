@@ -450,27 +450,24 @@ async fn run(plan: Plan) -> Vec<String> {
                 _ => {}
             },
         }
-        match &end.cancel {
-            // Dispatched or acknowledged: the runtime got it. (A cancel can
-            // race a job that already ended with a result whose delivery a
-            // cut delayed, so the call's outcome is not checked here.)
-            Some(CancelOutcome::Acknowledged | CancelOutcome::Dispatched) => {
-                let sent = end.job_id.as_ref().is_some_and(|job| {
-                    received.iter().any(|e| {
-                        e.kind.contains("cancel")
-                            && (e.job_id.as_deref() == Some(job)
-                                || ["job_id", "target_id"].iter().any(|f| {
-                                    e.payload.get(*f).and_then(Value::as_str) == Some(job)
-                                }))
-                    })
-                });
-                // A black hole records frames it does not process, so a
-                // dispatched cancel is in the runtime's log.
-                if !sent && clean_network {
-                    violations.push(format!("{who}: cancel reported dispatched, never received"));
-                }
+        // Dispatched or acknowledged: the runtime got it. (A cancel can race
+        // a job that already ended with a result whose delivery a cut
+        // delayed, so the call's outcome is not checked here.)
+        if let Some(CancelOutcome::Acknowledged | CancelOutcome::Dispatched) = &end.cancel {
+            let sent = end.job_id.as_ref().is_some_and(|job| {
+                received.iter().any(|e| {
+                    e.kind.contains("cancel")
+                        && (e.job_id.as_deref() == Some(job)
+                            || ["job_id", "target_id"]
+                                .iter()
+                                .any(|f| e.payload.get(*f).and_then(Value::as_str) == Some(job)))
+                })
+            });
+            // A black hole records frames it does not process, so a
+            // dispatched cancel is in the runtime's log.
+            if !sent && clean_network {
+                violations.push(format!("{who}: cancel reported dispatched, never received"));
             }
-            _ => {}
         }
     }
     drop(proxy);
