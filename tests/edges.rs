@@ -584,3 +584,46 @@ async fn an_abandoned_call_keeps_its_key_bound_in_the_client() {
     );
     assert_eq!(mock.executions("refund"), 1);
 }
+
+/// A repeated call with the key and intent of a call whose outcome stayed
+/// unknown is the same logical call: if it gives up before sending, it
+/// still may have run (the first one may have run it), never "not run".
+#[tokio::test]
+async fn a_repeat_of_a_call_with_an_unknown_outcome_never_claims_not_run() {
+    let mock = mock(Dialect::Legacy)
+        .preset(Preset::Rust200)
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let args = json!({"order": 14, "ms": 100});
+    mock.inject(Fault::DropAfterAccepted);
+    let first = client
+        .invoke("refund", args.clone())
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
+    // No connection can be had now: the repeat cannot even be sent.
+    mock.inject_always(Fault::RefuseUpgrade {
+        status: 503,
+        retry_after: None,
+    });
+    mock.kill_connections();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = client
+        .invoke("refund", args)
+        .idempotency_key(key)
+        .deadline(Duration::from_millis(300))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(again.execution(), Execution::MayHaveRun, "{again:?}");
+    mock.clear_faults();
+    assert_eq!(mock.executions("refund"), 1);
+}

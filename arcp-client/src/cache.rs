@@ -88,6 +88,10 @@ pub(crate) enum Cached {
     Hit(Outcome),
     /// The key finished with a different intent.
     Conflict,
+    /// The same intent was sent before and may have run; its outcome is
+    /// unknown. Ask the runtime again, but the call may already have run:
+    /// it must never be reported as not run.
+    Bound,
     Miss,
 }
 
@@ -106,7 +110,7 @@ impl OutcomeCache {
         match self.entries.get(key) {
             Some(e) if e.fingerprint == fingerprint => match &e.outcome {
                 Some(outcome) => Cached::Hit(replayed(outcome.clone())),
-                None => Cached::Miss,
+                None => Cached::Bound,
             },
             Some(_) => Cached::Conflict,
             None => Cached::Miss,
@@ -240,7 +244,7 @@ mod tests {
         });
         cache.insert(key.clone(), 1, unknown, t0);
         // The same intent asks the runtime again; another is refused.
-        assert!(matches!(cache.get(&key, 1, t0), Cached::Miss));
+        assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
         assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
         // A refusal that proves nothing ran is not remembered at all.
         let other = IdempotencyKey::new();

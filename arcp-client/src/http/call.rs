@@ -115,10 +115,11 @@ impl HttpBackend {
         req.seal();
         let fingerprint = fingerprint(&req.invoke);
         let now = Instant::now();
-        match self.cache().get(&req.key, fingerprint, now) {
+        let cached = self.cache().get(&req.key, fingerprint, now);
+        match cached {
             Cached::Hit(outcome) => return outcome,
             Cached::Conflict => return Err(conflict(req.key)),
-            Cached::Miss => {}
+            Cached::Bound | Cached::Miss => {}
         }
         let size = serde_json::to_string(&req.invoke).map_or(0, |t| t.len());
         if size > self.config.max_frame_size {
@@ -142,7 +143,10 @@ impl HttpBackend {
         let key = req.key.clone();
         let deadline = req.deadline;
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
+        let earlier_send = matches!(cached, Cached::Bound);
         let mut call = Call::new(self, req, key_header);
+        // An earlier call with this key and intent may have run it.
+        call.uncertain |= earlier_send;
         enum End {
             Done(Outcome),
             Deadline,

@@ -406,7 +406,7 @@ impl Core {
             let _ = waiter.reply.send(Err(Error::Closed));
             return;
         }
-        match self.cache.get(&req.key, fingerprint, now) {
+        let earlier_send = match self.cache.get(&req.key, fingerprint, now) {
             Cached::Hit(outcome) => {
                 let _ = waiter.reply.send(outcome);
                 return;
@@ -415,8 +415,9 @@ impl Core {
                 let _ = waiter.reply.send(Err(conflict(req.key)));
                 return;
             }
-            Cached::Miss => {}
-        }
+            Cached::Bound => true,
+            Cached::Miss => false,
+        };
         if let Some(&existing) = self.by_key.get(&req.key) {
             if let Some(call) = self.calls.get_mut(&existing) {
                 if call.fingerprint == fingerprint {
@@ -469,6 +470,9 @@ impl Core {
             job_id = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
+        if earlier_send {
+            waiter.shared.mark_sent();
+        }
         let call = Call {
             key: req.key.clone(),
             trace_id: req.trace_id,
@@ -479,7 +483,11 @@ impl Core {
             phase: Phase::Queued { not_before: now },
             attempts: 0,
             job_id: None,
-            exposure: Exposure::default(),
+            // An earlier call with this key and intent may have run it.
+            exposure: Exposure {
+                bound: false,
+                in_doubt: earlier_send,
+            },
             replayed: false,
             last_error: None,
             deadline_at: later(req.started, req.deadline),
