@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::Outcome;
 use crate::error::Error;
+#[cfg(feature = "http")]
 use crate::http::HttpBackend;
 use crate::outcome::{CancelOutcome, ClientStats};
 use crate::request::{CallRequest, CallShared};
@@ -19,6 +20,7 @@ pub(crate) enum Backend {
     /// The WebSocket driver, over a bounded command channel.
     Ws { tx: mpsc::Sender<Command> },
     /// The HTTP binding: calls run on the caller's task.
+    #[cfg(feature = "http")]
     Http(Arc<HttpBackend>),
 }
 
@@ -27,6 +29,7 @@ impl Backend {
     pub(crate) async fn invoke(&self, request: CallRequest) -> Outcome {
         let shared = request.shared.clone();
         match self {
+            #[cfg(feature = "http")]
             Backend::Http(http) => {
                 shared
                     .dispatched
@@ -69,6 +72,7 @@ impl Backend {
             reason: "the client is closed".into(),
         };
         match self {
+            #[cfg(feature = "http")]
             Backend::Http(_) => CancelOutcome::NotDispatched {
                 reason: "the HTTP binding has no cancel message; nothing was sent \
                          (drop the call to stop waiting; the runtime finishes the job)"
@@ -92,8 +96,13 @@ impl Backend {
     /// forgets the call when nobody else waits on it. Never blocks: if the
     /// channel is full, the call is forgotten at its own deadline instead.
     pub(crate) fn abandon(&self, key: IdempotencyKey, shared: Arc<CallShared>) {
-        if let Backend::Ws { tx } = self {
-            let _ = tx.try_send(Command::Abandon { key, shared });
+        match self {
+            Backend::Ws { tx } => {
+                let _ = tx.try_send(Command::Abandon { key, shared });
+            }
+            // Calls run on the caller's task: nothing to forget.
+            #[cfg(feature = "http")]
+            Backend::Http(_) => {}
         }
     }
 
@@ -101,6 +110,7 @@ impl Backend {
     /// calls.
     pub(crate) async fn stats(&self) -> ClientStats {
         match self {
+            #[cfg(feature = "http")]
             Backend::Http(_) => ClientStats::default(),
             Backend::Ws { tx } => {
                 let (reply, rx) = oneshot::channel();
@@ -115,6 +125,7 @@ impl Backend {
     /// Closes the session; calls in flight end.
     pub(crate) async fn close(&self) {
         match self {
+            #[cfg(feature = "http")]
             Backend::Http(http) => http.close(),
             Backend::Ws { tx } => {
                 let (reply, rx) = oneshot::channel();

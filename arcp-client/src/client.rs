@@ -1,8 +1,11 @@
 //! `Client` (a cheap handle) and `ClientBuilder` (its configuration).
 
 use std::fmt;
+#[cfg(feature = "sqlite")]
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+#[cfg(feature = "http")]
+use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
@@ -13,15 +16,17 @@ use tracing::{info, warn};
 
 use crate::backend::Backend;
 use crate::cache::Outcome;
-use crate::config::{Config, DialectChoice, RetryPolicy, Secret};
+use crate::config::{is_http_url, Config, DialectChoice, RetryPolicy, Secret};
 use crate::error::{Error, Execution};
-use crate::http::{self, ArtifactFetcher, ArtifactRef, HttpBackend};
+#[cfg(feature = "http")]
+use crate::http::{ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::invocation::{Invocation, InvokeBuilder};
 use crate::journal::{Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention};
 use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
+use crate::telemetry::{self, Answered};
 use crate::ws::{self, Core};
 
 /// Configures and connects a [`Client`].
@@ -229,6 +234,7 @@ impl ClientBuilder {
 
     /// Largest artifact [`Client::fetch_artifact`] accepts, in bytes
     /// (default 64 MiB).
+    #[cfg(feature = "http")]
     pub fn max_artifact_size(mut self, bytes: u64) -> Self {
         self.config.max_artifact_size = bytes;
         self
@@ -252,6 +258,7 @@ impl ClientBuilder {
     /// [`SqliteOptions`](crate::SqliteOptions). A file that is corrupt, not
     /// a journal, or held by another client fails `connect` with
     /// [`Error::Journal`].
+    #[cfg(feature = "sqlite")]
     pub fn journal_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.journal.set_path(path.into());
         self
@@ -307,10 +314,8 @@ impl ClientBuilder {
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
         let profile = Arc::new(Mutex::new(None));
         let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
-        let backend = if http::is_http_url(&config.url) {
-            let backend = HttpBackend::new(config.clone())?;
-            *profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.profile());
-            Backend::Http(Arc::new(backend))
+        let backend = if is_http_url(&config.url) {
+            http_backend(&config, &profile)?
         } else {
             check_ws_url(&config.url)?;
             let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
@@ -349,12 +354,41 @@ impl ClientBuilder {
                 config,
                 backend,
                 profile,
+                #[cfg(feature = "http")]
                 artifacts: OnceLock::new(),
                 journal,
                 events,
             }),
         })
     }
+}
+
+/// The HTTP binding's backend; its runtime profile is known without a
+/// handshake.
+#[cfg(feature = "http")]
+fn http_backend(
+    config: &Arc<Config>,
+    profile: &Mutex<Option<RuntimeProfile>>,
+) -> Result<Backend, Error> {
+    let backend = HttpBackend::new(config.clone())?;
+    *profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.profile());
+    Ok(Backend::Http(Arc::new(backend)))
+}
+
+/// Without the `http` feature an `http(s)://` URL can never work: say which
+/// feature is missing rather than "unsupported scheme".
+#[cfg(not(feature = "http"))]
+fn http_backend(
+    config: &Arc<Config>,
+    _profile: &Mutex<Option<RuntimeProfile>>,
+) -> Result<Backend, Error> {
+    Err(Error::Connect {
+        url: config.url.clone(),
+        message: "this build of arcp-client has no HTTP binding: enable its `http` feature \
+                  (or use a ws:// or wss:// URL)"
+            .into(),
+        retryable: false,
+    })
 }
 
 /// Connection events kept for a listener that has not read them yet.
@@ -388,6 +422,7 @@ struct Inner {
     /// What the runtime said in the last handshake, once there was one.
     profile: Arc<Mutex<Option<RuntimeProfile>>>,
     /// Built on first use: most clients never fetch an artifact.
+    #[cfg(feature = "http")]
     artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
     /// The invocation journal, when configured.
     journal: Option<JournalHandle>,
@@ -552,6 +587,7 @@ impl Client {
     /// # Errors
     ///
     /// See [`ArtifactFetcher::fetch`].
+    #[cfg(feature = "http")]
     pub async fn fetch_artifact(&self, artifact: &ArtifactRef) -> Result<Vec<u8>, Error> {
         let fetcher = self
             .inner
@@ -587,9 +623,11 @@ impl Client {
     /// (prepared before send) and its outcome recorded after.
     pub(crate) async fn dispatch(&self, mut request: CallRequest) -> Outcome {
         request.seal();
+        telemetry::call_started();
         let key = request.key.clone();
         let shared = request.shared.clone();
         let deadline = request.deadline;
+        let request_started = request.started;
         let deadline_at = tokio::time::Instant::from_std(later(request.started, deadline));
         let mut guard = AbandonOnDrop {
             client: self,
@@ -617,6 +655,12 @@ impl Client {
                 })
             }
         };
+        telemetry::call_ended(
+            outcome.as_ref().map(|out| out.replayed),
+            request_started.elapsed(),
+            shared.attempts(),
+            shared.answered(),
+        );
         if let Some(journal) = &self.inner.journal {
             journal.finish_call(&key, &outcome).await;
         }
@@ -634,6 +678,7 @@ impl Client {
         if let Some(journal) = &self.inner.journal {
             let max_frame_size = self.inner.config.max_frame_size;
             if let Some(answer) = journal.prepare_call(&mut request, max_frame_size).await? {
+                request.shared.set_answered(Answered::Journal);
                 return answer;
             }
         }

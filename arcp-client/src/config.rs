@@ -227,6 +227,7 @@ pub(crate) struct Config {
     pub(crate) outcome_cache_ttl: Duration,
     pub(crate) tls: TlsSettings,
     pub(crate) max_result_size: usize,
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) max_artifact_size: u64,
 }
 
@@ -269,5 +270,30 @@ impl Config {
             Some(token) => token.redact(text),
             None => text,
         }
+    }
+}
+
+/// Whether a runtime URL selects the HTTP binding (`http://` or `https://`).
+pub(crate) fn is_http_url(url: &str) -> bool {
+    let url = url.trim_start();
+    let starts = |prefix: &str| {
+        url.get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    starts("http://") || starts("https://")
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::is_http_url;
+
+    #[test]
+    fn http_urls_are_recognised_by_scheme() {
+        assert!(is_http_url("http://127.0.0.1:1/arcp"));
+        assert!(is_http_url("HTTPS://example.com"));
+        assert!(!is_http_url("ws://127.0.0.1:1/arcp"));
+        assert!(!is_http_url("wss://example.com"));
+        assert!(!is_http_url("htt"));
+        assert!(!is_http_url("é"));
     }
 }

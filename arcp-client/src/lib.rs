@@ -43,6 +43,8 @@
 mod config;
 mod error;
 mod outcome;
+// Metrics (empty without the `metrics` feature).
+mod telemetry;
 // A call's intent and the pure rules.
 mod cache;
 mod classify;
@@ -54,6 +56,7 @@ mod journal;
 // The transports, and the client on top.
 mod backend;
 mod client;
+#[cfg(feature = "http")]
 mod http;
 mod invocation;
 mod ws;
@@ -62,13 +65,15 @@ pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};
 pub use config::{DialectChoice, RetryPolicy};
 pub use error::{Error, Execution, ToolError};
+#[cfg(feature = "http")]
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder};
 pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention, SqliteJournal,
-    SqliteOptions, Synchronous,
+    JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,
 };
+#[cfg(feature = "sqlite")]
+pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{
     CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, InvocationEvent, ToolOutput,
 };

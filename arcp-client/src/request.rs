@@ -17,6 +17,7 @@ use arcp_types::{IdempotencyKey, Invoke};
 use tokio::sync::{mpsc, Notify};
 
 use crate::outcome::InvocationEvent;
+use crate::telemetry::Answered;
 
 /// Where a transport reports a call's progress (the journal, when one is
 /// configured). Called on the connection task: must not block.
@@ -66,6 +67,8 @@ pub(crate) struct CallShared {
     pub(crate) dispatched: AtomicBool,
     attempts: AtomicU32,
     marks: AtomicU8,
+    /// Where the outcome came from ([`Answered`]), for the metrics.
+    answered: AtomicU8,
     /// The events channel exists only once someone asked for it: most calls
     /// are never watched, and a channel costs a few KiB.
     events: Mutex<EventSlot>,
@@ -125,6 +128,17 @@ impl CallShared {
     /// Whether the caller gave up.
     pub(crate) fn is_abandoned(&self) -> bool {
         self.marks.load(Ordering::Acquire) & ABANDONED != 0
+    }
+
+    /// Notes that the outcome came from a cache or the journal rather than
+    /// from the runtime.
+    pub(crate) fn set_answered(&self, by: Answered) {
+        self.answered.store(by.as_u8(), Ordering::Release);
+    }
+
+    /// Where the outcome came from.
+    pub(crate) fn answered(&self) -> Answered {
+        Answered::from_u8(self.answered.load(Ordering::Acquire))
     }
 
     /// Requests sent so far.

@@ -40,6 +40,7 @@ use crate::profile::RuntimeProfile;
 use crate::request::CallRequest;
 use crate::retry::later;
 use crate::retry::Schedule;
+use crate::telemetry::Answered;
 
 /// What the client sends in `Accept`: a stream of envelopes preferred (it
 /// carries the job's events), one terminal envelope accepted.
@@ -117,7 +118,10 @@ impl HttpBackend {
         let now = Instant::now();
         let cached = self.cache().get(&req.key, fingerprint, now);
         match cached {
-            Cached::Hit(outcome) => return outcome,
+            Cached::Hit(outcome) => {
+                req.shared.set_answered(Answered::Cache);
+                return outcome;
+            }
             Cached::Conflict => return Err(conflict(req.key)),
             Cached::Bound | Cached::Miss => {}
         }

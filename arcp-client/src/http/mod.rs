@@ -37,16 +37,6 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 /// Bytes of an error response body read for its message.
 pub(crate) const ERROR_BODY_LIMIT: usize = 8 * 1024;
 
-/// Whether a runtime URL selects the HTTP binding (`http://` or `https://`).
-pub(crate) fn is_http_url(url: &str) -> bool {
-    let url = url.trim_start();
-    let starts = |prefix: &str| {
-        url.get(..prefix.len())
-            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
-    };
-    starts("http://") || starts("https://")
-}
-
 /// The endpoint to `POST` to: the URL as given, or `/arcp` when it names no
 /// path.
 pub(crate) fn endpoint(url: &str) -> Result<Url, Error> {
@@ -295,16 +285,6 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn http_urls_are_recognised_by_scheme() {
-        assert!(is_http_url("http://127.0.0.1:1/arcp"));
-        assert!(is_http_url("HTTPS://example.com"));
-        assert!(!is_http_url("ws://127.0.0.1:1/arcp"));
-        assert!(!is_http_url("wss://example.com"));
-        assert!(!is_http_url("htt"));
-        assert!(!is_http_url("é"));
-    }
 
     #[test]
     fn endpoint_defaults_the_path() {

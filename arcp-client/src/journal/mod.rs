@@ -21,6 +21,7 @@
 //! [`Journal`].
 
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod writer;
 
@@ -35,6 +36,7 @@ pub use crate::error::{JournalError, JournalErrorKind};
 use crate::outcome::ToolOutput;
 
 pub use memory::MemoryJournal;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
 pub(crate) use writer::{JournalHandle, JournalSetup};
 
@@ -634,6 +636,7 @@ pub enum RecoveryMode {
 }
 
 /// Milliseconds since the Unix epoch (0 before it; saturating).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn to_millis(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -641,6 +644,7 @@ pub(crate) fn to_millis(t: SystemTime) -> i64 {
 }
 
 /// The inverse of [`to_millis`] (negative values clamp to the epoch).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn from_millis(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH
         .checked_add(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))

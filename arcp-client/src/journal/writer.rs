@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+#[cfg(feature = "sqlite")]
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,8 +28,10 @@ use tracing::{debug, info, warn};
 use super::memory::transition;
 use super::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    JournalWrite, PurgeReport, RecoveryMode, Retention, SqliteJournal,
+    JournalWrite, PurgeReport, RecoveryMode, Retention,
 };
+#[cfg(feature = "sqlite")]
+use super::SqliteJournal;
 use crate::cache::Outcome;
 use crate::error::Error;
 use crate::request::{CallRecorder, CallRequest};
@@ -43,6 +46,7 @@ pub(crate) struct JournalSetup {
 
 #[derive(Clone)]
 enum Source {
+    #[cfg(feature = "sqlite")]
     Path(PathBuf),
     /// Taken by the first `connect`: one journal serves one client.
     Instance(Arc<Mutex<Option<Box<dyn Journal>>>>),
@@ -52,6 +56,7 @@ impl fmt::Debug for JournalSetup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let source = match &self.source {
             None => "none".to_owned(),
+            #[cfg(feature = "sqlite")]
             Some(Source::Path(p)) => format!("sqlite {}", p.display()),
             Some(Source::Instance(_)) => "custom".to_owned(),
         };
@@ -68,6 +73,7 @@ impl JournalSetup {
         self.source = Some(Source::Instance(Arc::new(Mutex::new(Some(journal)))));
     }
 
+    #[cfg(feature = "sqlite")]
     pub(crate) fn set_path(&mut self, path: PathBuf) {
         self.source = Some(Source::Path(path));
     }
@@ -86,6 +92,7 @@ impl JournalSetup {
     pub(crate) async fn open(&self, max_in_flight: usize) -> Result<Option<JournalHandle>, Error> {
         let journal: Box<dyn Journal> = match &self.source {
             None => return Ok(None),
+            #[cfg(feature = "sqlite")]
             Some(Source::Path(path)) => {
                 let path = path.clone();
                 let opened = tokio::task::spawn_blocking(move || SqliteJournal::open(&path))

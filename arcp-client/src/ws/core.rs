@@ -38,6 +38,7 @@ use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::{later, Schedule};
+use crate::telemetry::{self, Answered};
 
 /// Requests from client handles.
 pub(crate) enum Command {
@@ -408,6 +409,7 @@ impl Core {
         }
         let earlier_send = match self.cache.get(&req.key, fingerprint, now) {
             Cached::Hit(outcome) => {
+                waiter.shared.set_answered(Answered::Cache);
                 let _ = waiter.reply.send(outcome);
                 return;
             }
@@ -617,7 +619,9 @@ impl Core {
             (est.resuming && !resumed)
                 .then(|| "the runtime opened a new session instead of resuming".to_owned())
         });
+        telemetry::session(resumed);
         if let Some(reason) = refused {
+            telemetry::resume_refused();
             self.emit(|| ConnectionEvent::ResumeRefused {
                 at: std::time::SystemTime::now(),
                 reason,
@@ -737,6 +741,7 @@ impl Core {
         let message = failure.error.to_string();
         self.dials += 1;
         let attempt = self.dials + 1;
+        telemetry::reconnecting();
         self.emit(|| ConnectionEvent::Reconnecting {
             at: std::time::SystemTime::now(),
             attempt,
@@ -857,6 +862,7 @@ impl Core {
             next_dial: later(now, delay),
         };
         if !self.calls.is_empty() {
+            telemetry::reconnecting();
             self.emit(|| ConnectionEvent::Reconnecting {
                 at: std::time::SystemTime::now(),
                 attempt: 1,

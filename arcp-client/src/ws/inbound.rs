@@ -22,6 +22,7 @@ use crate::classify::{
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 use crate::retry::later;
+use crate::telemetry;
 
 impl Core {
     /// A text frame from the live connection.
@@ -202,6 +203,9 @@ impl Core {
         // runtime's replay mark, or the job an earlier attempt was bound to.
         let replay = foreign || marked || known_job;
         call.replayed |= replay;
+        if replay {
+            telemetry::accepted_replay();
+        }
         // After an attempt lost unanswered, this acceptance may name a job
         // that attempt created on a connection that is gone: its live stream
         // may never reach this one (a resumed session need not re-attach

@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::core::DialFailure;
+use crate::telemetry;
 use crate::config::Config;
 use crate::error::Error;
 
@@ -96,7 +97,10 @@ impl Reader {
     /// Reads the next frame.
     pub(crate) async fn recv(&mut self) -> Inbound {
         let inbound = match self.stream.next().await {
-            Some(Ok(WsMessage::Text(text))) => Inbound::Text(text.as_str().to_owned()),
+            Some(Ok(WsMessage::Text(text))) => {
+                telemetry::bytes_received(text.len());
+                Inbound::Text(text.as_str().to_owned())
+            }
             Some(Ok(WsMessage::Close(frame))) => match frame {
                 Some(f) => Inbound::Closed {
                     code: Some(u16::from(f.code)),
@@ -153,6 +157,7 @@ impl Writer {
     ) -> Result<(), String> {
         let write = async {
             for text in frames {
+                telemetry::bytes_sent(text.len());
                 self.sink.feed(WsMessage::text(text)).await?;
             }
             self.sink.flush().await
