@@ -48,8 +48,11 @@ fn label(result: &Result<ToolOutput, Error>) -> (String, String) {
     }
 }
 
+/// One metric of a snapshot: kind, name, labels, value.
+type Metric = (MetricKind, String, Vec<(String, String)>, DebugValue);
+
 /// Counters (summed over labels not given) and histogram sample counts.
-struct Figures(Vec<(MetricKind, String, Vec<(String, String)>, DebugValue)>);
+struct Figures(Vec<Metric>);
 
 impl Figures {
     fn take(snapshotter: &Snapshotter) -> Figures {
