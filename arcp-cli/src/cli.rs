@@ -98,6 +98,107 @@ pub enum Command {
     /// A local mock runtime with demo tools, to try everything without a real runtime.
     #[command(subcommand, after_help = MOCK_EXAMPLES, arg_required_else_help = true)]
     Mock(MockCommand),
+    /// Look at and act on a client's SQLite invocation journal (after a crash, say).
+    #[command(after_help = JOURNAL_EXAMPLES, arg_required_else_help = true)]
+    Journal(JournalArgs),
+}
+
+const JOURNAL_EXAMPLES: &str = "\
+Examples:
+  arcp journal --journal calls.db list                  # unfinished and recent calls
+  arcp journal --journal calls.db list --unfinished --json
+  arcp journal --journal calls.db show refund-4812      # intent, attempts, outcome
+  arcp journal --journal calls.db recover --url ws://127.0.0.1:7777/arcp
+  arcp journal --journal calls.db discard refund-4812 --yes
+  arcp journal --journal calls.db purge --terminal-ttl 3600
+
+list and show open the journal read-only. Every command refuses while a live client
+holds the journal (exit status 5); the lock goes when that process ends, even by SIGKILL.
+Exit status: 0 done, 5 journal held by a live client, 1 anything else.";
+
+/// `arcp journal` flags.
+#[derive(Debug, Args)]
+pub struct JournalArgs {
+    /// The journal file (as given to the client's `journal_path`).
+    #[arg(
+        long,
+        short = 'j',
+        value_name = "PATH",
+        env = "ARCP_JOURNAL",
+        global = true
+    )]
+    pub journal: Option<PathBuf>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: JournalCommand,
+}
+
+/// `arcp journal` commands.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Unfinished and recent calls, most recently changed first: key, tool,
+    /// state, age, job id and whether the tool ran.
+    List {
+        /// Only calls that have not ended (what `recover` would drive).
+        #[arg(long)]
+        unfinished: bool,
+        /// At most this many calls.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per call, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One call: its recorded intent, attempts and outcome.
+    Show {
+        /// The call's idempotency key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: IdempotencyKey,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drive every unfinished call to an outcome against the runtime, with
+    /// the same keys (each tool still runs at most once), reporting each.
+    Recover {
+        /// The runtime's URL (ws://, wss://, http:// or https://).
+        #[arg(long, value_name = "URL", value_parser = parse_url)]
+        url: String,
+        /// Bearer token. Never printed. Prefer the ARCP_TOKEN environment variable.
+        #[arg(long, value_name = "T", env = "ARCP_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Which ARCP message set to speak.
+        #[arg(long, value_enum, value_name = "DIALECT", default_value_t = DialectArg::Auto)]
+        dialect: DialectArg,
+        /// One JSON object per recovered call, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget one call (its key can then start a new call: only do this
+    /// when you know what became of it).
+    Discard {
+        /// The call's idempotency key.
+        #[arg(value_name = "KEY", value_parser = parse_key)]
+        key: IdempotencyKey,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Apply a retention policy now: delete ended calls older than
+    /// --terminal-ttl, unfinished ones untouched for --unfinished-ttl, then
+    /// the oldest ended calls beyond --max-records.
+    Purge {
+        /// Seconds an ended call is kept (default: 86400).
+        #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+        terminal_ttl: Option<f64>,
+        /// Seconds an unfinished call is kept untouched (default: 604800).
+        #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+        unfinished_ttl: Option<f64>,
+        /// Records kept at most (default: 100000; unfinished calls are never evicted).
+        #[arg(long, value_name = "N")]
+        max_records: Option<usize>,
+    },
 }
 
 /// `arcp invoke` flags.
@@ -148,6 +249,12 @@ pub struct InvokeArgs {
     /// How many times the request may be sent in all (at least 1; default 10).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: Option<u32>,
+
+    /// Record the call in this SQLite journal before it is sent, so that
+    /// if this process dies mid-call, `arcp journal recover` finishes it
+    /// with the same key (the tool still runs at most once).
+    #[arg(long, value_name = "PATH", env = "ARCP_JOURNAL")]
+    pub journal: Option<PathBuf>,
 
     /// Print exactly one JSON object on stdout when the call ends (see below).
     #[arg(long)]

@@ -89,6 +89,9 @@ pub async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutc
     if let Some(token) = &args.token {
         builder = builder.bearer_token(token.clone());
     }
+    if let Some(path) = &args.journal {
+        builder = builder.journal_path(path.clone());
+    }
 
     // Installed first, so an interrupt at any point reports the key.
     let interrupted = match crate::signals::shutdown() {

@@ -5,13 +5,15 @@
 //! job: [`cli`] (flags and help), [`invoke`] (the call), [`progress`] (events
 //! on stderr), [`outcome`] (what a call ended with, exit statuses),
 //! [`output`] (the JSON contract and human output), [`mock_serve`] (the mock
-//! runtime and its demo tools).
+//! runtime and its demo tools), [`journal`] (an operator's view of the
+//! invocation journal).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cli;
 mod invoke;
+mod journal;
 mod mock_serve;
 mod outcome;
 mod output;
@@ -75,6 +77,7 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
                 Err(_) => EXIT_OTHER,
             }
         }
+        Command::Journal(args) => journal::run(args).await,
         Command::Mock(MockCommand::Serve(args)) => match mock_serve::run(&args).await {
             Ok(()) => 0,
             Err(message) => {

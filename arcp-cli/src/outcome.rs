@@ -13,6 +13,8 @@ pub const EXIT_TOOL_ERROR: u8 = 2;
 pub const EXIT_DUPLICATE_KEY: u8 = 3;
 /// Exit status: the call was accepted but its outcome could not be obtained.
 pub const EXIT_OUTCOME_UNAVAILABLE: u8 = 4;
+/// Exit status of `arcp journal`: a live client holds the journal.
+pub const EXIT_JOURNAL_LOCKED: u8 = 5;
 
 /// How a call ended, with everything the JSON contract reports.
 #[derive(Debug)]

@@ -6,5 +6,6 @@ mod against_mock_serve;
 mod bad_arguments;
 mod help;
 mod in_process;
+mod journal;
 mod support;
 mod through_killer;

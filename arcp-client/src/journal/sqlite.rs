@@ -212,6 +212,59 @@ impl SqliteJournal {
         })
     }
 
+    /// Opens an existing journal to read it (an operator's tools, such as
+    /// `arcp journal list`): nothing is created, the schema is checked but
+    /// never written, and every statement that would modify the file fails
+    /// (`PRAGMA query_only`). A journal held by a live client fails with
+    /// [`JournalErrorKind::Locked`] after `lock_timeout`; one left by a
+    /// process that died is read as it was at the crash.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        let location = path.display().to_string();
+        let err = |e: rusqlite::Error| classify(&location, e);
+        if !path.is_file() {
+            return Err(JournalError::new(
+                JournalErrorKind::Io,
+                &location,
+                "no journal file at this path",
+            ));
+        }
+        // Read-write without create: reading a journal whose writer died
+        // may need to replay its write-ahead log first.
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        conn.busy_timeout(SqliteOptions::default().lock_timeout)
+            .map_err(err)?;
+        check_schema_read_only(&conn, &location)?;
+        conn.pragma_update(None, "query_only", true).map_err(err)?;
+        Ok(SqliteJournal {
+            conn: Mutex::new(conn),
+            path,
+            location,
+        })
+    }
+
+    /// Up to `limit` records of every state, the most recently changed
+    /// first.
+    pub fn list(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!("{SELECT} ORDER BY updated_ms DESC, key LIMIT ?1"))
+            .map_err(|e| self.err(e))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map([limit], Row::read)
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(|e| self.err(e))?.into_entry(&self.location)?);
+        }
+        Ok(out)
+    }
+
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -501,6 +554,24 @@ impl Row {
 }
 
 /// Recognises an ARCP journal, or creates one in an empty database.
+/// The schema check of [`check_or_create_schema`] without the create: an
+/// empty file is not a journal.
+fn check_schema_read_only(conn: &Connection, location: &str) -> Result<(), JournalError> {
+    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
+        .map_err(|e| classify(location, e))?;
+    let app: i64 = tx
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| classify(location, e))?;
+    if app == 0 {
+        return Err(JournalError::new(
+            JournalErrorKind::Schema,
+            location,
+            "the file is not an ARCP journal (no journal was ever written to it)",
+        ));
+    }
+    check_or_create_schema(&tx, location)
+}
+
 fn check_or_create_schema(
     tx: &rusqlite::Transaction<'_>,
     location: &str,

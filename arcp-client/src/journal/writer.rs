@@ -26,12 +26,12 @@ use tokio::sync::{oneshot, Notify};
 use tracing::{debug, info, warn};
 
 use super::memory::transition;
+#[cfg(feature = "sqlite")]
+use super::SqliteJournal;
 use super::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, PurgeReport, RecoveryMode, Retention,
 };
-#[cfg(feature = "sqlite")]
-use super::SqliteJournal;
 use crate::cache::Outcome;
 use crate::error::Error;
 use crate::request::{CallRecorder, CallRequest};

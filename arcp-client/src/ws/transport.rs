@@ -12,9 +12,9 @@ use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::core::DialFailure;
-use crate::telemetry;
 use crate::config::Config;
 use crate::error::Error;
+use crate::telemetry;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 

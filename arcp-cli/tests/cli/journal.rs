@@ -1,0 +1,207 @@
+//! `arcp journal` on a journal left by an `arcp invoke --journal` child
+//! killed with SIGKILL mid-call: `list` shows the call, `recover` ends it
+//! with one execution in all, `discard` removes a record, and a journal held
+//! by a live client is refused with exit status 5.
+
+use std::process::{Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use arcp_mock::{Dialect, MockRuntime};
+use serde_json::{json, Value};
+
+use crate::support::{arcp, bin, runtime, ChildGuard};
+
+/// A mock whose `slow` tool sleeps `ms` milliseconds and returns them,
+/// with the runtime it is served on (keep both alive).
+fn slow_mock() -> (tokio::runtime::Runtime, MockRuntime) {
+    let rt = runtime();
+    let mock = rt
+        .block_on(
+            MockRuntime::builder()
+                .dialect(Dialect::V1_1)
+                .tool("slow", |args: Value, ctx| async move {
+                    let ms = args["ms"].as_u64().unwrap_or(0);
+                    ctx.sleep(Duration::from_millis(ms)).await;
+                    Ok(json!({"slept_ms": ms}))
+                })
+                .start(),
+        )
+        .unwrap();
+    (rt, mock)
+}
+
+/// Starts `arcp invoke slow --journal PATH` in the background.
+fn invoke_child(url: &str, journal: &std::path::Path, key: &str, ms: u64) -> ChildGuard {
+    let child = StdCommand::new(bin())
+        .args([
+            "invoke",
+            "slow",
+            "--url",
+            url,
+            "--dialect",
+            "v1.1",
+            "--json",
+        ])
+        .args(["--key", key, "--args", &format!(r#"{{"ms": {ms}}}"#)])
+        .arg("--journal")
+        .arg(journal)
+        .env_remove("RUST_LOG")
+        .env_remove("ARCP_JOURNAL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn arcp invoke");
+    ChildGuard(Some(child))
+}
+
+/// Waits until the mock has started `n` executions of `slow`.
+fn wait_for_executions(mock: &MockRuntime, n: u64) {
+    let start = Instant::now();
+    while mock.executions("slow") < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the child never started the tool"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn list_json(journal: &std::path::Path) -> Vec<Value> {
+    let out = arcp(["journal", "list", "--json"])
+        .arg("--journal")
+        .arg(journal)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "list failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+#[test]
+fn a_call_cut_by_sigkill_is_listed_recovered_once_and_discarded() {
+    let (_rt, mock) = slow_mock();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("calls.db");
+
+    // A call that takes 1.5 s; its process is killed once the tool runs.
+    let mut child = invoke_child(&mock.ws_url(), &journal, "crash-1", 1500);
+    wait_for_executions(&mock, 1);
+    child.child().kill().unwrap(); // SIGKILL
+    child.child().wait().unwrap();
+
+    // list: the call is there, unfinished, and may have run.
+    let calls = list_json(&journal);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["key"], "crash-1");
+    assert_eq!(calls[0]["tool"], "slow");
+    assert_ne!(calls[0]["state"], "terminal");
+    assert_eq!(calls[0]["ran"], "may_have_run");
+    let unfinished = arcp(["journal", "list", "--unfinished"])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&unfinished.stdout).contains("crash-1"));
+
+    // show: the recorded intent.
+    let shown = arcp(["journal", "show", "crash-1", "--json"])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert!(shown.status.success());
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["intent"]["arguments"]["ms"], 1500, "{shown}");
+
+    // recover: the same key, one execution in all.
+    let recovered = arcp(["journal", "recover", "--json", "--dialect", "v1.1"])
+        .args(["--url", &mock.ws_url()])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert!(
+        recovered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recovered.stderr)
+    );
+    let line: Value = serde_json::from_slice(&recovered.stdout).expect("one report");
+    assert_eq!(line["key"], "crash-1", "{line}");
+    assert_eq!(line["status"], "ok", "{line}");
+    assert_eq!(line["result"]["slept_ms"], 1500);
+    assert_eq!(mock.executions("slow"), 1, "recovery did not run it again");
+    let calls = list_json(&journal);
+    assert_eq!(calls[0]["state"], "terminal");
+    assert_eq!(calls[0]["outcome"], "ok");
+    assert_eq!(calls[0]["ran"], "ran");
+
+    // discard: refused without a confirmation on a non-terminal stdin,
+    // done with --yes.
+    arcp(["journal", "discard", "crash-1"])
+        .arg("--journal")
+        .arg(&journal)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("--yes"));
+    arcp(["journal", "discard", "crash-1", "--yes"])
+        .arg("--journal")
+        .arg(&journal)
+        .assert()
+        .success();
+    assert!(list_json(&journal).is_empty());
+    arcp(["journal", "show", "crash-1"])
+        .arg("--journal")
+        .arg(&journal)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("no call with key crash-1"));
+}
+
+#[test]
+fn a_journal_held_by_a_live_client_is_refused_clearly() {
+    let (_rt, mock) = slow_mock();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("calls.db");
+    let _live = invoke_child(&mock.ws_url(), &journal, "held-1", 5000);
+    wait_for_executions(&mock, 1);
+    for command in [
+        vec!["journal", "list"],
+        vec!["journal", "show", "held-1"],
+        vec!["journal", "purge"],
+        vec!["journal", "discard", "held-1", "--yes"],
+    ] {
+        arcp(&command)
+            .arg("--journal")
+            .arg(&journal)
+            .assert()
+            .code(5)
+            .stderr(predicates::str::contains(
+                "running client holds this journal",
+            ));
+    }
+}
+
+#[test]
+fn a_missing_journal_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.db");
+    arcp(["journal", "list"])
+        .arg("--journal")
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("absent.db"));
+    assert!(!path.exists(), "list must not create a journal");
+    arcp(["journal", "list"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("--journal"));
+}
