@@ -76,6 +76,25 @@ impl InvokeBuilder {
         self
     }
 
+    /// Continues the caller's distributed trace: the trace id of a W3C
+    /// `traceparent` header (`00-<32 hex trace id>-<16 hex parent id>-<2 hex
+    /// flags>`) becomes the call's trace id, sent on every attempt and
+    /// reconnect (WebSocket and HTTP), so one logical call is one trace.
+    /// A malformed header fails the call with [`Error::InvalidCall`] naming
+    /// it, before anything is sent.
+    ///
+    /// With `tracing` and `tracing-opentelemetry`, take the current span's
+    /// trace id instead: `Span::current().context().span().span_context()
+    /// .trace_id().to_string()` passed to [`trace_id`](Self::trace_id).
+    pub fn traceparent(mut self, header: &str) -> Self {
+        self.trace_id = Some(match trace_id_of_traceparent(header) {
+            Some(id) => id.to_owned(),
+            // Kept as given: `send` refuses it with the value named.
+            None => format!("traceparent {header:?}"),
+        });
+        self
+    }
+
     /// Adds a dialect payload field to the request (for example
     /// `lease_request` or `max_runtime_sec` in v1.1). It is part of the
     /// intent the runtime fingerprints: keep it identical across retries.
@@ -94,6 +113,9 @@ impl InvokeBuilder {
         };
         let trace_id = match self.trace_id {
             Some(t) if arcp_types::is_trace_id(&t) => Ok(t),
+            Some(t) if t.starts_with("traceparent ") => Err(Error::InvalidCall(format!(
+                "{t} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero)"
+            ))),
             Some(t) => Err(Error::InvalidCall(format!(
                 "trace id {t:?} is not 32 lowercase hex digits"
             ))),
@@ -316,6 +338,59 @@ impl futures_util::Stream for Events {
         match &mut self.rx {
             Some(rx) => rx.poll_recv(cx),
             None => Poll::Ready(None),
+        }
+    }
+}
+
+/// The trace id of a W3C `traceparent` header (version 00, or a later
+/// version read as 00 as the recommendation asks), if well formed.
+fn trace_id_of_traceparent(header: &str) -> Option<&str> {
+    let mut parts = header.trim().split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+    let valid = hex(version, 2)
+        && version != "ff"
+        && (version != "00" || parts.next().is_none())
+        && hex(trace, 32)
+        && nonzero(trace)
+        && hex(parent, 16)
+        && nonzero(parent)
+        && hex(flags, 2);
+    valid.then_some(trace)
+}
+
+#[cfg(test)]
+mod traceparent_tests {
+    use super::trace_id_of_traceparent as parse;
+
+    #[test]
+    fn the_trace_id_of_a_w3c_traceparent() {
+        assert_eq!(
+            parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        // A later version may append fields.
+        assert_eq!(
+            parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more"),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-é-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
         }
     }
 }
