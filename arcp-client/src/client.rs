@@ -245,8 +245,8 @@ impl ClientBuilder {
     /// left unfinished ([`Client::recover`]) and read their outcomes
     /// ([`Client::lookup`]). One journal serves one client, through a
     /// dedicated writer thread (journal I/O never runs on the async
-    /// runtime). See [`SqliteJournal`](crate::SqliteJournal) for the durable
-    /// one and [`ClientBuilder::journal_path`] for the short form; the
+    /// runtime). See `SqliteJournal` (feature `sqlite`) for the durable
+    /// one and `journal_path` for the short form; the
     /// added latency per call is in `BENCHMARKS.md`.
     pub fn journal(mut self, journal: impl Journal) -> Self {
         self.journal.set_journal(Box::new(journal));
