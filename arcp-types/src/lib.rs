@@ -36,7 +36,7 @@ mod ids;
 mod key;
 mod message;
 
-pub use dialect::{DecodeError, Dialect};
+pub use dialect::{DecodeError, Dialect, EncodedRequest};
 pub use envelope::{Envelope, PROTOCOL_VERSION};
 pub use error_code::ErrorCode;
 pub use events::EventBody;

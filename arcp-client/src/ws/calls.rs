@@ -76,6 +76,9 @@ pub(crate) struct Call {
     pub(crate) key: IdempotencyKey,
     pub(crate) trace_id: String,
     pub(crate) invoke: Invoke,
+    /// The intent's payload encoded once for the live dialect: every
+    /// attempt re-sends these bytes (invariant 1 by construction).
+    pub(crate) encoded: Option<arcp_types::EncodedRequest>,
     pub(crate) fingerprint: u64,
     pub(crate) waiters: Vec<Waiter>,
     pub(crate) recorder: Option<Box<dyn crate::request::CallRecorder>>,

@@ -31,8 +31,8 @@ pub(crate) struct Writer {
 
 /// What a read produced.
 pub(crate) enum Inbound {
-    /// A text frame.
-    Text(String),
+    /// A text frame (the received buffer itself: no copy).
+    Text(tungstenite::Utf8Bytes),
     /// A frame that carries no ARCP message (binary, WebSocket ping/pong).
     Other,
     /// The connection ended, with the close code when the runtime sent one.
@@ -99,7 +99,7 @@ impl Reader {
         let inbound = match self.stream.next().await {
             Some(Ok(WsMessage::Text(text))) => {
                 telemetry::bytes_received(text.len());
-                Inbound::Text(text.as_str().to_owned())
+                Inbound::Text(text)
             }
             Some(Ok(WsMessage::Close(frame))) => match frame {
                 Some(f) => Inbound::Closed {
@@ -121,15 +121,15 @@ impl Reader {
                 reason: "the connection ended".into(),
             },
         };
-        self.rearm_quickack();
         inbound
     }
 
     /// Linux delays ACKs by up to 40 ms; a runtime that writes its replies
     /// in several small segments without TCP_NODELAY then waits on each. The
-    /// flag is cleared by the kernel after use, so it is set again after
-    /// every read.
-    fn rearm_quickack(&self) {
+    /// kernel clears the flag after use, so the driver sets it again after
+    /// each batch of reads (once per wake-up, not once per frame: a
+    /// `setsockopt` per frame was a third of the client's syscalls).
+    pub(crate) fn rearm_quickack(&self) {
         #[cfg(target_os = "linux")]
         if let Some(socket) = &self.socket {
             let _ = socket.set_tcp_quickack(true);
