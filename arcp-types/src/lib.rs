@@ -32,6 +32,7 @@ mod dialect;
 mod envelope;
 mod error_code;
 mod events;
+mod flat;
 mod ids;
 mod key;
 mod message;

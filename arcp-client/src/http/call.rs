@@ -103,6 +103,7 @@ impl HttpBackend {
             sends_ping: false,
             accepts_ack: false,
             key_echo_marks_replay: false,
+            writes_in_pieces: false,
         }
     }
 

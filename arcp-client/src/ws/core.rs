@@ -232,6 +232,15 @@ impl Core {
         std::mem::take(&mut self.close_replies)
     }
 
+    /// Whether reads should re-arm TCP_QUICKACK (the runtime may write in
+    /// pieces; see [`RuntimeProfile::writes_in_pieces`]).
+    pub(crate) fn wants_quickack(&self) -> bool {
+        self.session
+            .profile
+            .as_ref()
+            .is_none_or(|p| p.writes_in_pieces)
+    }
+
     /// Whether the core decided to drop the connection (and reads no more
     /// of its frames).
     pub(crate) fn drop_pending(&self) -> bool {

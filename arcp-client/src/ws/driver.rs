@@ -122,7 +122,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                         inbound = reader.as_mut().and_then(|r| r.recv().now_or_never());
                     }
                 }
-                if let Some(r) = &reader {
+                if let Some(r) = reader.as_ref().filter(|_| core.wants_quickack()) {
                     r.rearm_quickack();
                 }
             }

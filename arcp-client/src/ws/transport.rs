@@ -18,6 +18,9 @@ use crate::telemetry;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// Bytes asked of the socket per read (larger frames take several reads).
+const READ_BUFFER: usize = 16 * 1024;
+
 /// The reading half, with a handle on the TCP socket for `TCP_QUICKACK`.
 pub(crate) struct Reader {
     stream: SplitStream<Ws>,
@@ -42,7 +45,11 @@ pub(crate) enum Inbound {
 /// Opens a WebSocket to the configured URL, with TCP_NODELAY set, bounded
 /// by `connect_timeout`.
 pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFailure> {
+    // A small read buffer: tungstenite zero-fills the spare capacity before
+    // every socket read, and ARCP frames are a few hundred bytes; with the
+    // default 128 KiB that memset was the client's largest single cost.
     let ws_config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
         .max_message_size(Some(config.max_frame_size))
         .max_frame_size(Some(config.max_frame_size));
     // `disable_nagle = true`: requests are small and latency-bound; with
