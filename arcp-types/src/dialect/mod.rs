@@ -136,21 +136,53 @@ impl EncodedRequest {
 }
 
 impl Dialect {
-    /// Encodes the payload of a `job.submit` / `tool.invoke` once.
+    /// Encodes the payload of a `job.submit` / `tool.invoke` once, in one
+    /// pass (no clone of the arguments, no intermediate tree). The fields
+    /// come out in the order the full encoder writes them (sorted by name,
+    /// as a JSON object of this crate sorts them).
     pub fn encode_invoke(self, invoke: &crate::message::Invoke) -> EncodedRequest {
-        let envelope = self.to_envelope(&Frame {
-            envelope: Envelope::new(""),
-            message: crate::message::Message::Invoke(invoke.clone()),
-        });
-        let text = serde_json::to_string(&envelope.payload).unwrap_or_default();
+        let (kind, mut fields, envelope_key) = match self {
+            Dialect::V1_1 => v1_1::invoke_fields(invoke),
+            Dialect::Legacy => legacy::invoke_fields(invoke),
+        };
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        fields.dedup_by(|later, earlier| later.0 == earlier.0);
+        let text = serde_json::to_string(&SortedObject(&fields)).unwrap_or_default();
         EncodedRequest {
             dialect: self,
-            kind: envelope.kind,
-            // Serialized from a `Value` just above: always valid JSON.
+            kind: kind.to_owned(),
+            // Serialized just above from strings and JSON values: valid JSON.
             payload: serde_json::value::RawValue::from_string(text)
                 .unwrap_or_else(|_| empty_object()),
-            envelope_key: envelope.idempotency_key,
+            envelope_key,
         }
+    }
+}
+
+/// One payload field for [`SortedObject`]: a name and a borrowed value.
+type Field<'a> = (&'a str, FieldValue<'a>);
+
+/// A borrowed payload value.
+#[derive(Clone, Copy)]
+enum FieldValue<'a> {
+    Str(&'a str),
+    Json(&'a Value),
+}
+
+/// Fields already sorted by name, serialized as one JSON object.
+struct SortedObject<'a>(&'a [Field<'a>]);
+
+impl Serialize for SortedObject<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            match value {
+                FieldValue::Str(v) => map.serialize_entry(name, v)?,
+                FieldValue::Json(v) => map.serialize_entry(name, v)?,
+            }
+        }
+        map.end()
     }
 }
 
