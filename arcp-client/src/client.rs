@@ -621,7 +621,7 @@ impl Client {
     /// the journal's prepare and every attempt all count against it. With a
     /// journal, the call is recorded durably before it is handed on
     /// (prepared before send) and its outcome recorded after.
-    pub(crate) async fn dispatch(&self, mut request: CallRequest) -> Outcome {
+    pub(crate) async fn dispatch(&self, mut request: Box<CallRequest>) -> Outcome {
         request.seal();
         telemetry::call_started();
         let key = request.key.clone();
@@ -662,12 +662,13 @@ impl Client {
             shared.answered(),
         );
         if let Some(journal) = &self.inner.journal {
-            journal.finish_call(&key, &outcome).await;
+            // Boxed: only journaled calls pay for this future's size.
+            Box::pin(journal.finish_call(&key, &outcome)).await;
         }
         outcome
     }
 
-    async fn run_call(&self, mut request: CallRequest) -> Outcome {
+    async fn run_call(&self, mut request: Box<CallRequest>) -> Outcome {
         let _permit = self
             .inner
             .in_flight
@@ -677,7 +678,9 @@ impl Client {
             .map_err(|_| Error::Closed)?;
         if let Some(journal) = &self.inner.journal {
             let max_frame_size = self.inner.config.max_frame_size;
-            if let Some(answer) = journal.prepare_call(&mut request, max_frame_size).await? {
+            if let Some(answer) =
+                Box::pin(journal.prepare_call(&mut request, max_frame_size)).await?
+            {
                 request.shared.set_answered(Answered::Journal);
                 return answer;
             }

@@ -43,7 +43,7 @@ use crate::telemetry::{self, Answered};
 /// Requests from client handles.
 pub(crate) enum Command {
     /// Run a call; its outcome goes to the sender.
-    Invoke(Box<(CallRequest, oneshot::Sender<Outcome>)>),
+    Invoke(Box<CallRequest>, oneshot::Sender<Outcome>),
     /// Cancel the job of the call with this key, if the caller behind
     /// `shared` waits on it (a same-key call refused as a duplicate must
     /// not cancel the call that holds the key).
@@ -367,10 +367,7 @@ impl Core {
     /// Takes a command from a client handle.
     pub(crate) fn command(&mut self, command: Command, now: Instant) {
         match command {
-            Command::Invoke(boxed) => {
-                let (request, reply) = *boxed;
-                self.start_call(request, reply, now);
-            }
+            Command::Invoke(request, reply) => self.start_call(*request, reply, now),
             Command::Cancel { key, shared, reply } => self.cancel(key, &shared, reply, now),
             Command::Abandon { key, shared } => self.abandon(&key, &shared, now),
             Command::Close { reply } => {
