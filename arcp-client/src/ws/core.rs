@@ -578,13 +578,13 @@ impl Core {
                 cancel.until = cancel.until.max(until);
             }
             None => {
-                call.cancel = Some(CancelState {
+                call.cancel = Some(Box::new(CancelState {
                     waiters: vec![reply],
                     until,
                     request: None,
                     written: false,
                     settled: false,
-                });
+                }));
                 self.send_cancel(id);
             }
         }
@@ -692,7 +692,7 @@ impl Core {
                     // or live): wait for it before re-sending.
                     let wait = call
                         .ladder
-                        .get_or_insert_with(|| self.config.retry.ladder())
+                        .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                         .next_ceiling()
                         .max(ladder_first);
                     call.phase = Phase::Accepted {
@@ -1123,7 +1123,7 @@ impl Core {
         };
         let wait = call
             .ladder
-            .get_or_insert_with(|| self.config.retry.ladder())
+            .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
             .next_ceiling();
         let subscribe = subscribe_ok
             && !call.subscribe_refused
