@@ -522,10 +522,11 @@ impl Client {
     /// [`RecoveryMode::Automatic`] the client does this itself on connect.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), arcp_client::Error> {
+    /// # async fn demo(journal: impl arcp_client::Journal) -> Result<(), arcp_client::Error> {
     /// use arcp_client::Client;
+    /// // `journal`: a durable one, e.g. `SqliteJournal` (feature `sqlite`).
     /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
-    ///     .journal_path("calls.journal")
+    ///     .journal(journal)
     ///     .connect()
     ///     .await?;
     /// for call in client.recover().await? {
