@@ -177,8 +177,9 @@ impl Conns {
         }
     }
 
-    /// Marks a connection dead and aborts its task now; returns the handle
-    /// when the caller must abort it outside the lock.
+    /// Marks a connection dead; returns its task's abort handle, for the
+    /// caller to abort (outside the lock when the task, dropped in place,
+    /// would unregister itself).
     pub fn abort(&mut self, id: u64) -> Option<AbortHandle> {
         let c = self.map.get_mut(&id)?;
         c.live = false;
