@@ -5,7 +5,7 @@
 //!
 //! A minimal HTTP/1.1 server: one request per connection (`Connection:
 //! close`), a `Content-Length` body, bounded head and body sizes, a read
-//! timeout. The runtime logic is the engine's ([`Shared::http_submit`]):
+//! timeout. The runtime logic is the engine's (`Engine::http_submit`):
 //! sessions, idempotency bindings, replay, tools, execution counts and
 //! faults are the same as over WebSocket. What the binding adds:
 //!
@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::engine::{HttpSubmit, Out, Shared, OUTBOUND_CAPACITY};
+use crate::engine::{Engine, HttpSubmit, Out, OUTBOUND_CAPACITY};
 
 /// Largest request head (request line and headers).
 const MAX_HEAD: usize = 16 * 1024;
@@ -44,13 +44,13 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 const REPLAYED: &str = "Arcp-Replayed";
 const NDJSON: &str = "application/x-ndjson";
 
-pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+pub(crate) async fn accept_loop(engine: Arc<Engine>, listener: TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
                 let (abort_tx, abort_rx) = oneshot::channel();
-                let task = tokio::spawn(serve(Arc::clone(&shared), stream, abort_rx));
+                let task = tokio::spawn(serve(Arc::clone(&engine), stream, abort_rx));
                 let _ = abort_tx.send(task.abort_handle());
             }
             // Out of file descriptors and the like: back off, keep serving.
@@ -85,17 +85,17 @@ enum Refused {
 
 /// Ends the submit's connection and session however the task ends.
 struct Registration {
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     conn: u64,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.shared.http_done(self.conn);
+        self.engine.http_done(self.conn);
     }
 }
 
-async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Receiver<AbortHandle>) {
+async fn serve(engine: Arc<Engine>, mut stream: TcpStream, abort: oneshot::Receiver<AbortHandle>) {
     let abort = abort.await.ok();
     let request = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut stream)).await {
         Ok(Ok(request)) => request,
@@ -138,7 +138,7 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Recei
         return;
     };
     let (tx, rx) = mpsc::channel(OUTBOUND_CAPACITY);
-    let (conn, answer) = shared.http_submit(&auth, key.as_deref(), body, tx);
+    let (conn, answer) = engine.http_submit(&auth, key.as_deref(), body, tx);
     let _ = match answer {
         HttpSubmit::BadRequest(detail) => problem(&mut stream, 400, &detail, &[]).await,
         HttpSubmit::Unauthenticated(detail) => {
@@ -155,7 +155,7 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Recei
             let written = response.frame(&mut stream, &terminal).await.map(|_| ());
             if written.is_ok() {
                 let envelope = Dialect::V1_1.to_envelope(&terminal);
-                shared.written(conn, envelope, &terminal, false);
+                engine.written(conn, envelope, &terminal, false);
             }
             written
         }
@@ -167,13 +167,13 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Recei
         }
         HttpSubmit::Started(conn) => {
             let _registration = Registration {
-                shared: Arc::clone(&shared),
+                engine: Arc::clone(&engine),
                 conn,
             };
             if let Some(abort) = abort {
-                shared.set_abort(conn, abort);
+                engine.set_abort(conn, abort);
             }
-            respond(&shared, conn, &mut stream, rx, ndjson).await;
+            respond(&engine, conn, &mut stream, rx, ndjson).await;
             Ok(())
         }
     };
@@ -182,7 +182,7 @@ async fn serve(shared: Arc<Shared>, mut stream: TcpStream, abort: oneshot::Recei
 /// Writes a submit's envelopes as they come, until its terminal (or a fault
 /// or the client ends the response).
 async fn respond(
-    shared: &Shared,
+    engine: &Engine,
     conn: u64,
     stream: &mut TcpStream,
     mut rx: mpsc::Receiver<Out>,
@@ -197,7 +197,7 @@ async fn respond(
             // A drop or close: end abruptly, mid-response.
             Out::Close(_) | Out::Kill => return,
         };
-        let action = shared.outbound_action(conn);
+        let action = engine.outbound_action(conn);
         if let Some(delay) = action.delay {
             tokio::time::sleep(delay).await;
         }
@@ -222,7 +222,7 @@ async fn respond(
         if ndjson || done {
             // JSON responses carry only the terminal.
             let envelope = Dialect::V1_1.to_envelope(&frame);
-            shared.written(conn, envelope, &frame, stray);
+            engine.written(conn, envelope, &frame, stray);
         }
         if done {
             return;

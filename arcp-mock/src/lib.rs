@@ -146,19 +146,35 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod chaos;
+// Module order: each module imports only modules listed before it, so the
+// arrows run one way.
+//
+// - `config`, `fault`, `verify`, `tool`: leaves (settings, fault scripts,
+//   ground-truth records, tools and the event sink they write to);
+// - `engine`: state and protocol logic, knows no socket;
+// - `ws`, `http`: the transports, which move frames for the engine;
+// - `runtime`, `builder`: the public handle and its builder;
+// - `chaos`: the chaos proxy, standalone.
 mod config;
-mod engine;
 mod fault;
-mod http;
-mod server;
 mod tool;
 mod verify;
 
+mod engine;
+
+mod http;
+mod ws;
+
+mod builder;
+mod runtime;
+
+mod chaos;
+
 pub use arcp_types::{Dialect, Envelope, ErrorCode};
+pub use builder::MockRuntimeBuilder;
 pub use chaos::{ChaosProxy, ChaosProxyBuilder, ChaosProxyHandle, ChaosReport, Kill, KillReason};
-pub use config::{ConflictSignal, MockRuntimeBuilder, Preset, ReplayPolicy};
+pub use config::{ConflictSignal, Preset, ReplayPolicy};
 pub use fault::Fault;
-pub use server::MockRuntime;
+pub use runtime::MockRuntime;
 pub use tool::{ToolContext, ToolFailure};
 pub use verify::{ConnRecord, JobRecord, JobStatus, VerifyError};

@@ -1,6 +1,10 @@
 //! Tools: the closures a test registers, what they can do while running, and
 //! how they fail.
+//!
+//! A running tool reaches the runtime only through [`EventSink`], which the
+//! engine implements: this module knows nothing of the engine.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -10,14 +14,26 @@ use std::time::Duration;
 use arcp_types::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::engine::Shared;
-
 /// A registered tool, type-erased.
 pub(crate) type ToolFn = Arc<
     dyn Fn(Value, ToolContext) -> Pin<Box<dyn Future<Output = Result<Value, ToolFailure>> + Send>>
         + Send
         + Sync,
 >;
+
+/// The registered tools, by name.
+pub(crate) type Tools = HashMap<String, ToolFn>;
+
+/// Where a running tool's job events go. The runtime shapes them in its
+/// dialect and delivers them; events of a job that has ended are dropped.
+pub(crate) trait EventSink: Send + Sync {
+    /// A job event of `kind` with `body`.
+    fn event(&self, job_id: &str, kind: &str, body: Value);
+    /// Progress: `current` of `total` steps (each dialect has its own body).
+    fn progress(&self, job_id: &str, current: u64, total: u64);
+    /// One streamed piece of the result.
+    fn result_chunk(&self, job_id: &str, data: String, more: bool);
+}
 
 /// What a running tool can see and do: emit job events, sleep, and read
 /// which job, key and principal it runs for.
@@ -31,7 +47,7 @@ pub struct ToolContext {
 }
 
 struct Inner {
-    shared: Arc<Shared>,
+    sink: Arc<dyn EventSink>,
     job_id: String,
     tool: String,
     key: Option<String>,
@@ -51,7 +67,7 @@ impl fmt::Debug for ToolContext {
 
 impl ToolContext {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        sink: Arc<dyn EventSink>,
         job_id: String,
         tool: String,
         key: Option<String>,
@@ -59,7 +75,7 @@ impl ToolContext {
     ) -> Self {
         ToolContext {
             inner: Arc::new(Inner {
-                shared,
+                sink,
                 job_id,
                 tool,
                 key,
@@ -92,17 +108,8 @@ impl ToolContext {
     /// Reports progress: `current` of `total` steps. v1.1 body
     /// `{current, total}`; legacy `job.progress {percent}`.
     pub async fn progress(&self, current: u64, total: u64) {
-        let body = if self.inner.shared.is_legacy() {
-            let percent = if total == 0 {
-                100.0
-            } else {
-                (current as f64 * 100.0 / total as f64).min(100.0)
-            };
-            json!({ "percent": percent })
-        } else {
-            json!({ "current": current, "total": total })
-        };
-        self.event("progress", body).await;
+        self.inner.sink.progress(&self.inner.job_id, current, total);
+        tokio::task::yield_now().await;
     }
 
     /// Emits a log line (`level` such as `info` or `warn`).
@@ -126,8 +133,8 @@ impl ToolContext {
     /// carries that `result_id`.
     pub async fn result_chunk(&self, data: impl Into<String>, more: bool) {
         self.inner
-            .shared
-            .emit_chunk(&self.inner.job_id, data.into(), more);
+            .sink
+            .result_chunk(&self.inner.job_id, data.into(), more);
         tokio::task::yield_now().await;
     }
 
@@ -135,7 +142,7 @@ impl ToolContext {
     /// dedicated message type for `progress`, `log`, `metric` and
     /// `result_chunk` (with `body` as the payload), `job.event` otherwise.
     pub async fn event(&self, kind: &str, body: Value) {
-        self.inner.shared.emit_event(&self.inner.job_id, kind, body);
+        self.inner.sink.event(&self.inner.job_id, kind, body);
         // Let the connection writer drain between bursts of events.
         tokio::task::yield_now().await;
     }

@@ -456,6 +456,77 @@ async fn connection_log_lists_what_each_connection_received_and_sent() {
     assert_eq!(log[0].sent[1].payload["request_id"], request.as_str());
 }
 
+/// An HTTP submit whose response is cut keeps running, and what it emits
+/// afterwards is still kept for `job.subscribe` (its own session is gone):
+/// a WebSocket subscriber gets it, then the terminal.
+#[tokio::test]
+async fn an_http_job_outlives_its_response_for_subscribers() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mock = MockRuntime::builder()
+        .tool("late", |_args, ctx| async move {
+            ctx.sleep(ms(150)).await;
+            ctx.log("info", "after the response").await;
+            ctx.sleep(ms(250)).await;
+            Ok(json!("done"))
+        })
+        .start()
+        .await
+        .unwrap();
+    let body = Dialect::V1_1.encode(&invoke("late", json!({}), Some("k-http")));
+    let request = format!(
+        "POST /arcp HTTP/1.1\r\nHost: t\r\nAccept: application/x-ndjson\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut http = tokio::net::TcpStream::connect(mock.http_address())
+        .await
+        .unwrap();
+    http.write_all(request.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let accepted: Value = tokio::time::timeout(WAIT, async {
+        loop {
+            let mut chunk = [0u8; 4096];
+            let n = http.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the response ended before job.accepted");
+            read.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&read).into_owned();
+            if let Some(line) = text.lines().find(|l| l.contains("\"job.accepted\"")) {
+                return serde_json::from_str(line).unwrap();
+            }
+        }
+    })
+    .await
+    .expect("job.accepted in time");
+    let job_id = accepted["job_id"].as_str().unwrap().to_owned();
+
+    // Cut the response: its connection and session end, the job runs on.
+    mock.kill_connections();
+    drop(http);
+    tokio::time::sleep(ms(250)).await;
+    let job = |mock: &MockRuntime| mock.jobs().into_iter().find(|j| j.job_id == job_id);
+    assert_eq!(job(&mock).unwrap().status, JobStatus::Running);
+
+    let mut watcher = session(&mock, "t").await;
+    watcher.send(&subscribe(&job_id, Some(0), Some(true))).await;
+    let (_, subscribed) = watcher.recv_type("job.subscribed").await;
+    assert_eq!(subscribed["payload"]["replayed"], true);
+    let (_, event) = watcher.recv().await;
+    assert_eq!(event["type"], "job.event");
+    assert_eq!(event["payload"]["body"]["message"], "after the response");
+    let (_, terminal) = watcher.recv().await;
+    assert_eq!(terminal["type"], "job.result");
+    assert_eq!(terminal["job_id"], job_id.as_str());
+
+    let job = job(&mock).unwrap();
+    assert_eq!(job.status, JobStatus::Completed);
+    assert!(job.terminal_delivered);
+    assert_eq!(mock.executions_for_key("k-http"), 1);
+    let log = mock.connection_log();
+    assert!(log[0].http);
+    assert_eq!(log[0].received[0].kind, "job.submit");
+}
+
 // ------------------------------------------------------------------ presets
 
 /// What a preset answers to the same key and intent after completion, and
