@@ -681,6 +681,19 @@ impl Client {
                 request.shared.set_answered(Answered::Journal);
                 return answer;
             }
+            // A shared journal may give the call to another worker while
+            // this one drives it (this worker froze past its lease): stop
+            // driving it then; the new owner finishes it.
+            let key = request.key.clone();
+            let shared = request.shared.clone();
+            return tokio::select! {
+                outcome = self.inner.backend.invoke(request) => outcome,
+                () = journal.fenced(&key) => {
+                    shared.abandon();
+                    self.inner.backend.abandon(key.clone(), shared);
+                    Err(journal.fenced_error(&key))
+                }
+            };
         }
         self.inner.backend.invoke(request).await
     }
@@ -703,6 +716,11 @@ impl Drop for AbandonOnDrop<'_> {
                 .inner
                 .backend
                 .abandon(self.key.clone(), self.shared.clone());
+            // Nobody drives the call here any more: it stays unfinished,
+            // and a shared journal lets another worker claim it at once.
+            if let Some(journal) = &self.client.inner.journal {
+                journal.release(&self.key);
+            }
         }
     }
 }

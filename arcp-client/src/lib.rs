@@ -72,6 +72,8 @@ pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,
 };
+#[cfg(feature = "postgres")]
+pub use journal::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{

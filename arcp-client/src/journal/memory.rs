@@ -131,6 +131,8 @@ fn apply_one(records: &mut HashMap<IdempotencyKey, JournalEntry>, write: &Journa
         JournalWrite::Remove { key } => {
             records.remove(key);
         }
+        // One client owns everything: nothing to give up.
+        JournalWrite::Release { .. } => {}
         JournalWrite::Sent { key, .. }
         | JournalWrite::Accepted { key, .. }
         | JournalWrite::Terminal { key, .. } => {

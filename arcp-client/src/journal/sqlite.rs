@@ -461,6 +461,8 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, write: &JournalWrite) -> rusqlite::
             tx.prepare_cached("DELETE FROM arcp_calls WHERE key = ?1")?
                 .execute([key.as_str()])?;
         }
+        // One client holds the file: nothing to give up.
+        JournalWrite::Release { .. } => {}
     }
     Ok(())
 }

@@ -13,8 +13,12 @@
 //!   it waits only when the writer is far behind (bounded memory).
 //! - lookups, listings and removals are queued behind the writes, so they
 //!   read what was recorded before them.
+//! - with a shared journal (leases), the writer renews this client's leases
+//!   every [`Journal::lease_interval`], and tells the calls it lost
+//!   (claimed by another worker while this one was silent, or refused by
+//!   the store) to stop: they end with `JOURNAL_FENCED`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 #[cfg(feature = "sqlite")]
 use std::path::PathBuf;
@@ -152,6 +156,8 @@ struct Pending {
     sent: Option<(u32, SystemTime)>,
     accepted: Option<(String, SystemTime)>,
     terminal: Option<(JournalOutcome, SystemTime)>,
+    /// The client stopped driving the call without an outcome.
+    released: bool,
 }
 
 impl Pending {
@@ -177,6 +183,8 @@ impl Pending {
                 outcome,
                 at,
             });
+        } else if self.released {
+            out.push(JournalWrite::Release { key: key.clone() });
         }
         out
     }
@@ -209,6 +217,10 @@ struct Shared {
     location: String,
     /// Soft bound on keys with pending transitions.
     capacity: usize,
+    /// Calls another worker owns now: their drivers here stop.
+    fenced: Mutex<HashSet<IdempotencyKey>>,
+    /// Signalled when `fenced` grows.
+    fence: Notify,
 }
 
 impl Shared {
@@ -236,6 +248,20 @@ impl Shared {
         }
         drop(q);
         self.wake.notify_one();
+    }
+
+    /// Marks `keys` as owned elsewhere and wakes their drivers.
+    fn fence(&self, keys: Vec<IdempotencyKey>) {
+        if keys.is_empty() {
+            return;
+        }
+        warn!(
+            journal = %self.location,
+            calls = keys.len(),
+            "another worker owns these calls now (this worker lost its lease); they stop here"
+        );
+        lock(&self.fenced).extend(keys);
+        self.fence.notify_waiters();
     }
 
     fn request(&self, request: Request) -> Result<(), JournalError> {
@@ -315,6 +341,8 @@ impl JournalHandle {
             space: Notify::new(),
             location: location.clone(),
             capacity: max_in_flight.saturating_mul(4).max(1024),
+            fenced: Mutex::new(HashSet::new()),
+            fence: Notify::new(),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let writer = Writer {
@@ -423,6 +451,7 @@ impl JournalHandle {
     pub(crate) async fn finish_call(&self, key: &IdempotencyKey, result: &Outcome) {
         let Some(outcome) = JournalOutcome::from_result(result) else {
             debug!(%key, "outcome unknown; the journal keeps the call for recovery");
+            self.release(key);
             return;
         };
         let at = SystemTime::now();
@@ -447,6 +476,39 @@ impl JournalHandle {
             }
             notified.await;
         }
+    }
+
+    /// This client stopped driving `key` without an outcome: the record
+    /// stays unfinished and a shared journal lets any worker claim it. Never
+    /// waits (callable from `Drop`).
+    pub(crate) fn release(&self, key: &IdempotencyKey) {
+        self.shared.note(key, |p| p.released = true);
+    }
+
+    /// Resolves once another worker owns `key` (this client lost it): its
+    /// driver here must stop. Pending forever for a journal without owners.
+    pub(crate) async fn fenced(&self, key: &IdempotencyKey) {
+        loop {
+            let notified = self.shared.fence.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&self.shared.fenced).contains(key) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The error a fenced call ends with.
+    pub(crate) fn fenced_error(&self, key: &IdempotencyKey) -> Error {
+        Error::Journal(JournalError::new(
+            JournalErrorKind::Fenced,
+            &self.shared.location,
+            format!(
+                "call {key}: another worker claimed it (this worker lost its lease); the owner \
+                 finishes it and the runtime deduplicates the key"
+            ),
+        ))
     }
 
     /// The record of `key`, including everything recorded before this call.
@@ -543,6 +605,8 @@ impl Writer {
             }
         }
         let mut next_purge = Instant::now() + self.retention.purge_interval;
+        let lease_interval = self.journal.as_deref().and_then(|j| j.lease_interval());
+        let mut next_renew = lease_interval.map(|every| Instant::now() + every);
         loop {
             let (batch, closing) = {
                 let mut q = lock(&self.shared.queue);
@@ -551,13 +615,14 @@ impl Writer {
                         break;
                     }
                     let now = Instant::now();
-                    if now >= next_purge {
+                    let wake_at = next_renew.map_or(next_purge, |r| r.min(next_purge));
+                    if now >= wake_at {
                         break;
                     }
                     q = self
                         .shared
                         .wake
-                        .wait_timeout(q, next_purge - now)
+                        .wait_timeout(q, wake_at - now)
                         .map(|(g, _)| g)
                         .unwrap_or_else(|e| e.into_inner().0);
                 }
@@ -595,6 +660,12 @@ impl Writer {
                     let _ = waiter.send(());
                 }
                 return;
+            }
+            if let (Some(every), Some(at)) = (lease_interval, next_renew) {
+                if Instant::now() >= at {
+                    self.renew();
+                    next_renew = Some(Instant::now() + every);
+                }
             }
             if Instant::now() >= next_purge {
                 if let Err(e) = self.purge() {
@@ -648,15 +719,21 @@ impl Writer {
             transitions,
             requests,
         } = batch;
+        // A call prepared again in this batch is being driven again: its
+        // queued release (from an earlier attempt) must not give it away.
+        let preparing: HashSet<IdempotencyKey> =
+            prepares.iter().map(|(e, _)| e.key.clone()).collect();
         let mut transition_writes: Vec<JournalWrite> = Vec::new();
         for (key, p) in &transitions {
-            transition_writes.extend(pending_writes(key, p));
+            transition_writes.extend(pending_writes(key, p).into_iter().filter(|w| {
+                !(matches!(w, JournalWrite::Release { .. }) && preparing.contains(key))
+            }));
         }
 
         // Decide every prepare against the record as it will be after this
         // batch's pending transitions.
         let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
-        let mut decided: Vec<(PrepareReply, Result<Prepared, JournalError>, bool)> = Vec::new();
+        let mut decided: Vec<Decided> = Vec::new();
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
         let mut purged_for_room = false;
@@ -674,7 +751,7 @@ impl Writer {
                         current
                     }
                     Err(e) => {
-                        decided.push((reply, Err(e), false));
+                        decided.push((reply, Err(e), false, entry.key.clone()));
                         continue;
                     }
                 },
@@ -690,8 +767,27 @@ impl Writer {
                     // duplicate, never accepted, invalid): a new attempt.
                     JournalState::Terminal(_) => (Prepared::Proceed, true),
                     // Unfinished with this intent: the same call again (a
-                    // recovery, or the caller re-issuing it).
-                    _ => (Prepared::Proceed, false),
+                    // recovery, or the caller re-issuing it), if no other
+                    // worker owns it.
+                    _ => match journal.acquire(&entry.key) {
+                        Ok(true) => (Prepared::Proceed, false),
+                        Ok(false) => {
+                            let err = JournalError::new(
+                                JournalErrorKind::Fenced,
+                                &self.shared.location,
+                                format!(
+                                    "call {}: another live worker owns it; it finishes the call",
+                                    entry.key
+                                ),
+                            );
+                            decided.push((reply, Err(err), false, entry.key.clone()));
+                            continue;
+                        }
+                        Err(e) => {
+                            decided.push((reply, Err(e), false, entry.key.clone()));
+                            continue;
+                        }
+                    },
                 },
             };
             if write && current.is_none() {
@@ -719,18 +815,19 @@ impl Writer {
                             self.records + created
                         ),
                     );
-                    decided.push((reply, Err(err), false));
+                    decided.push((reply, Err(err), false, entry.key.clone()));
                     continue;
                 }
                 created += 1;
             }
+            let key = entry.key.clone();
             if write {
                 view.insert(entry.key.clone(), Some(entry.clone()));
                 inserts.push(JournalWrite::Prepare(entry));
             } else {
                 view.insert(entry.key.clone(), current);
             }
-            decided.push((reply, Ok(decision), write));
+            decided.push((reply, Ok(decision), write, key));
         }
 
         // One transaction: transitions first (a replacing prepare wins).
@@ -738,6 +835,8 @@ impl Writer {
         let mut writes = transition_writes;
         writes.extend(inserts);
         let committed = journal.apply(&writes);
+        // Writes the store refused: the calls belong to another worker.
+        let refused: HashSet<IdempotencyKey> = journal.take_fenced().into_iter().collect();
         match &committed {
             Ok(()) => self.records += created,
             Err(e) => warn!(
@@ -748,13 +847,39 @@ impl Writer {
                  re-drives them under their keys)"
             ),
         }
-        for (reply, decision, wrote) in decided {
+        let mut driving = Vec::new();
+        for (reply, decision, wrote, key) in decided {
             let answer = match (decision, &committed) {
                 (Ok(_), Err(e)) if wrote => Err(e.clone()),
+                (Ok(Prepared::Proceed), Ok(())) => {
+                    if refused.contains(&key) {
+                        Err(JournalError::new(
+                            JournalErrorKind::Fenced,
+                            &self.shared.location,
+                            format!("call {key}: another live worker owns it"),
+                        ))
+                    } else {
+                        driving.push(key);
+                        Ok(Prepared::Proceed)
+                    }
+                }
                 (d, _) => d,
             };
             let _ = reply.send(answer);
         }
+        if !driving.is_empty() {
+            // Driven here again: an old fence no longer applies.
+            let mut fenced = lock(&self.shared.fenced);
+            for key in &driving {
+                fenced.remove(key);
+            }
+        }
+        self.shared.fence(
+            refused
+                .into_iter()
+                .filter(|k| !driving.contains(k))
+                .collect(),
+        );
 
         let mut close = Vec::new();
         for request in requests {
@@ -763,7 +888,15 @@ impl Writer {
                     let _ = reply.send(journal.get(&key));
                 }
                 Request::Unfinished(reply) => {
-                    let _ = reply.send(journal.unfinished(self.retention.max_records));
+                    let claimed = journal.claim(self.retention.max_records);
+                    if let Ok(entries) = &claimed {
+                        // Recovered here: an old fence no longer applies.
+                        let mut fenced = lock(&self.shared.fenced);
+                        for e in entries {
+                            fenced.remove(&e.key);
+                        }
+                    }
+                    let _ = reply.send(claimed);
                 }
                 Request::Remove(key, reply) => {
                     let result = journal.get(&key).and_then(|existing| match existing {
@@ -781,6 +914,21 @@ impl Writer {
             }
         }
         close
+    }
+
+    /// Renews this client's leases; fences the calls it lost.
+    fn renew(&mut self) {
+        let Some(journal) = self.journal.as_deref() else {
+            return;
+        };
+        match journal.renew() {
+            Ok(lost) => self.shared.fence(lost),
+            Err(e) => warn!(
+                error = %e,
+                "journal lease renewal failed; retrying (the leases lapse if it keeps failing, \
+                 and this worker's calls then go to another worker)"
+            ),
+        }
     }
 
     /// Applies the retention policy; logs what it deleted.
@@ -811,6 +959,14 @@ impl Writer {
         }
     }
 }
+
+/// A prepare's reply, its decision, whether it wrote a record, its key.
+type Decided = (
+    PrepareReply,
+    Result<Prepared, JournalError>,
+    bool,
+    IdempotencyKey,
+);
 
 fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
     p.clone().writes(key)
