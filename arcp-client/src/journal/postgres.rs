@@ -650,7 +650,7 @@ impl PostgresJournal {
                          lease_until, writer, writer_generation) \
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
                          CASE WHEN $6 = 'terminal' THEN NULL \
-                              ELSE clock_timestamp() + $14 * interval '1 millisecond' END, \
+                              ELSE clock_timestamp() + $14::bigint * interval '1 millisecond' END, \
                          $12, $13) \
                          ON CONFLICT (key) DO NOTHING",
                     )
@@ -816,7 +816,11 @@ impl PostgresJournal {
             Some(row) => {
                 let (state, owner, current): (String, String, i64) =
                     (row.get(0), row.get(1), row.get(2));
-                if owner == self.worker && Some(current) == generation && state == "terminal" {
+                // This worker's own late transition of a call it finished.
+                if owner == self.worker
+                    && state == "terminal"
+                    && generation.is_none_or(|g| g == current)
+                {
                     Missed::Finished
                 } else {
                     Missed::Fenced
@@ -851,7 +855,7 @@ impl PostgresJournal {
                        FOR UPDATE SKIP LOCKED) \
                      UPDATE arcp_calls c SET owner = $1, generation = c.generation + 1, \
                        writer = $1, writer_generation = c.generation + 1, \
-                       lease_until = clock_timestamp() + $5 * interval '1 millisecond' \
+                       lease_until = clock_timestamp() + $5::bigint * interval '1 millisecond' \
                      FROM claimable WHERE c.key = claimable.key \
                      RETURNING {}, c.generation",
                     COLUMNS
@@ -1021,7 +1025,7 @@ impl Journal for PostgresJournal {
             let stmt = client
                 .prepare_cached(
                     "UPDATE arcp_calls c \
-                     SET lease_until = clock_timestamp() + $4 * interval '1 millisecond' \
+                     SET lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond' \
                      FROM unnest($2::text[], $3::bigint[]) AS h(key, generation) \
                      WHERE c.key = h.key AND c.generation = h.generation AND c.owner = $1 \
                        AND c.state <> 'terminal' \
