@@ -26,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
 use super::memory::transition;
@@ -219,8 +219,9 @@ struct Shared {
     capacity: usize,
     /// Calls another worker owns now: their drivers here stop.
     fenced: Mutex<HashSet<IdempotencyKey>>,
-    /// Signalled when `fenced` grows.
-    fence: Notify,
+    /// Bumped when `fenced` grows (a watch: a driver that subscribed
+    /// before checking `fenced` misses no change).
+    fence: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -261,7 +262,7 @@ impl Shared {
             "another worker owns these calls now (this worker lost its lease); they stop here"
         );
         lock(&self.fenced).extend(keys);
-        self.fence.notify_waiters();
+        self.fence.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn request(&self, request: Request) -> Result<(), JournalError> {
@@ -342,7 +343,7 @@ impl JournalHandle {
             location: location.clone(),
             capacity: max_in_flight.saturating_mul(4).max(1024),
             fenced: Mutex::new(HashSet::new()),
-            fence: Notify::new(),
+            fence: watch::Sender::new(0),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let writer = Writer {
@@ -488,14 +489,15 @@ impl JournalHandle {
     /// Resolves once another worker owns `key` (this client lost it): its
     /// driver here must stop. Pending forever for a journal without owners.
     pub(crate) async fn fenced(&self, key: &IdempotencyKey) {
+        let mut changes = self.shared.fence.subscribe();
         loop {
-            let notified = self.shared.fence.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             if lock(&self.shared.fenced).contains(key) {
                 return;
             }
-            notified.await;
+            if changes.changed().await.is_err() {
+                // The sender lives in `shared`, which `self` holds.
+                std::future::pending::<()>().await;
+            }
         }
     }
 
@@ -837,6 +839,7 @@ impl Writer {
         let committed = journal.apply(&writes);
         // Writes the store refused: the calls belong to another worker.
         let refused: HashSet<IdempotencyKey> = journal.take_fenced().into_iter().collect();
+        if !refused.is_empty() {}
         match &committed {
             Ok(()) => self.records += created,
             Err(e) => warn!(
