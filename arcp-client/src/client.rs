@@ -677,10 +677,13 @@ impl Client {
             .map_err(|_| Error::Closed)?;
         if let Some(journal) = &self.inner.journal {
             let max_frame_size = self.inner.config.max_frame_size;
-            if let Some(answer) = journal.prepare_call(&mut request, max_frame_size).await? {
-                request.shared.set_answered(Answered::Journal);
-                return answer;
-            }
+            let _driving = match journal.prepare_call(&mut request, max_frame_size).await? {
+                Ok(driving) => driving,
+                Err(answer) => {
+                    request.shared.set_answered(Answered::Journal);
+                    return answer;
+                }
+            };
             // A shared journal may give the call to another worker while
             // this one drives it (this worker froze past its lease): stop
             // driving it then; the new owner finishes it.

@@ -251,9 +251,9 @@ async fn one_active_attempt_per_call() {
     let b = journal(&url, "b", Duration::from_millis(200)).await;
     a.apply(&[JournalWrite::Prepare(entry("k1"))]).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(b.claim(10).unwrap().len(), 1);
+    assert_eq!(b.claim(10, &HashSet::new()).unwrap().len(), 1);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(a.claim(10).unwrap().len(), 1);
+    assert_eq!(a.claim(10, &HashSet::new()).unwrap().len(), 1);
     let db = sql(&url).await;
     let rows = db
         .query(
@@ -375,10 +375,10 @@ async fn a_worker_that_lost_its_lease_is_fenced_out() {
     ])
     .unwrap();
     // Within the lease nothing is claimable.
-    assert!(b.claim(10).unwrap().is_empty());
+    assert!(b.claim(10, &HashSet::new()).unwrap().is_empty());
     assert!(!b.acquire(&key("k1")).unwrap());
     tokio::time::sleep(Duration::from_millis(400)).await; // "a" is frozen
-    let claimed = b.claim(1).unwrap();
+    let claimed = b.claim(1, &HashSet::new()).unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].key, key("k1"));
     assert_eq!(claimed[0].state, JournalState::Sent);
@@ -446,7 +446,7 @@ async fn a_worker_that_lost_its_lease_is_fenced_out() {
     )
     .await
     .unwrap();
-    assert_eq!(b.claim(10).unwrap().len(), 1);
+    assert_eq!(b.claim(10, &HashSet::new()).unwrap().len(), 1);
     for attack in [
         "UPDATE arcp_calls SET attempts = 9, writer = 'a', writer_generation = 1 WHERE key = 'k2'",
         "UPDATE arcp_calls SET attempts = 9, writer = 'a', writer_generation = 2 WHERE key = 'k2'",
@@ -479,7 +479,7 @@ async fn recovery_is_idempotent_across_workers_and_repeats() {
             let mut keys = Vec::new();
             // Small claims, interleaving with the other worker's.
             loop {
-                let got = j.claim(7).unwrap();
+                let got = j.claim(7, &HashSet::new()).unwrap();
                 if got.is_empty() {
                     return keys;
                 }
@@ -499,10 +499,10 @@ async fn recovery_is_idempotent_across_workers_and_repeats() {
     let before = snapshot(&db).await;
     assert_eq!(before, (120, 120, 120), "one claim (generation 2) per call");
     // Again, on both, and a third worker: nothing to claim, nothing changes.
-    assert!(b.claim(100).unwrap().is_empty());
-    assert!(c.claim(100).unwrap().is_empty());
+    assert!(b.claim(100, &HashSet::new()).unwrap().is_empty());
+    assert!(c.claim(100, &HashSet::new()).unwrap().is_empty());
     let d = journal(&url, "d", Duration::from_secs(30)).await;
-    assert!(d.claim(100).unwrap().is_empty());
+    assert!(d.claim(100, &HashSet::new()).unwrap().is_empty());
     assert_eq!(snapshot(&db).await, before);
 }
 
@@ -527,7 +527,7 @@ async fn silence_is_not_success() {
     assert_eq!(unfinished.len(), 2);
     assert!(unfinished.iter().all(|e| !e.is_terminal()));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let claimed = b.claim(10).unwrap();
+    let claimed = b.claim(10, &HashSet::new()).unwrap();
     assert_eq!(claimed.len(), 2);
     assert_eq!(
         claimed[0].state,
@@ -562,7 +562,7 @@ async fn silence_is_not_success() {
     assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err}");
     let entry = client.lookup(&key("slow-1")).await.unwrap().unwrap();
     assert!(!entry.is_terminal(), "{:?}", entry.state);
-    let claimed = b.claim(10).unwrap();
+    let claimed = b.claim(10, &HashSet::new()).unwrap();
     assert_eq!(claimed.len(), 1, "released at once");
     assert_eq!(claimed[0].key, key("slow-1"));
     assert!(!claimed[0].is_terminal());

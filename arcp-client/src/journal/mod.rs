@@ -29,6 +29,7 @@ mod postgres;
 mod sqlite;
 mod writer;
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use arcp_types::{ErrorCode, IdempotencyKey, Invoke};
@@ -102,13 +103,21 @@ pub trait Journal: Send + Sync + 'static {
 
     /// Takes ownership of up to `limit` unfinished calls for
     /// [`Client::recover`](crate::Client::recover), oldest first: the calls
-    /// this client may drive. A shared store returns only calls nobody else
-    /// holds (their owner's lease expired) and makes them this client's,
-    /// so running it again, or on two workers at once, claims each call
-    /// once. Default: [`Journal::unfinished`] (a journal with one client
-    /// owns everything in it).
-    fn claim(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
-        self.unfinished(limit)
+    /// this client may drive, except those in `driving` (this client drives
+    /// them right now). A shared store returns only calls nobody else holds
+    /// (their owner's lease expired) and makes them this client's, so
+    /// running it again, or on two workers at once, claims each call once.
+    /// Default: the unfinished records not in `driving` (a journal with one
+    /// client owns everything in it).
+    fn claim(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let mut out = self.unfinished(limit.saturating_add(driving.len()))?;
+        out.retain(|e| !driving.contains(&e.key));
+        out.truncate(limit);
+        Ok(out)
     }
 
     /// Whether this client may drive the unfinished call `key` (a caller

@@ -2,7 +2,7 @@
 //! unfinished call owned by one worker under a lease, every write fenced by
 //! the owner's generation.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
@@ -832,11 +832,12 @@ impl PostgresJournal {
     /// Claims up to `limit` claimable calls (`only`: just this key). A call
     /// is claimable when unfinished and its lease expired, or when it is
     /// owned by this worker's id but not held by this instance (a restart
-    /// under the same id).
+    /// under the same id). Never one of `skip` (driven here right now).
     fn claim_where(
         &self,
         limit: i64,
         only: Option<&str>,
+        skip: &[String],
     ) -> Result<Vec<JournalEntry>, JournalError> {
         let held: Vec<String> = lock(&self.held).keys().cloned().collect();
         let rows = self.block(async {
@@ -848,6 +849,7 @@ impl PostgresJournal {
                        SELECT key FROM arcp_calls \
                        WHERE state <> 'terminal' \
                          AND ($4::text IS NULL OR key = $4) \
+                         AND NOT (key = ANY($6)) \
                          AND (lease_until <= clock_timestamp() \
                               OR (owner = $1 AND NOT (key = ANY($2)))) \
                        ORDER BY created_ms, key \
@@ -867,7 +869,10 @@ impl PostgresJournal {
                 .await
                 .map_err(|e| self.err(e))?;
             let rows = tx
-                .query(&stmt, &[&self.worker, &held, &limit, &only, &self.lease_ms])
+                .query(
+                    &stmt,
+                    &[&self.worker, &held, &limit, &only, &self.lease_ms, &skip],
+                )
                 .await
                 .map_err(|e| self.err(e))?;
             tx.commit().await.map_err(|e| self.err(e))?;
@@ -997,15 +1002,20 @@ impl Journal for PostgresJournal {
         self.location.clone()
     }
 
-    fn claim(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
-        self.claim_where(i64::try_from(limit).unwrap_or(i64::MAX), None)
+    fn claim(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let skip: Vec<String> = driving.iter().map(|k| k.as_str().to_owned()).collect();
+        self.claim_where(i64::try_from(limit).unwrap_or(i64::MAX), None, &skip)
     }
 
     fn acquire(&self, key: &IdempotencyKey) -> Result<bool, JournalError> {
         if lock(&self.held).contains_key(key.as_str()) {
             return Ok(true);
         }
-        Ok(!self.claim_where(1, Some(key.as_str()))?.is_empty())
+        Ok(!self.claim_where(1, Some(key.as_str()), &[])?.is_empty())
     }
 
     fn lease_interval(&self) -> Option<Duration> {

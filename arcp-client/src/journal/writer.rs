@@ -219,6 +219,9 @@ struct Shared {
     capacity: usize,
     /// Calls another worker owns now: their drivers here stop.
     fenced: Mutex<HashSet<IdempotencyKey>>,
+    /// Calls this client drives right now (from prepare to outcome), with
+    /// how many drivers each: `recover` never hands them out again.
+    driving: Mutex<HashMap<IdempotencyKey, usize>>,
     /// Bumped when `fenced` grows (a watch: a driver that subscribed
     /// before checking `fenced` misses no change).
     fence: watch::Sender<u64>,
@@ -343,6 +346,7 @@ impl JournalHandle {
             location: location.clone(),
             capacity: max_in_flight.saturating_mul(4).max(1024),
             fenced: Mutex::new(HashSet::new()),
+            driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -381,14 +385,16 @@ impl JournalHandle {
     }
 
     /// Prepare-before-send: records the call durably, or answers it from the
-    /// journal. `Ok(None)`: send it (the request now carries a recorder);
-    /// `Ok(Some(outcome))`: the journal answered (a key that already ended
-    /// with this intent, or a key recorded with another intent).
+    /// journal. `Ok(Ok(guard))`: send it (the request now carries a
+    /// recorder), holding `guard` until the call ends (while it lives,
+    /// `recover` does not hand the call out again); `Ok(Err(outcome))`: the
+    /// journal answered (a key that already ended with this intent, or a
+    /// key recorded with another intent).
     pub(crate) async fn prepare_call(
         &self,
         request: &mut CallRequest,
         max_frame_size: usize,
-    ) -> Result<Option<Outcome>, Error> {
+    ) -> Result<Result<Driving, Outcome>, Error> {
         // The intent exactly as the transport will send it.
         request.seal();
         let intent = serde_json::to_string(&request.invoke)
@@ -425,15 +431,16 @@ impl JournalHandle {
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)?;
         match decision {
-            Prepared::Proceed => {
-                request.recorder = Some(Box::new(Recorder(self.shared.clone())));
-                Ok(None)
-            }
+            Prepared::Proceed => Ok(Ok(self.drive(request))),
             Prepared::Answer(existing) => {
                 debug!(key = %existing.key, "answered from the journal");
-                Ok(existing.outcome().map(crate::cache::replayed))
+                match existing.outcome() {
+                    Some(outcome) => Ok(Err(crate::cache::replayed(outcome))),
+                    // An answer is terminal, so this is not reached: send.
+                    None => Ok(Ok(self.drive(request))),
+                }
             }
-            Prepared::Conflict(existing) => Ok(Some(Err(Error::DuplicateKey {
+            Prepared::Conflict(existing) => Ok(Err(Err(Error::DuplicateKey {
                 key: existing.key,
                 message: format!(
                     "the journal records this key for a different intent (tool {:?}, prepared \
@@ -443,6 +450,18 @@ impl JournalHandle {
                 ),
                 attempts: 0,
             }))),
+        }
+    }
+
+    /// The call will be sent: attach the recorder and count it as driven.
+    fn drive(&self, request: &mut CallRequest) -> Driving {
+        request.recorder = Some(Box::new(Recorder(self.shared.clone())));
+        *lock(&self.shared.driving)
+            .entry(request.key.clone())
+            .or_default() += 1;
+        Driving {
+            shared: self.shared.clone(),
+            key: request.key.clone(),
         }
     }
 
@@ -553,6 +572,25 @@ impl JournalHandle {
         rx.await
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)
+    }
+}
+
+/// A call this client drives: while it lives, `recover` does not hand the
+/// call out again (dropped when the call ends, however it ends).
+pub(crate) struct Driving {
+    shared: Arc<Shared>,
+    key: IdempotencyKey,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        let mut driving = lock(&self.shared.driving);
+        if let Some(n) = driving.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                driving.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -891,7 +929,9 @@ impl Writer {
                     let _ = reply.send(journal.get(&key));
                 }
                 Request::Unfinished(reply) => {
-                    let claimed = journal.claim(self.retention.max_records);
+                    let driving: HashSet<IdempotencyKey> =
+                        lock(&self.shared.driving).keys().cloned().collect();
+                    let claimed = journal.claim(self.retention.max_records, &driving);
                     if let Ok(entries) = &claimed {
                         // Recovered here: an old fence no longer applies.
                         let mut fenced = lock(&self.shared.fenced);
