@@ -548,6 +548,14 @@ pub struct JournalError {
     pub message: String,
 }
 
+impl From<JournalError> for Error {
+    /// [`Error::Journal`]: lets `?` carry a journal failure (opening a
+    /// journal, for instance) out of a function returning [`Error`].
+    fn from(e: JournalError) -> Self {
+        Error::Journal(e)
+    }
+}
+
 impl JournalError {
     /// A journal error (for [`Journal`](crate::Journal) implementations).
     pub fn new(
