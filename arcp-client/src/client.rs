@@ -246,8 +246,9 @@ impl ClientBuilder {
     /// ([`Client::lookup`]). One journal serves one client, through a
     /// dedicated writer thread (journal I/O never runs on the async
     /// runtime). See [`SqliteJournal`](crate::SqliteJournal) for the durable
-    /// one and [`ClientBuilder::journal_path`] for the short form; the
-    /// added latency per call is in `BENCHMARKS.md`.
+    /// one on one host, [`ClientBuilder::journal_path`] for its short form,
+    /// and `PostgresJournal` (feature `postgres`) for one a fleet of workers
+    /// shares; the added latency per call is in `BENCHMARKS.md`.
     pub fn journal(mut self, journal: impl Journal) -> Self {
         self.journal.set_journal(Box::new(journal));
         self
@@ -517,6 +518,12 @@ impl Client {
     /// counted again from now. Await the returned invocations for their
     /// outcomes; the runtime deduplicates by key, so a call that already ran
     /// is not run again.
+    ///
+    /// The journal decides which unfinished calls are this client's to
+    /// re-drive ([`Journal::claim`]): never one this client is driving right
+    /// now, so calling `recover` again while recovered calls run hands out
+    /// nothing twice. A journal shared by a fleet (`PostgresJournal`) hands
+    /// out only the calls whose owner's lease lapsed, each to one worker.
     ///
     /// Returns an empty list without a journal. With
     /// [`RecoveryMode::Automatic`] the client does this itself on connect.

@@ -24,7 +24,10 @@
 //! process. With a journal ([`ClientBuilder::journal_path`], a SQLite file)
 //! each call is recorded before it is sent, so a restarted process resumes
 //! the calls the crashed one left unfinished ([`Client::recover`]) and reads
-//! their outcomes ([`Client::lookup`]), and the tool still runs once.
+//! their outcomes ([`Client::lookup`]), and the tool still runs once. With
+//! `PostgresJournal` (feature `postgres`) the journal is a database a fleet
+//! of workers shares: any worker finishes a dead worker's calls, under
+//! leases and fencing.
 //!
 //! It speaks both ARCP message sets in use: v1.1 (`job.submit`, ...) and the
 //! legacy `tool.invoke` set ([`DialectChoice`]). See `docs/architecture.md`

@@ -173,6 +173,9 @@ async fn an_unreachable_server_is_a_typed_error() {
     assert_eq!(err.kind, JournalErrorKind::Io, "{err}");
 }
 
+/// A key as the runtime got it, and the state the journal had for it then.
+type Seen = (String, Option<&'static str>);
+
 /// Invariant: a call is prepared before its first send. The runtime's tool
 /// looks the key up in the journal (another worker's view of the same
 /// database) when the request reaches it; and a `sent` for a key nobody
@@ -181,7 +184,7 @@ async fn an_unreachable_server_is_a_typed_error() {
 async fn a_call_is_prepared_before_its_first_send() {
     let url = postgres_or_skip!();
     let observer = Arc::new(journal(&url, "observer", Duration::from_secs(5)).await);
-    let seen: Arc<Mutex<Vec<(String, Option<&'static str>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let mock = {
         let (observer, seen) = (observer.clone(), seen.clone());
         MockRuntime::builder()

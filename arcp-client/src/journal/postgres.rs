@@ -287,6 +287,10 @@ fn default_worker_id() -> String {
 /// inside an async context run on a scoped helper thread instead of
 /// panicking.
 ///
+/// **Retention** ([`Retention`]) applies to the whole database: every
+/// worker purges terminal records past `terminal_ttl`, and unfinished ones
+/// nobody touched for `unfinished_ttl`, whoever owned them.
+///
 /// No TLS: connect over a Unix socket or a trusted network (the URL's
 /// `sslmode` must not require TLS).
 ///

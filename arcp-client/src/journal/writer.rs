@@ -877,7 +877,6 @@ impl Writer {
         let committed = journal.apply(&writes);
         // Writes the store refused: the calls belong to another worker.
         let refused: HashSet<IdempotencyKey> = journal.take_fenced().into_iter().collect();
-        if !refused.is_empty() {}
         match &committed {
             Ok(()) => self.records += created,
             Err(e) => warn!(
