@@ -86,6 +86,16 @@ pub trait Journal: Send + Sync + 'static {
     /// The record of `key`, if any.
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError>;
 
+    /// The records of `keys` that exist, in any order. The client reads a
+    /// burst of prepares' keys with one call; a store with a round trip
+    /// per read can answer them with one query. Default: [`Journal::get`]
+    /// for each.
+    fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<JournalEntry>, JournalError> {
+        keys.iter()
+            .filter_map(|k| self.get(k).transpose())
+            .collect()
+    }
+
     /// Up to `limit` records that are not terminal, oldest first.
     fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError>;
 

@@ -164,6 +164,29 @@ CREATE TRIGGER arcp_calls_record AFTER INSERT OR UPDATE ON arcp_calls
     FOR EACH ROW EXECUTE FUNCTION arcp_calls_record();
 "#;
 
+/// A new record under `$13` (generation), owned by `$12`; nothing when the
+/// key exists.
+const INSERT: &str = "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, \
+     attempts, job_id, outcome, created_ms, updated_ms, owner, generation, lease_until, writer, \
+     writer_generation) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+     CASE WHEN $6 = 'terminal' THEN NULL \
+          ELSE clock_timestamp() + $14::bigint * interval '1 millisecond' END, $12, $13) \
+     ON CONFLICT (key) DO NOTHING";
+
+/// The transitions, each fenced: `$1` key, `$2` worker, `$3` generation.
+const SENT: &str = "UPDATE arcp_calls SET attempts = GREATEST(attempts, $4), \
+     state = CASE state WHEN 'prepared' THEN 'sent' ELSE state END, updated_ms = $5 \
+     WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
+const ACCEPTED: &str = "UPDATE arcp_calls SET state = 'accepted', job_id = $4, updated_ms = $5 \
+     WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
+const TERMINAL: &str = "UPDATE arcp_calls SET state = 'terminal', outcome = $4, \
+     job_id = coalesce($5, job_id), attempts = GREATEST(attempts, $6), updated_ms = $7, \
+     lease_until = NULL \
+     WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
+const RELEASE: &str = "UPDATE arcp_calls SET lease_until = clock_timestamp() \
+     WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
+
 const COLUMNS: &str = "key, tool, intent, trace_id, deadline_ms, state, attempts, job_id, \
                        outcome, created_ms, updated_ms";
 
@@ -608,6 +631,160 @@ impl PostgresJournal {
         })
     }
 
+    /// The batch inside its transaction. Consecutive writes on distinct
+    /// keys are pipelined (sent together on the connection, executed in
+    /// order): the common case, a new record or a transition of a call this
+    /// worker holds, is one statement each and one round trip per segment.
+    /// A write whose fast statement changed nothing (a key that exists, a
+    /// call not held) then takes the full path of [`Self::apply_one`].
+    async fn apply_all(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        writes: &[JournalWrite],
+        held: &mut HashMap<String, i64>,
+        fenced: &mut Vec<IdempotencyKey>,
+    ) -> Result<(), tokio_postgres::Error> {
+        let mut start = 0;
+        while start < writes.len() {
+            let mut keys = HashSet::new();
+            let mut end = start;
+            while end < writes.len() && keys.insert(write_key(&writes[end])) {
+                end += 1;
+            }
+            let segment = &writes[start..end];
+            let tried = {
+                let held = &*held;
+                futures_util::future::join_all(segment.iter().map(|w| self.fast_path(tx, w, held)))
+                    .await
+            };
+            for (write, tried) in segment.iter().zip(tried) {
+                match (tried?, write) {
+                    (Some(1), JournalWrite::Prepare(e)) => {
+                        if e.state.is_terminal() {
+                            held.remove(e.key.as_str());
+                        } else {
+                            held.insert(e.key.as_str().to_owned(), 1);
+                        }
+                    }
+                    (Some(1), JournalWrite::Sent { .. } | JournalWrite::Accepted { .. }) => {}
+                    (Some(1), JournalWrite::Terminal { key, .. })
+                    | (Some(1), JournalWrite::Release { key }) => {
+                        held.remove(key.as_str());
+                    }
+                    (Some(_), JournalWrite::Remove { key }) => {
+                        held.remove(key.as_str());
+                    }
+                    _ => self.apply_one(tx, write, held, fenced).await?,
+                }
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// The one-statement form of a write, when it has one: a new record
+    /// (generation 1, nothing inserted if the key exists), a transition
+    /// fenced by the generation held, a removal. `None`: no fast form (a
+    /// call not held).
+    async fn fast_path(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        write: &JournalWrite,
+        held: &HashMap<String, i64>,
+    ) -> Result<Option<u64>, tokio_postgres::Error> {
+        let me = self.worker.as_str();
+        let guarded = |key: &IdempotencyKey| held.get(key.as_str()).copied();
+        let n = match write {
+            JournalWrite::Prepare(e) => {
+                let (state, job_id, outcome) = state_columns(&e.state);
+                let stmt = tx.prepare_cached(INSERT).await?;
+                tx.execute(
+                    &stmt,
+                    &[
+                        &e.key.as_str(),
+                        &e.tool,
+                        &e.intent,
+                        &e.trace_id,
+                        &millis(e.deadline),
+                        &state,
+                        &i64::from(e.attempts),
+                        &job_id,
+                        &outcome,
+                        &to_millis(e.created_at),
+                        &to_millis(e.updated_at),
+                        &me,
+                        &1i64,
+                        &self.lease_ms,
+                    ],
+                )
+                .await?
+            }
+            JournalWrite::Sent { key, attempts, at } => {
+                let Some(generation) = guarded(key) else {
+                    return Ok(None);
+                };
+                let stmt = tx.prepare_cached(SENT).await?;
+                tx.execute(
+                    &stmt,
+                    &[
+                        &key.as_str(),
+                        &me,
+                        &generation,
+                        &i64::from(*attempts),
+                        &to_millis(*at),
+                    ],
+                )
+                .await?
+            }
+            JournalWrite::Accepted { key, job_id, at } => {
+                let Some(generation) = guarded(key) else {
+                    return Ok(None);
+                };
+                let stmt = tx.prepare_cached(ACCEPTED).await?;
+                tx.execute(
+                    &stmt,
+                    &[&key.as_str(), &me, &generation, job_id, &to_millis(*at)],
+                )
+                .await?
+            }
+            JournalWrite::Terminal { key, outcome, at } => {
+                let Some(generation) = guarded(key) else {
+                    return Ok(None);
+                };
+                let text = serde_json::to_string(outcome).unwrap_or_else(|_| "null".into());
+                let job_id = outcome.job_id().map(str::to_owned);
+                let stmt = tx.prepare_cached(TERMINAL).await?;
+                tx.execute(
+                    &stmt,
+                    &[
+                        &key.as_str(),
+                        &me,
+                        &generation,
+                        &text,
+                        &job_id,
+                        &i64::from(outcome.attempts()),
+                        &to_millis(*at),
+                    ],
+                )
+                .await?
+            }
+            JournalWrite::Release { key } => {
+                let Some(generation) = guarded(key) else {
+                    // Not held: nothing to give up (a fenced call's end).
+                    return Ok(Some(0));
+                };
+                let stmt = tx.prepare_cached(RELEASE).await?;
+                tx.execute(&stmt, &[&key.as_str(), &me, &generation])
+                    .await?
+            }
+            JournalWrite::Remove { key } => {
+                tx.execute("DELETE FROM arcp_calls WHERE key = $1", &[&key.as_str()])
+                    .await?
+            }
+        };
+        Ok(Some(n))
+    }
+
     /// One write inside the batch's transaction. `held` is the batch's
     /// working copy (published only if the transaction commits).
     async fn apply_one(
@@ -647,18 +824,7 @@ impl PostgresJournal {
                         generation + 1
                     }
                 };
-                let stmt = tx
-                    .prepare_cached(
-                        "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, \
-                         attempts, job_id, outcome, created_ms, updated_ms, owner, generation, \
-                         lease_until, writer, writer_generation) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-                         CASE WHEN $6 = 'terminal' THEN NULL \
-                              ELSE clock_timestamp() + $14::bigint * interval '1 millisecond' END, \
-                         $12, $13) \
-                         ON CONFLICT (key) DO NOTHING",
-                    )
-                    .await?;
+                let stmt = tx.prepare_cached(INSERT).await?;
                 let inserted = tx
                     .execute(
                         &stmt,
@@ -696,25 +862,14 @@ impl PostgresJournal {
                     key,
                     held,
                     fenced,
-                    "UPDATE arcp_calls SET attempts = GREATEST(attempts, $4), \
-                     state = CASE state WHEN 'prepared' THEN 'sent' ELSE state END, \
-                     updated_ms = $5 \
-                     WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'",
+                    SENT,
                     &[&i64::from(*attempts), &to_millis(*at)],
                 )
                 .await?;
             }
             JournalWrite::Accepted { key, job_id, at } => {
-                self.guarded(
-                    tx,
-                    key,
-                    held,
-                    fenced,
-                    "UPDATE arcp_calls SET state = 'accepted', job_id = $4, updated_ms = $5 \
-                     WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'",
-                    &[job_id, &to_millis(*at)],
-                )
-                .await?;
+                self.guarded(tx, key, held, fenced, ACCEPTED, &[job_id, &to_millis(*at)])
+                    .await?;
             }
             JournalWrite::Terminal { key, outcome, at } => {
                 let text = serde_json::to_string(outcome).unwrap_or_else(|_| "null".into());
@@ -725,10 +880,7 @@ impl PostgresJournal {
                         key,
                         held,
                         fenced,
-                        "UPDATE arcp_calls SET state = 'terminal', outcome = $4, \
-                         job_id = coalesce($5, job_id), attempts = GREATEST(attempts, $6), \
-                         updated_ms = $7, lease_until = NULL \
-                         WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'",
+                        TERMINAL,
                         &[
                             &text,
                             &job_id,
@@ -744,18 +896,7 @@ impl PostgresJournal {
             JournalWrite::Release { key } => {
                 // Nothing to give up when not held (a fenced call's end).
                 if held.contains_key(key.as_str())
-                    && self
-                        .guarded(
-                            tx,
-                            key,
-                            held,
-                            fenced,
-                            "UPDATE arcp_calls SET lease_until = clock_timestamp() \
-                             WHERE key = $1 AND owner = $2 AND generation = $3 \
-                             AND state <> 'terminal'",
-                            &[],
-                        )
-                        .await?
+                    && self.guarded(tx, key, held, fenced, RELEASE, &[]).await?
                 {
                     held.remove(key.as_str());
                 }
@@ -905,11 +1046,9 @@ impl Journal for PostgresJournal {
         self.block(async {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(|e| self.err(e))?;
-            for write in writes {
-                self.apply_one(&tx, write, &mut held, &mut fenced)
-                    .await
-                    .map_err(|e| self.err(e))?;
-            }
+            self.apply_all(&tx, writes, &mut held, &mut fenced)
+                .await
+                .map_err(|e| self.err(e))?;
             tx.commit().await.map_err(|e| self.err(e))
         })?;
         *lock(&self.held) = held;
@@ -932,6 +1071,17 @@ impl Journal for PostgresJournal {
                 &[&key],
             )?
             .pop())
+    }
+
+    fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<JournalEntry>, JournalError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = keys.iter().map(IdempotencyKey::as_str).collect();
+        self.select(
+            &format!("SELECT {COLUMNS} FROM arcp_calls WHERE key = ANY($1)"),
+            &[&keys],
+        )
     }
 
     fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
@@ -1169,6 +1319,18 @@ fn state_columns(state: &JournalState) -> (&'static str, Option<String>, Option<
             // An outcome is plain data: it always serializes.
             Some(serde_json::to_string(outcome).unwrap_or_else(|_| "null".into())),
         ),
+    }
+}
+
+/// The key a write concerns.
+fn write_key(write: &JournalWrite) -> &str {
+    match write {
+        JournalWrite::Prepare(e) => e.key.as_str(),
+        JournalWrite::Sent { key, .. }
+        | JournalWrite::Accepted { key, .. }
+        | JournalWrite::Terminal { key, .. }
+        | JournalWrite::Release { key }
+        | JournalWrite::Remove { key } => key.as_str(),
     }
 }
 

@@ -773,6 +773,20 @@ impl Writer {
         // Decide every prepare against the record as it will be after this
         // batch's pending transitions.
         let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
+        // The stored records of every key prepared in this batch, in one read.
+        let fetched: Result<HashMap<IdempotencyKey, JournalEntry>, JournalError> = {
+            let mut keys: Vec<IdempotencyKey> =
+                prepares.iter().map(|(e, _)| e.key.clone()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            if keys.is_empty() {
+                Ok(HashMap::new())
+            } else {
+                journal
+                    .get_many(&keys)
+                    .map(|found| found.into_iter().map(|e| (e.key.clone(), e)).collect())
+            }
+        };
         let mut decided: Vec<Decided> = Vec::new();
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
@@ -780,7 +794,7 @@ impl Writer {
         for (entry, reply) in prepares {
             let current = match view.get(&entry.key) {
                 Some(current) => current.clone(),
-                None => match journal.get(&entry.key) {
+                None => match fetched.as_ref().map(|f| f.get(&entry.key).cloned()) {
                     Ok(mut current) => {
                         if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key))
                         {
@@ -791,7 +805,7 @@ impl Writer {
                         current
                     }
                     Err(e) => {
-                        decided.push((reply, Err(e), false, entry.key.clone()));
+                        decided.push((reply, Err(e.clone()), false, entry.key.clone()));
                         continue;
                     }
                 },
