@@ -374,6 +374,7 @@ async fn a_worker_that_lost_its_lease_is_fenced_out() {
     a.apply(&[
         JournalWrite::Prepare(entry("k1")),
         JournalWrite::Prepare(entry("k2")),
+        JournalWrite::Prepare(entry("k9")),
         sent("k1", 1),
     ])
     .unwrap();
@@ -385,6 +386,17 @@ async fn a_worker_that_lost_its_lease_is_fenced_out() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].key, key("k1"));
     assert_eq!(claimed[0].state, JournalState::Sent);
+    assert!(
+        b.acquire(&key("k9")).unwrap(),
+        "an expired lease is taken over"
+    );
+
+    // "a" still believes it holds k9: its write names generation 1, the
+    // call is at generation 2, and the database refuses it.
+    a.apply(&[sent("k9", 3)]).unwrap();
+    assert_eq!(a.take_fenced(), vec![key("k9")]);
+    let k9 = a.get(&key("k9")).unwrap().unwrap();
+    assert_eq!((k9.state, k9.attempts), (JournalState::Prepared, 0));
 
     // "a" wakes up: its renewal finds k1 gone (k2 it still holds: nobody
     // claimed it, so its lease is renewed).

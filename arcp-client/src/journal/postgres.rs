@@ -175,16 +175,23 @@ const INSERT: &str = "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadl
      ON CONFLICT (key) DO NOTHING";
 
 /// The transitions, each fenced: `$1` key, `$2` worker, `$3` generation.
-const SENT: &str = "UPDATE arcp_calls SET attempts = GREATEST(attempts, $4), \
+/// Each names its writer (`writer`, `writer_generation`): the history row
+/// records it, and the guard trigger refuses it unless it is the current
+/// owner and generation, even if a `WHERE` clause were wrong.
+const SENT: &str = "UPDATE arcp_calls SET writer = $2, writer_generation = $3, \
+     attempts = GREATEST(attempts, $4), \
      state = CASE state WHEN 'prepared' THEN 'sent' ELSE state END, updated_ms = $5 \
      WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
-const ACCEPTED: &str = "UPDATE arcp_calls SET state = 'accepted', job_id = $4, updated_ms = $5 \
+const ACCEPTED: &str = "UPDATE arcp_calls SET writer = $2, writer_generation = $3, \
+     state = 'accepted', job_id = $4, updated_ms = $5 \
      WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
-const TERMINAL: &str = "UPDATE arcp_calls SET state = 'terminal', outcome = $4, \
+const TERMINAL: &str = "UPDATE arcp_calls SET writer = $2, writer_generation = $3, \
+     state = 'terminal', outcome = $4, \
      job_id = coalesce($5, job_id), attempts = GREATEST(attempts, $6), updated_ms = $7, \
      lease_until = NULL \
      WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
-const RELEASE: &str = "UPDATE arcp_calls SET lease_until = clock_timestamp() \
+const RELEASE: &str = "UPDATE arcp_calls SET writer = $2, writer_generation = $3, \
+     lease_until = clock_timestamp() \
      WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
 
 const COLUMNS: &str = "key, tool, intent, trace_id, deadline_ms, state, attempts, job_id, \
@@ -929,8 +936,6 @@ impl PostgresJournal {
             let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                 vec![&k, &me, &generation];
             params.extend_from_slice(extra);
-            // The writer column pair identifies this write in the history
-            // (and the guard trigger checks it).
             if tx.execute(&stmt, &params).await? == 1 {
                 return Ok(true);
             }
