@@ -27,6 +27,7 @@ mod clients;
 mod codec;
 mod fast_server;
 mod mem;
+mod python_peer;
 mod raw;
 mod recovery;
 mod runtime_server;
@@ -81,11 +82,12 @@ struct RunArgs {
     #[arg(long)]
     warmup: Option<f64>,
     /// Which sections to run (`sweep` is extra: throughput and p99 against
-    /// calls in flight, see `--sweep` and `--chart`).
+    /// calls in flight, see `--sweep` and `--chart`; `python` needs
+    /// `bash interop/setup.sh`).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "throughput,memory,recovery,codec"
+        default_value = "throughput,memory,recovery,codec,python"
     )]
     sections: Vec<String>,
     /// Completed calls for the growth-per-call (leak) check.
@@ -423,6 +425,13 @@ async fn orchestrate(args: RunArgs) -> Result<(), String> {
     if has("codec") {
         eprintln!("[arcp-bench] codec");
         report_codec(&codec::run(p.codec_iters), &mut md);
+    }
+    if has("python") {
+        eprintln!("[arcp-bench] python");
+        report_python(
+            python_peer::run(p.rounds, p.warmup, p.window).await,
+            &mut md,
+        );
     }
     println!("{md}");
     if let Some(path) = &args.markdown {
@@ -859,4 +868,53 @@ fn report_codec(rows: &[codec::Row], md: &mut String) {
         );
     }
     let _ = writeln!(md);
+}
+
+fn report_python(results: Result<python_peer::Results, String>, md: &mut String) {
+    let _ = writeln!(
+        md,
+        "## Python runtime 1.1.3: ours against its published Python client\n"
+    );
+    let results = match results {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(md, "Skipped: {e}\n");
+            return;
+        }
+    };
+    let _ = writeln!(
+        md,
+        "Both clients against the same `interop/python/server.py` (agentruntimecontrolprotocol \
+         1.1.3, `echo` agent: one log event and the result), one session each, rounds \
+         alternated; medians over rounds. Client CPU per call: ours from `getrusage` of this \
+         process, the Python client's of its own process.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| c | client | calls/s | p50 us | p99 us | client CPU us/call | errors |\n|---|---|---|---|---|---|---|"
+    );
+    for (c, ours, theirs) in &results {
+        for (name, rounds) in [("ours", ours), ("Python client 1.1.3", theirs)] {
+            let _ = writeln!(
+                md,
+                "| {c} | {name} | {:.0} | {:.0} | {:.0} | {:.1} | {} |",
+                python_peer::med(rounds, |f| f.calls_per_sec),
+                python_peer::med(rounds, |f| f.p50_us),
+                python_peer::med(rounds, |f| f.p99_us),
+                python_peer::med(rounds, |f| f.cpu_us_per_call),
+                rounds.iter().map(|f| f.errors).sum::<u64>(),
+            );
+        }
+    }
+    let _ = writeln!(md);
+    for (c, ours, theirs) in &results {
+        let ratio = python_peer::med(ours, |f| f.calls_per_sec)
+            / python_peer::med(theirs, |f| f.calls_per_sec).max(f64::MIN_POSITIVE);
+        let cpu = python_peer::med(ours, |f| f.cpu_us_per_call)
+            / python_peer::med(theirs, |f| f.cpu_us_per_call).max(f64::MIN_POSITIVE);
+        let _ = writeln!(
+            md,
+            "c={c}: ours / Python client, calls/s **{ratio:.2}x**, client CPU per call {cpu:.2}x.\n"
+        );
+    }
 }

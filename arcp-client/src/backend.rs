@@ -26,7 +26,7 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// Runs one call to its outcome.
-    pub(crate) async fn invoke(&self, request: CallRequest) -> Outcome {
+    pub(crate) async fn invoke(&self, request: Box<CallRequest>) -> Outcome {
         let shared = request.shared.clone();
         match self {
             #[cfg(feature = "http")]
@@ -34,12 +34,14 @@ impl Backend {
                 shared
                     .dispatched
                     .store(true, std::sync::atomic::Ordering::Release);
-                http.invoke(request).await
+                // Boxed: the HTTP attempt loop is large, and inlining it
+                // would size every call's future for it.
+                Box::pin(http.invoke(*request)).await
             }
             Backend::Ws { tx } => {
                 let key = request.key.clone();
                 let (reply, rx) = oneshot::channel();
-                tx.send(Command::Invoke(Box::new((request, reply))))
+                tx.send(Command::Invoke(request, reply))
                     .await
                     .map_err(|_| Error::Closed)?;
                 shared

@@ -12,22 +12,18 @@ use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
-use arcp_types::Invoke;
-
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 
 /// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;
 
-/// Identifies an intent (tool, arguments and every option, as sent), for the
-/// outcome cache and for joining a repeated call.
-pub(crate) fn fingerprint(invoke: &Invoke) -> u64 {
+/// Identifies an intent (tool, arguments and every option, as serialized),
+/// for the outcome cache and for joining a repeated call.
+pub(crate) fn fingerprint_of(intent: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(invoke)
-        .unwrap_or_default()
-        .hash(&mut hasher);
+    intent.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -117,15 +113,19 @@ impl OutcomeCache {
         }
     }
 
+    /// Records a call's outcome (cloned only when it is admitted).
     pub(crate) fn insert(
         &mut self,
         key: IdempotencyKey,
         fingerprint: u64,
-        outcome: Outcome,
+        outcome: &Outcome,
         now: Instant,
     ) {
-        let outcome = if admits(&outcome) {
-            Some(outcome)
+        if self.capacity == 0 {
+            return;
+        }
+        let outcome = if admits(outcome) {
+            Some(outcome.clone())
         } else if outcome
             .as_ref()
             .is_err_and(|e| e.execution() == Execution::MayHaveRun)
@@ -217,7 +217,7 @@ mod tests {
         let t0 = Instant::now();
         let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
         for k in &keys {
-            cache.insert(k.clone(), 1, out(k), t0);
+            cache.insert(k.clone(), 1, &out(k), t0);
         }
         assert_eq!(cache.len(), 2);
         assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
@@ -242,7 +242,7 @@ mod tests {
             attempts: 2,
             permanent: false,
         });
-        cache.insert(key.clone(), 1, unknown, t0);
+        cache.insert(key.clone(), 1, &unknown, t0);
         // The same intent asks the runtime again; another is refused.
         assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
         assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
@@ -253,7 +253,7 @@ mod tests {
             attempts: 3,
             last_error: "UNAVAILABLE".into(),
         });
-        cache.insert(other.clone(), 1, refused, t0);
+        cache.insert(other.clone(), 1, &refused, t0);
         assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
     }
 }

@@ -245,9 +245,9 @@ impl ClientBuilder {
     /// left unfinished ([`Client::recover`]) and read their outcomes
     /// ([`Client::lookup`]). One journal serves one client, through a
     /// dedicated writer thread (journal I/O never runs on the async
-    /// runtime). See [`SqliteJournal`](crate::SqliteJournal) for the durable
-    /// one on one host, [`ClientBuilder::journal_path`] for its short form,
-    /// and `PostgresJournal` (feature `postgres`) for one a fleet of workers
+    /// runtime). See `SqliteJournal` (feature `sqlite`) for the durable
+    /// one on one host and `journal_path` for its short form, and
+    /// `PostgresJournal` (feature `postgres`) for one a fleet of workers
     /// shares; the added latency per call is in `BENCHMARKS.md`.
     pub fn journal(mut self, journal: impl Journal) -> Self {
         self.journal.set_journal(Box::new(journal));
@@ -628,7 +628,7 @@ impl Client {
     /// the journal's prepare and every attempt all count against it. With a
     /// journal, the call is recorded durably before it is handed on
     /// (prepared before send) and its outcome recorded after.
-    pub(crate) async fn dispatch(&self, mut request: CallRequest) -> Outcome {
+    pub(crate) async fn dispatch(&self, mut request: Box<CallRequest>) -> Outcome {
         request.seal();
         telemetry::call_started();
         let key = request.key.clone();
@@ -669,12 +669,13 @@ impl Client {
             shared.answered(),
         );
         if let Some(journal) = &self.inner.journal {
-            journal.finish_call(&key, &outcome).await;
+            // Boxed: only journaled calls pay for this future's size.
+            Box::pin(journal.finish_call(&key, &outcome)).await;
         }
         outcome
     }
 
-    async fn run_call(&self, mut request: CallRequest) -> Outcome {
+    async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
         let _permit = self
             .inner
             .in_flight
@@ -684,28 +685,40 @@ impl Client {
             .map_err(|_| Error::Closed)?;
         if let Some(journal) = &self.inner.journal {
             let max_frame_size = self.inner.config.max_frame_size;
-            let _driving = match journal.prepare_call(&mut request, max_frame_size).await? {
-                Ok(driving) => driving,
-                Err(answer) => {
-                    request.shared.set_answered(Answered::Journal);
-                    return answer;
-                }
-            };
-            // A shared journal may give the call to another worker while
-            // this one drives it (this worker froze past its lease): stop
-            // driving it then; the new owner finishes it.
-            let key = request.key.clone();
-            let shared = request.shared.clone();
-            return tokio::select! {
-                outcome = self.inner.backend.invoke(request) => outcome,
-                () = journal.fenced(&key) => {
-                    shared.abandon();
-                    self.inner.backend.abandon(key.clone(), shared);
-                    Err(journal.fenced_error(&key))
-                }
-            };
+            // Boxed: only journaled calls pay for these futures' size.
+            return Box::pin(self.run_journaled(journal, request, max_frame_size)).await;
         }
         self.inner.backend.invoke(request).await
+    }
+}
+
+impl Client {
+    /// A journaled call: prepared before it is sent, and stopped if a
+    /// shared journal gives it to another worker while this one drives it
+    /// (this worker froze past its lease); the new owner finishes it.
+    async fn run_journaled(
+        &self,
+        journal: &JournalHandle,
+        mut request: Box<CallRequest>,
+        max_frame_size: usize,
+    ) -> Outcome {
+        let _driving = match journal.prepare_call(&mut request, max_frame_size).await? {
+            Ok(driving) => driving,
+            Err(answer) => {
+                request.shared.set_answered(Answered::Journal);
+                return answer;
+            }
+        };
+        let key = request.key.clone();
+        let shared = request.shared.clone();
+        tokio::select! {
+            outcome = self.inner.backend.invoke(request) => outcome,
+            () = journal.fenced(&key) => {
+                shared.abandon();
+                self.inner.backend.abandon(key.clone(), shared);
+                Err(journal.fenced_error(&key))
+            }
+        }
     }
 }
 

@@ -126,8 +126,10 @@ impl InvokeBuilder {
             .deadline
             .unwrap_or(self.client.config().default_deadline);
         let client = self.client.clone();
+        // Boxed: the request moves through several futures, each of which
+        // would otherwise hold its own copy in the call's state.
         let request = key.and_then(|key| {
-            Ok(CallRequest {
+            Ok(Box::new(CallRequest {
                 key,
                 trace_id: trace_id?,
                 invoke: Invoke {
@@ -141,7 +143,7 @@ impl InvokeBuilder {
                 events_end: EventsEnd(shared.clone()),
                 shared: shared.clone(),
                 recorder: None,
-            })
+            }))
         });
         let future = async move {
             let request = request?;
@@ -218,7 +220,7 @@ impl Invocation {
                 recorder: None,
             });
         let dispatcher = client.clone();
-        let future = async move { dispatcher.dispatch(request?).await };
+        let future = async move { dispatcher.dispatch(Box::new(request?)).await };
         Invocation {
             future: Box::pin(future),
             handle: CallHandle {

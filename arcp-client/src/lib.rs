@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Keys in memory survive network failures, not a crash of the caller's
-//! process. With a journal ([`ClientBuilder::journal_path`], a SQLite file)
+//! process. With a journal (`ClientBuilder::journal_path`, a SQLite file)
 //! each call is recorded before it is sent, so a restarted process resumes
 //! the calls the crashed one left unfinished ([`Client::recover`]) and reads
 //! their outcomes ([`Client::lookup`]), and the tool still runs once. With
@@ -36,8 +36,24 @@
 //! An `http://` or `https://` URL selects the HTTP binding
 //! (`docs/http-binding.md`) instead of WebSocket: one `POST` per attempt, the
 //! key also in the IETF `Idempotency-Key` header, the same keys, retry policy
-//! and outcomes. [`Client::fetch_artifact`] (or an [`ArtifactFetcher`])
-//! downloads an [`ArtifactRef`] with a size limit and sha256 verification.
+//! and outcomes. `Client::fetch_artifact` (or an `ArtifactFetcher`)
+//! downloads an `ArtifactRef` with a size limit and sha256 verification.
+//!
+//! ## Cargo features
+//!
+//! The default build is lean: WebSocket (`ws://`, `wss://` with rustls) and
+//! the in-memory journal. Opt in to the rest:
+//!
+//! - `http`: the HTTP binding for `http://` and `https://` URLs, and
+//!   artifact fetch (reqwest).
+//! - `sqlite`: `SqliteJournal` and `ClientBuilder::journal_path` (SQLite
+//!   compiled from source).
+//! - `metrics`: counters, gauges and histograms through the `metrics`
+//!   facade (names and labels in the README, "Operating it"); the
+//!   application installs the exporter.
+//! - `postgres`: `PostgresJournal`, the fleet journal a fleet of workers
+//!   shares in one PostgreSQL database (leases, fencing; tokio-postgres and
+//!   a deadpool pool).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -36,6 +36,11 @@ pub struct RuntimeProfile {
     /// A `job.accepted` that echoes the idempotency key on its envelope is a
     /// replay of an earlier acceptance (fresh ones do not echo it).
     pub key_echo_marks_replay: bool,
+    /// The runtime may write a reply in pieces without TCP_NODELAY, so the
+    /// client re-arms TCP_QUICKACK after reading (else each piece waits out
+    /// a 40 ms delayed ACK). Assumed for unknown runtimes; a syscall per
+    /// wake-up is saved for runtimes known to set TCP_NODELAY.
+    pub writes_in_pieces: bool,
 }
 
 impl RuntimeProfile {
@@ -60,6 +65,7 @@ impl RuntimeProfile {
             sends_ping: welcome.heartbeat_interval_sec.is_some(),
             accepts_ack: dialect == Dialect::V1_1 && has("ack"),
             key_echo_marks_replay: false,
+            writes_in_pieces: true,
         };
         for known in KNOWN {
             if (known.matches)(&profile.name, &profile.version, dialect) {
@@ -108,6 +114,8 @@ const KNOWN: &[Known] = &[
         adjust: |p| {
             p.replays_terminal = true;
             p.echoes_request_id_on_errors = false;
+            // asyncio sets TCP_NODELAY on every TCP transport.
+            p.writes_in_pieces = false;
         },
     },
     // arcp-mock, the SDK's own test runtime: replay behaviour follows its
@@ -119,6 +127,7 @@ const KNOWN: &[Known] = &[
         adjust: |p| {
             p.answers_ping = true;
             p.key_echo_marks_replay = p.dialect == Dialect::Legacy;
+            p.writes_in_pieces = false;
         },
     },
 ];
@@ -141,6 +150,10 @@ mod tests {
         let p = RuntimeProfile::from_welcome(Dialect::Legacy, &w);
         assert!(!p.replays_terminal && !p.supports_resume && !p.supports_subscribe);
         assert!(p.answers_ping && p.echoes_request_id_on_errors && p.key_echo_marks_replay);
+        assert!(
+            p.writes_in_pieces,
+            "arcp-rs 2.0.0 writes without TCP_NODELAY"
+        );
     }
 
     #[test]
@@ -152,7 +165,7 @@ mod tests {
         );
         let p = RuntimeProfile::from_welcome(Dialect::V1_1, &w);
         assert!(p.replays_terminal && p.supports_resume && p.supports_subscribe && p.sends_ping);
-        assert!(!p.echoes_request_id_on_errors);
+        assert!(!p.echoes_request_id_on_errors && !p.writes_in_pieces);
     }
 
     #[test]

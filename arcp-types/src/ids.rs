@@ -9,13 +9,21 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A fresh envelope id: `msg_` followed by a ULID.
 pub fn new_message_id() -> String {
-    format!("msg_{}", ulid::Ulid::new())
+    let mut buf = [0u8; ulid::ULID_LEN];
+    let mut id = String::with_capacity(4 + ulid::ULID_LEN);
+    id.push_str("msg_");
+    id.push_str(ulid::Ulid::new().array_to_str(&mut buf));
+    id
 }
 
 /// A fresh W3C trace id: 32 lowercase hex digits, never all zero.
 pub fn new_trace_id() -> String {
     // UUIDv7 bits are time + randomness; hex of its 128 bits is never zero.
-    format!("{:032x}", uuid::Uuid::now_v7().as_u128())
+    let mut buf = uuid::Uuid::encode_buffer();
+    uuid::Uuid::now_v7()
+        .simple()
+        .encode_lower(&mut buf)
+        .to_owned()
 }
 
 /// Whether `s` is a valid W3C trace id (32 lowercase hex digits, not all zero).
@@ -51,15 +59,36 @@ pub fn format_rfc3339(secs: u64, micros: u32) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
+    // Digits written by hand: this runs for every envelope sent.
     let mut out = String::with_capacity(27);
-    let _ = write!(
-        out,
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    );
+    if (0..=9999).contains(&y) {
+        digits(&mut out, y as u64, 4);
+    } else {
+        let _ = write!(out, "{y:04}");
+    }
+    out.push('-');
+    digits(&mut out, u64::from(m), 2);
+    out.push('-');
+    digits(&mut out, u64::from(d), 2);
+    out.push('T');
+    digits(&mut out, rem / 3600, 2);
+    out.push(':');
+    digits(&mut out, (rem / 60) % 60, 2);
+    out.push(':');
+    digits(&mut out, rem % 60, 2);
+    out.push('.');
+    digits(&mut out, u64::from(micros.min(999_999)), 6);
+    out.push('Z');
     out
+}
+
+/// Appends `n` as exactly `width` decimal digits (`n < 10^width`).
+fn digits(out: &mut String, n: u64, width: u32) {
+    let mut div = 10u64.pow(width - 1);
+    while div > 0 {
+        out.push(char::from(b'0' + ((n / div) % 10) as u8));
+        div /= 10;
+    }
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm).
@@ -95,6 +124,7 @@ mod tests {
     fn trace_ids_are_32_lowercase_hex() {
         let t = new_trace_id();
         assert!(is_trace_id(&t), "{t}");
+        assert_ne!(t, new_trace_id());
         assert!(!is_trace_id(&"0".repeat(32)));
         assert!(!is_trace_id("ABCDEF0123456789ABCDEF0123456789"));
     }
@@ -110,6 +140,10 @@ mod tests {
         assert_eq!(
             format_rfc3339(951_782_400, 1),
             "2000-02-29T00:00:00.000001Z"
+        );
+        assert_eq!(
+            format_rfc3339(253_402_300_799, 999_999),
+            "9999-12-31T23:59:59.999999Z"
         );
     }
 }

@@ -32,11 +32,12 @@ mod dialect;
 mod envelope;
 mod error_code;
 mod events;
+mod flat;
 mod ids;
 mod key;
 mod message;
 
-pub use dialect::{DecodeError, Dialect};
+pub use dialect::{DecodeError, Dialect, EncodedRequest};
 pub use envelope::{Envelope, PROTOCOL_VERSION};
 pub use error_code::ErrorCode;
 pub use events::EventBody;

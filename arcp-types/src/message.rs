@@ -456,7 +456,7 @@ pub struct Subscribe {
 }
 
 /// `job.accepted`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Accepted {
     /// The job the request is bound to. On a replay, the original job.
     pub job_id: String,
@@ -469,7 +469,7 @@ pub struct Accepted {
 }
 
 /// A non-terminal job event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobEvent {
     /// `progress`, `log`, `metric`, `result_chunk`, `status`, ...
     pub kind: String,
@@ -485,7 +485,7 @@ pub struct JobEvent {
 }
 
 /// Terminal success: `job.result` / `job.completed` / `tool.result`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobResult {
     /// The result value, when inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,6 +494,17 @@ pub struct JobResult {
     #[serde(flatten)]
     pub extra: Object,
 }
+
+crate::flat::deserialize_with_extra!(Accepted {
+    job_id: "job_id" required,
+    request_id: "request_id",
+});
+crate::flat::deserialize_with_extra!(JobEvent {
+    kind: "kind" required,
+    ts: "ts",
+    body: "body",
+});
+crate::flat::deserialize_with_extra!(JobResult { result: "result" });
 
 /// Legacy transport receipt (`ack`); older runtimes mark a duplicate with `replay`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

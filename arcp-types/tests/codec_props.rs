@@ -239,6 +239,18 @@ proptest! {
     }
 
     #[test]
+    fn a_request_encoded_once_matches_the_full_encoder(m in message()) {
+        let Message::Invoke(invoke) = &m else { return Ok(()) };
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            let mut frame = Frame::new(m.clone());
+            frame.envelope.session_id = Some("sess_1".into());
+            frame.envelope.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+            let spliced = dialect.encode_invoke(invoke).frame(&frame.envelope);
+            prop_assert_eq!(spliced, dialect.encode(&frame), "{}", dialect);
+        }
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic_a_decoder(bytes in vec(any::<u8>(), 0..256)) {
         let text = String::from_utf8_lossy(&bytes);
         for dialect in [Dialect::V1_1, Dialect::Legacy] {

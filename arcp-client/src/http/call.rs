@@ -28,7 +28,7 @@ use super::{
     idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
     ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{conflict, fingerprint, Cached, Outcome, OutcomeCache};
+use crate::cache::{conflict, fingerprint_of, Cached, Outcome, OutcomeCache};
 use crate::classify::{
     classify_error, failed_result, give_up, read_result, tool_error, ErrorVerdict, Exposure,
     ResultReading,
@@ -103,6 +103,7 @@ impl HttpBackend {
             sends_ping: false,
             accepts_ack: false,
             key_echo_marks_replay: false,
+            writes_in_pieces: false,
         }
     }
 
@@ -114,7 +115,9 @@ impl HttpBackend {
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut req: CallRequest) -> Result<ToolOutput, Error> {
         req.seal();
-        let fingerprint = fingerprint(&req.invoke);
+        // Serialized once: for the fingerprint and the size check.
+        let intent = serde_json::to_string(&req.invoke).unwrap_or_default();
+        let fingerprint = fingerprint_of(&intent);
         let now = Instant::now();
         let cached = self.cache().get(&req.key, fingerprint, now);
         match cached {
@@ -125,7 +128,7 @@ impl HttpBackend {
             Cached::Conflict => return Err(conflict(req.key)),
             Cached::Bound | Cached::Miss => {}
         }
-        let size = serde_json::to_string(&req.invoke).map_or(0, |t| t.len());
+        let size = intent.len();
         if size > self.config.max_frame_size {
             return Err(Error::InvalidCall(format!(
                 "the request is {size} bytes; the frame size limit is {}",
@@ -196,12 +199,8 @@ impl HttpBackend {
             warn!(parent: &span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
         // The cache admits only the key's own outcome (`cache::admits`).
-        self.cache().insert(
-            call.req.key.clone(),
-            fingerprint,
-            outcome.clone(),
-            Instant::now(),
-        );
+        self.cache()
+            .insert(call.req.key.clone(), fingerprint, &outcome, Instant::now());
         outcome
     }
 

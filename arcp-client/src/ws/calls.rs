@@ -76,6 +76,9 @@ pub(crate) struct Call {
     pub(crate) key: IdempotencyKey,
     pub(crate) trace_id: String,
     pub(crate) invoke: Invoke,
+    /// The intent's payload encoded once for the live dialect: every
+    /// attempt re-sends these bytes (invariant 1 by construction).
+    pub(crate) encoded: Option<arcp_types::EncodedRequest>,
     pub(crate) fingerprint: u64,
     pub(crate) waiters: Vec<Waiter>,
     pub(crate) recorder: Option<Box<dyn crate::request::CallRecorder>>,
@@ -90,8 +93,9 @@ pub(crate) struct Call {
     pub(crate) deadline: std::time::Duration,
     /// When retrying stops: `max_elapsed` after the first failure.
     pub(crate) budget_at: Option<Instant>,
-    pub(crate) backoff: Option<Schedule>,
-    pub(crate) ladder: Option<Schedule>,
+    /// Boxed, like the other rarely used parts: most calls never retry.
+    pub(crate) backoff: Option<Box<Schedule>>,
+    pub(crate) ladder: Option<Box<Schedule>>,
     /// Accepted when its connection died: a resumed session may deliver
     /// the outcome without a re-send.
     pub(crate) awaiting_resume: bool,
@@ -106,11 +110,11 @@ pub(crate) struct Call {
     /// call's attempt was written and unanswered: (count, last code, reason,
     /// whether the last one happened with no other request outstanding).
     pub(crate) rejections: (u32, u16, String, bool),
-    pub(crate) cancel: Option<CancelState>,
+    pub(crate) cancel: Option<Box<CancelState>>,
     /// Highest (session epoch, event_seq) delivered, for deduplication.
     pub(crate) last_event: Option<(u64, u64)>,
     pub(crate) dropped_events: u64,
-    pub(crate) assembly: Option<Assembly>,
+    pub(crate) assembly: Option<Box<Assembly>>,
     pub(crate) span: tracing::Span,
     /// The instant and generation of the call's armed timer.
     pub(crate) timer: Option<Instant>,

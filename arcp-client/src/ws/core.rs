@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 use super::attribution::{ReqKind, Requests};
 use super::calls::{Call, CallId, CancelState, Phase, Waiter};
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
-use crate::cache::{conflict, fingerprint, Cached, Outcome, OutcomeCache};
+use crate::cache::{conflict, fingerprint_of, Cached, Outcome, OutcomeCache};
 use crate::classify::{give_up, Exposure};
 use crate::config::{Config, DialectChoice};
 use crate::error::{Error, Execution};
@@ -43,7 +43,7 @@ use crate::telemetry::{self, Answered};
 /// Requests from client handles.
 pub(crate) enum Command {
     /// Run a call; its outcome goes to the sender.
-    Invoke(Box<(CallRequest, oneshot::Sender<Outcome>)>),
+    Invoke(Box<CallRequest>, oneshot::Sender<Outcome>),
     /// Cancel the job of the call with this key, if the caller behind
     /// `shared` waits on it (a same-key call refused as a duplicate must
     /// not cancel the call that holds the key).
@@ -232,6 +232,21 @@ impl Core {
         std::mem::take(&mut self.close_replies)
     }
 
+    /// Whether reads should re-arm TCP_QUICKACK (the runtime may write in
+    /// pieces; see [`RuntimeProfile::writes_in_pieces`]).
+    pub(crate) fn wants_quickack(&self) -> bool {
+        self.session
+            .profile
+            .as_ref()
+            .is_none_or(|p| p.writes_in_pieces)
+    }
+
+    /// Whether the core decided to drop the connection (and reads no more
+    /// of its frames).
+    pub(crate) fn drop_pending(&self) -> bool {
+        self.drop_reason.is_some()
+    }
+
     /// Whether the connection should be dropped (the core found it dead).
     pub(crate) fn take_drop(&mut self) -> Option<String> {
         self.drop_reason.take()
@@ -352,10 +367,7 @@ impl Core {
     /// Takes a command from a client handle.
     pub(crate) fn command(&mut self, command: Command, now: Instant) {
         match command {
-            Command::Invoke(boxed) => {
-                let (request, reply) = *boxed;
-                self.start_call(request, reply, now);
-            }
+            Command::Invoke(request, reply) => self.start_call(*request, reply, now),
             Command::Cancel { key, shared, reply } => self.cancel(key, &shared, reply, now),
             Command::Abandon { key, shared } => self.abandon(&key, &shared, now),
             Command::Close { reply } => {
@@ -397,7 +409,9 @@ impl Core {
 
     fn start_call(&mut self, mut req: CallRequest, reply: oneshot::Sender<Outcome>, now: Instant) {
         req.seal();
-        let fingerprint = fingerprint(&req.invoke);
+        // Serialized once: for the fingerprint and the size check.
+        let intent = serde_json::to_string(&req.invoke).unwrap_or_default();
+        let fingerprint = fingerprint_of(&intent);
         let waiter = Waiter {
             reply,
             shared: req.shared.clone(),
@@ -452,7 +466,8 @@ impl Core {
                 return;
             }
         }
-        let size = serde_json::to_string(&req.invoke).map_or(0, |t| t.len());
+        let size = intent.len();
+        drop(intent);
         if size > self.config.max_frame_size {
             let _ = waiter.reply.send(Err(Error::InvalidCall(format!(
                 "the request is {size} bytes; the frame size limit is {}",
@@ -479,6 +494,7 @@ impl Core {
             key: req.key.clone(),
             trace_id: req.trace_id,
             invoke: req.invoke,
+            encoded: None,
             fingerprint,
             waiters: vec![waiter],
             recorder: req.recorder,
@@ -562,13 +578,13 @@ impl Core {
                 cancel.until = cancel.until.max(until);
             }
             None => {
-                call.cancel = Some(CancelState {
+                call.cancel = Some(Box::new(CancelState {
                     waiters: vec![reply],
                     until,
                     request: None,
                     written: false,
                     settled: false,
-                });
+                }));
                 self.send_cancel(id);
             }
         }
@@ -676,7 +692,7 @@ impl Core {
                     // or live): wait for it before re-sending.
                     let wait = call
                         .ladder
-                        .get_or_insert_with(|| self.config.retry.ladder())
+                        .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                         .next_ceiling()
                         .max(ladder_first);
                     call.phase = Phase::Accepted {
@@ -1035,17 +1051,24 @@ impl Core {
         if let Some(recorder) = &call.recorder {
             recorder.sent(&call.key, call.attempts);
         }
-        // The intent is the same `Invoke` value every time, so the payload
-        // is byte-identical; only the envelope (id, timestamp) is new.
-        let mut frame = Frame::new(Message::Invoke(call.invoke.clone()));
-        frame.envelope.trace_id = Some(call.trace_id.clone());
-        let request = frame.envelope.id.clone();
+        // The payload is encoded once per dialect and re-sent byte-identical;
+        // only the envelope (id, timestamp, session) is new.
+        let dialect = up.dialect;
+        let encoded = match &mut call.encoded {
+            Some(encoded) if encoded.dialect() == dialect => encoded,
+            slot => slot.insert(dialect.encode_invoke(&call.invoke)),
+        };
+        let mut header = arcp_types::Envelope::new("");
+        header.trace_id = Some(call.trace_id.clone());
+        header.session_id = self.session.id.clone();
+        let text = encoded.frame(&header);
+        let request = header.id;
         debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
         up.unanswered += 1;
         if up.live.awaiting_since.is_none() {
             up.live.awaiting_since = Some(now);
         }
-        let seq = self.queue_frame(frame);
+        let seq = self.queue_text(text);
         if let Some(call) = self.calls.get_mut(&id) {
             call.phase = Phase::Sent {
                 request: request.clone(),
@@ -1100,7 +1123,7 @@ impl Core {
         };
         let wait = call
             .ladder
-            .get_or_insert_with(|| self.config.retry.ladder())
+            .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
             .next_ceiling();
         let subscribe = subscribe_ok
             && !call.subscribe_refused
@@ -1193,12 +1216,8 @@ impl Core {
         if call.dropped_events > 0 {
             warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
-        self.cache.insert(
-            call.key.clone(),
-            call.fingerprint,
-            outcome.clone(),
-            Instant::now(),
-        );
+        self.cache
+            .insert(call.key.clone(), call.fingerprint, &outcome, Instant::now());
         let cancel = match &outcome {
             Err(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.
@@ -1209,8 +1228,14 @@ impl Core {
             Err(_) => call.cancel_so_far("the call ended before the cancel was written"),
         };
         call.answer_cancel(cancel);
-        for waiter in call.waiters {
+        // Clones for joined callers; the last one takes the outcome itself.
+        let mut waiters = call.waiters;
+        let last = waiters.pop();
+        for waiter in waiters {
             let _ = waiter.reply.send(outcome.clone());
+        }
+        if let Some(waiter) = last {
+            let _ = waiter.reply.send(outcome);
         }
     }
 
@@ -1276,6 +1301,16 @@ impl Core {
         frame.envelope.session_id = self.session.id.clone();
         self.outbox.push(up.dialect.encode(&frame));
         self.queued_seq += 1;
+        self.queued_seq
+    }
+
+    /// Queues an already encoded frame on the live connection; returns its
+    /// transmit seq.
+    fn queue_text(&mut self, text: String) -> u64 {
+        if matches!(self.link, Link::Up(_)) {
+            self.outbox.push(text);
+            self.queued_seq += 1;
+        }
         self.queued_seq
     }
 

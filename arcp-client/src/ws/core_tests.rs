@@ -75,7 +75,7 @@ impl Harness {
         };
         let (tx, rx) = oneshot::channel();
         self.core
-            .command(Command::Invoke(Box::new((request, tx))), self.at(ms));
+            .command(Command::Invoke(Box::new(request), tx), self.at(ms));
         rx
     }
 

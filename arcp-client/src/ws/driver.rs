@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
 
 use super::connector;
@@ -22,6 +23,9 @@ type Writing = Pin<Box<dyn Future<Output = (Writer, Result<(), String>)> + Send>
 
 /// Commands taken per loop turn before writing, so bursts leave in one flush.
 const MAX_COMMANDS_PER_TURN: usize = 512;
+/// Frames already received that are handled in the same turn as the one
+/// that woke the loop: their replies and completions then leave together.
+const MAX_FRAMES_PER_TURN: usize = 256;
 
 /// Runs the core until the client closes or every handle is gone.
 pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mut core: Core) {
@@ -99,11 +103,28 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                     Err(failure) => core.on_dial_failed(failure, now),
                 }
             }
-            Turn::Read(Inbound::Text(text)) => core.on_text(&text, now),
-            Turn::Read(Inbound::Other) => core.on_activity(now),
-            Turn::Read(Inbound::Closed { code, reason }) => {
-                (reader, writer, writing) = (None, None, None);
-                core.on_lost(loss(code, reason), now);
+            Turn::Read(first) => {
+                // Drain what has already arrived before writing anything.
+                let mut inbound = Some(first);
+                let mut taken = 0;
+                while let Some(next) = inbound.take() {
+                    match next {
+                        Inbound::Text(text) => core.on_text(&text, now),
+                        Inbound::Other => core.on_activity(now),
+                        Inbound::Closed { code, reason } => {
+                            (reader, writer, writing) = (None, None, None);
+                            core.on_lost(loss(code, reason), now);
+                            break;
+                        }
+                    }
+                    taken += 1;
+                    if taken < MAX_FRAMES_PER_TURN && !core.drop_pending() {
+                        inbound = reader.as_mut().and_then(|r| r.recv().now_or_never());
+                    }
+                }
+                if let Some(r) = reader.as_ref().filter(|_| core.wants_quickack()) {
+                    r.rearm_quickack();
+                }
             }
             Turn::Wrote(idle, Ok(())) => {
                 if let Some((_, upto)) = writing.take() {

@@ -219,7 +219,7 @@ impl Core {
             call.start_recovery(now, self.config.retry.max_elapsed);
             let wait = call
                 .ladder
-                .get_or_insert_with(|| self.config.retry.ladder())
+                .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                 .next_ceiling();
             Some(later(now, wait))
         } else {
@@ -250,7 +250,10 @@ impl Core {
         // Any event of the job (even a repeat) shows its stream reaches us:
         // the ladder waits again instead of re-sending.
         if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
-            let wait = call.ladder.get_or_insert_with(|| retry.ladder()).current();
+            let wait = call
+                .ladder
+                .get_or_insert_with(|| Box::new(retry.ladder()))
+                .current();
             call.phase = Phase::Accepted {
                 ladder_at: Some(later(now, wait)),
             };
@@ -271,7 +274,9 @@ impl Core {
             } = &typed
             {
                 call.assembly
-                    .get_or_insert_with(|| Assembly::new(result_id.clone(), encoding == "base64"))
+                    .get_or_insert_with(|| {
+                        Box::new(Assembly::new(result_id.clone(), encoding == "base64"))
+                    })
                     .push(&typed, limit);
             }
         }
@@ -425,7 +430,7 @@ impl Core {
                 // created nothing; retry with the same key.
                 let delay = call
                     .backoff
-                    .get_or_insert_with(|| self.config.retry.schedule())
+                    .get_or_insert_with(|| Box::new(self.config.retry.schedule()))
                     .next_delay(floor);
                 call.last_error = Some(format!("{}: {}", e.code, e.message));
                 call.start_recovery(now, self.config.retry.max_elapsed);

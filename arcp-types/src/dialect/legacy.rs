@@ -107,6 +107,19 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
     Ok(Frame { envelope, message })
 }
 
+/// The fields of a `tool.invoke` payload, borrowed from `invoke`, and the
+/// key for the envelope (a key inside the payload is only an opaque field).
+pub(super) fn invoke_fields(
+    invoke: &Invoke,
+) -> (&'static str, Vec<super::Field<'_>>, Option<String>) {
+    use super::FieldValue::{Json, Str};
+    let mut fields = Vec::with_capacity(2 + invoke.extra.len());
+    fields.push(("tool", Str(&invoke.tool)));
+    fields.push(("arguments", Json(&invoke.arguments)));
+    fields.extend(invoke.extra.iter().map(|(k, v)| (k.as_str(), Json(v))));
+    ("tool.invoke", fields, invoke.idempotency_key.clone())
+}
+
 pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, str>, Value) {
     // Replies name the request they answer in `correlation_id`.
     let mut error = |e: &ErrorReply| {

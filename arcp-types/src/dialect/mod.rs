@@ -104,6 +104,92 @@ impl Dialect {
     }
 }
 
+/// A request's payload encoded once for one dialect
+/// ([`Dialect::encode_invoke`]); every attempt re-sends these exact bytes
+/// under a fresh envelope ([`EncodedRequest::frame`]).
+#[derive(Debug, Clone)]
+pub struct EncodedRequest {
+    dialect: Dialect,
+    kind: String,
+    payload: Box<serde_json::value::RawValue>,
+    envelope_key: Option<String>,
+}
+
+impl EncodedRequest {
+    /// The dialect it was encoded for.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The payload's wire JSON.
+    pub fn payload(&self) -> &str {
+        self.payload.get()
+    }
+
+    /// Wire JSON of one attempt: `header` (id, timestamp, session, trace,
+    /// ...) around the payload encoded once. Byte for byte what
+    /// [`Dialect::encode`] writes for the same frame, without re-encoding
+    /// the payload.
+    pub fn frame(&self, header: &Envelope) -> String {
+        header.to_json_with(&self.kind, self.envelope_key.as_deref(), &self.payload)
+    }
+}
+
+impl Dialect {
+    /// Encodes the payload of a `job.submit` / `tool.invoke` once, in one
+    /// pass (no clone of the arguments, no intermediate tree). The fields
+    /// come out in the order the full encoder writes them (sorted by name,
+    /// as a JSON object of this crate sorts them).
+    pub fn encode_invoke(self, invoke: &crate::message::Invoke) -> EncodedRequest {
+        let (kind, mut fields, envelope_key) = match self {
+            Dialect::V1_1 => v1_1::invoke_fields(invoke),
+            Dialect::Legacy => legacy::invoke_fields(invoke),
+        };
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        fields.dedup_by(|later, earlier| later.0 == earlier.0);
+        let text = serde_json::to_string(&SortedObject(&fields)).unwrap_or_default();
+        EncodedRequest {
+            dialect: self,
+            kind: kind.to_owned(),
+            // Serialized just above from strings and JSON values: valid JSON.
+            payload: serde_json::value::RawValue::from_string(text)
+                .unwrap_or_else(|_| empty_object()),
+            envelope_key,
+        }
+    }
+}
+
+/// One payload field for [`SortedObject`]: a name and a borrowed value.
+type Field<'a> = (&'a str, FieldValue<'a>);
+
+/// A borrowed payload value.
+#[derive(Clone, Copy)]
+enum FieldValue<'a> {
+    Str(&'a str),
+    Json(&'a Value),
+}
+
+/// Fields already sorted by name, serialized as one JSON object.
+struct SortedObject<'a>(&'a [Field<'a>]);
+
+impl Serialize for SortedObject<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            match value {
+                FieldValue::Str(v) => map.serialize_entry(name, v)?,
+                FieldValue::Json(v) => map.serialize_entry(name, v)?,
+            }
+        }
+        map.end()
+    }
+}
+
+fn empty_object() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string("{}".to_owned()).expect("valid JSON")
+}
+
 /// An `Open` whose `capabilities` are null asks the encoder for the
 /// dialect's defaults; one decoded without capabilities must not, so absent
 /// reads as `{}` (and re-encodes so).
@@ -151,6 +237,41 @@ fn rename(payload: &mut Value, from: &str, to: &str) {
     if let Some(map) = payload.as_object_mut() {
         if let Some(v) = map.remove(from) {
             map.insert(to.to_owned(), v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{Invoke, Message};
+    use serde_json::json;
+
+    #[test]
+    fn a_request_encoded_once_is_byte_identical_to_a_full_encode() {
+        let invokes = [
+            json!({"tool": "refund", "arguments": {"order": 4812, "note": "é\"x"}}),
+            json!({"tool": "t", "arguments": [1, 2.5, null], "idempotency_key": "k-1"}),
+            json!({"tool": "t", "arguments": {}, "idempotency_key": "k-2",
+                   "lease_request": {"secs": 5}, "max_runtime_sec": 9}),
+            json!({"tool": "t", "arguments": "text", "idempotency_key": "k-3",
+                   "extra_field": true}),
+        ];
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            for invoke in &invokes {
+                let invoke: Invoke = serde_json::from_value(invoke.clone()).unwrap();
+                let mut frame = Frame::new(Message::Invoke(invoke.clone()));
+                frame.envelope.session_id = Some("sess_1".into());
+                frame.envelope.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+                frame.envelope.extra.insert("x_vendor".into(), json!(1));
+                let encoded = dialect.encode_invoke(&invoke);
+                assert_eq!(encoded.dialect(), dialect);
+                assert_eq!(
+                    encoded.frame(&frame.envelope),
+                    dialect.encode(&frame),
+                    "{dialect}: {invoke:?}"
+                );
+            }
         }
     }
 }
