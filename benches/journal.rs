@@ -9,6 +9,11 @@
 //! the journal's median (p99) minus the no-journal median (p99). The
 //! concurrent phase runs 64 calls at a time to show group commit.
 //!
+//! With `ARCP_BENCH_POSTGRES_URL` set (a database it may create tables
+//! in), a fifth client journals in PostgreSQL (`PostgresJournal`: the fleet
+//! journal, with leases and fencing; the server's own durability settings
+//! apply). Without it the PostgreSQL row is left out, with a note.
+//!
 //! Run it: `cargo bench --bench journal` (release mode). Options:
 //! `-- --calls N` (sequential calls per client, default 3000),
 //! `ARCP_BENCH_DIR=/path` (where the journal files go, default the temp dir).
@@ -16,7 +21,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, MemoryJournal, SqliteJournal, SqliteOptions, Synchronous};
+use arcp::client::{
+    Client, MemoryJournal, PostgresJournal, PostgresOptions, SqliteJournal, SqliteOptions,
+    Synchronous,
+};
 use arcp::mock::MockRuntime;
 use serde_json::{json, Value};
 
@@ -79,6 +87,23 @@ async fn main() {
                 .await,
         ),
     ];
+    match std::env::var("ARCP_BENCH_POSTGRES_URL") {
+        Ok(url) => {
+            let journal = PostgresJournal::connect(
+                &url,
+                PostgresOptions::default().worker_id(format!("bench-{}", std::process::id())),
+            )
+            .await
+            .expect("open the PostgreSQL journal");
+            subjects.push(Subject::new(
+                "PostgreSQL (fleet journal: lease, fencing, history)",
+                connect().journal(journal).connect().await,
+            ));
+        }
+        Err(_) => println!(
+            "(PostgreSQL left out: set ARCP_BENCH_POSTGRES_URL to a database to measure it)"
+        ),
+    }
 
     // Warm up every path (connections, statement caches, page cache).
     for s in &mut subjects {

@@ -246,8 +246,9 @@ impl ClientBuilder {
     /// ([`Client::lookup`]). One journal serves one client, through a
     /// dedicated writer thread (journal I/O never runs on the async
     /// runtime). See `SqliteJournal` (feature `sqlite`) for the durable
-    /// one and `journal_path` for the short form; the
-    /// added latency per call is in `BENCHMARKS.md`.
+    /// one on one host and `journal_path` for its short form, and
+    /// `PostgresJournal` (feature `postgres`) for one a fleet of workers
+    /// shares; the added latency per call is in `BENCHMARKS.md`.
     pub fn journal(mut self, journal: impl Journal) -> Self {
         self.journal.set_journal(Box::new(journal));
         self
@@ -518,6 +519,12 @@ impl Client {
     /// outcomes; the runtime deduplicates by key, so a call that already ran
     /// is not run again.
     ///
+    /// The journal decides which unfinished calls are this client's to
+    /// re-drive ([`Journal::claim`]): never one this client is driving right
+    /// now, so calling `recover` again while recovered calls run hands out
+    /// nothing twice. A journal shared by a fleet (`PostgresJournal`) hands
+    /// out only the calls whose owner's lease lapsed, each to one worker.
+    ///
     /// Returns an empty list without a journal. With
     /// [`RecoveryMode::Automatic`] the client does this itself on connect.
     ///
@@ -669,7 +676,7 @@ impl Client {
         outcome
     }
 
-    async fn run_call(&self, mut request: Box<CallRequest>) -> Outcome {
+    async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
         let _permit = self
             .inner
             .in_flight
@@ -679,14 +686,40 @@ impl Client {
             .map_err(|_| Error::Closed)?;
         if let Some(journal) = &self.inner.journal {
             let max_frame_size = self.inner.config.max_frame_size;
-            if let Some(answer) =
-                Box::pin(journal.prepare_call(&mut request, max_frame_size)).await?
-            {
+            // Boxed: only journaled calls pay for these futures' size.
+            return Box::pin(self.run_journaled(journal, request, max_frame_size)).await;
+        }
+        self.inner.backend.invoke(request).await
+    }
+}
+
+impl Client {
+    /// A journaled call: prepared before it is sent, and stopped if a
+    /// shared journal gives it to another worker while this one drives it
+    /// (this worker froze past its lease); the new owner finishes it.
+    async fn run_journaled(
+        &self,
+        journal: &JournalHandle,
+        mut request: Box<CallRequest>,
+        max_frame_size: usize,
+    ) -> Outcome {
+        let _driving = match journal.prepare_call(&mut request, max_frame_size).await? {
+            Ok(driving) => driving,
+            Err(answer) => {
                 request.shared.set_answered(Answered::Journal);
                 return answer;
             }
+        };
+        let key = request.key.clone();
+        let shared = request.shared.clone();
+        tokio::select! {
+            outcome = self.inner.backend.invoke(request) => outcome,
+            () = journal.fenced(&key) => {
+                shared.abandon();
+                self.inner.backend.abandon(key.clone(), shared);
+                Err(journal.fenced_error(&key))
+            }
         }
-        self.inner.backend.invoke(request).await
     }
 }
 
@@ -707,6 +740,11 @@ impl Drop for AbandonOnDrop<'_> {
                 .inner
                 .backend
                 .abandon(self.key.clone(), self.shared.clone());
+            // Nobody drives the call here any more: it stays unfinished,
+            // and a shared journal lets another worker claim it at once.
+            if let Some(journal) = &self.client.inner.journal {
+                journal.release(&self.key);
+            }
         }
     }
 }

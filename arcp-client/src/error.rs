@@ -311,6 +311,8 @@ impl Error {
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
             }
+            // Another worker drives the call: it may run (once) there.
+            Error::Journal(e) if e.kind == JournalErrorKind::Fenced => Execution::MayHaveRun,
             Error::Cancelled { .. }
             | Error::ArtifactMismatch { .. }
             | Error::ArtifactTooLarge { .. }
@@ -495,6 +497,11 @@ pub enum JournalErrorKind {
     Closed,
     /// A recorded intent cannot be re-sent byte-identically.
     Intent,
+    /// Another worker owns the call (a shared journal): this one lost its
+    /// lease and the call was claimed, or a live worker drives it. This
+    /// worker stops driving it; the owner finishes it. The tool may have
+    /// run ([`Execution::MayHaveRun`]).
+    Fenced,
 }
 
 impl JournalErrorKind {
@@ -508,6 +515,7 @@ impl JournalErrorKind {
             JournalErrorKind::Io => "JOURNAL_IO",
             JournalErrorKind::Closed => "JOURNAL_CLOSED",
             JournalErrorKind::Intent => "JOURNAL_INTENT",
+            JournalErrorKind::Fenced => "JOURNAL_FENCED",
         }
     }
 }
@@ -522,6 +530,7 @@ impl fmt::Display for JournalErrorKind {
             JournalErrorKind::Io => "I/O error",
             JournalErrorKind::Closed => "closed",
             JournalErrorKind::Intent => "unusable intent",
+            JournalErrorKind::Fenced => "owned by another worker",
         })
     }
 }
@@ -537,6 +546,14 @@ pub struct JournalError {
     pub location: String,
     /// What failed, in words.
     pub message: String,
+}
+
+impl From<JournalError> for Error {
+    /// [`Error::Journal`]: lets `?` carry a journal failure (opening a
+    /// journal, for instance) out of a function returning [`Error`].
+    fn from(e: JournalError) -> Self {
+        Error::Journal(e)
+    }
 }
 
 impl JournalError {

@@ -24,7 +24,10 @@
 //! process. With a journal (`ClientBuilder::journal_path`, a SQLite file)
 //! each call is recorded before it is sent, so a restarted process resumes
 //! the calls the crashed one left unfinished ([`Client::recover`]) and reads
-//! their outcomes ([`Client::lookup`]), and the tool still runs once.
+//! their outcomes ([`Client::lookup`]), and the tool still runs once. With
+//! `PostgresJournal` (feature `postgres`) the journal is a database a fleet
+//! of workers shares: any worker finishes a dead worker's calls, under
+//! leases and fencing.
 //!
 //! It speaks both ARCP message sets in use: v1.1 (`job.submit`, ...) and the
 //! legacy `tool.invoke` set ([`DialectChoice`]). See `docs/architecture.md`
@@ -48,6 +51,9 @@
 //! - `metrics`: counters, gauges and histograms through the `metrics`
 //!   facade (names and labels in the README, "Operating it"); the
 //!   application installs the exporter.
+//! - `postgres`: `PostgresJournal`, the fleet journal a fleet of workers
+//!   shares in one PostgreSQL database (leases, fencing; tokio-postgres and
+//!   a deadpool pool).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -85,6 +91,8 @@ pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,
 };
+#[cfg(feature = "postgres")]
+pub use journal::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{

@@ -131,6 +131,8 @@ fn apply_one(records: &mut HashMap<IdempotencyKey, JournalEntry>, write: &Journa
         JournalWrite::Remove { key } => {
             records.remove(key);
         }
+        // One client owns everything: nothing to give up.
+        JournalWrite::Release { .. } => {}
         JournalWrite::Sent { key, .. }
         | JournalWrite::Accepted { key, .. }
         | JournalWrite::Terminal { key, .. } => {
@@ -158,7 +160,8 @@ pub(crate) fn transition(e: &mut JournalEntry, write: &JournalWrite) {
             };
             e.updated_at = *at;
         }
-        JournalWrite::Terminal { outcome, at, .. } => {
+        // A terminal record is final: a second outcome changes nothing.
+        JournalWrite::Terminal { outcome, at, .. } if !e.is_terminal() => {
             e.attempts = e.attempts.max(outcome.attempts());
             e.state = JournalState::Terminal(outcome.clone());
             e.updated_at = *at;

@@ -15,16 +15,21 @@
 //! re-drives unfinished records; [`Client::lookup`](crate::Client::lookup)
 //! reads what became of a key.
 //!
-//! Two implementations ship: [`SqliteJournal`] (one file, WAL mode, held
-//! exclusively by one client) and [`MemoryJournal`] (for tests, and for
-//! in-process lookups without durability). Any store can implement
-//! [`Journal`].
+//! Three implementations ship: [`SqliteJournal`] (one file, WAL mode, held
+//! exclusively by one client: one host), `PostgresJournal` (feature
+//! `postgres`: one database shared by a fleet of workers, each unfinished
+//! call owned by one worker under a lease and a fencing generation) and
+//! [`MemoryJournal`] (for tests, and for in-process lookups without
+//! durability). Any store can implement [`Journal`].
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod writer;
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use arcp_types::{ErrorCode, IdempotencyKey, Invoke};
@@ -36,6 +41,8 @@ pub use crate::error::{JournalError, JournalErrorKind};
 use crate::outcome::ToolOutput;
 
 pub use memory::MemoryJournal;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
 pub(crate) use writer::{JournalHandle, JournalSetup};
@@ -44,11 +51,19 @@ pub(crate) use writer::{JournalHandle, JournalSetup};
 ///
 /// The client calls these methods from one dedicated writer thread per
 /// client (never from an async task), so an implementation may block on
-/// I/O. Implementations must be consistent with themselves only: the client
-/// never shares one journal between two clients.
+/// I/O. The client never shares one journal *instance* between two
+/// clients; a store shared by several processes (a fleet) decides which
+/// one drives each call through the ownership methods below.
 ///
 /// The contract that makes recovery safe is on [`Journal::apply`]: when it
 /// returns `Ok`, every write in the batch survives a crash of the process.
+///
+/// **Ownership (shared stores).** [`Journal::claim`], [`Journal::acquire`],
+/// [`Journal::renew`], [`Journal::take_fenced`] and
+/// [`JournalWrite::Release`] let a store shared by many workers give each
+/// unfinished call one owner at a time. Their defaults describe a journal
+/// held by one client (everything unfinished is this client's), so a
+/// single-process implementation needs none of them.
 pub trait Journal: Send + Sync + 'static {
     /// Applies `writes` in order, atomically (all or none) and durably.
     ///
@@ -60,10 +75,26 @@ pub trait Journal: Send + Sync + 'static {
     /// - [`JournalWrite::Terminal`] marks the record terminal (ignored when
     ///   there is no record).
     /// - [`JournalWrite::Remove`] deletes the record, if any.
+    /// - [`JournalWrite::Release`] gives up this client's ownership of an
+    ///   unfinished record (ignored without owners).
+    ///
+    /// A shared store also refuses (skips, and reports through
+    /// [`Journal::take_fenced`]) a write for a call this client does not
+    /// own; the rest of the batch still applies.
     fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError>;
 
     /// The record of `key`, if any.
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError>;
+
+    /// The records of `keys` that exist, in any order. The client reads a
+    /// burst of prepares' keys with one call; a store with a round trip
+    /// per read can answer them with one query. Default: [`Journal::get`]
+    /// for each.
+    fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<JournalEntry>, JournalError> {
+        keys.iter()
+            .filter_map(|k| self.get(k).transpose())
+            .collect()
+    }
 
     /// Up to `limit` records that are not terminal, oldest first.
     fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError>;
@@ -78,6 +109,56 @@ pub trait Journal: Send + Sync + 'static {
     /// Where the journal lives, for error messages (a path, `memory`, ...).
     fn location(&self) -> String {
         "journal".into()
+    }
+
+    /// Takes ownership of up to `limit` unfinished calls for
+    /// [`Client::recover`](crate::Client::recover), oldest first: the calls
+    /// this client may drive, except those in `driving` (this client drives
+    /// them right now). A shared store returns only calls nobody else holds
+    /// (their owner's lease expired) and makes them this client's, so
+    /// running it again, or on two workers at once, claims each call once.
+    /// Default: the unfinished records not in `driving` (a journal with one
+    /// client owns everything in it).
+    fn claim(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let mut out = self.unfinished(limit.saturating_add(driving.len()))?;
+        out.retain(|e| !driving.contains(&e.key));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// Whether this client may drive the unfinished call `key` (a caller
+    /// re-issuing a recorded key): `true` when it already holds it or could
+    /// take it over (an expired lease), `false` when another live worker
+    /// owns it. Default `true`.
+    fn acquire(&self, key: &IdempotencyKey) -> Result<bool, JournalError> {
+        let _ = key;
+        Ok(true)
+    }
+
+    /// How often the client calls [`Journal::renew`]; `None` (the default)
+    /// for a journal without leases.
+    fn lease_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Extends the leases of the calls this client holds; returns the keys
+    /// it found it no longer holds (another worker claimed them while this
+    /// one was silent). The client stops driving those calls: they end
+    /// with [`JournalErrorKind::Fenced`]. Default: nothing held, nothing
+    /// lost.
+    fn renew(&self) -> Result<Vec<IdempotencyKey>, JournalError> {
+        Ok(Vec::new())
+    }
+
+    /// The keys whose writes [`Journal::apply`] refused since the last call
+    /// because another owner holds them (fenced); the client stops driving
+    /// them. Default: none.
+    fn take_fenced(&self) -> Vec<IdempotencyKey> {
+        Vec::new()
     }
 }
 
@@ -117,6 +198,15 @@ pub enum JournalWrite {
     },
     /// Forget the record.
     Remove {
+        /// The call's key.
+        key: IdempotencyKey,
+    },
+    /// This client stopped driving the call without learning its outcome
+    /// (the deadline passed, the caller dropped it, the outcome was
+    /// unavailable): the record stays unfinished (silence is not success)
+    /// and a shared store lets any worker's recovery claim it at once
+    /// instead of after the lease. A journal without owners ignores it.
+    Release {
         /// The call's key.
         key: IdempotencyKey,
     },
@@ -636,7 +726,7 @@ pub enum RecoveryMode {
 }
 
 /// Milliseconds since the Unix epoch (0 before it; saturating).
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn to_millis(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -644,7 +734,7 @@ pub(crate) fn to_millis(t: SystemTime) -> i64 {
 }
 
 /// The inverse of [`to_millis`] (negative values clamp to the epoch).
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn from_millis(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH
         .checked_add(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))

@@ -38,6 +38,26 @@ CREATE TABLE arcp_calls (
 CREATE INDEX arcp_calls_by_state ON arcp_calls (state, updated_ms);
 ";
 
+/// The invariants the file itself enforces, whoever writes to it: a
+/// terminal record is final, and a record never moves backwards. Created on
+/// every read-write open (`IF NOT EXISTS`), so journals written by earlier
+/// versions get them too; they change no column (the schema version stays).
+const GUARDS: &str = "
+CREATE TRIGGER IF NOT EXISTS arcp_calls_terminal_is_final
+BEFORE UPDATE ON arcp_calls WHEN OLD.state = 'terminal'
+BEGIN
+    SELECT RAISE(ABORT, 'arcp journal: a terminal record is final');
+END;
+CREATE TRIGGER IF NOT EXISTS arcp_calls_forward_only
+BEFORE UPDATE ON arcp_calls
+WHEN (OLD.state = 'sent' AND NEW.state = 'prepared')
+  OR (OLD.state = 'accepted' AND NEW.state IN ('prepared', 'sent'))
+  OR NEW.attempts < OLD.attempts
+BEGIN
+    SELECT RAISE(ABORT, 'arcp journal: a record never moves backwards');
+END;
+";
+
 /// The columns of `arcp_calls`, in order, to recognise the schema.
 const COLUMNS: [&str; 11] = [
     "key",
@@ -193,6 +213,7 @@ impl SqliteJournal {
                 .transaction_with_behavior(TransactionBehavior::Exclusive)
                 .map_err(err)?;
             check_or_create_schema(&tx, &location)?;
+            tx.execute_batch(GUARDS).map_err(err)?;
             tx.commit().map_err(err)?;
         }
         let check: String = conn
@@ -447,7 +468,7 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, write: &JournalWrite) -> rusqlite::
             tx.prepare_cached(
                 "UPDATE arcp_calls SET state = 'terminal', outcome = ?2, \
                  job_id = coalesce(?3, job_id), attempts = max(attempts, ?4), updated_ms = ?5 \
-                 WHERE key = ?1",
+                 WHERE key = ?1 AND state != 'terminal'",
             )?
             .execute(params![
                 key.as_str(),
@@ -461,6 +482,8 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, write: &JournalWrite) -> rusqlite::
             tx.prepare_cached("DELETE FROM arcp_calls WHERE key = ?1")?
                 .execute([key.as_str()])?;
         }
+        // One client holds the file: nothing to give up.
+        JournalWrite::Release { .. } => {}
     }
     Ok(())
 }

@@ -13,8 +13,12 @@
 //!   it waits only when the writer is far behind (bounded memory).
 //! - lookups, listings and removals are queued behind the writes, so they
 //!   read what was recorded before them.
+//! - with a shared journal (leases), the writer renews this client's leases
+//!   every [`Journal::lease_interval`], and tells the calls it lost
+//!   (claimed by another worker while this one was silent, or refused by
+//!   the store) to stop: they end with `JOURNAL_FENCED`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 #[cfg(feature = "sqlite")]
 use std::path::PathBuf;
@@ -22,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
 use super::memory::transition;
@@ -152,6 +156,8 @@ struct Pending {
     sent: Option<(u32, SystemTime)>,
     accepted: Option<(String, SystemTime)>,
     terminal: Option<(JournalOutcome, SystemTime)>,
+    /// The client stopped driving the call without an outcome.
+    released: bool,
 }
 
 impl Pending {
@@ -177,6 +183,8 @@ impl Pending {
                 outcome,
                 at,
             });
+        } else if self.released {
+            out.push(JournalWrite::Release { key: key.clone() });
         }
         out
     }
@@ -209,6 +217,14 @@ struct Shared {
     location: String,
     /// Soft bound on keys with pending transitions.
     capacity: usize,
+    /// Calls another worker owns now: their drivers here stop.
+    fenced: Mutex<HashSet<IdempotencyKey>>,
+    /// Calls this client drives right now (from prepare to outcome), with
+    /// how many drivers each: `recover` never hands them out again.
+    driving: Mutex<HashMap<IdempotencyKey, usize>>,
+    /// Bumped when `fenced` grows (a watch: a driver that subscribed
+    /// before checking `fenced` misses no change).
+    fence: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -236,6 +252,20 @@ impl Shared {
         }
         drop(q);
         self.wake.notify_one();
+    }
+
+    /// Marks `keys` as owned elsewhere and wakes their drivers.
+    fn fence(&self, keys: Vec<IdempotencyKey>) {
+        if keys.is_empty() {
+            return;
+        }
+        warn!(
+            journal = %self.location,
+            calls = keys.len(),
+            "another worker owns these calls now (this worker lost its lease); they stop here"
+        );
+        lock(&self.fenced).extend(keys);
+        self.fence.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn request(&self, request: Request) -> Result<(), JournalError> {
@@ -315,6 +345,9 @@ impl JournalHandle {
             space: Notify::new(),
             location: location.clone(),
             capacity: max_in_flight.saturating_mul(4).max(1024),
+            fenced: Mutex::new(HashSet::new()),
+            driving: Mutex::new(HashMap::new()),
+            fence: watch::Sender::new(0),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let writer = Writer {
@@ -352,14 +385,16 @@ impl JournalHandle {
     }
 
     /// Prepare-before-send: records the call durably, or answers it from the
-    /// journal. `Ok(None)`: send it (the request now carries a recorder);
-    /// `Ok(Some(outcome))`: the journal answered (a key that already ended
-    /// with this intent, or a key recorded with another intent).
+    /// journal. `Ok(Ok(guard))`: send it (the request now carries a
+    /// recorder), holding `guard` until the call ends (while it lives,
+    /// `recover` does not hand the call out again); `Ok(Err(outcome))`: the
+    /// journal answered (a key that already ended with this intent, or a
+    /// key recorded with another intent).
     pub(crate) async fn prepare_call(
         &self,
         request: &mut CallRequest,
         max_frame_size: usize,
-    ) -> Result<Option<Outcome>, Error> {
+    ) -> Result<Result<Driving, Outcome>, Error> {
         // The intent exactly as the transport will send it.
         request.seal();
         let intent = serde_json::to_string(&request.invoke)
@@ -396,15 +431,16 @@ impl JournalHandle {
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)?;
         match decision {
-            Prepared::Proceed => {
-                request.recorder = Some(Box::new(Recorder(self.shared.clone())));
-                Ok(None)
-            }
+            Prepared::Proceed => Ok(Ok(self.drive(request))),
             Prepared::Answer(existing) => {
                 debug!(key = %existing.key, "answered from the journal");
-                Ok(existing.outcome().map(crate::cache::replayed))
+                match existing.outcome() {
+                    Some(outcome) => Ok(Err(crate::cache::replayed(outcome))),
+                    // An answer is terminal, so this is not reached: send.
+                    None => Ok(Ok(self.drive(request))),
+                }
             }
-            Prepared::Conflict(existing) => Ok(Some(Err(Error::DuplicateKey {
+            Prepared::Conflict(existing) => Ok(Err(Err(Error::DuplicateKey {
                 key: existing.key,
                 message: format!(
                     "the journal records this key for a different intent (tool {:?}, prepared \
@@ -417,12 +453,25 @@ impl JournalHandle {
         }
     }
 
+    /// The call will be sent: attach the recorder and count it as driven.
+    fn drive(&self, request: &mut CallRequest) -> Driving {
+        request.recorder = Some(Box::new(Recorder(self.shared.clone())));
+        *lock(&self.shared.driving)
+            .entry(request.key.clone())
+            .or_default() += 1;
+        Driving {
+            shared: self.shared.clone(),
+            key: request.key.clone(),
+        }
+    }
+
     /// Records a call's outcome when it is terminal. An unknown outcome
     /// (`OutcomeUnavailable`, `DeadlineExceeded`, ...) leaves the record
     /// unfinished, for a later recovery.
     pub(crate) async fn finish_call(&self, key: &IdempotencyKey, result: &Outcome) {
         let Some(outcome) = JournalOutcome::from_result(result) else {
             debug!(%key, "outcome unknown; the journal keeps the call for recovery");
+            self.release(key);
             return;
         };
         let at = SystemTime::now();
@@ -447,6 +496,40 @@ impl JournalHandle {
             }
             notified.await;
         }
+    }
+
+    /// This client stopped driving `key` without an outcome: the record
+    /// stays unfinished and a shared journal lets any worker claim it. Never
+    /// waits (callable from `Drop`).
+    pub(crate) fn release(&self, key: &IdempotencyKey) {
+        self.shared.note(key, |p| p.released = true);
+    }
+
+    /// Resolves once another worker owns `key` (this client lost it): its
+    /// driver here must stop. Pending forever for a journal without owners.
+    pub(crate) async fn fenced(&self, key: &IdempotencyKey) {
+        let mut changes = self.shared.fence.subscribe();
+        loop {
+            if lock(&self.shared.fenced).contains(key) {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                // The sender lives in `shared`, which `self` holds.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The error a fenced call ends with.
+    pub(crate) fn fenced_error(&self, key: &IdempotencyKey) -> Error {
+        Error::Journal(JournalError::new(
+            JournalErrorKind::Fenced,
+            &self.shared.location,
+            format!(
+                "call {key}: another worker claimed it (this worker lost its lease); the owner \
+                 finishes it and the runtime deduplicates the key"
+            ),
+        ))
     }
 
     /// The record of `key`, including everything recorded before this call.
@@ -489,6 +572,25 @@ impl JournalHandle {
         rx.await
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)
+    }
+}
+
+/// A call this client drives: while it lives, `recover` does not hand the
+/// call out again (dropped when the call ends, however it ends).
+pub(crate) struct Driving {
+    shared: Arc<Shared>,
+    key: IdempotencyKey,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        let mut driving = lock(&self.shared.driving);
+        if let Some(n) = driving.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                driving.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -543,6 +645,8 @@ impl Writer {
             }
         }
         let mut next_purge = Instant::now() + self.retention.purge_interval;
+        let lease_interval = self.journal.as_deref().and_then(|j| j.lease_interval());
+        let mut next_renew = lease_interval.map(|every| Instant::now() + every);
         loop {
             let (batch, closing) = {
                 let mut q = lock(&self.shared.queue);
@@ -551,13 +655,14 @@ impl Writer {
                         break;
                     }
                     let now = Instant::now();
-                    if now >= next_purge {
+                    let wake_at = next_renew.map_or(next_purge, |r| r.min(next_purge));
+                    if now >= wake_at {
                         break;
                     }
                     q = self
                         .shared
                         .wake
-                        .wait_timeout(q, next_purge - now)
+                        .wait_timeout(q, wake_at - now)
                         .map(|(g, _)| g)
                         .unwrap_or_else(|e| e.into_inner().0);
                 }
@@ -595,6 +700,12 @@ impl Writer {
                     let _ = waiter.send(());
                 }
                 return;
+            }
+            if let (Some(every), Some(at)) = (lease_interval, next_renew) {
+                if Instant::now() >= at {
+                    self.renew();
+                    next_renew = Some(Instant::now() + every);
+                }
             }
             if Instant::now() >= next_purge {
                 if let Err(e) = self.purge() {
@@ -648,22 +759,42 @@ impl Writer {
             transitions,
             requests,
         } = batch;
+        // A call prepared again in this batch is being driven again: its
+        // queued release (from an earlier attempt) must not give it away.
+        let preparing: HashSet<IdempotencyKey> =
+            prepares.iter().map(|(e, _)| e.key.clone()).collect();
         let mut transition_writes: Vec<JournalWrite> = Vec::new();
         for (key, p) in &transitions {
-            transition_writes.extend(pending_writes(key, p));
+            transition_writes.extend(pending_writes(key, p).into_iter().filter(|w| {
+                !(matches!(w, JournalWrite::Release { .. }) && preparing.contains(key))
+            }));
         }
 
         // Decide every prepare against the record as it will be after this
         // batch's pending transitions.
         let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
-        let mut decided: Vec<(PrepareReply, Result<Prepared, JournalError>, bool)> = Vec::new();
+        // The stored records of every key prepared in this batch, in one read.
+        let fetched: Result<HashMap<IdempotencyKey, JournalEntry>, JournalError> = {
+            let mut keys: Vec<IdempotencyKey> =
+                prepares.iter().map(|(e, _)| e.key.clone()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            if keys.is_empty() {
+                Ok(HashMap::new())
+            } else {
+                journal
+                    .get_many(&keys)
+                    .map(|found| found.into_iter().map(|e| (e.key.clone(), e)).collect())
+            }
+        };
+        let mut decided: Vec<Decided> = Vec::new();
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
         let mut purged_for_room = false;
         for (entry, reply) in prepares {
             let current = match view.get(&entry.key) {
                 Some(current) => current.clone(),
-                None => match journal.get(&entry.key) {
+                None => match fetched.as_ref().map(|f| f.get(&entry.key).cloned()) {
                     Ok(mut current) => {
                         if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key))
                         {
@@ -674,7 +805,7 @@ impl Writer {
                         current
                     }
                     Err(e) => {
-                        decided.push((reply, Err(e), false));
+                        decided.push((reply, Err(e.clone()), false, entry.key.clone()));
                         continue;
                     }
                 },
@@ -690,8 +821,27 @@ impl Writer {
                     // duplicate, never accepted, invalid): a new attempt.
                     JournalState::Terminal(_) => (Prepared::Proceed, true),
                     // Unfinished with this intent: the same call again (a
-                    // recovery, or the caller re-issuing it).
-                    _ => (Prepared::Proceed, false),
+                    // recovery, or the caller re-issuing it), if no other
+                    // worker owns it.
+                    _ => match journal.acquire(&entry.key) {
+                        Ok(true) => (Prepared::Proceed, false),
+                        Ok(false) => {
+                            let err = JournalError::new(
+                                JournalErrorKind::Fenced,
+                                &self.shared.location,
+                                format!(
+                                    "call {}: another live worker owns it; it finishes the call",
+                                    entry.key
+                                ),
+                            );
+                            decided.push((reply, Err(err), false, entry.key.clone()));
+                            continue;
+                        }
+                        Err(e) => {
+                            decided.push((reply, Err(e), false, entry.key.clone()));
+                            continue;
+                        }
+                    },
                 },
             };
             if write && current.is_none() {
@@ -719,18 +869,19 @@ impl Writer {
                             self.records + created
                         ),
                     );
-                    decided.push((reply, Err(err), false));
+                    decided.push((reply, Err(err), false, entry.key.clone()));
                     continue;
                 }
                 created += 1;
             }
+            let key = entry.key.clone();
             if write {
                 view.insert(entry.key.clone(), Some(entry.clone()));
                 inserts.push(JournalWrite::Prepare(entry));
             } else {
                 view.insert(entry.key.clone(), current);
             }
-            decided.push((reply, Ok(decision), write));
+            decided.push((reply, Ok(decision), write, key));
         }
 
         // One transaction: transitions first (a replacing prepare wins).
@@ -738,6 +889,8 @@ impl Writer {
         let mut writes = transition_writes;
         writes.extend(inserts);
         let committed = journal.apply(&writes);
+        // Writes the store refused: the calls belong to another worker.
+        let refused: HashSet<IdempotencyKey> = journal.take_fenced().into_iter().collect();
         match &committed {
             Ok(()) => self.records += created,
             Err(e) => warn!(
@@ -748,13 +901,39 @@ impl Writer {
                  re-drives them under their keys)"
             ),
         }
-        for (reply, decision, wrote) in decided {
+        let mut driving = Vec::new();
+        for (reply, decision, wrote, key) in decided {
             let answer = match (decision, &committed) {
                 (Ok(_), Err(e)) if wrote => Err(e.clone()),
+                (Ok(Prepared::Proceed), Ok(())) => {
+                    if refused.contains(&key) {
+                        Err(JournalError::new(
+                            JournalErrorKind::Fenced,
+                            &self.shared.location,
+                            format!("call {key}: another live worker owns it"),
+                        ))
+                    } else {
+                        driving.push(key);
+                        Ok(Prepared::Proceed)
+                    }
+                }
                 (d, _) => d,
             };
             let _ = reply.send(answer);
         }
+        if !driving.is_empty() {
+            // Driven here again: an old fence no longer applies.
+            let mut fenced = lock(&self.shared.fenced);
+            for key in &driving {
+                fenced.remove(key);
+            }
+        }
+        self.shared.fence(
+            refused
+                .into_iter()
+                .filter(|k| !driving.contains(k))
+                .collect(),
+        );
 
         let mut close = Vec::new();
         for request in requests {
@@ -763,7 +942,17 @@ impl Writer {
                     let _ = reply.send(journal.get(&key));
                 }
                 Request::Unfinished(reply) => {
-                    let _ = reply.send(journal.unfinished(self.retention.max_records));
+                    let driving: HashSet<IdempotencyKey> =
+                        lock(&self.shared.driving).keys().cloned().collect();
+                    let claimed = journal.claim(self.retention.max_records, &driving);
+                    if let Ok(entries) = &claimed {
+                        // Recovered here: an old fence no longer applies.
+                        let mut fenced = lock(&self.shared.fenced);
+                        for e in entries {
+                            fenced.remove(&e.key);
+                        }
+                    }
+                    let _ = reply.send(claimed);
                 }
                 Request::Remove(key, reply) => {
                     let result = journal.get(&key).and_then(|existing| match existing {
@@ -781,6 +970,21 @@ impl Writer {
             }
         }
         close
+    }
+
+    /// Renews this client's leases; fences the calls it lost.
+    fn renew(&mut self) {
+        let Some(journal) = self.journal.as_deref() else {
+            return;
+        };
+        match journal.renew() {
+            Ok(lost) => self.shared.fence(lost),
+            Err(e) => warn!(
+                error = %e,
+                "journal lease renewal failed; retrying (the leases lapse if it keeps failing, \
+                 and this worker's calls then go to another worker)"
+            ),
+        }
     }
 
     /// Applies the retention policy; logs what it deleted.
@@ -811,6 +1015,14 @@ impl Writer {
         }
     }
 }
+
+/// A prepare's reply, its decision, whether it wrote a record, its key.
+type Decided = (
+    PrepareReply,
+    Result<Prepared, JournalError>,
+    bool,
+    IdempotencyKey,
+);
 
 fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
     p.clone().writes(key)

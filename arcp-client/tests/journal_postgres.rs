@@ -1,0 +1,724 @@
+//! The PostgreSQL journal's invariants, each against a real server (see
+//! `pg_support`): prepared before the first send, one active attempt per
+//! call, terminal is final, fencing of a worker that lost its lease,
+//! idempotent recovery (twice, and on two workers at once), silence is not
+//! success, and state changes committed with their history rows.
+
+mod pg_support;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arcp_client::{
+    Client, ClientBuilder, Error, IdempotencyKey, Journal, JournalEntry, JournalErrorKind,
+    JournalOutcome, JournalState, JournalWrite, PostgresJournal, PostgresOptions, RetryPolicy,
+};
+use arcp_mock::MockRuntime;
+use serde_json::{json, Value};
+use tokio_postgres::NoTls;
+
+/// A raw connection, to read and attack the tables directly.
+async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+async fn journal(url: &str, worker: &str, lease: Duration) -> PostgresJournal {
+    PostgresJournal::connect(
+        url,
+        PostgresOptions::default()
+            .worker_id(worker)
+            .lease_ttl(lease),
+    )
+    .await
+    .expect("open the journal")
+}
+
+fn entry(key: &str) -> JournalEntry {
+    let key = IdempotencyKey::try_from(key).unwrap();
+    JournalEntry::new(
+        key.clone(),
+        "refund",
+        format!(r#"{{"tool":"refund","arguments":{{}},"idempotency_key":"{key}"}}"#),
+        arcp_types::new_trace_id(),
+        Duration::from_secs(5),
+    )
+}
+
+fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::try_from(k).unwrap()
+}
+
+fn sent(k: &str, attempts: u32) -> JournalWrite {
+    JournalWrite::Sent {
+        key: key(k),
+        attempts,
+        at: SystemTime::now(),
+    }
+}
+
+fn accepted(k: &str, job: &str) -> JournalWrite {
+    JournalWrite::Accepted {
+        key: key(k),
+        job_id: job.into(),
+        at: SystemTime::now(),
+    }
+}
+
+fn terminal(k: &str, value: Value) -> JournalWrite {
+    JournalWrite::Terminal {
+        key: key(k),
+        outcome: ok(value),
+        at: SystemTime::now(),
+    }
+}
+
+fn ok(value: Value) -> JournalOutcome {
+    JournalOutcome::Ok {
+        value,
+        job_id: None,
+        replayed: false,
+        attempts: 1,
+    }
+}
+
+/// History rows, attempts, and the sum of the calls' generations.
+async fn snapshot(db: &tokio_postgres::Client) -> (i64, i64, i64) {
+    let r = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM arcp_history), \
+                    (SELECT count(*) FROM arcp_attempts), \
+                    (SELECT sum(generation) FROM arcp_calls)::bigint",
+            &[],
+        )
+        .await
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+/// `(event, worker, generation)` of every history row of `key`, in order.
+async fn history(db: &tokio_postgres::Client, key: &str) -> Vec<(String, String, i64)> {
+    db.query(
+        "SELECT event, worker, generation FROM arcp_history WHERE key = $1 ORDER BY id",
+        &[&key],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+fn builder(url: &str) -> ClientBuilder {
+    Client::builder(url)
+        .handshake_timeout(Duration::from_secs(2))
+        .default_deadline(Duration::from_secs(15))
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(200))
+                .max_attempts(6)
+                .max_elapsed(Duration::from_secs(5))
+                .outcome_poll(Duration::from_millis(100)),
+        )
+}
+
+#[tokio::test]
+async fn migrations_are_versioned_applied_once_and_a_newer_schema_is_refused() {
+    let url = postgres_or_skip!();
+    // Four workers starting together migrate once (advisory lock).
+    let opens = (0..4).map(|i| {
+        let url = url.clone();
+        tokio::spawn(async move { journal(&url, &format!("w{i}"), Duration::from_secs(5)).await })
+    });
+    for j in futures_util::future::join_all(opens).await {
+        let j = j.unwrap();
+        assert_eq!(j.schema_version().unwrap(), 1);
+    }
+    assert_eq!(PostgresJournal::latest_schema_version(), 1);
+    let db = sql(&url).await;
+    let rows: i64 = db
+        .query_one("SELECT count(*) FROM arcp_journal_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+    db.execute(
+        "INSERT INTO arcp_journal_schema (version, description) VALUES (99, 'from the future')",
+        &[],
+    )
+    .await
+    .unwrap();
+    let err = PostgresJournal::connect(&url, PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Schema, "{err}");
+    assert!(err.message.contains("99"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_typed_error() {
+    let err = PostgresJournal::connect(
+        "host=/nonexistent-arcp-socket-dir user=x dbname=x",
+        PostgresOptions::default().connect_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Io, "{err}");
+    let err = PostgresJournal::connect("postgres://[::1", PostgresOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Io, "{err}");
+}
+
+/// A key as the runtime got it, and the state the journal had for it then.
+type Seen = (String, Option<&'static str>);
+
+/// Invariant: a call is prepared before its first send. The runtime's tool
+/// looks the key up in the journal (another worker's view of the same
+/// database) when the request reaches it; and a `sent` for a key nobody
+/// prepared creates nothing.
+#[tokio::test]
+async fn a_call_is_prepared_before_its_first_send() {
+    let url = postgres_or_skip!();
+    let observer = Arc::new(journal(&url, "observer", Duration::from_secs(5)).await);
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let mock = {
+        let (observer, seen) = (observer.clone(), seen.clone());
+        MockRuntime::builder()
+            .tool("refund", move |args: Value, ctx| {
+                let (observer, seen) = (observer.clone(), seen.clone());
+                async move {
+                    let key = ctx.idempotency_key().unwrap_or_default().to_owned();
+                    let state = observer
+                        .get(&IdempotencyKey::try_from(key.as_str()).unwrap())
+                        .unwrap()
+                        .map(|e| e.state.name());
+                    seen.lock().unwrap().push((key, state));
+                    Ok(json!({"refunded": args["order"]}))
+                }
+            })
+            .start()
+            .await
+            .unwrap()
+    };
+    let client = builder(&mock.ws_url())
+        .journal(journal(&url, "w1", Duration::from_secs(5)).await)
+        .connect()
+        .await
+        .unwrap();
+    let calls = (0..20).map(|i| client.invoke("refund", json!({"order": i})).send());
+    for out in futures_util::future::join_all(calls).await {
+        out.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 20);
+    for (key, state) in &seen {
+        assert!(
+            state.is_some(),
+            "{key} reached the runtime before its record"
+        );
+    }
+
+    let db = sql(&url).await;
+    observer.apply(&[sent("never-prepared", 1)]).unwrap();
+    let n: i64 = db
+        .query_one(
+            "SELECT count(*) FROM arcp_history WHERE key = 'never-prepared'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    assert!(observer.get(&key("never-prepared")).unwrap().is_none());
+    // The database: history (and attempts) only of a recorded call.
+    let err = db
+        .execute(
+            "INSERT INTO arcp_history (key, generation, worker, event, state, attempts) \
+             VALUES ('never-prepared', 1, 'x', 'sent', 'sent', 1)",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "23503", "{err}");
+}
+
+/// Invariant: exactly one attempt per call has execution authority.
+#[tokio::test]
+async fn one_active_attempt_per_call() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_millis(200)).await;
+    let b = journal(&url, "b", Duration::from_millis(200)).await;
+    a.apply(&[JournalWrite::Prepare(entry("k1"))]).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.claim(10, &HashSet::new()).unwrap().len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.claim(10, &HashSet::new()).unwrap().len(), 1);
+    let db = sql(&url).await;
+    let rows = db
+        .query(
+            "SELECT generation, worker, ended_by FROM arcp_attempts WHERE key = 'k1' \
+             ORDER BY generation",
+            &[],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<(i64, String, Option<String>)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (1, "a".into(), Some("superseded".into())),
+            (2, "b".into(), Some("superseded".into())),
+            (3, "a".into(), None),
+        ]
+    );
+    // A second active attempt is refused by the partial unique index.
+    let err = db
+        .execute(
+            "INSERT INTO arcp_attempts (key, generation, worker) VALUES ('k1', 4, 'intruder')",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "23505", "{err}");
+    a.apply(&[terminal("k1", json!(1))]).unwrap();
+    let active: i64 = db
+        .query_one(
+            "SELECT count(*) FROM arcp_attempts WHERE key = 'k1' AND ended_at IS NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(active, 0, "a terminal call has no active attempt");
+}
+
+/// Invariant: a terminal state is final, through the journal and through
+/// SQL (a trigger).
+#[tokio::test]
+async fn a_terminal_record_is_final() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_secs(5)).await;
+    a.apply(&[
+        JournalWrite::Prepare(entry("k1")),
+        sent("k1", 1),
+        accepted("k1", "job_1"),
+        terminal("k1", json!("first")),
+    ])
+    .unwrap();
+    a.apply(&[
+        sent("k1", 5),
+        accepted("k1", "job_2"),
+        terminal("k1", json!("second")),
+        JournalWrite::Release { key: key("k1") },
+    ])
+    .unwrap();
+    let e = a.get(&key("k1")).unwrap().unwrap();
+    assert_eq!(e.state, JournalState::Terminal(ok(json!("first"))));
+    assert_eq!(e.attempts, 1);
+    let db = sql(&url).await;
+    for attack in [
+        "UPDATE arcp_calls SET state = 'accepted', outcome = NULL, job_id = 'j', \
+         lease_until = now() WHERE key = 'k1'",
+        "UPDATE arcp_calls SET outcome = '{\"ok\":{\"value\":2}}' WHERE key = 'k1'",
+        "UPDATE arcp_calls SET updated_ms = 0 WHERE key = 'k1'",
+    ] {
+        let err = db.execute(attack, &[]).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), "AR001", "{attack}: {err}");
+    }
+    // Transitions never move backwards either.
+    a.apply(&[
+        JournalWrite::Prepare(entry("k2")),
+        accepted("k2", "job_3"),
+        sent("k2", 1),
+    ])
+    .unwrap();
+    assert_eq!(
+        a.get(&key("k2")).unwrap().unwrap().state,
+        JournalState::Accepted {
+            job_id: "job_3".into()
+        }
+    );
+    let err = db
+        .execute("UPDATE arcp_calls SET state = 'sent' WHERE key = 'k2'", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "AR003", "{err}");
+    // A terminal record is replaced only by a new record (a new attempt of
+    // a key that ended without an outcome), under the next generation.
+    let mut again = entry("k1");
+    again.state = JournalState::Prepared;
+    a.apply(&[JournalWrite::Prepare(again)]).unwrap();
+    let generation: i64 = db
+        .query_one("SELECT generation FROM arcp_calls WHERE key = 'k1'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(generation, 2);
+}
+
+/// Fencing: a worker that froze past its lease and wakes up after another
+/// worker claimed its call writes nothing, learns it lost the call, and the
+/// database itself refuses a write under the old generation.
+#[tokio::test]
+async fn a_worker_that_lost_its_lease_is_fenced_out() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_millis(300)).await;
+    let b = journal(&url, "b", Duration::from_secs(30)).await;
+    a.apply(&[
+        JournalWrite::Prepare(entry("k1")),
+        JournalWrite::Prepare(entry("k2")),
+        JournalWrite::Prepare(entry("k9")),
+        sent("k1", 1),
+    ])
+    .unwrap();
+    // Within the lease nothing is claimable.
+    assert!(b.claim(10, &HashSet::new()).unwrap().is_empty());
+    assert!(!b.acquire(&key("k1")).unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await; // "a" is frozen
+    let claimed = b.claim(1, &HashSet::new()).unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].key, key("k1"));
+    assert_eq!(claimed[0].state, JournalState::Sent);
+    assert!(
+        b.acquire(&key("k9")).unwrap(),
+        "an expired lease is taken over"
+    );
+
+    // "a" still believes it holds k9: its write names generation 1, the
+    // call is at generation 2, and the database refuses it.
+    a.apply(&[sent("k9", 3)]).unwrap();
+    assert_eq!(a.take_fenced(), vec![key("k9")]);
+    let k9 = a.get(&key("k9")).unwrap().unwrap();
+    assert_eq!((k9.state, k9.attempts), (JournalState::Prepared, 0));
+
+    // "a" wakes up: its renewal finds k1 gone (k2 it still holds: nobody
+    // claimed it, so its lease is renewed).
+    assert_eq!(a.renew().unwrap(), vec![key("k1")]);
+    assert_eq!(a.held(), vec![(key("k2"), 1)]);
+    // Its late writes are refused and reported; the rest of the batch
+    // applies.
+    a.apply(&[
+        accepted("k1", "stale"),
+        terminal("k1", json!("stale")),
+        sent("k2", 1),
+    ])
+    .unwrap();
+    assert_eq!(a.take_fenced(), vec![key("k1"), key("k1")]);
+    assert_eq!(
+        a.get(&key("k1")).unwrap().unwrap().state,
+        JournalState::Sent
+    );
+    assert_eq!(
+        a.get(&key("k2")).unwrap().unwrap().state,
+        JournalState::Sent
+    );
+    // "a" cannot take it back by preparing it again either.
+    let mut e = entry("k1");
+    e.intent = claimed[0].intent.clone();
+    a.apply(&[JournalWrite::Prepare(e)]).unwrap();
+    assert_eq!(a.take_fenced(), vec![key("k1")]);
+    // The new owner writes.
+    b.apply(&[accepted("k1", "job_1"), terminal("k1", json!("b"))])
+        .unwrap();
+    assert!(b.take_fenced().is_empty());
+    assert_eq!(
+        b.get(&key("k1")).unwrap().unwrap().state,
+        JournalState::Terminal(ok(json!("b")))
+    );
+
+    let db = sql(&url).await;
+    let h = history(&db, "k1").await;
+    assert_eq!(
+        h,
+        vec![
+            ("prepared".into(), "a".into(), 1),
+            ("sent".into(), "a".into(), 1),
+            ("claimed".into(), "b".into(), 2),
+            ("accepted".into(), "b".into(), 2),
+            ("terminal".into(), "b".into(), 2),
+        ]
+    );
+    // Behind the WHERE guards, the trigger refuses a write that names an
+    // older generation, or another worker than the owner.
+    // k2 is still a's, under generation 1: its own write passes.
+    db.execute(
+        "UPDATE arcp_calls SET attempts = 3, writer = 'a', writer_generation = 1 \
+         WHERE key = 'k2'",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        "UPDATE arcp_calls SET lease_until = now() - interval '1 second' WHERE key = 'k2'",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(b.claim(10, &HashSet::new()).unwrap().len(), 1);
+    for attack in [
+        "UPDATE arcp_calls SET attempts = 9, writer = 'a', writer_generation = 1 WHERE key = 'k2'",
+        "UPDATE arcp_calls SET attempts = 9, writer = 'a', writer_generation = 2 WHERE key = 'k2'",
+        "UPDATE arcp_calls SET owner = 'a' WHERE key = 'k2'",
+        "UPDATE arcp_calls SET generation = 1, owner = 'a', writer = 'a', writer_generation = 1 \
+         WHERE key = 'k2'",
+    ] {
+        let err = db.execute(attack, &[]).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), "AR002", "{attack}: {err}");
+    }
+}
+
+/// Invariant: recovery is idempotent. Two workers recovering at once claim
+/// each call once; running it again changes nothing.
+#[tokio::test]
+async fn recovery_is_idempotent_across_workers_and_repeats() {
+    let url = postgres_or_skip!();
+    {
+        let dead = journal(&url, "dead", Duration::from_millis(300)).await;
+        let writes: Vec<JournalWrite> = (0..60)
+            .map(|i| JournalWrite::Prepare(entry(&format!("k{i:02}"))))
+            .collect();
+        dead.apply(&writes).unwrap();
+    } // the worker disappears without a word
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = Arc::new(journal(&url, "b", Duration::from_secs(30)).await);
+    let c = Arc::new(journal(&url, "c", Duration::from_secs(30)).await);
+    let claim = |j: Arc<PostgresJournal>| {
+        std::thread::spawn(move || {
+            let mut keys = Vec::new();
+            // Small claims, interleaving with the other worker's.
+            loop {
+                let got = j.claim(7, &HashSet::new()).unwrap();
+                if got.is_empty() {
+                    return keys;
+                }
+                keys.extend(got.into_iter().map(|e| e.key));
+            }
+        })
+    };
+    let (tb, tc) = (claim(b.clone()), claim(c.clone()));
+    let (kb, kc) = (tb.join().unwrap(), tc.join().unwrap());
+    let sb: HashSet<_> = kb.iter().cloned().collect();
+    let sc: HashSet<_> = kc.iter().cloned().collect();
+    assert!(sb.is_disjoint(&sc), "a call claimed by both workers");
+    assert_eq!(kb.len() + kc.len(), 60);
+    assert_eq!(sb.len() + sc.len(), 60);
+
+    let db = sql(&url).await;
+    let before = snapshot(&db).await;
+    assert_eq!(before, (120, 120, 120), "one claim (generation 2) per call");
+    // Again, on both, and a third worker: nothing to claim, nothing changes.
+    assert!(b.claim(100, &HashSet::new()).unwrap().is_empty());
+    assert!(c.claim(100, &HashSet::new()).unwrap().is_empty());
+    let d = journal(&url, "d", Duration::from_secs(30)).await;
+    assert!(d.claim(100, &HashSet::new()).unwrap().is_empty());
+    assert_eq!(snapshot(&db).await, before);
+}
+
+/// Invariant: silence is not success. A worker that disappears leaves its
+/// calls unfinished (never done), claimable once its lease lapses; a call
+/// this worker stops driving without an outcome is released at once.
+#[tokio::test]
+async fn silence_is_not_success() {
+    let url = postgres_or_skip!();
+    {
+        let gone = journal(&url, "gone", Duration::from_millis(300)).await;
+        gone.apply(&[
+            JournalWrite::Prepare(entry("k1")),
+            sent("k1", 1),
+            accepted("k1", "job_1"),
+            JournalWrite::Prepare(entry("k2")),
+        ])
+        .unwrap();
+    }
+    let b = journal(&url, "b", Duration::from_secs(30)).await;
+    let unfinished = b.unfinished(10).unwrap();
+    assert_eq!(unfinished.len(), 2);
+    assert!(unfinished.iter().all(|e| !e.is_terminal()));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let claimed = b.claim(10, &HashSet::new()).unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(
+        claimed[0].state,
+        JournalState::Accepted {
+            job_id: "job_1".into()
+        }
+    );
+    assert_eq!(claimed[1].state, JournalState::Prepared);
+
+    // Through a client: a call whose deadline passes stays unfinished, and
+    // is released for any worker's recovery at once (a 30 s lease).
+    let mock = MockRuntime::builder()
+        .tool("slow", |_args: Value, ctx| async move {
+            ctx.sleep(Duration::from_secs(30)).await;
+            Ok(json!("late"))
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = builder(&mock.ws_url())
+        .journal(journal(&url, "caller", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke("slow", json!({}))
+        .key_str("slow-1")
+        .deadline(Duration::from_millis(300))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err}");
+    let entry = client.lookup(&key("slow-1")).await.unwrap().unwrap();
+    assert!(!entry.is_terminal(), "{:?}", entry.state);
+    let claimed = b.claim(10, &HashSet::new()).unwrap();
+    assert_eq!(claimed.len(), 1, "released at once");
+    assert_eq!(claimed[0].key, key("slow-1"));
+    assert!(!claimed[0].is_terminal());
+    client.close().await;
+}
+
+/// Invariant: a state change and its history row commit in one
+/// transaction: a batch that fails leaves neither.
+#[tokio::test]
+async fn state_changes_and_history_commit_together() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_secs(30)).await;
+    a.apply(&[JournalWrite::Prepare(entry("k1"))]).unwrap();
+    let mut bad = entry("k2");
+    // PostgreSQL text cannot hold NUL: the insert fails inside the batch.
+    bad.intent = "\u{0}".into();
+    let err = a
+        .apply(&[
+            sent("k1", 1),
+            accepted("k1", "job_1"),
+            JournalWrite::Prepare(bad),
+        ])
+        .unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Io, "{err}");
+    assert_eq!(
+        a.get(&key("k1")).unwrap().unwrap().state,
+        JournalState::Prepared
+    );
+    assert!(a.get(&key("k2")).unwrap().is_none());
+    let db = sql(&url).await;
+    assert_eq!(
+        history(&db, "k1").await,
+        vec![("prepared".into(), "a".into(), 1)]
+    );
+    // Still the owner: the same writes apply.
+    a.apply(&[sent("k1", 1), accepted("k1", "job_1")]).unwrap();
+    assert_eq!(history(&db, "k1").await.len(), 3);
+    // Every row of the calls table has its history: none without.
+    let orphans: i64 = db
+        .query_one(
+            "SELECT count(*) FROM arcp_calls c WHERE NOT EXISTS \
+             (SELECT 1 FROM arcp_history h WHERE h.key = c.key AND h.state = c.state)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orphans, 0);
+}
+
+/// Through clients: calls are journaled end to end, a key owned by a live
+/// worker is not driven by another, and recovery claims a dead worker's
+/// calls and finishes them (the runtime ran each tool once).
+#[tokio::test]
+async fn clients_share_the_journal_and_recover_a_dead_workers_calls() {
+    let url = postgres_or_skip!();
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, ctx| async move {
+            ctx.sleep(Duration::from_millis(50)).await;
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .unwrap();
+    let a = builder(&mock.ws_url())
+        .journal(journal(&url, "a", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+    let out = a
+        .invoke("refund", json!({"order": 1}))
+        .key_str("order-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"refunded": 1}));
+    let e = a.lookup(&out.key).await.unwrap().unwrap();
+    assert_eq!(
+        e.state,
+        JournalState::Terminal(JournalOutcome::Ok {
+            value: json!({"refunded": 1}),
+            job_id: out.job_id.clone(),
+            replayed: false,
+            attempts: 1,
+        })
+    );
+
+    // A worker that prepared two calls and died before sending them.
+    let intent = |k: &str, order: u32| {
+        format!(r#"{{"tool":"refund","arguments":{{"order":{order}}},"idempotency_key":"{k}"}}"#)
+    };
+    {
+        let dead = journal(&url, "dead", Duration::from_millis(300)).await;
+        let mut writes = Vec::new();
+        for (k, order) in [("order-2", 2), ("order-3", 3)] {
+            let mut e = entry(k);
+            e.intent = intent(k, order);
+            writes.push(JournalWrite::Prepare(e));
+        }
+        dead.apply(&writes).unwrap();
+    }
+    // While its lease lives, another worker does not drive its call.
+    let b = builder(&mock.ws_url())
+        .journal(journal(&url, "b", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+    let err = b
+        .invoke("refund", json!({"order": 2}))
+        .key_str("order-2")
+        .send()
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Journal(e) => assert_eq!(e.kind, JournalErrorKind::Fenced, "{e}"),
+        other => panic!("{other}"),
+    }
+    assert_eq!(mock.executions_for_key("order-2"), 0);
+    assert!(b.recover().await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let calls = b.recover().await.unwrap();
+    assert_eq!(calls.len(), 2);
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert!(b.recover().await.unwrap().is_empty());
+    assert!(a.recover().await.unwrap().is_empty());
+    for k in ["order-1", "order-2", "order-3"] {
+        assert_eq!(mock.executions_for_key(k), 1, "{k}");
+        let e = b.lookup(&key(k)).await.unwrap().unwrap();
+        assert!(e.is_terminal(), "{k}: {:?}", e.state);
+    }
+    // And a re-issued finished call is answered from the shared journal.
+    let again = b
+        .invoke("refund", json!({"order": 1}))
+        .key_str("order-1")
+        .send()
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(mock.executions_for_key("order-1"), 1);
+    a.close().await;
+    b.close().await;
+}

@@ -1,0 +1,261 @@
+//! A PostgreSQL server for the tests: a throwaway cluster of this test
+//! process (its own temporary data directory, listening only on a Unix
+//! socket in it, stopped and deleted when the process exits), or the server
+//! `ARCP_TEST_POSTGRES_URL` names. Each test gets a database of its own.
+//!
+//! - `ARCP_TEST_POSTGRES_URL`: an existing server (`postgres://user@host/db`
+//!   or `host=... user=... dbname=...`); its user needs `CREATEDB`.
+//! - `ARCP_TEST_PG_BIN`: the directory of `initdb` and `pg_ctl` (default:
+//!   `pg_config --bindir`, the newest `/usr/lib/postgresql/*/bin`, `PATH`).
+//! - `ARCP_TEST_POSTGRES_SKIP=1`: skip (pass) the PostgreSQL tests when no
+//!   server can be had. Without it a missing PostgreSQL fails the tests.
+//!
+//! Run as root (CI), the cluster runs as the `postgres` user the
+//! distribution's package creates (`initdb` refuses root).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The admin connection string of the test server, or `None` when the
+/// tests are to be skipped (`ARCP_TEST_POSTGRES_SKIP=1` and no server).
+pub fn admin_url() -> Option<String> {
+    static SERVER: OnceLock<Option<String>> = OnceLock::new();
+    SERVER.get_or_init(start).clone()
+}
+
+/// A fresh, empty database on the test server; its connection string.
+/// `None`: skip the test (see [`admin_url`]).
+pub async fn database() -> Option<String> {
+    let admin = admin_url()?;
+    static N: AtomicU32 = AtomicU32::new(0);
+    let name = format!(
+        "arcp_test_{}_{}_{:06x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        rand_suffix()
+    );
+    let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test PostgreSQL server ({admin}): {e}"));
+    let task = tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    drop(client);
+    let _ = task.await;
+    Some(with_dbname(&admin, &name))
+}
+
+/// Prints why a test is skipped and says whether to skip it.
+#[macro_export]
+macro_rules! postgres_or_skip {
+    () => {
+        match pg_support::database().await {
+            Some(url) => url,
+            None => {
+                eprintln!("PostgreSQL test skipped (ARCP_TEST_POSTGRES_SKIP=1 and no server)");
+                return;
+            }
+        }
+    };
+}
+
+fn rand_suffix() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    t & 0x00ff_ffff
+}
+
+/// `url` with its database replaced by `db` (both syntaxes).
+pub fn with_dbname(url: &str, db: &str) -> String {
+    for scheme in ["postgres://", "postgresql://"] {
+        if let Some(rest) = url.strip_prefix(scheme) {
+            let (main, query) = match rest.find('?') {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, ""),
+            };
+            let authority = main.split('/').next().unwrap_or("");
+            return format!("{scheme}{authority}/{db}{query}");
+        }
+    }
+    format!("{url} dbname={db}")
+}
+
+fn skip_allowed() -> bool {
+    std::env::var("ARCP_TEST_POSTGRES_SKIP").is_ok_and(|v| v == "1")
+}
+
+fn start() -> Option<String> {
+    if let Ok(url) = std::env::var("ARCP_TEST_POSTGRES_URL") {
+        if !url.trim().is_empty() {
+            return Some(url);
+        }
+    }
+    let Some(bin) = find_bin() else {
+        if skip_allowed() {
+            return None;
+        }
+        panic!(
+            "PostgreSQL is needed for these tests and was not found: install it (Debian: \
+             `apt-get install postgresql`), set ARCP_TEST_PG_BIN to the directory of initdb and \
+             pg_ctl, or point ARCP_TEST_POSTGRES_URL at a server. To skip them locally, set \
+             ARCP_TEST_POSTGRES_SKIP=1."
+        );
+    };
+    Some(Cluster::start(&bin))
+}
+
+fn find_bin() -> Option<PathBuf> {
+    let has = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    if let Some(dir) = std::env::var_os("ARCP_TEST_PG_BIN").map(PathBuf::from) {
+        return has(&dir).then_some(dir);
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && has(&dir) {
+            return Some(dir);
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let dir = e.path().join("bin");
+            has(&dir).then_some((v, dir))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, dir)) = versions.pop() {
+        return Some(dir);
+    }
+    std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).find(|d| has(d)))
+}
+
+/// The running throwaway cluster, stopped and removed at process exit.
+struct Cluster {
+    dir: PathBuf,
+    pg_ctl: PathBuf,
+    as_postgres: bool,
+}
+
+static CLUSTER: Mutex<Option<Cluster>> = Mutex::new(None);
+
+extern "C" fn stop_cluster_at_exit() {
+    let cluster = CLUSTER.lock().ok().and_then(|mut c| c.take());
+    if let Some(c) = cluster {
+        c.stop();
+    }
+}
+
+impl Cluster {
+    fn start(bin: &Path) -> String {
+        let root = tempfile::Builder::new()
+            .prefix("arcp-pg-")
+            .tempdir()
+            .expect("a temporary directory for the cluster")
+            .keep();
+        // SAFETY: geteuid has no preconditions.
+        let as_postgres = unsafe { libc::geteuid() } == 0;
+        if as_postgres {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:"])
+                .arg(&root)
+                .status()
+                .expect("run chown");
+            assert!(
+                status.success(),
+                "chown {} to the `postgres` user failed: running as root, the test cluster runs \
+                 as `postgres` (created by the distribution's postgresql package)",
+                root.display()
+            );
+        }
+        let cluster = Cluster {
+            dir: root.clone(),
+            pg_ctl: bin.join("pg_ctl"),
+            as_postgres,
+        };
+        let data = root.join("data");
+        let run = |program: &Path, args: &[&str]| {
+            let mut cmd = if as_postgres {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(program);
+                c
+            } else {
+                Command::new(program)
+            };
+            let out = cmd.args(args).output().unwrap_or_else(|e| {
+                panic!("run {}: {e}", program.display());
+            });
+            if !out.status.success() {
+                let log = std::fs::read_to_string(root.join("log")).unwrap_or_default();
+                panic!(
+                    "{} {args:?} failed: {}\n{}\n{}\nserver log:\n{log}",
+                    program.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
+        let data_s = data.to_string_lossy().into_owned();
+        run(
+            &bin.join("initdb"),
+            &[
+                "-D",
+                &data_s,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        let socket = root.to_string_lossy().into_owned();
+        let log = root.join("log").to_string_lossy().into_owned();
+        let opts = format!(
+            "-k {socket} -c listen_addresses='' -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=200"
+        );
+        run(
+            &cluster.pg_ctl,
+            &[
+                "-D", &data_s, "-l", &log, "-o", &opts, "-w", "-t", "60", "start",
+            ],
+        );
+        *CLUSTER.lock().unwrap_or_else(|e| e.into_inner()) = Some(cluster);
+        // SAFETY: registers a plain function with no captured state.
+        unsafe {
+            libc::atexit(stop_cluster_at_exit);
+        }
+        format!("host={socket} user=postgres dbname=postgres")
+    }
+
+    fn stop(self) {
+        let data = self.dir.join("data");
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&self.pg_ctl);
+            c
+        } else {
+            Command::new(&self.pg_ctl)
+        };
+        let _ = cmd
+            .arg("-D")
+            .arg(&data)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
