@@ -215,11 +215,33 @@ impl<'de> Deserialize<'de> for Field {
 
 impl<'de> Deserialize<'de> for Envelope {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(EnvelopeVisitor)
+        let (mut envelope, payload) =
+            d.deserialize_map(EnvelopeVisitor::<Value>(std::marker::PhantomData))?;
+        envelope.payload = payload.unwrap_or(Value::Null);
+        Ok(envelope)
     }
 }
 
-struct EnvelopeVisitor;
+impl Envelope {
+    /// Parses wire text into the header (with a `null` payload) and the
+    /// payload's raw JSON, borrowed from `text`: the payload is parsed
+    /// later, straight into the type its `type` names, with no tree in
+    /// between. `None` when the frame has no payload.
+    pub(crate) fn parse_raw(
+        text: &str,
+    ) -> Result<(Envelope, Option<&serde_json::value::RawValue>), serde_json::Error> {
+        let mut d = serde_json::Deserializer::from_str(text);
+        let parsed = d.deserialize_map(EnvelopeVisitor::<&serde_json::value::RawValue>(
+            std::marker::PhantomData,
+        ))?;
+        d.end()?;
+        Ok(parsed)
+    }
+}
+
+/// Reads an envelope; `P` is how the payload is kept (a `Value` tree, or
+/// the raw text borrowed from the input).
+struct EnvelopeVisitor<P>(std::marker::PhantomData<P>);
 
 /// Reads a field's value, refusing a second occurrence of the same field.
 fn once<'de, A, T>(map: &mut A, slot: &mut Option<T>, name: &'static str) -> Result<(), A::Error>
@@ -234,14 +256,14 @@ where
     Ok(())
 }
 
-impl<'de> Visitor<'de> for EnvelopeVisitor {
-    type Value = Envelope;
+impl<'de, P: Deserialize<'de>> Visitor<'de> for EnvelopeVisitor<P> {
+    type Value = (Envelope, Option<P>);
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an ARCP envelope (a JSON object)")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut arcp, mut id, mut kind) = (None, None, None);
         // Optional fields: `Some(None)` is an explicit `null`.
         let mut timestamp: Option<Option<String>> = None;
@@ -255,7 +277,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
         let mut priority: Option<Option<String>> = None;
         let mut subscription_id: Option<Option<String>> = None;
         let mut extensions: Option<Option<Map<String, Value>>> = None;
-        let mut payload: Option<Value> = None;
+        let mut payload: Option<P> = None;
         let mut extra = Map::new();
         while let Some(field) = map.next_key::<Field>()? {
             match field {
@@ -280,7 +302,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 }
             }
         }
-        Ok(Envelope {
+        let envelope = Envelope {
             arcp: arcp.ok_or_else(|| de::Error::missing_field("arcp"))?,
             id: id.ok_or_else(|| de::Error::missing_field("id"))?,
             kind: kind.ok_or_else(|| de::Error::missing_field("type"))?,
@@ -295,9 +317,10 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
             priority: priority.flatten(),
             subscription_id: subscription_id.flatten(),
             extensions: extensions.flatten(),
-            payload: payload.unwrap_or(Value::Null),
+            payload: Value::Null,
             extra,
-        })
+        };
+        Ok((envelope, payload))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Property tests: arbitrary domain messages round-trip through each codec,
-//! and arbitrary input never panics a decoder.
+//! arbitrary input never panics a decoder, and the one-pass decoder (payload
+//! parsed from its raw text) agrees with decoding a parsed tree.
 
 use arcp_types::*;
 use proptest::collection::{btree_map, vec};
@@ -277,6 +278,124 @@ proptest! {
             let _ = dialect.decode(&text);
         }
     }
+
+    #[test]
+    fn one_pass_decoding_agrees_with_decoding_a_tree(
+        kind in prop_oneof![
+            // The hot types, where the one-pass decoder has its own steps.
+            proptest::sample::select(vec!["job.result", "job.completed", "job.accepted", "job.event"]),
+            proptest::sample::select(KNOWN_TYPES.to_vec()),
+        ],
+        mut body in object(),
+        // Fields whose handling differs by type: renamed, moved or dropped.
+        status in proptest::option::of(proptest::sample::select(vec![
+            Value::from("success"), Value::from("cancelled"), Value::from("error"), Value::Null,
+        ])),
+        value in proptest::option::of(prop_oneof![Just(Value::Null), json_value()]),
+        result in proptest::option::of(prop_oneof![Just(Value::Null), json_value()]),
+        job_id in proptest::option::of(json_value()),
+        kind_field in proptest::option::of(ident()),
+        bare in any::<bool>(),
+    ) {
+        for (name, field) in [
+            ("final_status", status),
+            ("value", value),
+            ("result", result),
+            ("job_id", job_id),
+            ("kind", kind_field.map(Value::from)),
+        ] {
+            if let Some(field) = field {
+                body.insert(name.into(), field);
+            }
+        }
+        let payload = if bare { Value::Null } else { Value::Object(body) };
+        let text = serde_json::json!({
+            "arcp": "1.1", "id": "msg_x", "type": kind, "job_id": "job_1",
+            "correlation_id": "msg_w", "payload": payload,
+        }).to_string();
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            agree(dialect, &text)?;
+        }
+    }
+}
+
+const KNOWN_TYPES: &[&str] = &[
+    "session.hello",
+    "session.welcome",
+    "session.error",
+    "session.open",
+    "session.accepted",
+    "session.rejected",
+    "session.closed",
+    "job.submit",
+    "tool.invoke",
+    "job.accepted",
+    "job.event",
+    "job.result",
+    "job.error",
+    "job.failed",
+    "job.completed",
+    "job.cancel",
+    "job.cancelled",
+    "cancel",
+    "ack",
+    "nack",
+    "session.ping",
+    "session.pong",
+    "session.ack",
+    "job.progress",
+    "metric",
+    "log",
+    "tool.result",
+    "tool.error",
+    "job.subscribe",
+    "x.unknown",
+];
+
+/// Both decoders give the same frame, or both refuse it.
+fn agree(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
+    let one_pass = dialect.decode(text);
+    let tree = serde_json::from_str::<Envelope>(text)
+        .map_err(|e| e.to_string())
+        .and_then(|envelope| dialect.decode_envelope(envelope).map_err(|e| e.to_string()));
+    match (one_pass, tree) {
+        (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "{} {}", dialect, text),
+        (Err(_), Err(_)) => {}
+        (a, b) => prop_assert!(false, "{dialect}: one pass {a:?}, tree {b:?}: {text}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn one_pass_decoding_agrees_on_every_captured_frame() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures");
+    let mut files = vec![std::path::PathBuf::from(root).join("python-runtime-1.1.3.jsonl")];
+    files.push(std::path::PathBuf::from(root).join("python-runtime-1.1.3-resume.jsonl"));
+    for entry in std::fs::read_dir(format!("{root}/rust-runtime-2.0.0")).unwrap() {
+        files.push(entry.unwrap().path());
+    }
+    let mut frames = 0;
+    for file in files {
+        let dialect = if file.to_string_lossy().contains("python") {
+            Dialect::V1_1
+        } else {
+            Dialect::Legacy
+        };
+        for line in std::fs::read_to_string(&file).unwrap().lines() {
+            let Ok(record) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            // Python's captures keep the wire text, Rust's the parsed envelope.
+            let text = match (&record["raw"], &record["env"]) {
+                (Value::String(raw), _) => raw.clone(),
+                (_, env @ Value::Object(_)) => env.to_string(),
+                _ => continue,
+            };
+            agree(dialect, &text).unwrap();
+            frames += 1;
+        }
+    }
+    assert!(frames > 100, "only {frames} captured frames");
 }
 
 #[test]
@@ -311,4 +430,28 @@ fn garbage_frames_give_typed_errors() {
     assert!(err.to_string().contains("job.accepted"), "{err}");
     let huge = r#"{"arcp":"1.1","id":"m","type":"job.event","event_seq":1e400,"payload":{}}"#;
     assert!(Dialect::V1_1.decode(huge).is_err());
+}
+
+#[test]
+fn a_legacy_completed_value_is_the_result_and_a_null_one_is_none() {
+    let result = |payload: &str| {
+        let text =
+            format!(r#"{{"arcp":"1.1","id":"m","type":"job.completed","payload":{payload}}}"#);
+        match Dialect::Legacy.decode(&text).unwrap().message {
+            Message::Result(r) => r,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        result(r#"{"value":{"a":1}}"#).result,
+        Some(serde_json::json!({"a": 1}))
+    );
+    assert_eq!(result(r#"{"value":null}"#).result, None);
+    assert_eq!(
+        result(r#"{"value":2,"result":1}"#).result,
+        Some(Value::from(2))
+    );
+    let r = result(r#"{"result":1,"completed_at":"t"}"#);
+    assert_eq!(r.result, Some(Value::from(1)));
+    assert_eq!(r.extra["completed_at"], "t");
 }

@@ -12,13 +12,12 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::{from_payload, object_payload, rename, rename_in, to_payload, DecodeError};
+use super::{from_payload, object_payload, rename, rename_in, to_payload, DecodeError, Payload};
 use crate::message::*;
 use crate::Envelope;
 
-pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
+pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Frame, DecodeError> {
     let kind = std::mem::take(&mut envelope.kind);
-    let mut payload = std::mem::take(&mut envelope.payload);
     let k = kind.as_str();
     let correlation = envelope.correlation_id.clone();
     let with_request = |mut e: ErrorReply| {
@@ -35,10 +34,12 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
     };
     let message = match k {
         "session.open" => {
+            let mut payload = payload.into_value(k)?;
             rename_in(&mut payload, "client", "kind", "name");
             Message::Open(super::decode_open(from_payload(k, payload)?))
         }
         "session.accepted" => {
+            let mut payload = payload.into_value(k)?;
             rename_in(&mut payload, "runtime", "kind", "name");
             Message::Welcome(from_payload(k, payload)?)
         }
@@ -73,14 +74,19 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
             Message::Accepted(accepted)
         }
         "job.started" => Message::Started(object_payload(k, payload)?),
-        "job.progress" => event("progress", payload),
-        "metric" => event("metric", payload),
-        "log" => event("log", payload),
-        "job.result_chunk" => event("result_chunk", payload),
+        "job.progress" => event("progress", payload.into_value(k)?),
+        "metric" => event("metric", payload.into_value(k)?),
+        "log" => event("log", payload.into_value(k)?),
+        "job.result_chunk" => event("result_chunk", payload.into_value(k)?),
         "job.event" => Message::Event(from_payload(k, payload)?),
         "job.completed" => {
-            rename(&mut payload, "value", "result");
-            Message::Result(from_payload(k, payload)?)
+            // `value` is the result's name here: parsed as an unknown field,
+            // then moved (a `null` value is no result, as from a tree).
+            let mut result: JobResult = from_payload(k, payload)?;
+            if let Some(value) = result.extra.remove("value") {
+                result.result = Some(value).filter(|v| !v.is_null());
+            }
+            Message::Result(result)
         }
         "tool.result" => Message::Result(from_payload(k, payload)?),
         "job.failed" | "tool.error" => Message::Error(with_request(from_payload(k, payload)?)),
@@ -102,7 +108,10 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
         "job.subscribe" => Message::Subscribe(from_payload(k, payload)?),
         "job.subscribed" => Message::Subscribed(object_payload(k, payload)?),
         "job.unsubscribe" => Message::Unsubscribe(object_payload(k, payload)?),
-        _ => Message::Unknown(Unknown { kind, payload }),
+        _ => {
+            let payload = payload.into_value(k)?;
+            Message::Unknown(Unknown { kind, payload })
+        }
     };
     Ok(Frame { envelope, message })
 }

@@ -71,16 +71,25 @@ pub enum DecodeError {
 
 impl Dialect {
     /// Decodes one text frame.
+    ///
+    /// One pass over the text: the header is read into an [`Envelope`] and
+    /// the payload is parsed from its raw text straight into the type the
+    /// frame's `type` names (no intermediate `Value` tree).
     pub fn decode(self, text: &str) -> Result<Frame, DecodeError> {
-        let envelope: Envelope = serde_json::from_str(text).map_err(DecodeError::Envelope)?;
-        self.decode_envelope(envelope)
+        let (envelope, raw) = Envelope::parse_raw(text).map_err(DecodeError::Envelope)?;
+        self.decode_parts(envelope, Payload::Raw(raw))
     }
 
-    /// Decodes an already parsed envelope.
-    pub fn decode_envelope(self, envelope: Envelope) -> Result<Frame, DecodeError> {
+    /// Decodes an already parsed envelope (its `payload` tree included).
+    pub fn decode_envelope(self, mut envelope: Envelope) -> Result<Frame, DecodeError> {
+        let payload = Payload::Tree(std::mem::take(&mut envelope.payload));
+        self.decode_parts(envelope, payload)
+    }
+
+    fn decode_parts(self, envelope: Envelope, payload: Payload<'_>) -> Result<Frame, DecodeError> {
         match self {
-            Dialect::V1_1 => v1_1::decode(envelope),
-            Dialect::Legacy => legacy::decode(envelope),
+            Dialect::V1_1 => v1_1::decode(envelope, payload),
+            Dialect::Legacy => legacy::decode(envelope, payload),
         }
     }
 
@@ -200,21 +209,60 @@ fn decode_open(mut open: crate::message::Open) -> crate::message::Open {
     open
 }
 
+/// A frame's payload on its way to a model type: the raw JSON text
+/// borrowed from the frame (parsed once, into the target type), or a tree
+/// parsed before (a caller that decoded the envelope itself). A missing
+/// payload is `Raw(None)` or `Tree(Null)`.
+pub(super) enum Payload<'a> {
+    Raw(Option<&'a serde_json::value::RawValue>),
+    Tree(Value),
+}
+
+impl From<Value> for Payload<'_> {
+    fn from(value: Value) -> Self {
+        Payload::Tree(value)
+    }
+}
+
+impl Payload<'_> {
+    /// The payload as a tree, for the codec steps that rewrite fields.
+    fn into_value(self, kind: &str) -> Result<Value, DecodeError> {
+        match self {
+            Payload::Tree(value) => Ok(value),
+            Payload::Raw(None) => Ok(Value::Null),
+            Payload::Raw(Some(raw)) => {
+                serde_json::from_str(raw.get()).map_err(|source| DecodeError::Payload {
+                    kind: kind.to_owned(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
 /// Deserializes a payload; `null` reads as an empty object.
-fn from_payload<T: DeserializeOwned>(kind: &str, payload: Value) -> Result<T, DecodeError> {
-    let payload = if payload.is_null() {
-        Value::Object(Object::new())
-    } else {
-        payload
-    };
-    serde_json::from_value(payload).map_err(|source| DecodeError::Payload {
+fn from_payload<'a, T: DeserializeOwned>(
+    kind: &str,
+    payload: impl Into<Payload<'a>>,
+) -> Result<T, DecodeError> {
+    let error = |source| DecodeError::Payload {
         kind: kind.to_owned(),
         source,
-    })
+    };
+    match payload.into() {
+        Payload::Tree(Value::Null) | Payload::Raw(None) => {
+            serde_json::from_value(Value::Object(Object::new())).map_err(error)
+        }
+        Payload::Tree(value) => serde_json::from_value(value).map_err(error),
+        Payload::Raw(Some(raw)) if raw.get() == "null" => {
+            serde_json::from_value(Value::Object(Object::new())).map_err(error)
+        }
+        Payload::Raw(Some(raw)) => serde_json::from_str(raw.get()).map_err(error),
+    }
 }
 
 /// A payload that must be a JSON object (or `null`, read as empty).
-fn object_payload(kind: &str, payload: Value) -> Result<Object, DecodeError> {
+fn object_payload<'a>(kind: &str, payload: impl Into<Payload<'a>>) -> Result<Object, DecodeError> {
     from_payload(kind, payload)
 }
 

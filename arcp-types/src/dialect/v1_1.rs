@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::{decode_open, from_payload, object_payload, rename, to_payload, DecodeError};
+use super::{decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Payload};
 use crate::message::*;
 use crate::Envelope;
 
@@ -18,9 +18,8 @@ const DEFAULT_FEATURES: &[&str] = &[
     "result_chunk",
 ];
 
-pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
+pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Frame, DecodeError> {
     let kind = std::mem::take(&mut envelope.kind);
-    let mut payload = std::mem::take(&mut envelope.payload);
     let k = kind.as_str();
     let message = match k {
         "session.hello" => Message::Open(decode_open(from_payload(k, payload)?)),
@@ -34,28 +33,14 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
         "session.list_jobs" => Message::ListJobs(object_payload(k, payload)?),
         "session.jobs" => Message::Jobs(object_payload(k, payload)?),
         "job.submit" => {
+            let mut payload = payload.into_value(k)?;
             rename(&mut payload, "agent", "tool");
             rename(&mut payload, "input", "arguments");
             Message::Invoke(from_payload(k, payload)?)
         }
         "job.accepted" => Message::Accepted(from_payload(k, payload)?),
         "job.event" => Message::Event(from_payload(k, payload)?),
-        "job.result" => {
-            // `final_status` picks the variant; the encoder writes it back.
-            let mut body = object_payload(k, payload)?;
-            match body.get("final_status").and_then(Value::as_str) {
-                Some("cancelled") => {
-                    body.remove("final_status");
-                    Message::Cancelled(body)
-                }
-                Some("success") | None => {
-                    body.remove("final_status");
-                    Message::Result(from_payload(k, Value::Object(body))?)
-                }
-                // `error` / `timed_out` stay on the result for the caller to read.
-                Some(_) => Message::Result(from_payload(k, Value::Object(body))?),
-            }
-        }
+        "job.result" => job_result(k, payload)?,
         "job.error" => Message::Error(from_payload(k, payload)?),
         "job.cancel" => {
             let mut body = object_payload(k, payload)?;
@@ -70,9 +55,53 @@ pub(super) fn decode(mut envelope: Envelope) -> Result<Frame, DecodeError> {
         "job.subscribe" => Message::Subscribe(from_payload(k, payload)?),
         "job.subscribed" => Message::Subscribed(object_payload(k, payload)?),
         "job.unsubscribe" => Message::Unsubscribe(object_payload(k, payload)?),
-        _ => Message::Unknown(Unknown { kind, payload }),
+        _ => {
+            let payload = payload.into_value(k)?;
+            Message::Unknown(Unknown { kind, payload })
+        }
     };
     Ok(Frame { envelope, message })
+}
+
+/// A `job.result`: its `final_status` picks the variant (the encoder
+/// writes it back); `error` / `timed_out` stay on the result for the
+/// caller to read.
+fn job_result(k: &str, payload: Payload<'_>) -> Result<Message, DecodeError> {
+    let cancelled =
+        |extra: &Object| extra.get("final_status").and_then(Value::as_str) == Some("cancelled");
+    // A successful (or unnamed) status is implied by the variant.
+    let drop_success = |extra: &mut Object| {
+        if matches!(
+            extra.get("final_status").map(Value::as_str),
+            Some(Some("success") | None)
+        ) {
+            extra.remove("final_status");
+        }
+    };
+    let cancelled_body = |mut body: Object| {
+        body.remove("final_status");
+        Message::Cancelled(body)
+    };
+    match payload {
+        // The common case in one parse; a cancelled job's body (rare) is
+        // read again from the same text, verbatim.
+        Payload::Raw(raw) => {
+            let mut result: JobResult = from_payload(k, Payload::Raw(raw))?;
+            if cancelled(&result.extra) {
+                return Ok(cancelled_body(object_payload(k, Payload::Raw(raw))?));
+            }
+            drop_success(&mut result.extra);
+            Ok(Message::Result(result))
+        }
+        Payload::Tree(tree) => {
+            let mut body = object_payload(k, tree)?;
+            if cancelled(&body) {
+                return Ok(cancelled_body(body));
+            }
+            drop_success(&mut body);
+            Ok(Message::Result(from_payload(k, Value::Object(body))?))
+        }
+    }
 }
 
 /// The fields of a `job.submit` payload, borrowed from `invoke` (the
