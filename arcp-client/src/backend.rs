@@ -47,9 +47,9 @@ impl Backend {
                 shared
                     .dispatched
                     .store(true, std::sync::atomic::Ordering::Release);
-                // No reply means the connection task is gone. If a request
-                // went out, the call may have run: say so.
-                answer(tx, rx).await.unwrap_or_else(|| {
+                // A dropped reply means the connection task is gone. If a
+                // request went out, the call may have run: say so.
+                rx.await.unwrap_or_else(|_| {
                     Err(if shared.abandon() {
                         Error::Interrupted {
                             key,
@@ -89,7 +89,7 @@ impl Backend {
                 {
                     return closed();
                 }
-                answer(tx, rx).await.unwrap_or_else(closed)
+                rx.await.unwrap_or_else(|_| closed())
             }
         }
     }
@@ -119,7 +119,7 @@ impl Backend {
                 if tx.send(Command::Stats { reply }).await.is_err() {
                     return ClientStats::default();
                 }
-                answer(tx, rx).await.unwrap_or_default()
+                rx.await.unwrap_or_default()
             }
         }
     }
@@ -132,57 +132,9 @@ impl Backend {
             Backend::Ws { tx } => {
                 let (reply, rx) = oneshot::channel();
                 if tx.send(Command::Close { reply }).await.is_ok() {
-                    answer(tx, rx).await;
+                    let _ = rx.await;
                 }
             }
         }
-    }
-}
-
-/// The connection task's reply to a command, or `None` once the task is
-/// gone. Waiting on the reply alone is not enough: a command sent in the
-/// instant the task ends is never read, and its reply sender then stays in
-/// the channel for as long as any sender lives, this one included.
-async fn answer<T>(tx: &mpsc::Sender<Command>, reply: oneshot::Receiver<T>) -> Option<T> {
-    tokio::select! {
-        // A reply sent just before the task ended wins over the close.
-        biased;
-        answer = reply => answer.ok(),
-        () = tx.closed() => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    /// The race behind a refused `connect()` that hung: the task stops
-    /// reading (here: closes its end while still holding it) with a command
-    /// queued and unanswered. Every request-reply command returns.
-    #[tokio::test]
-    async fn no_command_waits_for_a_task_that_ended() {
-        let (tx, mut rx) = mpsc::channel(8);
-        let backend = Arc::new(Backend::Ws { tx });
-        let asking = {
-            let backend = backend.clone();
-            tokio::spawn(async move {
-                let stats = backend.stats().await;
-                backend.close().await;
-                stats
-            })
-        };
-        // The stats request is queued; the task ends without reading it.
-        while rx.is_empty() {
-            tokio::task::yield_now().await;
-        }
-        rx.close();
-        let stats = tokio::time::timeout(Duration::from_secs(2), asking)
-            .await
-            .expect("a command waited for a task that had ended")
-            .unwrap();
-        assert_eq!(stats.calls, 0);
-        drop(rx);
     }
 }

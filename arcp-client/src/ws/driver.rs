@@ -158,6 +158,16 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     for reply in core.take_close_replies() {
         let _ = reply.send(());
     }
+    // Refuse new commands and take the ones already on their way: a sender
+    // that reserved a slot before this point still delivers its command,
+    // and a command left unread keeps its reply sender alive for as long as
+    // the client's own sender lives (its caller would wait forever; a
+    // refused connect() did, once in fifty). Dropping a command drops its
+    // reply sender, and the caller sees the task is gone.
+    rx.close();
+    while let Some(command) = rx.recv().await {
+        drop(command);
+    }
 }
 
 /// A close the runtime gave because of something the client sent, or a loss.
@@ -193,5 +203,48 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    /// A command whose slot was reserved before the task ended is still
+    /// taken and its caller released (not left waiting on a reply that
+    /// nobody will send or drop).
+    #[tokio::test]
+    async fn a_command_sent_as_the_task_ends_is_never_left_unanswered() {
+        let config = Arc::new(Config::new("ws://127.0.0.1:9/arcp".into()));
+        let (events, _) = tokio::sync::broadcast::channel(8);
+        let core = Core::new(
+            config.clone(),
+            None,
+            Arc::new(Mutex::new(None)),
+            events,
+            Instant::now(),
+        );
+        let (tx, rx) = mpsc::channel(8);
+        let task = tokio::spawn(run(config, rx, core));
+        // A caller is between reserving its slot and sending...
+        let late = tx.reserve().await.unwrap();
+        // ... when the client closes and the task ends.
+        let (reply, closed) = oneshot::channel();
+        tx.send(Command::Close { reply }).await.unwrap();
+        closed.await.unwrap();
+        let (reply, answer) = oneshot::channel();
+        late.send(Command::Stats { reply });
+        let answer = tokio::time::timeout(Duration::from_secs(2), answer)
+            .await
+            .expect("a command sent as the task ended was left unanswered");
+        assert!(answer.is_err(), "dropped with the task, not answered");
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("the task ends once every sender's command is taken")
+            .unwrap();
     }
 }
