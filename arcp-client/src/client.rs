@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::backend::Backend;
 use crate::cache::Outcome;
 use crate::config::{is_http_url, Config, DialectChoice, RetryPolicy, Secret};
-use crate::error::{Error, Execution};
+use crate::error::{Error, Execution, JournalErrorKind};
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::invocation::{Invocation, InvokeBuilder};
@@ -636,6 +636,7 @@ impl Client {
         let shared = request.shared.clone();
         let deadline = request.deadline;
         let request_started = request.started;
+        let in_doubt = request.in_doubt;
         let deadline_at = tokio::time::Instant::from_std(later(request.started, deadline));
         let mut guard = AbandonOnDrop {
             client: self,
@@ -662,6 +663,24 @@ impl Client {
                     },
                 })
             }
+        };
+        // A journal that fails while re-driving a call an earlier process
+        // may have sent cannot say "did not run": the outcome is unknown,
+        // and the record stays unfinished for the next recovery.
+        let outcome = match outcome {
+            Err(Error::Journal(e)) if in_doubt && e.kind != JournalErrorKind::Fenced => {
+                Err(Error::OutcomeUnavailable {
+                    key: key.clone(),
+                    job_id: shared.job_id(),
+                    reason: format!(
+                        "the journal failed while re-driving a call an earlier process may have \
+                         sent ({e})"
+                    ),
+                    attempts: shared.attempts(),
+                    permanent: false,
+                })
+            }
+            other => other,
         };
         telemetry::call_ended(
             outcome.as_ref().map(|out| out.replayed),

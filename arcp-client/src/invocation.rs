@@ -143,6 +143,7 @@ impl InvokeBuilder {
                 events_end: EventsEnd(shared.clone()),
                 shared: shared.clone(),
                 recorder: None,
+                in_doubt: false,
             }))
         });
         let future = async move {
@@ -218,6 +219,7 @@ impl Invocation {
                 events_end: EventsEnd(shared.clone()),
                 shared: shared.clone(),
                 recorder: None,
+                in_doubt: true,
             });
         let dispatcher = client.clone();
         let future = async move { dispatcher.dispatch(Box::new(request?)).await };

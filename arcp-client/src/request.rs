@@ -42,6 +42,10 @@ pub(crate) struct CallRequest {
     pub(crate) events_end: EventsEnd,
     /// The journal's hook (when journaled): told of sends and acceptance.
     pub(crate) recorder: Option<Box<dyn CallRecorder>>,
+    /// An earlier process or worker may have sent this call (it comes from
+    /// the journal, whose record of a send may lag the send): whatever
+    /// happens now, it never reports "did not run".
+    pub(crate) in_doubt: bool,
 }
 
 impl CallRequest {

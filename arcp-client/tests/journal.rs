@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_client::{
-    Client, ClientBuilder, Error, IdempotencyKey, Journal, JournalEntry, JournalErrorKind,
-    JournalOutcome, JournalState, MemoryJournal, RecoveryMode, Retention, RetryPolicy,
-    SqliteJournal,
+    Client, ClientBuilder, Error, Execution, IdempotencyKey, Journal, JournalEntry,
+    JournalErrorKind, JournalOutcome, JournalState, MemoryJournal, RecoveryMode, Retention,
+    RetryPolicy, SqliteJournal,
 };
 use arcp_mock::{MockRuntime, ReplayPolicy};
 use serde_json::{json, Value};
@@ -246,6 +246,130 @@ async fn automatic_recovery_redrives_on_connect() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
+}
+
+/// A record a crashed process left is in doubt: its send is recorded
+/// after the fact, so the process may have sent it. Re-driven against a
+/// runtime that refuses every submit before acceptance, the call must not
+/// report "did not run", and its record stays unfinished for a later
+/// recovery (a false "did not run" invites a retry under a new key).
+#[tokio::test]
+async fn a_recovered_call_refused_until_its_budget_is_spent_may_have_run() {
+    let mock = mock().await;
+    mock.inject_always(arcp_mock::Fault::RejectNextSubmit {
+        code: arcp_mock::ErrorCode::Unavailable,
+        retry_after: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = IdempotencyKey::new();
+    {
+        let j = SqliteJournal::open(&path).unwrap();
+        let intent =
+            format!(r#"{{"tool":"refund","arguments":{{"order":12}},"idempotency_key":"{key}"}}"#);
+        j.apply(&[arcp_client::JournalWrite::Prepare(prepared(&key, &intent))])
+            .unwrap();
+    }
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let calls = client.recover().await.unwrap();
+    assert_eq!(calls.len(), 1);
+    let err = futures_util::future::join_all(calls)
+        .await
+        .remove(0)
+        .unwrap_err();
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err:?}");
+    assert!(
+        submits(&mock, key.as_str()) > 1,
+        "re-sent until the budget was spent"
+    );
+    assert_eq!(mock.executions_for_key(key.as_str()), 0);
+    let entry = client.lookup(&key).await.unwrap().unwrap();
+    assert!(!entry.is_terminal(), "{entry:?}");
+    assert_eq!(
+        client.recover().await.unwrap().len(),
+        1,
+        "still recoverable"
+    );
+}
+
+/// A journal whose reads fail on demand (a database that drops off for a
+/// moment); writes go through.
+struct FlakyReads {
+    inner: MemoryJournal,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Journal for FlakyReads {
+    fn apply(&self, writes: &[arcp_client::JournalWrite]) -> Result<(), arcp_client::JournalError> {
+        self.inner.apply(writes)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, arcp_client::JournalError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(arcp_client::JournalError::new(
+                JournalErrorKind::Io,
+                "flaky",
+                "connection reset",
+            ));
+        }
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, arcp_client::JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(
+        &self,
+        retention: &Retention,
+        now: std::time::SystemTime,
+    ) -> Result<arcp_client::PurgeReport, arcp_client::JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+/// A journal failure while re-driving a call that may have been sent is
+/// not "did not run": the call reports its outcome unknown, and the record
+/// stays unfinished instead of being closed as never accepted.
+#[tokio::test]
+async fn a_journal_failure_while_re_driving_a_call_leaves_it_in_doubt() {
+    let mock = mock().await;
+    let key = IdempotencyKey::new();
+    let inner = MemoryJournal::new();
+    let intent =
+        format!(r#"{{"tool":"refund","arguments":{{"order":13}},"idempotency_key":"{key}"}}"#);
+    inner
+        .apply(&[
+            arcp_client::JournalWrite::Prepare(prepared(&key, &intent)),
+            arcp_client::JournalWrite::Sent {
+                key: key.clone(),
+                attempts: 1,
+                at: std::time::SystemTime::now(),
+            },
+        ])
+        .unwrap();
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = builder(&mock.ws_url())
+        .journal(FlakyReads {
+            inner,
+            failing: failing.clone(),
+        })
+        .connect()
+        .await
+        .unwrap();
+    let calls = client.recover().await.unwrap();
+    assert_eq!(calls.len(), 1);
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = futures_util::future::join_all(calls)
+        .await
+        .remove(0)
+        .unwrap_err();
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err:?}");
+    assert!(err.to_string().contains("connection reset"), "{err}");
+    let entry = client.lookup(&key).await.unwrap().unwrap();
+    assert!(!entry.is_terminal(), "{entry:?}");
 }
 
 /// A prepared record, as a crashed process leaves it.

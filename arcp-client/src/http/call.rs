@@ -150,7 +150,7 @@ impl HttpBackend {
         let key = req.key.clone();
         let deadline = req.deadline;
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
-        let earlier_send = matches!(cached, Cached::Bound);
+        let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let mut call = Call::new(self, req, key_header);
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;

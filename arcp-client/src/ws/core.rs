@@ -432,7 +432,7 @@ impl Core {
                 return;
             }
             Cached::Bound => true,
-            Cached::Miss => false,
+            Cached::Miss => req.in_doubt,
         };
         if let Some(&existing) = self.by_key.get(&req.key) {
             if let Some(call) = self.calls.get_mut(&existing) {

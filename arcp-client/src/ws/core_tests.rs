@@ -72,6 +72,7 @@ impl Harness {
             events_end: EventsEnd(shared.clone()),
             shared,
             recorder: None,
+            in_doubt: false,
         };
         let (tx, rx) = oneshot::channel();
         self.core
