@@ -217,6 +217,9 @@ pub struct PostgresOptions {
     /// time).
     pub pool_size: usize,
     /// How long connecting and each pool checkout may take (default 10 s).
+    /// Each statement is bounded by the lease (`statement_timeout`, unless
+    /// the URL's `options` set one), and TCP keepalives notice a server
+    /// that vanished.
     pub connect_timeout: Duration,
 }
 
@@ -451,6 +454,21 @@ impl PostgresJournal {
         })?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("arcp-journal");
+        // Nothing waits on the database longer than a lease: past it the
+        // worker has lost its calls anyway. A statement (a row lock held by
+        // another worker, a stalled server) ends with an error, and a peer
+        // that vanished is noticed by keepalives and unacknowledged writes.
+        let lease_ms = options.lease_ttl.as_millis().max(1);
+        let mut server_options = config.get_options().unwrap_or_default().to_owned();
+        if !server_options.contains("statement_timeout") {
+            server_options.push_str(&format!(" -c statement_timeout={lease_ms}"));
+        }
+        config.options(server_options.trim());
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
+        config.keepalives_interval(Duration::from_secs(5));
+        config.keepalives_retries(3);
+        config.tcp_user_timeout(options.lease_ttl);
         let location = describe(&config, &options.worker_id);
         if options.worker_id.is_empty() {
             return Err(JournalError::new(
@@ -468,6 +486,10 @@ impl PostgresJournal {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|e| JournalError::new(JournalErrorKind::Io, &location, e.to_string()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1031,9 +1053,25 @@ impl PostgresJournal {
         let mut out = Vec::with_capacity(rows.len());
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
-            let entry = self.entry(row)?;
-            claimed.push((entry.key.as_str().to_owned(), row.get::<_, i64>(11)));
-            out.push(entry);
+            // Every claimed row is this worker's now (the claim committed),
+            // so it is held, renewed and released like the others, even one
+            // that does not read back: claiming it again on every recovery
+            // would fail the whole batch each time.
+            let (Ok(key), Ok(generation)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(11))
+            else {
+                tracing::warn!("a claimed journal row has no readable key; skipped");
+                continue;
+            };
+            match self.entry(row) {
+                Ok(entry) => out.push(entry),
+                Err(e) => tracing::warn!(
+                    key = %key,
+                    error = %e,
+                    "a claimed call's record does not read back; it stays unfinished \
+                     (`arcp journal show` / `discard` it)"
+                ),
+            }
+            claimed.push((key, generation));
         }
         lock(&self.held).extend(claimed);
         out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.key.cmp(&b.key)));
