@@ -553,6 +553,14 @@ impl Client {
             .collect())
     }
 
+    /// Nobody here drives `key` any more: its record stays unfinished, and
+    /// a shared journal lets another worker claim it now.
+    pub(crate) fn release_claim(&self, key: &IdempotencyKey) {
+        if let Some(journal) = &self.inner.journal {
+            journal.release(key);
+        }
+    }
+
     /// What the journal recorded for `key`: where the call stands and, once
     /// it ended, its outcome ([`JournalEntry::outcome`]). Reads everything
     /// this client recorded before the call. `Ok(None)` without a journal or

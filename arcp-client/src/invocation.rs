@@ -222,7 +222,22 @@ impl Invocation {
                 in_doubt: true,
             });
         let dispatcher = client.clone();
-        let future = async move { dispatcher.dispatch(Box::new(request?)).await };
+        // Claimed for this client: until the call is dispatched (or if it
+        // never is: the invocation dropped unawaited, an intent that no
+        // longer reads), nobody here drives it, so the claim is given back
+        // and another worker of a fleet may take it at once.
+        let unclaimed = ReleaseUnlessDriven {
+            client: client.clone(),
+            key: Some(key.clone()),
+        };
+        let future = async move {
+            let mut unclaimed = unclaimed;
+            let request = request?;
+            // From here on the dispatch releases the call if it stops
+            // without an outcome.
+            unclaimed.key = None;
+            dispatcher.dispatch(Box::new(request)).await
+        };
         Invocation {
             future: Box::pin(future),
             handle: CallHandle {
@@ -367,6 +382,21 @@ fn trace_id_of_traceparent(header: &str) -> Option<&str> {
         && nonzero(parent)
         && hex(flags, 2);
     valid.then_some(trace)
+}
+
+/// Gives a recovered call's claim back when it is dropped before its
+/// dispatch began (see [`Invocation::recovered`]).
+struct ReleaseUnlessDriven {
+    client: Client,
+    key: Option<IdempotencyKey>,
+}
+
+impl Drop for ReleaseUnlessDriven {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.client.release_claim(&key);
+        }
+    }
 }
 
 #[cfg(test)]

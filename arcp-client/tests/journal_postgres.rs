@@ -722,3 +722,59 @@ async fn clients_share_the_journal_and_recover_a_dead_workers_calls() {
     a.close().await;
     b.close().await;
 }
+
+/// A recovered call its worker never drives (the `Invocation` dropped
+/// unawaited) is released at once: another worker claims it now, not after
+/// the first worker exits (its lease would otherwise be renewed for as long
+/// as it lives).
+#[tokio::test]
+async fn a_recovered_call_dropped_unawaited_is_released_to_the_fleet() {
+    let url = postgres_or_skip!();
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .unwrap();
+    {
+        let dead = journal(&url, "dead-20", Duration::from_millis(200)).await;
+        let mut e = entry("order-20");
+        e.intent =
+            r#"{"tool":"refund","arguments":{"order":20},"idempotency_key":"order-20"}"#.to_owned();
+        dead.apply(&[JournalWrite::Prepare(e)]).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = builder(&mock.ws_url())
+        .journal(journal(&url, "b-20", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+    let c = builder(&mock.ws_url())
+        .journal(journal(&url, "c-20", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+    let claimed = b.recover().await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    drop(claimed);
+    let started = std::time::Instant::now();
+    let calls = loop {
+        let calls = c.recover().await.unwrap();
+        if !calls.is_empty() {
+            break calls;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the dropped call is still held by the worker that claimed it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(calls.len(), 1);
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert_eq!(mock.executions_for_key("order-20"), 1);
+    b.close().await;
+    c.close().await;
+}

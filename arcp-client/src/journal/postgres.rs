@@ -1057,7 +1057,8 @@ impl PostgresJournal {
             // so it is held, renewed and released like the others, even one
             // that does not read back: claiming it again on every recovery
             // would fail the whole batch each time.
-            let (Ok(key), Ok(generation)) = (row.try_get::<_, String>(0), row.try_get::<_, i64>(11))
+            let (Ok(key), Ok(generation)) =
+                (row.try_get::<_, String>(0), row.try_get::<_, i64>(11))
             else {
                 tracing::warn!("a claimed journal row has no readable key; skipped");
                 continue;

@@ -952,7 +952,13 @@ impl Writer {
                             fenced.remove(&e.key);
                         }
                     }
-                    let _ = reply.send(claimed);
+                    // A `recover` that gave up waiting (cancelled, timed
+                    // out) never hands these calls to anyone: give them back.
+                    if let Err(Ok(entries)) = reply.send(claimed) {
+                        for e in entries {
+                            self.shared.note(&e.key, |p| p.released = true);
+                        }
+                    }
                 }
                 Request::Remove(key, reply) => {
                     let result = journal.get(&key).and_then(|existing| match existing {
