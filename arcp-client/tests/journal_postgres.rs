@@ -778,3 +778,35 @@ async fn a_recovered_call_dropped_unawaited_is_released_to_the_fleet() {
     b.close().await;
     c.close().await;
 }
+
+/// Retention never deletes a call a live worker holds, however old its
+/// record: a long job renews its lease, not its record.
+#[tokio::test]
+async fn retention_never_purges_a_call_a_live_worker_holds() {
+    let url = postgres_or_skip!();
+    let held = journal(&url, "holder-30", Duration::from_secs(30)).await;
+    let lapsed = journal(&url, "lapsed-30", Duration::from_millis(50)).await;
+    held.apply(&[JournalWrite::Prepare(entry("order-30"))])
+        .unwrap();
+    lapsed
+        .apply(&[JournalWrite::Prepare(entry("order-31"))])
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // An hour from now, with unfinished records kept for one second.
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let report = held
+        .purge(
+            &arcp_client::Retention::default().unfinished_ttl(Duration::from_secs(1)),
+            later,
+        )
+        .unwrap();
+    assert_eq!(report.expired_unfinished, 1, "{report:?}");
+    assert!(
+        held.get(&key("order-30")).unwrap().is_some(),
+        "a held call was purged"
+    );
+    assert!(
+        held.get(&key("order-31")).unwrap().is_none(),
+        "a lapsed call was kept"
+    );
+}

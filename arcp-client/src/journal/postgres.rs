@@ -322,7 +322,8 @@ fn default_worker_id() -> String {
 ///
 /// **Retention** ([`Retention`]) applies to the whole database: every
 /// worker purges terminal records past `terminal_ttl`, and unfinished ones
-/// nobody touched for `unfinished_ttl`, whoever owned them.
+/// untouched for `unfinished_ttl` whose lease has lapsed (a live worker's
+/// long call renews its lease, so it is never purged under it).
 ///
 /// No TLS: connect over a Unix socket or a trusted network (the URL's
 /// `sslmode` must not require TLS).
@@ -1158,9 +1159,12 @@ impl Journal for PostgresJournal {
                             &[&terminal_cutoff],
                         )
                         .await?,
+                    // Never a call some live worker still holds: a long job
+                    // renews its lease without touching `updated_ms`.
                     expired_unfinished: tx
                         .execute(
-                            "DELETE FROM arcp_calls WHERE state <> 'terminal' AND updated_ms < $1",
+                            "DELETE FROM arcp_calls WHERE state <> 'terminal' AND updated_ms < $1 \
+                             AND lease_until <= clock_timestamp()",
                             &[&unfinished_cutoff],
                         )
                         .await?,
