@@ -525,6 +525,13 @@ impl Client {
     /// nothing twice. A journal shared by a fleet (`PostgresJournal`) hands
     /// out only the calls whose owner's lease lapsed, each to one worker.
     ///
+    /// A recovered call may already have run (its record of a send can lag
+    /// the send), so it never reports "did not run": refused until its
+    /// budget is spent, or failed by the journal, it ends with its outcome
+    /// unknown and its record stays unfinished. An invocation dropped
+    /// without being awaited gives its claim back (another worker of a
+    /// fleet may take it at once).
+    ///
     /// Returns an empty list without a journal. With
     /// [`RecoveryMode::Automatic`] the client does this itself on connect.
     ///
