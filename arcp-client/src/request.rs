@@ -52,7 +52,9 @@ impl CallRequest {
     /// Puts the key into the intent: what is fingerprinted, journaled and
     /// sent is the same value.
     pub(crate) fn seal(&mut self) {
-        self.invoke.idempotency_key = Some(self.key.to_string());
+        if self.invoke.idempotency_key.as_deref() != Some(self.key.as_str()) {
+            self.invoke.idempotency_key = Some(self.key.to_string());
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The ARCP envelope: the JSON object every message travels in.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -137,6 +138,68 @@ impl Envelope {
         idempotency_key: Option<&str>,
         payload: &serde_json::value::RawValue,
     ) -> String {
+        self.as_header()
+            .to_json_with(kind, idempotency_key, payload)
+    }
+
+    /// This envelope's header, borrowed (unknown fields are copied).
+    fn as_header(&self) -> Header<'_> {
+        fn borrow(s: &Option<String>) -> Option<Cow<'_, str>> {
+            s.as_deref().map(Cow::Borrowed)
+        }
+        Header {
+            arcp: Cow::Borrowed(&self.arcp),
+            id: Cow::Borrowed(&self.id),
+            kind: Cow::Borrowed(&self.kind),
+            timestamp: borrow(&self.timestamp),
+            session_id: borrow(&self.session_id),
+            job_id: borrow(&self.job_id),
+            event_seq: self.event_seq,
+            correlation_id: borrow(&self.correlation_id),
+            causation_id: borrow(&self.causation_id),
+            idempotency_key: borrow(&self.idempotency_key),
+            trace_id: borrow(&self.trace_id),
+            priority: borrow(&self.priority),
+            subscription_id: borrow(&self.subscription_id),
+            extensions: self.extensions.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+}
+
+impl<'a> Header<'a> {
+    /// The header of a message to send: the current protocol version, `id`
+    /// (see [`crate::new_message_id`]) and `timestamp` (see
+    /// [`crate::write_now_rfc3339`]); every other field empty.
+    pub fn outgoing(id: &'a str, timestamp: &'a str) -> Self {
+        Header {
+            arcp: Cow::Borrowed(PROTOCOL_VERSION),
+            id: Cow::Borrowed(id),
+            kind: Cow::Borrowed(""),
+            timestamp: Some(Cow::Borrowed(timestamp)),
+            session_id: None,
+            job_id: None,
+            event_seq: None,
+            correlation_id: None,
+            causation_id: None,
+            idempotency_key: None,
+            trace_id: None,
+            priority: None,
+            subscription_id: None,
+            extensions: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// Wire JSON of this header with `kind`, an optional envelope-level
+    /// idempotency key and `payload` already encoded, in [`Envelope`]'s
+    /// field order; one buffer, sized up front.
+    pub(crate) fn to_json_with(
+        &self,
+        kind: &str,
+        idempotency_key: Option<&str>,
+        payload: &serde_json::value::RawValue,
+    ) -> String {
         let wire = WithPayload {
             arcp: &self.arcp,
             id: &self.id,
@@ -155,8 +218,28 @@ impl Envelope {
             payload,
             extra: &self.extra,
         };
-        // Strings, numbers and JSON values only: serialization cannot fail.
-        serde_json::to_string(&wire).unwrap_or_default()
+        // The header's fixed part and field names fit in 256 bytes; unknown
+        // fields and escapes may grow the buffer.
+        let strings = [
+            Some(&*self.id),
+            self.timestamp.as_deref(),
+            self.session_id.as_deref(),
+            self.job_id.as_deref(),
+            self.correlation_id.as_deref(),
+            self.causation_id.as_deref(),
+            idempotency_key.or(self.idempotency_key.as_deref()),
+            self.trace_id.as_deref(),
+            self.subscription_id.as_deref(),
+        ];
+        let size = 256 + kind.len() + payload.get().len();
+        let size = size + strings.iter().flatten().map(|s| s.len()).sum::<usize>();
+        let mut out = Vec::with_capacity(size);
+        // Strings, numbers and JSON values only: serialization cannot fail,
+        // and serde_json writes valid UTF-8.
+        if serde_json::to_writer(&mut out, &wire).is_err() {
+            return String::new();
+        }
+        String::from_utf8(out).unwrap_or_default()
     }
 }
 
@@ -215,21 +298,21 @@ impl<'de> Deserialize<'de> for Field {
 
 impl<'de> Deserialize<'de> for Envelope {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (mut envelope, payload) =
+        let (header, payload) =
             d.deserialize_map(EnvelopeVisitor::<Value>(std::marker::PhantomData))?;
-        envelope.payload = payload.unwrap_or(Value::Null);
-        Ok(envelope)
+        Ok(header.into_envelope(payload.unwrap_or(Value::Null)))
     }
 }
 
 impl Envelope {
-    /// Parses wire text into the header (with a `null` payload) and the
-    /// payload's raw JSON, borrowed from `text`: the payload is parsed
-    /// later, straight into the type its `type` names, with no tree in
-    /// between. `None` when the frame has no payload.
+    /// Parses wire text into the header, its strings borrowed from `text`
+    /// where they need no unescaping, and the payload's raw JSON, also
+    /// borrowed: the payload is parsed later, straight into the type its
+    /// `type` names, with no tree in between. `None` when the frame has no
+    /// payload.
     pub(crate) fn parse_raw(
         text: &str,
-    ) -> Result<(Envelope, Option<&serde_json::value::RawValue>), serde_json::Error> {
+    ) -> Result<(Header<'_>, Option<&serde_json::value::RawValue>), serde_json::Error> {
         let mut d = serde_json::Deserializer::from_str(text);
         let parsed = d.deserialize_map(EnvelopeVisitor::<&serde_json::value::RawValue>(
             std::marker::PhantomData,
@@ -239,8 +322,100 @@ impl Envelope {
     }
 }
 
-/// Reads an envelope; `P` is how the payload is kept (a `Value` tree, or
-/// the raw text borrowed from the input).
+/// An envelope's header read from a frame without copying it: each string
+/// is borrowed from the frame's text unless it had to be unescaped. What a
+/// receiver that only looks at a frame needs; [`Header::into_envelope`]
+/// makes the owned [`Envelope`].
+///
+/// The fields mean what [`Envelope`]'s do.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Header<'a> {
+    /// Protocol version.
+    pub arcp: Cow<'a, str>,
+    /// Unique message id.
+    pub id: Cow<'a, str>,
+    /// Message type.
+    pub kind: Cow<'a, str>,
+    /// Sender timestamp, RFC 3339.
+    pub timestamp: Option<Cow<'a, str>>,
+    /// Session the message belongs to.
+    pub session_id: Option<Cow<'a, str>>,
+    /// Job the message is about.
+    pub job_id: Option<Cow<'a, str>>,
+    /// Session-scoped sequence number of job events.
+    pub event_seq: Option<u64>,
+    /// Id of the request this message answers (legacy dialect).
+    pub correlation_id: Option<Cow<'a, str>>,
+    /// Id of the message that caused this one.
+    pub causation_id: Option<Cow<'a, str>>,
+    /// Logical idempotency key of a command.
+    pub idempotency_key: Option<Cow<'a, str>>,
+    /// W3C trace id.
+    pub trace_id: Option<Cow<'a, str>>,
+    /// Priority.
+    pub priority: Option<Cow<'a, str>>,
+    /// Subscription the message is delivered under.
+    pub subscription_id: Option<Cow<'a, str>>,
+    /// Namespaced extension fields.
+    pub extensions: Option<Map<String, Value>>,
+    /// Header fields this crate does not know, kept verbatim.
+    pub extra: Map<String, Value>,
+}
+
+impl Header<'_> {
+    /// The owned envelope of this header and `payload`.
+    pub fn into_envelope(self, payload: Value) -> Envelope {
+        let own = |s: Option<Cow<'_, str>>| s.map(Cow::into_owned);
+        Envelope {
+            arcp: self.arcp.into_owned(),
+            id: self.id.into_owned(),
+            kind: self.kind.into_owned(),
+            timestamp: own(self.timestamp),
+            session_id: own(self.session_id),
+            job_id: own(self.job_id),
+            event_seq: self.event_seq,
+            correlation_id: own(self.correlation_id),
+            causation_id: own(self.causation_id),
+            idempotency_key: own(self.idempotency_key),
+            trace_id: own(self.trace_id),
+            priority: own(self.priority),
+            subscription_id: own(self.subscription_id),
+            extensions: self.extensions,
+            payload,
+            extra: self.extra,
+        }
+    }
+}
+
+/// A JSON string borrowed from the input when it has no escapes, copied
+/// otherwise (serde's own `Cow<str>` always copies).
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(StrVisitor)
+    }
+}
+
+/// Reads an envelope's header; `P` is how the payload is kept (a `Value`
+/// tree, or the raw text borrowed from the input).
 struct EnvelopeVisitor<P>(std::marker::PhantomData<P>);
 
 /// Reads a field's value, refusing a second occurrence of the same field.
@@ -257,25 +432,26 @@ where
 }
 
 impl<'de, P: Deserialize<'de>> Visitor<'de> for EnvelopeVisitor<P> {
-    type Value = (Envelope, Option<P>);
+    type Value = (Header<'de>, Option<P>);
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an ARCP envelope (a JSON object)")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let (mut arcp, mut id, mut kind) = (None, None, None);
+        let (mut arcp, mut id, mut kind): (Option<Str<'de>>, Option<Str<'de>>, Option<Str<'de>>) =
+            (None, None, None);
         // Optional fields: `Some(None)` is an explicit `null`.
-        let mut timestamp: Option<Option<String>> = None;
-        let mut session_id: Option<Option<String>> = None;
-        let mut job_id: Option<Option<String>> = None;
+        let mut timestamp: Option<Option<Str<'de>>> = None;
+        let mut session_id: Option<Option<Str<'de>>> = None;
+        let mut job_id: Option<Option<Str<'de>>> = None;
         let mut event_seq: Option<Option<u64>> = None;
-        let mut correlation_id: Option<Option<String>> = None;
-        let mut causation_id: Option<Option<String>> = None;
-        let mut idempotency_key: Option<Option<String>> = None;
-        let mut trace_id: Option<Option<String>> = None;
-        let mut priority: Option<Option<String>> = None;
-        let mut subscription_id: Option<Option<String>> = None;
+        let mut correlation_id: Option<Option<Str<'de>>> = None;
+        let mut causation_id: Option<Option<Str<'de>>> = None;
+        let mut idempotency_key: Option<Option<Str<'de>>> = None;
+        let mut trace_id: Option<Option<Str<'de>>> = None;
+        let mut priority: Option<Option<Str<'de>>> = None;
+        let mut subscription_id: Option<Option<Str<'de>>> = None;
         let mut extensions: Option<Option<Map<String, Value>>> = None;
         let mut payload: Option<P> = None;
         let mut extra = Map::new();
@@ -302,25 +478,25 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for EnvelopeVisitor<P> {
                 }
             }
         }
-        let envelope = Envelope {
-            arcp: arcp.ok_or_else(|| de::Error::missing_field("arcp"))?,
-            id: id.ok_or_else(|| de::Error::missing_field("id"))?,
-            kind: kind.ok_or_else(|| de::Error::missing_field("type"))?,
-            timestamp: timestamp.flatten(),
-            session_id: session_id.flatten(),
-            job_id: job_id.flatten(),
+        let opt = |s: Option<Option<Str<'de>>>| s.flatten().map(|s| s.0);
+        let header = Header {
+            arcp: arcp.ok_or_else(|| de::Error::missing_field("arcp"))?.0,
+            id: id.ok_or_else(|| de::Error::missing_field("id"))?.0,
+            kind: kind.ok_or_else(|| de::Error::missing_field("type"))?.0,
+            timestamp: opt(timestamp),
+            session_id: opt(session_id),
+            job_id: opt(job_id),
             event_seq: event_seq.flatten(),
-            correlation_id: correlation_id.flatten(),
-            causation_id: causation_id.flatten(),
-            idempotency_key: idempotency_key.flatten(),
-            trace_id: trace_id.flatten(),
-            priority: priority.flatten(),
-            subscription_id: subscription_id.flatten(),
+            correlation_id: opt(correlation_id),
+            causation_id: opt(causation_id),
+            idempotency_key: opt(idempotency_key),
+            trace_id: opt(trace_id),
+            priority: opt(priority),
+            subscription_id: opt(subscription_id),
             extensions: extensions.flatten(),
-            payload: Value::Null,
             extra,
         };
-        Ok((envelope, payload))
+        Ok((header, payload))
     }
 }
 
@@ -359,6 +535,26 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<Envelope>(bad).is_err(), "{bad}");
         }
+        // A header read in place borrows what needs no unescaping, and
+        // unescapes the rest.
+        let text = r#"{"arcp":"1.1","id":"m\u0031","type":"job.result","job_id":"job_1",
+            "correlation_id":"a\"b","payload":{}}"#;
+        let (header, payload) = Envelope::parse_raw(text).unwrap();
+        assert!(matches!(header.kind, Cow::Borrowed("job.result")));
+        assert!(matches!(header.job_id, Some(Cow::Borrowed("job_1"))));
+        assert!(matches!(header.id, Cow::Owned(ref id) if id == "m1"));
+        assert_eq!(header.correlation_id.as_deref(), Some("a\"b"));
+        assert_eq!(payload.map(|p| p.get()), Some("{}"));
+        let owned = header.into_envelope(Value::Null);
+        let tree: Envelope = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            Envelope {
+                payload: Value::Null,
+                ..tree
+            },
+            owned
+        );
+
         // No payload reads as null, as before.
         let bare: Envelope = serde_json::from_str(r#"{"arcp":"1.1","id":"m","type":"t"}"#).unwrap();
         assert!(bare.payload.is_null());

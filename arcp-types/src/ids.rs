@@ -48,38 +48,52 @@ pub fn is_message_id(id: &str, legacy: bool) -> bool {
 /// The current time as RFC 3339 UTC with microseconds, e.g.
 /// `2026-11-22T10:21:04.466508Z`.
 pub fn now_rfc3339() -> String {
+    let mut out = String::with_capacity(27);
+    write_now_rfc3339(&mut out);
+    out
+}
+
+/// Replaces `out`'s contents with the current time as [`now_rfc3339`]
+/// formats it: a sender that keeps one buffer allocates nothing per message.
+pub fn write_now_rfc3339(out: &mut String) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    format_rfc3339(now.as_secs(), now.subsec_micros())
+    out.clear();
+    write_rfc3339(out, now.as_secs(), now.subsec_micros());
 }
 
 /// Formats seconds since the Unix epoch (plus microseconds) as RFC 3339 UTC.
 pub fn format_rfc3339(secs: u64, micros: u32) -> String {
+    let mut out = String::with_capacity(27);
+    write_rfc3339(&mut out, secs, micros);
+    out
+}
+
+/// Appends the RFC 3339 form of a time to `out`.
+fn write_rfc3339(out: &mut String, secs: u64, micros: u32) {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
     // Digits written by hand: this runs for every envelope sent.
-    let mut out = String::with_capacity(27);
     if (0..=9999).contains(&y) {
-        digits(&mut out, y as u64, 4);
+        digits(out, y as u64, 4);
     } else {
         let _ = write!(out, "{y:04}");
     }
     out.push('-');
-    digits(&mut out, u64::from(m), 2);
+    digits(out, u64::from(m), 2);
     out.push('-');
-    digits(&mut out, u64::from(d), 2);
+    digits(out, u64::from(d), 2);
     out.push('T');
-    digits(&mut out, rem / 3600, 2);
+    digits(out, rem / 3600, 2);
     out.push(':');
-    digits(&mut out, (rem / 60) % 60, 2);
+    digits(out, (rem / 60) % 60, 2);
     out.push(':');
-    digits(&mut out, rem % 60, 2);
+    digits(out, rem % 60, 2);
     out.push('.');
-    digits(&mut out, u64::from(micros.min(999_999)), 6);
+    digits(out, u64::from(micros.min(999_999)), 6);
     out.push('Z');
-    out
 }
 
 /// Appends `n` as exactly `width` decimal digits (`n < 10^width`).

@@ -1,6 +1,7 @@
 //! Idempotency keys: one per logical call, reused by every attempt.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -18,8 +19,11 @@ const DERIVE_NAMESPACE: Uuid = Uuid::from_u128(0x6a1c_3f0e_9b2d_4c57_8e41_2f7d_a
 /// The runtime deduplicates on it: every attempt of one logical call carries
 /// the same key, so a retry after a lost connection can never start the work
 /// a second time. Keys are non-empty, at most 255 bytes of printable ASCII.
+///
+/// Cloning is cheap (a shared, immutable string): a call's key is held by
+/// the call, its waiters, the outcome and the caches at once.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey(Arc<str>);
 
 /// Why a string is not a valid [`IdempotencyKey`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +50,7 @@ impl IdempotencyKey {
     /// A fresh random key (UUIDv7: time-ordered, so keys sort by creation).
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
-        IdempotencyKey(Uuid::now_v7().to_string())
+        Self::of_uuid(Uuid::now_v7())
     }
 
     /// A key derived from the call itself: UUIDv5 over the canonical JSON of
@@ -74,7 +78,13 @@ impl IdempotencyKey {
             ]),
             &mut canonical,
         );
-        IdempotencyKey(Uuid::new_v5(&DERIVE_NAMESPACE, canonical.as_bytes()).to_string())
+        Self::of_uuid(Uuid::new_v5(&DERIVE_NAMESPACE, canonical.as_bytes()))
+    }
+
+    /// A UUID's hyphenated lowercase form, formatted without a temporary.
+    fn of_uuid(uuid: Uuid) -> Self {
+        let mut buf = Uuid::encode_buffer();
+        IdempotencyKey(Arc::from(&*uuid.hyphenated().encode_lower(&mut buf)))
     }
 
     /// The key as sent on the wire.
@@ -139,14 +149,15 @@ impl TryFrom<String> for IdempotencyKey {
     type Error = KeyError;
     fn try_from(s: String) -> Result<Self, KeyError> {
         IdempotencyKey::validate(&s)?;
-        Ok(IdempotencyKey(s))
+        Ok(IdempotencyKey(s.into()))
     }
 }
 
 impl TryFrom<&str> for IdempotencyKey {
     type Error = KeyError;
     fn try_from(s: &str) -> Result<Self, KeyError> {
-        IdempotencyKey::try_from(s.to_owned())
+        IdempotencyKey::validate(s)?;
+        Ok(IdempotencyKey(s.into()))
     }
 }
 

@@ -18,12 +18,15 @@
 //! the link and the per-call state machine (`step`, the one place that
 //! decides what a call does next; timers only say *when* to look).
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Subscribe, Welcome};
+use arcp_types::{
+    Dialect, Frame, Header, IdempotencyKey, Message, ResumeRequest, Subscribe, Welcome,
+};
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
@@ -171,6 +174,9 @@ pub(crate) struct Core {
     events: tokio::sync::broadcast::Sender<ConnectionEvent>,
     /// Dials since the last established session.
     dials: u32,
+    /// The timestamp of the envelope being written, reused so that writing
+    /// a request allocates only its id and its text.
+    timestamp: String,
 }
 
 impl Core {
@@ -197,6 +203,7 @@ impl Core {
             link: Link::Down { next_dial: now },
             generation: 0,
             next_id: 0,
+            timestamp: String::new(),
             outbox: Vec::new(),
             queued_seq: 0,
             handed_seq: 0,
@@ -1058,11 +1065,12 @@ impl Core {
             Some(encoded) if encoded.dialect() == dialect => encoded,
             slot => slot.insert(dialect.encode_invoke(&call.invoke)),
         };
-        let mut header = arcp_types::Envelope::new("");
-        header.trace_id = Some(call.trace_id.clone());
-        header.session_id = self.session.id.clone();
-        let text = encoded.frame(&header);
-        let request = header.id;
+        let request = arcp_types::new_message_id();
+        arcp_types::write_now_rfc3339(&mut self.timestamp);
+        let mut header = Header::outgoing(&request, &self.timestamp);
+        header.trace_id = Some(Cow::Borrowed(&call.trace_id));
+        header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
+        let text = encoded.frame_with(&header);
         debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
         up.unanswered += 1;
         if up.live.awaiting_since.is_none() {

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use arcp_types::{Envelope, ErrorReply, Frame, JobEvent, JobResult, Message, Pong};
+use arcp_types::{ErrorReply, Frame, Header, JobEvent, JobResult, Message, Pong};
 use serde_json::Value;
 use tracing::{debug, warn};
 
@@ -30,8 +30,8 @@ impl Core {
         let Link::Up(up) = &self.link else {
             return;
         };
-        match up.dialect.decode(text) {
-            Ok(frame) => self.handle_frame(frame, now),
+        match up.dialect.decode_borrowed(text) {
+            Ok((header, message)) => self.handle_frame(&header, message, now),
             Err(e) => {
                 touch(&mut self.link, now);
                 warn!(error = %e, "skipping a frame that does not decode");
@@ -39,16 +39,16 @@ impl Core {
         }
     }
 
-    /// A decoded frame from the live connection.
-    pub(crate) fn handle_frame(&mut self, frame: Frame, now: Instant) {
+    /// A decoded frame from the live connection: its header (borrowed from
+    /// the frame's text) and its message.
+    pub(crate) fn handle_frame(&mut self, header: &Header<'_>, message: Message, now: Instant) {
         touch(&mut self.link, now);
         if !matches!(self.link, Link::Up(_)) {
             return;
         }
-        if let Some(seq) = frame.envelope.event_seq {
+        if let Some(seq) = header.event_seq {
             self.session.last_event_seq = self.session.last_event_seq.max(seq);
         }
-        let Frame { envelope, message } = frame;
         match message {
             Message::Ping(ping) => {
                 self.queue_frame(Frame::new(Message::Pong(Pong {
@@ -58,24 +58,24 @@ impl Core {
                 })));
             }
             Message::Accepted(accepted) => {
-                let request = accepted.request_id.or(envelope.correlation_id.clone());
-                let marked = envelope.idempotency_key.is_some() && self.key_echo_marks_replay();
-                self.on_accepted(&envelope, request, Some(accepted.job_id), marked, now);
+                let request = (accepted.request_id.as_deref()).or(header.correlation_id.as_deref());
+                let marked = header.idempotency_key.is_some() && self.key_echo_marks_replay();
+                self.on_accepted(header, request, Some(accepted.job_id), marked, now);
             }
             Message::Receipt(receipt) if receipt.replay => {
                 // An older runtime's "duplicate" answer: bound, no outcome.
-                let job = receipt.job_id.or(envelope.job_id.clone());
-                let request = envelope.correlation_id.clone();
-                self.on_accepted(&envelope, request, job, true, now);
+                let job = receipt.job_id.or_else(|| owned(&header.job_id));
+                let request = header.correlation_id.as_deref();
+                self.on_accepted(header, request, job, true, now);
             }
-            Message::Event(event) => self.on_event(&envelope, event, now),
-            Message::Result(result) => self.on_result(&envelope, result, now),
+            Message::Event(event) => self.on_event(header, event, now),
+            Message::Result(result) => self.on_result(header, result, now),
             Message::Cancelled(_) => {
-                if let Some(id) = self.call_for(&envelope, envelope.correlation_id.as_deref()) {
+                if let Some(id) = self.call_for(header, header.correlation_id.as_deref()) {
                     if let Some(call) = self.calls.get(&id) {
                         let error = Error::Cancelled {
                             key: call.key.clone(),
-                            job_id: call.job_id.clone().or(envelope.job_id.clone()),
+                            job_id: call.job_id.clone().or_else(|| owned(&header.job_id)),
                             attempts: call.attempts,
                         };
                         self.finish(id, Err(error));
@@ -85,20 +85,18 @@ impl Core {
             Message::Error(e)
             | Message::Nack(e)
             | Message::SessionError(e)
-            | Message::Rejected(e) => self.on_error(&envelope, e, now),
-            Message::CancelAccepted(_) => {
-                self.on_cancel_reply(&envelope, CancelOutcome::Acknowledged)
-            }
+            | Message::Rejected(e) => self.on_error(header, e, now),
+            Message::CancelAccepted(_) => self.on_cancel_reply(header, CancelOutcome::Acknowledged),
             Message::CancelRefused(body) => {
                 let reason = body
                     .get("reason")
                     .and_then(Value::as_str)
                     .unwrap_or("refused")
                     .to_owned();
-                self.on_cancel_reply(&envelope, CancelOutcome::Refused { reason });
+                self.on_cancel_reply(header, CancelOutcome::Refused { reason });
             }
             Message::Subscribed(_) => {
-                if let Some(request) = envelope.correlation_id.as_deref() {
+                if let Some(request) = header.correlation_id.as_deref() {
                     if let Some((id, ReqKind::Subscribe)) = self.requests.get(request) {
                         self.requests.remove(request);
                         if let Some(call) = self.calls.get_mut(&id) {
@@ -130,20 +128,20 @@ impl Core {
     }
 
     /// A frame re-sent from another session (a replayed, stored answer).
-    fn is_foreign(&self, envelope: &Envelope) -> bool {
+    fn is_foreign(&self, header: &Header<'_>) -> bool {
         matches!(
-            (envelope.session_id.as_deref(), self.session.id.as_deref()),
+            (header.session_id.as_deref(), self.session.id.as_deref()),
             (Some(theirs), Some(ours)) if theirs != ours
         )
     }
 
     /// The call a frame is about: by the request it names, else by job.
-    fn call_for(&self, envelope: &Envelope, request: Option<&str>) -> Option<CallId> {
+    fn call_for(&self, header: &Header<'_>, request: Option<&str>) -> Option<CallId> {
         request
             .and_then(|r| self.requests.get(r))
             .map(|(id, _)| id)
             .or_else(|| {
-                envelope
+                header
                     .job_id
                     .as_deref()
                     .and_then(|j| self.by_job.get(j).copied())
@@ -165,13 +163,13 @@ impl Core {
 
     fn on_accepted(
         &mut self,
-        envelope: &Envelope,
-        request: Option<String>,
+        header: &Header<'_>,
+        request: Option<&str>,
         job_id: Option<String>,
         marked: bool,
         now: Instant,
     ) {
-        let id = match request.as_deref() {
+        let id = match request {
             Some(r) => match self.requests.get(r) {
                 Some((id, ReqKind::Submit)) => Some(id),
                 _ => None,
@@ -190,14 +188,13 @@ impl Core {
             );
             return;
         };
-        let foreign = self.is_foreign(envelope);
+        let foreign = self.is_foreign(header);
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
-        let Phase::Sent { request, .. } = &call.phase else {
+        if !matches!(call.phase, Phase::Sent { .. }) {
             return;
-        };
-        let request = request.clone();
+        }
         let known_job = matches!((&call.job_id, &job_id), (Some(a), Some(b)) if a == b);
         // The answer shows a stored binding: another session's frame, a
         // runtime's replay mark, or the job an earlier attempt was bound to.
@@ -226,18 +223,20 @@ impl Core {
             None
         };
         debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
-        call.phase = Phase::Accepted { ladder_at };
+        let sent = std::mem::replace(&mut call.phase, Phase::Accepted { ladder_at });
         if let Some(job) = job_id {
             self.by_job.insert(job, id);
         }
-        self.requests.remove(&request);
+        if let Phase::Sent { request, .. } = sent {
+            self.requests.remove(&request);
+        }
         self.answered(now);
         self.rearm(id, now);
     }
 
-    fn on_event(&mut self, envelope: &Envelope, event: JobEvent, now: Instant) {
-        let Some(id) = self.call_for(envelope, None) else {
-            debug!(job_id = ?envelope.job_id, "an event for a job no call is waiting on; dropped");
+    fn on_event(&mut self, header: &Header<'_>, event: JobEvent, now: Instant) {
+        let Some(id) = self.call_for(header, None) else {
+            debug!(job_id = ?header.job_id, "an event for a job no call is waiting on; dropped");
             return;
         };
         self.subscription_answered(id);
@@ -258,7 +257,7 @@ impl Core {
                 ladder_at: Some(later(now, wait)),
             };
         }
-        if let Some(seq) = envelope.event_seq {
+        if let Some(seq) = header.event_seq {
             if call.last_event.is_some_and(|last| last >= (epoch, seq)) {
                 self.rearm(id, now);
                 return; // already delivered (replay after resume or subscribe)
@@ -281,7 +280,7 @@ impl Core {
             }
         }
         let event = InvocationEvent {
-            event_seq: envelope.event_seq,
+            event_seq: header.event_seq,
             event,
         };
         for waiter in &call.waiters {
@@ -292,19 +291,19 @@ impl Core {
         self.rearm(id, now);
     }
 
-    fn on_result(&mut self, envelope: &Envelope, result: JobResult, now: Instant) {
-        let Some(id) = self.call_for(envelope, envelope.correlation_id.as_deref()) else {
-            debug!(job_id = ?envelope.job_id, "a result for a job no call is waiting on; dropped");
+    fn on_result(&mut self, header: &Header<'_>, result: JobResult, now: Instant) {
+        let Some(id) = self.call_for(header, header.correlation_id.as_deref()) else {
+            debug!(job_id = ?header.job_id, "a result for a job no call is waiting on; dropped");
             return;
         };
-        let foreign = self.is_foreign(envelope);
+        let foreign = self.is_foreign(header);
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
         // A terminal with no acceptance before it on this attempt is a
         // stored outcome re-sent (runtimes accept a fresh job before it runs).
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
-        if let Some(job) = &envelope.job_id {
+        if let Some(job) = &header.job_id {
             call.bind(job);
         }
         let replayed = call.replayed || foreign || unaccepted;
@@ -323,7 +322,8 @@ impl Core {
                 key,
                 replayed,
                 attempts: call.attempts,
-                trace_id: call.trace_id.clone(),
+                // The call ends here and its trace id is not read again.
+                trace_id: std::mem::take(&mut call.trace_id),
             }),
             ResultReading::Failed { code, message } => {
                 let e = failed_result(code, self.config.redact(message));
@@ -341,8 +341,11 @@ impl Core {
         self.finish(id, outcome);
     }
 
-    fn on_error(&mut self, envelope: &Envelope, e: ErrorReply, now: Instant) {
-        let request = e.request_id.clone().or(envelope.correlation_id.clone());
+    fn on_error(&mut self, header: &Header<'_>, e: ErrorReply, now: Instant) {
+        let request = e
+            .request_id
+            .clone()
+            .or_else(|| owned(&header.correlation_id));
         let named = request.as_deref().and_then(|r| {
             self.requests
                 .get(r)
@@ -350,7 +353,7 @@ impl Core {
         });
         let target = match named {
             Some(t) => Some(t),
-            None => match envelope
+            None => match header
                 .job_id
                 .as_deref()
                 .and_then(|j| self.by_job.get(j).copied())
@@ -359,7 +362,7 @@ impl Core {
                 // Names neither: runtimes answer in order (v1.1 Python's
                 // `session.error` carries no request id).
                 None if request.is_none()
-                    && envelope.job_id.is_none()
+                    && header.job_id.is_none()
                     && !self.echoes_request_ids() =>
                 {
                     self.requests.oldest_drawing()
@@ -391,17 +394,17 @@ impl Core {
                     call.answer_cancel(CancelOutcome::Refused { reason });
                 }
             }
-            ReqKind::Submit => self.on_call_error(id, envelope, e, now),
+            ReqKind::Submit => self.on_call_error(id, header, e, now),
         }
     }
 
-    fn on_call_error(&mut self, id: CallId, envelope: &Envelope, mut e: ErrorReply, now: Instant) {
+    fn on_call_error(&mut self, id: CallId, header: &Header<'_>, mut e: ErrorReply, now: Instant) {
         e.message = self.config.redact(e.message);
-        let foreign = self.is_foreign(envelope);
+        let foreign = self.is_foreign(header);
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
-        let names_job = envelope.job_id.is_some();
+        let names_job = header.job_id.is_some();
         let accepted = matches!(call.phase, Phase::Accepted { .. });
         let verdict = classify_error(&e, names_job, accepted);
         let mut freed = false;
@@ -444,7 +447,7 @@ impl Core {
                 debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
             }
             verdict => {
-                if let Some(job) = &envelope.job_id {
+                if let Some(job) = &header.job_id {
                     call.bind(job);
                 }
                 let replayed = call.replayed || foreign || (names_job && unaccepted);
@@ -461,9 +464,9 @@ impl Core {
         }
     }
 
-    fn on_cancel_reply(&mut self, envelope: &Envelope, outcome: CancelOutcome) {
+    fn on_cancel_reply(&mut self, header: &Header<'_>, outcome: CancelOutcome) {
         let by_request =
-            envelope
+            header
                 .correlation_id
                 .as_deref()
                 .and_then(|r| match self.requests.get(r) {
@@ -472,7 +475,7 @@ impl Core {
                 });
         let (request, id) = match by_request {
             Some((r, id)) => (Some(r), id),
-            None => match envelope
+            None => match header
                 .job_id
                 .as_deref()
                 .and_then(|j| self.by_job.get(j).copied())
@@ -493,4 +496,9 @@ impl Core {
             call.answer_cancel(outcome);
         }
     }
+}
+
+/// An owned copy of a borrowed header field.
+fn owned(field: &Option<std::borrow::Cow<'_, str>>) -> Option<String> {
+    field.as_deref().map(str::to_owned)
 }

@@ -12,16 +12,17 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::{from_payload, object_payload, rename, rename_in, to_payload, DecodeError, Payload};
+use super::{
+    from_payload, object_payload, rename, rename_in, to_payload, DecodeError, Head, Payload,
+};
 use crate::message::*;
 use crate::Envelope;
 
-pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Frame, DecodeError> {
-    let kind = std::mem::take(&mut envelope.kind);
-    let k = kind.as_str();
-    let correlation = envelope.correlation_id.clone();
+pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, DecodeError> {
+    let k = head.kind;
+    let correlation = || head.correlation_id.map(str::to_owned);
     let with_request = |mut e: ErrorReply| {
-        e.request_id = e.request_id.or_else(|| correlation.clone());
+        e.request_id = e.request_id.or_else(correlation);
         e
     };
     let event = |kind: &str, payload: Value| {
@@ -65,12 +66,12 @@ pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Fra
                     .extra
                     .insert("idempotency_key".into(), Value::String(in_payload));
             }
-            invoke.idempotency_key = envelope.idempotency_key.clone();
+            invoke.idempotency_key = head.idempotency_key.map(str::to_owned);
             Message::Invoke(invoke)
         }
         "job.accepted" => {
             let mut accepted: Accepted = from_payload(k, payload)?;
-            accepted.request_id = accepted.request_id.or(correlation.clone());
+            accepted.request_id = accepted.request_id.or_else(correlation);
             Message::Accepted(accepted)
         }
         "job.started" => Message::Started(object_payload(k, payload)?),
@@ -98,8 +99,9 @@ pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Fra
             }
             if let Some(id) = body.remove("target_id") {
                 body.insert("job_id".into(), id);
-            } else if let Some(job_id) = envelope.job_id.clone() {
-                body.entry("job_id").or_insert(Value::String(job_id));
+            } else if let Some(job_id) = head.job_id {
+                body.entry("job_id")
+                    .or_insert_with(|| Value::String(job_id.to_owned()));
             }
             Message::Cancel(from_payload(k, Value::Object(body))?)
         }
@@ -110,10 +112,13 @@ pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Fra
         "job.unsubscribe" => Message::Unsubscribe(object_payload(k, payload)?),
         _ => {
             let payload = payload.into_value(k)?;
-            Message::Unknown(Unknown { kind, payload })
+            Message::Unknown(Unknown {
+                kind: k.to_owned(),
+                payload,
+            })
         }
     };
-    Ok(Frame { envelope, message })
+    Ok(message)
 }
 
 /// The fields of a `tool.invoke` payload, borrowed from `invoke`, and the

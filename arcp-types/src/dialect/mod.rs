@@ -29,8 +29,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::message::{Frame, Object};
-use crate::Envelope;
+use crate::message::{Frame, Message, Object};
+use crate::{Envelope, Header};
 
 /// Which ARCP message set is on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,20 +76,33 @@ impl Dialect {
     /// the payload is parsed from its raw text straight into the type the
     /// frame's `type` names (no intermediate `Value` tree).
     pub fn decode(self, text: &str) -> Result<Frame, DecodeError> {
-        let (envelope, raw) = Envelope::parse_raw(text).map_err(DecodeError::Envelope)?;
-        self.decode_parts(envelope, Payload::Raw(raw))
+        let (header, message) = self.decode_borrowed(text)?;
+        Ok(Frame {
+            envelope: header.into_envelope(Value::Null),
+            message,
+        })
+    }
+
+    /// Decodes one text frame as [`decode`](Self::decode) does, leaving the
+    /// header's strings borrowed from `text`: a receiver that only looks at
+    /// the header copies nothing.
+    pub fn decode_borrowed(self, text: &str) -> Result<(Header<'_>, Message), DecodeError> {
+        let (header, raw) = Envelope::parse_raw(text).map_err(DecodeError::Envelope)?;
+        let message = self.decode_message(Head::of(&header), Payload::Raw(raw))?;
+        Ok((header, message))
     }
 
     /// Decodes an already parsed envelope (its `payload` tree included).
     pub fn decode_envelope(self, mut envelope: Envelope) -> Result<Frame, DecodeError> {
         let payload = Payload::Tree(std::mem::take(&mut envelope.payload));
-        self.decode_parts(envelope, payload)
+        let message = self.decode_message(Head::of_envelope(&envelope), payload)?;
+        Ok(Frame { envelope, message })
     }
 
-    fn decode_parts(self, envelope: Envelope, payload: Payload<'_>) -> Result<Frame, DecodeError> {
+    fn decode_message(self, head: Head<'_>, payload: Payload<'_>) -> Result<Message, DecodeError> {
         match self {
-            Dialect::V1_1 => v1_1::decode(envelope, payload),
-            Dialect::Legacy => legacy::decode(envelope, payload),
+            Dialect::V1_1 => v1_1::decode(head, payload),
+            Dialect::Legacy => legacy::decode(head, payload),
         }
     }
 
@@ -140,6 +153,13 @@ impl EncodedRequest {
     /// [`Dialect::encode`] writes for the same frame, without re-encoding
     /// the payload.
     pub fn frame(&self, header: &Envelope) -> String {
+        header.to_json_with(&self.kind, self.envelope_key.as_deref(), &self.payload)
+    }
+
+    /// [`frame`](Self::frame) around a borrowed header (see
+    /// [`Header::outgoing`]): a sender that keeps its ids and timestamp
+    /// buffers copies nothing but the output.
+    pub fn frame_with(&self, header: &Header<'_>) -> String {
         header.to_json_with(&self.kind, self.envelope_key.as_deref(), &self.payload)
     }
 }
@@ -207,6 +227,36 @@ fn decode_open(mut open: crate::message::Open) -> crate::message::Open {
         open.capabilities = Value::Object(Object::new());
     }
     open
+}
+
+/// The header fields a codec reads to decode a payload, borrowed from a
+/// [`Header`] or an [`Envelope`].
+#[derive(Clone, Copy)]
+pub(super) struct Head<'a> {
+    kind: &'a str,
+    job_id: Option<&'a str>,
+    correlation_id: Option<&'a str>,
+    idempotency_key: Option<&'a str>,
+}
+
+impl<'a> Head<'a> {
+    fn of(header: &'a Header<'_>) -> Self {
+        Head {
+            kind: &header.kind,
+            job_id: header.job_id.as_deref(),
+            correlation_id: header.correlation_id.as_deref(),
+            idempotency_key: header.idempotency_key.as_deref(),
+        }
+    }
+
+    fn of_envelope(envelope: &'a Envelope) -> Self {
+        Head {
+            kind: &envelope.kind,
+            job_id: envelope.job_id.as_deref(),
+            correlation_id: envelope.correlation_id.as_deref(),
+            idempotency_key: envelope.idempotency_key.as_deref(),
+        }
+    }
 }
 
 /// A frame's payload on its way to a model type: the raw JSON text
@@ -319,6 +369,14 @@ mod tests {
                     dialect.encode(&frame),
                     "{dialect}: {invoke:?}"
                 );
+                // The same around a borrowed header.
+                let envelope = &frame.envelope;
+                let timestamp = envelope.timestamp.as_deref().unwrap();
+                let mut header = Header::outgoing(&envelope.id, timestamp);
+                header.session_id = Some("sess_1".into());
+                header.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+                header.extra = envelope.extra.clone();
+                assert_eq!(encoded.frame_with(&header), dialect.encode(&frame));
             }
         }
     }

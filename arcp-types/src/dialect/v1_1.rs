@@ -4,7 +4,9 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::{decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Payload};
+use super::{
+    decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Payload,
+};
 use crate::message::*;
 use crate::Envelope;
 
@@ -18,9 +20,8 @@ const DEFAULT_FEATURES: &[&str] = &[
     "result_chunk",
 ];
 
-pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Frame, DecodeError> {
-    let kind = std::mem::take(&mut envelope.kind);
-    let k = kind.as_str();
+pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, DecodeError> {
+    let k = head.kind;
     let message = match k {
         "session.hello" => Message::Open(decode_open(from_payload(k, payload)?)),
         "session.welcome" => Message::Welcome(from_payload(k, payload)?),
@@ -45,8 +46,8 @@ pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Fra
         "job.cancel" => {
             let mut body = object_payload(k, payload)?;
             if !body.contains_key("job_id") {
-                if let Some(job_id) = envelope.job_id.clone() {
-                    body.insert("job_id".into(), Value::String(job_id));
+                if let Some(job_id) = head.job_id {
+                    body.insert("job_id".into(), Value::String(job_id.to_owned()));
                 }
             }
             Message::Cancel(from_payload(k, Value::Object(body))?)
@@ -57,10 +58,13 @@ pub(super) fn decode(mut envelope: Envelope, payload: Payload<'_>) -> Result<Fra
         "job.unsubscribe" => Message::Unsubscribe(object_payload(k, payload)?),
         _ => {
             let payload = payload.into_value(k)?;
-            Message::Unknown(Unknown { kind, payload })
+            Message::Unknown(Unknown {
+                kind: k.to_owned(),
+                payload,
+            })
         }
     };
-    Ok(Frame { envelope, message })
+    Ok(message)
 }
 
 /// A `job.result`: its `final_status` picks the variant (the encoder
