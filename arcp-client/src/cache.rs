@@ -7,13 +7,14 @@
 //! asks the runtime again, and one with another intent is refused as a
 //! duplicate, since the key may be bound to the first intent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
+use crate::FastMap;
 
 /// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;
@@ -72,7 +73,7 @@ struct Entry {
 }
 
 pub(crate) struct OutcomeCache {
-    entries: HashMap<IdempotencyKey, Entry>,
+    entries: FastMap<IdempotencyKey, Entry>,
     order: VecDeque<(IdempotencyKey, Instant)>,
     capacity: usize,
     ttl: Duration,
@@ -94,7 +95,7 @@ pub(crate) enum Cached {
 impl OutcomeCache {
     pub(crate) fn new(capacity: usize, ttl: Duration) -> Self {
         OutcomeCache {
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             order: VecDeque::new(),
             capacity,
             ttl,

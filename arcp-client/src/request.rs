@@ -65,7 +65,7 @@ const ABANDONED: u8 = 2;
 /// transport running its call.
 #[derive(Debug, Default)]
 pub(crate) struct CallShared {
-    job_id: OnceLock<String>,
+    job_id: OnceLock<Arc<str>>,
     /// Woken on acceptance and at the end.
     changed: Notify,
     ended: AtomicBool,
@@ -90,16 +90,16 @@ enum EventSlot {
 
 impl CallShared {
     /// Records acceptance (the first job id wins) and wakes `accepted()`.
-    pub(crate) fn set_job(&self, job_id: &str) {
+    pub(crate) fn set_job(&self, job_id: &Arc<str>) {
         if self.job_id.get().is_none() {
-            let _ = self.job_id.set(job_id.to_owned());
+            let _ = self.job_id.set(job_id.clone());
             self.changed.notify_waiters();
         }
     }
 
     /// The job id, once accepted.
     pub(crate) fn job_id(&self) -> Option<String> {
-        self.job_id.get().cloned()
+        self.job_id.get().map(|job| job.to_string())
     }
 
     /// Waits for acceptance: the job id, or `None` if the call ended
@@ -110,7 +110,7 @@ impl CallShared {
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(job) = self.job_id.get() {
-                return Some(job.clone());
+                return Some(job.to_string());
             }
             if self.ended.load(Ordering::Acquire) {
                 return None;
@@ -171,12 +171,14 @@ impl CallShared {
 
     /// Hands an event to the watcher, if any. Returns false when it was
     /// dropped because the watcher's buffer is full.
-    pub(crate) fn deliver(&self, event: InvocationEvent) -> bool {
+    pub(crate) fn deliver(&self, event: &InvocationEvent) -> bool {
         let slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
         match &*slot {
-            EventSlot::Watched(tx) => {
-                !matches!(tx.try_send(event), Err(mpsc::error::TrySendError::Full(_)))
-            }
+            // Copied only for a watcher: most calls' events are not watched.
+            EventSlot::Watched(tx) => !matches!(
+                tx.try_send(event.clone()),
+                Err(mpsc::error::TrySendError::Full(_))
+            ),
             _ => true,
         }
     }
@@ -224,7 +226,7 @@ mod tests {
             async move { shared.accepted().await }
         });
         tokio::task::yield_now().await;
-        shared.set_job("job_1");
+        shared.set_job(&Arc::from("job_1"));
         assert_eq!(waiter.await.unwrap().as_deref(), Some("job_1"));
 
         let shared = Arc::new(CallShared::default());

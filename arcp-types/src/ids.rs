@@ -9,11 +9,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A fresh envelope id: `msg_` followed by a ULID.
 pub fn new_message_id() -> String {
-    let mut buf = [0u8; ulid::ULID_LEN];
     let mut id = String::with_capacity(4 + ulid::ULID_LEN);
-    id.push_str("msg_");
-    id.push_str(ulid::Ulid::new().array_to_str(&mut buf));
+    write_new_message_id(&mut id);
     id
+}
+
+/// Replaces `out`'s contents with a fresh envelope id, as
+/// [`new_message_id`] makes: a sender that keeps one buffer allocates
+/// nothing for it.
+pub fn write_new_message_id(out: &mut String) {
+    let mut buf = [0u8; ulid::ULID_LEN];
+    out.clear();
+    out.push_str("msg_");
+    out.push_str(ulid::Ulid::new().array_to_str(&mut buf));
 }
 
 /// A fresh W3C trace id: 32 lowercase hex digits, never all zero.

@@ -629,7 +629,9 @@ impl<'a> Call<'a> {
 
     fn bind(&mut self, job_id: String) {
         if self.job_id.as_deref() != Some(job_id.as_str()) {
-            self.req.shared.set_job(&job_id);
+            self.req
+                .shared
+                .set_job(&std::sync::Arc::from(job_id.as_str()));
             self.job_id = Some(job_id);
         }
         self.bound = true;
@@ -648,7 +650,7 @@ impl<'a> Call<'a> {
             event_seq: envelope.event_seq,
             event,
         };
-        if !self.req.shared.deliver(event) {
+        if !self.req.shared.deliver(&event) {
             self.dropped_events += 1;
         }
     }

@@ -8,9 +8,11 @@
 //! because runtimes answer in order. The table is cleared with its
 //! connection, so nothing is ever attributed across connections.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::calls::CallId;
+use crate::FastMap;
 
 /// What kind of request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,17 +41,21 @@ struct Entry {
     order: u64,
 }
 
+/// A request's envelope id, shared by the call that sent it and both
+/// indexes here (one allocation per request).
+pub(crate) type RequestId = Arc<str>;
+
 /// Outstanding requests by id, and in send order.
 #[derive(Debug, Default)]
 pub(crate) struct Requests {
-    by_id: HashMap<String, Entry>,
-    in_order: BTreeMap<u64, String>,
+    by_id: FastMap<RequestId, Entry>,
+    in_order: BTreeMap<u64, RequestId>,
     next: u64,
 }
 
 impl Requests {
     /// Registers a request just queued for sending.
-    pub(crate) fn insert(&mut self, id: String, call: CallId, kind: ReqKind) {
+    pub(crate) fn insert(&mut self, id: RequestId, call: CallId, kind: ReqKind) {
         let order = self.next;
         self.next += 1;
         self.in_order.insert(order, id.clone());
@@ -69,7 +75,7 @@ impl Requests {
     }
 
     /// The oldest request that an unnamed error may answer.
-    pub(crate) fn oldest_drawing(&self) -> Option<(String, CallId, ReqKind)> {
+    pub(crate) fn oldest_drawing(&self) -> Option<(RequestId, CallId, ReqKind)> {
         self.in_order.values().find_map(|id| {
             let e = self.by_id.get(id)?;
             e.kind

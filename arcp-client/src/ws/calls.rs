@@ -13,10 +13,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arcp_types::{IdempotencyKey, Invoke};
+use arcp_types::{DecodeError, Dialect, EncodedRequest, IdempotencyKey, Invoke};
 use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
+use super::attribution::RequestId;
 use crate::cache::Outcome;
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
@@ -51,7 +52,7 @@ pub(crate) enum Phase {
     /// An attempt is on the connection, unanswered. `seq` is its place in
     /// the transmit order: written to the socket once the driver reports it
     /// flushed.
-    Sent { request: String, seq: u64 },
+    Sent { request: RequestId, seq: u64 },
     /// Bound to a job. `ladder_at` is set when the live stream cannot be
     /// trusted to deliver the terminal (the acceptance was a replay, or the
     /// connection was resumed): then the recovery ladder takes its next step.
@@ -74,21 +75,22 @@ pub(crate) struct CancelState {
 /// One logical call.
 pub(crate) struct Call {
     pub(crate) key: IdempotencyKey,
-    pub(crate) trace_id: String,
-    pub(crate) invoke: Invoke,
-    /// The intent's payload encoded once for the live dialect: every
-    /// attempt re-sends these bytes (invariant 1 by construction).
-    pub(crate) encoded: Option<arcp_types::EncodedRequest>,
+    pub(crate) trace_id: TraceId,
+    /// What the call sends: every attempt re-sends the same bytes
+    /// (invariant 1 by construction).
+    pub(crate) outgoing: Outgoing,
     pub(crate) fingerprint: u64,
     pub(crate) waiters: Vec<Waiter>,
     pub(crate) recorder: Option<Box<dyn crate::request::CallRecorder>>,
     pub(crate) phase: Phase,
     pub(crate) attempts: u32,
-    pub(crate) job_id: Option<String>,
+    /// Shared with the call's waiters and the job index.
+    pub(crate) job_id: Option<Arc<str>>,
     pub(crate) exposure: Exposure,
     /// The runtime's answers show a stored outcome (see `ToolError::replayed`).
     pub(crate) replayed: bool,
-    pub(crate) last_error: Option<String>,
+    /// What went wrong so far; boxed and absent until something does.
+    pub(crate) troubles: Option<Box<Troubles>>,
     pub(crate) deadline_at: Instant,
     pub(crate) deadline: std::time::Duration,
     /// When retrying stops: `max_elapsed` after the first failure.
@@ -102,14 +104,6 @@ pub(crate) struct Call {
     /// The runtime cannot hand this job's outcome to a new request: the
     /// next replayed acceptance ends the call (one confirming re-send).
     pub(crate) confirming: bool,
-    /// Subscribed with history on this connection generation.
-    pub(crate) subscribed_on: Option<u64>,
-    pub(crate) subscribe_request: Option<String>,
-    pub(crate) subscribe_refused: bool,
-    /// Connections the runtime closed with a request-level code while this
-    /// call's attempt was written and unanswered: (count, last code, reason,
-    /// whether the last one happened with no other request outstanding).
-    pub(crate) rejections: (u32, u16, String, bool),
     pub(crate) cancel: Option<Box<CancelState>>,
     /// Highest (session epoch, event_seq) delivered, for deduplication.
     pub(crate) last_event: Option<(u64, u64)>,
@@ -121,7 +115,118 @@ pub(crate) struct Call {
     pub(crate) timer_gen: u32,
 }
 
+/// A call's W3C trace id, kept inline (a call holds it for its whole life
+/// and writes it into every attempt's envelope).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TraceId {
+    /// 32 lowercase hex digits, as a number (high and low halves).
+    Hex(u64, u64),
+    /// An id not in that form, kept as given (ids are checked when a call
+    /// is made, so this crate never makes one).
+    Other(Box<str>),
+}
+
+impl TraceId {
+    /// The trace id of `text`.
+    pub(crate) fn new(text: &str) -> Self {
+        match u128::from_str_radix(text, 16) {
+            Ok(n) if arcp_types::is_trace_id(text) => TraceId::Hex((n >> 64) as u64, n as u64),
+            _ => TraceId::Other(text.into()),
+        }
+    }
+
+    /// The id as text, written into `buf`.
+    pub(crate) fn write<'a>(&'a self, buf: &'a mut [u8; 32]) -> &'a str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        match self {
+            TraceId::Hex(high, low) => {
+                let n = (u128::from(*high) << 64) | u128::from(*low);
+                for (i, digit) in buf.iter_mut().enumerate() {
+                    *digit = HEX[((n >> (124 - 4 * i)) & 0xf) as usize];
+                }
+                std::str::from_utf8(buf).unwrap_or_default()
+            }
+            TraceId::Other(text) => text,
+        }
+    }
+
+    /// The id as an owned string.
+    pub(crate) fn to_text(&self) -> String {
+        self.write(&mut [0; 32]).to_owned()
+    }
+}
+
+/// What a call sends: its request until the first attempt, then only the
+/// request's payload encoded for the connection's dialect. Keeping both
+/// held the caller's arguments for the whole life of the call.
+pub(crate) enum Outgoing {
+    Request(Box<Invoke>),
+    Encoded(EncodedRequest),
+}
+
+impl Outgoing {
+    /// Encodes the request for `dialect` unless it already is. Re-encoding
+    /// for the other dialect (a reconnect that negotiated it) starts from
+    /// the request decoded back from its bytes.
+    pub(crate) fn prepare(&mut self, dialect: Dialect) -> Result<(), DecodeError> {
+        let encoded = match self {
+            Outgoing::Encoded(e) if e.dialect() == dialect => return Ok(()),
+            Outgoing::Encoded(e) => dialect.encode_invoke(&e.to_invoke()?),
+            Outgoing::Request(invoke) => dialect.encode_invoke(invoke),
+        };
+        *self = Outgoing::Encoded(encoded);
+        Ok(())
+    }
+
+    /// The encoded payload, once [`prepare`](Self::prepare)d.
+    pub(crate) fn encoded(&self) -> Option<&EncodedRequest> {
+        match self {
+            Outgoing::Encoded(e) => Some(e),
+            Outgoing::Request(_) => None,
+        }
+    }
+}
+
+/// The parts of a call's state that only a call in trouble uses (a lost
+/// connection, a refusal, the recovery ladder): kept apart and allocated
+/// on the first trouble, so a call that goes through first time carries
+/// none of it.
+#[derive(Debug, Default)]
+pub(crate) struct Troubles {
+    /// The last transport or runtime error, for the final report.
+    pub(crate) last_error: Option<String>,
+    /// Subscribed with history on this connection generation.
+    pub(crate) subscribed_on: Option<u64>,
+    pub(crate) subscribe_request: Option<String>,
+    pub(crate) subscribe_refused: bool,
+    /// Connections the runtime closed with a request-level code while this
+    /// call's attempt was written and unanswered: (count, last code, reason,
+    /// whether the last one happened with no other request outstanding).
+    pub(crate) rejections: (u32, u16, String, bool),
+}
+
 impl Call {
+    /// The call's troubles, allocated on first use.
+    pub(crate) fn troubles_mut(&mut self) -> &mut Troubles {
+        self.troubles.get_or_insert_with(Box::default)
+    }
+
+    /// The last error seen, if any.
+    pub(crate) fn last_error(&self) -> Option<&str> {
+        self.troubles.as_ref()?.last_error.as_deref()
+    }
+
+    /// The outstanding `job.subscribe`, if any.
+    pub(crate) fn subscribe_request(&self) -> Option<&str> {
+        self.troubles.as_ref()?.subscribe_request.as_deref()
+    }
+
+    /// Forgets the outstanding `job.subscribe` (answered, or lost with its
+    /// connection), returning its id.
+    pub(crate) fn take_subscribe_request(&mut self) -> Option<String> {
+        self.troubles.as_mut()?.subscribe_request.take()
+    }
+
     /// When the call next needs a look: its deadline, its phase's instant,
     /// the end of its retry budget while recovering, its cancel's bound.
     ///
@@ -176,18 +281,29 @@ impl Call {
     }
 
     /// Records the job id, for this call and every waiter.
-    pub(crate) fn bind(&mut self, job_id: &str) {
+    pub(crate) fn bind(&mut self, job_id: &str) -> Arc<str> {
         self.exposure.bound = true;
-        if self.job_id.as_deref() != Some(job_id) {
-            self.job_id = Some(job_id.to_owned());
-            self.span.record("job_id", job_id);
-        }
+        let job = match &self.job_id {
+            Some(known) if **known == *job_id => known.clone(),
+            _ => {
+                let job: Arc<str> = Arc::from(job_id);
+                self.job_id = Some(job.clone());
+                self.span.record("job_id", job_id);
+                job
+            }
+        };
         for waiter in &self.waiters {
-            waiter.shared.set_job(job_id);
+            waiter.shared.set_job(&job);
         }
         if let Some(recorder) = &self.recorder {
             recorder.accepted(&self.key, job_id);
         }
+        job
+    }
+
+    /// An owned copy of the job id, for an outcome or an error.
+    pub(crate) fn job(&self) -> Option<String> {
+        self.job_id.as_deref().map(str::to_owned)
     }
 
     /// What a cancel not confirmed by the runtime amounts to: dispatched
@@ -206,5 +322,61 @@ impl Call {
                 let _ = waiter.send(outcome.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_re_encoded_for_the_other_dialect_is_the_same_request() {
+        let invoke: Invoke = serde_json::from_value(json!({
+            "tool": "refund", "arguments": {"order": 4812, "note": "é\"x"},
+            "idempotency_key": "k-1", "max_runtime_sec": 9
+        }))
+        .unwrap();
+        for (first, then) in [
+            (Dialect::V1_1, Dialect::Legacy),
+            (Dialect::Legacy, Dialect::V1_1),
+        ] {
+            let mut outgoing = Outgoing::Request(Box::new(invoke.clone()));
+            outgoing.prepare(first).unwrap();
+            let bytes = outgoing.encoded().unwrap().payload().to_owned();
+            assert_eq!(bytes, first.encode_invoke(&invoke).payload());
+            // The request itself is gone; only its bytes are kept.
+            assert!(matches!(outgoing, Outgoing::Encoded(_)));
+            outgoing.prepare(then).unwrap();
+            let direct = then.encode_invoke(&invoke);
+            let encoded = outgoing.encoded().unwrap();
+            assert_eq!(encoded.dialect(), then);
+            assert_eq!(encoded.payload(), direct.payload(), "{first} -> {then}");
+            let header = arcp_types::Header::outgoing("msg_1", "2026-01-01T00:00:00.000000Z");
+            assert_eq!(encoded.frame_with(&header), direct.frame_with(&header));
+        }
+    }
+}
+
+#[cfg(test)]
+mod trace_id_tests {
+    use super::TraceId;
+
+    #[test]
+    fn trace_ids_are_written_back_as_given() {
+        for text in [
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "00000000000000000000000000000001",
+            "ffffffffffffffffffffffffffffffff",
+        ] {
+            let id = TraceId::new(text);
+            assert!(matches!(id, TraceId::Hex(..)), "{text}");
+            assert_eq!(id.to_text(), text);
+        }
+        let generated = arcp_types::new_trace_id();
+        assert_eq!(TraceId::new(&generated).to_text(), generated);
+        // Not in W3C form (upper case): kept verbatim, not normalised.
+        let odd = TraceId::new("4BF92F3577B34DA6A3CE929D0E0E4736");
+        assert_eq!(odd.to_text(), "4BF92F3577B34DA6A3CE929D0E0E4736");
     }
 }

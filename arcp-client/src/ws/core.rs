@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,8 @@ use arcp_types::{
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use super::attribution::{ReqKind, Requests};
-use super::calls::{Call, CallId, CancelState, Phase, Waiter};
+use super::attribution::{ReqKind, RequestId, Requests};
+use super::calls::{Call, CallId, CancelState, Outgoing, Phase, TraceId, Waiter};
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
 use crate::cache::{conflict, fingerprint_of, Cached, Outcome, OutcomeCache};
 use crate::classify::{give_up, Exposure};
@@ -42,6 +42,7 @@ use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::{later, Schedule};
 use crate::telemetry::{self, Answered};
+use crate::FastMap;
 
 /// Requests from client handles.
 pub(crate) enum Command {
@@ -141,9 +142,9 @@ const TIMER_COMPACT_MIN: usize = 1024;
 /// The connection core.
 pub(crate) struct Core {
     pub(super) config: Arc<Config>,
-    pub(super) calls: HashMap<CallId, Box<Call>>,
-    by_key: HashMap<IdempotencyKey, CallId>,
-    pub(super) by_job: HashMap<String, CallId>,
+    pub(super) calls: FastMap<CallId, Box<Call>>,
+    by_key: FastMap<IdempotencyKey, CallId>,
+    pub(super) by_job: FastMap<Arc<str>, CallId>,
     pub(super) requests: Requests,
     timers: BinaryHeap<Reverse<(Instant, CallId, u32)>>,
     cache: OutcomeCache,
@@ -174,8 +175,9 @@ pub(crate) struct Core {
     events: tokio::sync::broadcast::Sender<ConnectionEvent>,
     /// Dials since the last established session.
     dials: u32,
-    /// The timestamp of the envelope being written, reused so that writing
-    /// a request allocates only its id and its text.
+    /// The id and timestamp of the envelope being written, reused so that
+    /// writing a request allocates only its shared id and its text.
+    message_id: String,
     timestamp: String,
 }
 
@@ -194,15 +196,16 @@ impl Core {
         Core {
             cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl),
             config,
-            calls: HashMap::new(),
-            by_key: HashMap::new(),
-            by_job: HashMap::new(),
+            calls: FastMap::default(),
+            by_key: FastMap::default(),
+            by_job: FastMap::default(),
             requests: Requests::default(),
             timers: BinaryHeap::new(),
             session: Session::default(),
             link: Link::Down { next_dial: now },
             generation: 0,
             next_id: 0,
+            message_id: String::new(),
             timestamp: String::new(),
             outbox: Vec::new(),
             queued_seq: 0,
@@ -402,7 +405,7 @@ impl Core {
                 Some(call) if call.exposure_now().unresolved() == Execution::MayHaveRun => {
                     Error::Interrupted {
                         key: call.key.clone(),
-                        job_id: call.job_id.clone(),
+                        job_id: call.job(),
                         attempts: call.attempts,
                     }
                 }
@@ -499,9 +502,8 @@ impl Core {
         }
         let call = Call {
             key: req.key.clone(),
-            trace_id: req.trace_id,
-            invoke: req.invoke,
-            encoded: None,
+            trace_id: TraceId::new(&req.trace_id),
+            outgoing: Outgoing::Request(Box::new(req.invoke)),
             fingerprint,
             waiters: vec![waiter],
             recorder: req.recorder,
@@ -514,7 +516,7 @@ impl Core {
                 in_doubt: earlier_send,
             },
             replayed: false,
-            last_error: None,
+            troubles: None,
             deadline_at: later(req.started, req.deadline),
             deadline: req.deadline,
             budget_at: None,
@@ -522,10 +524,6 @@ impl Core {
             ladder: None,
             awaiting_resume: false,
             confirming: false,
-            subscribed_on: None,
-            subscribe_request: None,
-            subscribe_refused: false,
-            rejections: (0, 0, String::new(), false),
             cancel: None,
             last_event: None,
             dropped_events: 0,
@@ -606,7 +604,7 @@ impl Core {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        let (Some(job_id), Some(cancel)) = (call.job_id.clone(), &call.cancel) else {
+        let (Some(job_id), Some(cancel)) = (call.job(), &call.cancel) else {
             return;
         };
         if cancel.settled || cancel.request.is_some() {
@@ -619,7 +617,8 @@ impl Core {
         }));
         let request = frame.envelope.id.clone();
         let seq = self.queue_frame(frame);
-        self.requests.insert(request.clone(), id, ReqKind::Cancel);
+        self.requests
+            .insert(RequestId::from(request.as_str()), id, ReqKind::Cancel);
         self.cancel_writes.push((seq, id));
         if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
             cancel.request = Some((request, seq));
@@ -743,7 +742,7 @@ impl Core {
                         call.exposure_now(),
                         call.attempts,
                         &format!("reconnecting failed for good ({})", failure.error),
-                        call.last_error.as_deref(),
+                        call.last_error(),
                         false,
                     ),
                 };
@@ -774,7 +773,7 @@ impl Core {
         for &id in &ids {
             if let Some(call) = self.calls.get_mut(&id) {
                 call.start_recovery(now, self.config.retry.max_elapsed);
-                call.last_error = Some(message.clone());
+                call.troubles_mut().last_error = Some(message.clone());
             }
         }
         if let Some((_, budget)) = &self.ready {
@@ -911,11 +910,12 @@ impl Core {
                     let written = *seq <= handed;
                     call.exposure.in_doubt |= written;
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
-                        call.rejections.0 += 1;
-                        call.rejections.1 = *code;
-                        call.rejections.2 = reason.clone();
-                        call.rejections.3 = alone;
-                        if call.rejections.0 >= 2 && alone {
+                        let rejections = &mut call.troubles_mut().rejections;
+                        rejections.0 += 1;
+                        rejections.1 = *code;
+                        rejections.2 = reason.clone();
+                        rejections.3 = alone;
+                        if rejections.0 >= 2 && alone {
                             rejected.push(id);
                         }
                     }
@@ -927,18 +927,21 @@ impl Core {
                 }
                 Phase::Queued { .. } => {}
             }
-            call.subscribe_request = None;
+            call.take_subscribe_request();
             if let Some(cancel) = &mut call.cancel {
                 cancel.request = None;
             }
             call.start_recovery(now, max_elapsed);
-            call.last_error = Some(format!("connection lost: {reason}"));
+            call.troubles_mut().last_error = Some(format!("connection lost: {reason}"));
         }
         for id in rejected {
             let Some(call) = self.calls.get(&id) else {
                 continue;
             };
-            let (_, code, reason, _) = call.rejections.clone();
+            let Some((_, code, reason, _)) = call.troubles.as_ref().map(|t| t.rejections.clone())
+            else {
+                continue;
+            };
             let error = Error::RequestRejected {
                 key: call.key.clone(),
                 close_code: code,
@@ -978,7 +981,7 @@ impl Core {
         if now >= call.deadline_at {
             let error = Error::DeadlineExceeded {
                 key: call.key.clone(),
-                job_id: call.job_id.clone(),
+                job_id: call.job(),
                 deadline: call.deadline,
                 attempts: call.attempts,
                 execution: call.exposure_now().unresolved(),
@@ -1040,9 +1043,19 @@ impl Core {
             }
             return;
         }
+        let dialect = up.dialect;
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
+        // The payload is encoded once per dialect and re-sent byte-identical;
+        // only the envelope (id, timestamp, session) is new.
+        if let Err(e) = call.outgoing.prepare(dialect) {
+            let error = Error::InvalidCall(format!(
+                "the request could not be encoded for the {dialect} dialect: {e}"
+            ));
+            self.finish(id, Err(error));
+            return;
+        }
         // Mark every live waiter sent before writing: a waiter that gave
         // up first is dropped, and nothing goes out if none is left.
         call.waiters.retain(|w| w.shared.mark_sent());
@@ -1058,17 +1071,15 @@ impl Core {
         if let Some(recorder) = &call.recorder {
             recorder.sent(&call.key, call.attempts);
         }
-        // The payload is encoded once per dialect and re-sent byte-identical;
-        // only the envelope (id, timestamp, session) is new.
-        let dialect = up.dialect;
-        let encoded = match &mut call.encoded {
-            Some(encoded) if encoded.dialect() == dialect => encoded,
-            slot => slot.insert(dialect.encode_invoke(&call.invoke)),
+        let Some(encoded) = call.outgoing.encoded() else {
+            return;
         };
-        let request = arcp_types::new_message_id();
+        arcp_types::write_new_message_id(&mut self.message_id);
+        let request = RequestId::from(self.message_id.as_str());
         arcp_types::write_now_rfc3339(&mut self.timestamp);
         let mut header = Header::outgoing(&request, &self.timestamp);
-        header.trace_id = Some(Cow::Borrowed(&call.trace_id));
+        let mut trace = [0; 32];
+        header.trace_id = Some(Cow::Borrowed(call.trace_id.write(&mut trace)));
         header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
         let text = encoded.frame_with(&header);
         debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
@@ -1133,27 +1144,29 @@ impl Core {
             .ladder
             .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
             .next_ceiling();
+        let troubles = call.troubles_mut();
         let subscribe = subscribe_ok
-            && !call.subscribe_refused
+            && !troubles.subscribe_refused
             && generation.is_some()
-            && call.subscribed_on != generation
+            && troubles.subscribed_on != generation
             && call.job_id.is_some();
         if subscribe {
-            call.subscribed_on = generation;
+            call.troubles_mut().subscribed_on = generation;
             call.phase = Phase::Accepted {
                 ladder_at: Some(later(now, wait)),
             };
             let frame = Frame::new(Message::Subscribe(Subscribe {
-                job_id: call.job_id.clone().expect("checked above"),
+                job_id: call.job().expect("checked above"),
                 from_event_seq: Some(0),
                 history: Some(true),
                 extra: Default::default(),
             }));
             debug!(parent: &call.span, "subscribing to the job's stream with history");
             let request = frame.envelope.id.clone();
-            call.subscribe_request = Some(request.clone());
+            call.troubles_mut().subscribe_request = Some(request.clone());
             self.queue_frame(frame);
-            self.requests.insert(request, id, ReqKind::Subscribe);
+            self.requests
+                .insert(RequestId::from(request), id, ReqKind::Subscribe);
             return;
         }
         if !carries {
@@ -1164,7 +1177,7 @@ impl Core {
             call.confirming = true;
         }
         debug!(parent: &call.span, "no outcome on the live stream; re-sending with the same key");
-        call.last_error =
+        call.troubles_mut().last_error =
             Some("the runtime answered with job.accepted only; no outcome was delivered".into());
         call.phase = Phase::Queued { not_before: now };
         self.try_send(id, now);
@@ -1191,7 +1204,7 @@ impl Core {
         };
         // A permanent give-up names its reason alone: the last transport
         // error does not explain it.
-        let last = (!permanent).then_some(call.last_error.as_deref()).flatten();
+        let last = (!permanent).then_some(call.last_error()).flatten();
         let error = give_up(
             &call.key,
             call.job_id.as_deref(),
@@ -1263,7 +1276,7 @@ impl Core {
                 self.answered(Instant::now());
             }
         }
-        if let Some(request) = &call.subscribe_request {
+        if let Some(request) = call.subscribe_request() {
             self.requests.remove(request);
         }
         if let Some((request, _)) = call.cancel.as_ref().and_then(|c| c.request.as_ref()) {

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::assembly::Assembly;
-use super::attribution::ReqKind;
+use super::attribution::{ReqKind, RequestId};
 use super::calls::{CallId, Phase};
 use super::core::{touch, Core, Link, Loss};
 use crate::classify::{
@@ -75,7 +75,7 @@ impl Core {
                     if let Some(call) = self.calls.get(&id) {
                         let error = Error::Cancelled {
                             key: call.key.clone(),
-                            job_id: call.job_id.clone().or_else(|| owned(&header.job_id)),
+                            job_id: call.job().or_else(|| owned(&header.job_id)),
                             attempts: call.attempts,
                         };
                         self.finish(id, Err(error));
@@ -100,7 +100,7 @@ impl Core {
                     if let Some((id, ReqKind::Subscribe)) = self.requests.get(request) {
                         self.requests.remove(request);
                         if let Some(call) = self.calls.get_mut(&id) {
-                            call.subscribe_request = None;
+                            call.take_subscribe_request();
                         }
                     }
                 }
@@ -155,7 +155,7 @@ impl Core {
         if let Some(request) = self
             .calls
             .get_mut(&id)
-            .and_then(|c| c.subscribe_request.take())
+            .and_then(|c| c.take_subscribe_request())
         {
             self.requests.remove(&request);
         }
@@ -195,7 +195,7 @@ impl Core {
         if !matches!(call.phase, Phase::Sent { .. }) {
             return;
         }
-        let known_job = matches!((&call.job_id, &job_id), (Some(a), Some(b)) if a == b);
+        let known_job = matches!((&call.job_id, &job_id), (Some(a), Some(b)) if **a == **b);
         // The answer shows a stored binding: another session's frame, a
         // runtime's replay mark, or the job an earlier attempt was bound to.
         let replay = foreign || marked || known_job;
@@ -209,9 +209,7 @@ impl Core {
         // running jobs), so the recovery ladder watches it. Not a replay,
         // though: the job may as well be new.
         let untrusted = replay || call.exposure.in_doubt;
-        if let Some(job) = &job_id {
-            call.bind(job);
-        }
+        let job = job_id.as_deref().map(|job| call.bind(job));
         let ladder_at = if untrusted {
             call.start_recovery(now, self.config.retry.max_elapsed);
             let wait = call
@@ -224,7 +222,7 @@ impl Core {
         };
         debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
         let sent = std::mem::replace(&mut call.phase, Phase::Accepted { ladder_at });
-        if let Some(job) = job_id {
+        if let Some(job) = job {
             self.by_job.insert(job, id);
         }
         if let Phase::Sent { request, .. } = sent {
@@ -284,7 +282,7 @@ impl Core {
             event,
         };
         for waiter in &call.waiters {
-            if !waiter.shared.deliver(event.clone()) {
+            if !waiter.shared.deliver(&event) {
                 call.dropped_events += 1;
             }
         }
@@ -313,7 +311,7 @@ impl Core {
             _ => None,
         };
         let key = call.key.clone();
-        let job_id = call.job_id.clone();
+        let job_id = call.job();
         let exposure = call.exposure;
         let outcome = match read_result(result, assembled) {
             ResultReading::Value(value) => Ok(ToolOutput {
@@ -322,8 +320,7 @@ impl Core {
                 key,
                 replayed,
                 attempts: call.attempts,
-                // The call ends here and its trace id is not read again.
-                trace_id: std::mem::take(&mut call.trace_id),
+                trace_id: call.trace_id.to_text(),
             }),
             ResultReading::Failed { code, message } => {
                 let e = failed_result(code, self.config.redact(message));
@@ -349,7 +346,7 @@ impl Core {
         let named = request.as_deref().and_then(|r| {
             self.requests
                 .get(r)
-                .map(|(id, kind)| (r.to_owned(), id, kind))
+                .map(|(id, kind)| (RequestId::from(r), id, kind))
         });
         let target = match named {
             Some(t) => Some(t),
@@ -358,7 +355,7 @@ impl Core {
                 .as_deref()
                 .and_then(|j| self.by_job.get(j).copied())
             {
-                Some(id) => Some((String::new(), id, ReqKind::Submit)),
+                Some(id) => Some((RequestId::from(""), id, ReqKind::Submit)),
                 // Names neither: runtimes answer in order (v1.1 Python's
                 // `session.error` carries no request id).
                 None if request.is_none()
@@ -379,8 +376,8 @@ impl Core {
                 self.requests.remove(&request);
                 if let Some(call) = self.calls.get_mut(&id) {
                     debug!(parent: &call.span, code = %e.code, "subscribe refused; the ladder re-sends instead");
-                    call.subscribe_request = None;
-                    call.subscribe_refused = true;
+                    call.take_subscribe_request();
+                    call.troubles_mut().subscribe_refused = true;
                 }
             }
             ReqKind::Cancel => {
@@ -435,7 +432,7 @@ impl Core {
                     .backoff
                     .get_or_insert_with(|| Box::new(self.config.retry.schedule()))
                     .next_delay(floor);
-                call.last_error = Some(format!("{}: {}", e.code, e.message));
+                call.troubles_mut().last_error = Some(format!("{}: {}", e.code, e.message));
                 call.start_recovery(now, self.config.retry.max_elapsed);
                 debug!(parent: &call.span, code = %e.code, ?delay, "transient refusal; retrying with the same key");
                 call.phase = Phase::Queued {
@@ -451,14 +448,7 @@ impl Core {
                     call.bind(job);
                 }
                 let replayed = call.replayed || foreign || (names_job && unaccepted);
-                let error = tool_error(
-                    &call.key,
-                    call.job_id.clone(),
-                    e,
-                    &verdict,
-                    call.exposure,
-                    replayed,
-                );
+                let error = tool_error(&call.key, call.job(), e, &verdict, call.exposure, replayed);
                 self.finish(id, Err(error));
             }
         }

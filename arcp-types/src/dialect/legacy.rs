@@ -81,13 +81,8 @@ pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, De
         "job.result_chunk" => event("result_chunk", payload.into_value(k)?),
         "job.event" => Message::Event(from_payload(k, payload)?),
         "job.completed" => {
-            // `value` is the result's name here: parsed as an unknown field,
-            // then moved (a `null` value is no result, as from a tree).
-            let mut result: JobResult = from_payload(k, payload)?;
-            if let Some(value) = result.extra.remove("value") {
-                result.result = Some(value).filter(|v| !v.is_null());
-            }
-            Message::Result(result)
+            let completed: Completed = from_payload(k, payload)?;
+            Message::Result(completed.into_result())
         }
         "tool.result" => Message::Result(from_payload(k, payload)?),
         "job.failed" | "tool.error" => Message::Error(with_request(from_payload(k, payload)?)),
@@ -232,4 +227,46 @@ pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, st
         Message::Unknown(u) => return (Cow::Owned(u.kind.clone()), u.payload.clone()),
     };
     (Cow::Borrowed(kind), payload)
+}
+
+/// A `job.completed` payload, read in one pass: the result is named `value`
+/// here (a `null` value is no result); a `result` field, should a runtime
+/// send one as well, counts only without a `value`.
+struct Completed {
+    value: Slot,
+    result: Option<Value>,
+    extra: Object,
+}
+
+crate::flat::deserialize_with_extra!(Completed {
+    value: "value",
+    result: "result",
+});
+
+impl Completed {
+    fn into_result(self) -> JobResult {
+        let result = match self.value {
+            Slot::Given(value) => Some(value).filter(|v| !v.is_null()),
+            Slot::Absent => self.result,
+        };
+        JobResult {
+            result,
+            extra: self.extra,
+        }
+    }
+}
+
+/// A field that tells absent from `null` (serde's `Option` reads both as
+/// `None`).
+#[derive(Default)]
+enum Slot {
+    #[default]
+    Absent,
+    Given(Value),
+}
+
+impl<'de> serde::Deserialize<'de> for Slot {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::Deserialize::deserialize(d).map(Slot::Given)
+    }
 }

@@ -132,7 +132,7 @@ impl Dialect {
 #[derive(Debug, Clone)]
 pub struct EncodedRequest {
     dialect: Dialect,
-    kind: String,
+    kind: &'static str,
     payload: Box<serde_json::value::RawValue>,
     envelope_key: Option<String>,
 }
@@ -153,14 +153,40 @@ impl EncodedRequest {
     /// [`Dialect::encode`] writes for the same frame, without re-encoding
     /// the payload.
     pub fn frame(&self, header: &Envelope) -> String {
-        header.to_json_with(&self.kind, self.envelope_key.as_deref(), &self.payload)
+        header.to_json_with(self.kind, self.envelope_key.as_deref(), &self.payload)
+    }
+
+    /// The request these bytes encode, decoded back: what re-encoding the
+    /// same request for another dialect starts from, so a sender need not
+    /// keep the request itself once it is encoded.
+    pub fn to_invoke(&self) -> Result<crate::message::Invoke, DecodeError> {
+        let head = Head {
+            kind: self.kind,
+            job_id: None,
+            correlation_id: None,
+            idempotency_key: self.envelope_key.as_deref(),
+        };
+        match self
+            .dialect
+            .decode_message(head, Payload::Raw(Some(&self.payload)))?
+        {
+            Message::Invoke(invoke) => Ok(invoke),
+            // The payload was encoded as a request just above.
+            other => Err(DecodeError::Payload {
+                kind: self.kind.to_owned(),
+                source: serde::de::Error::custom(format_args!(
+                    "decoded as {:?}, not a request",
+                    std::mem::discriminant(&other)
+                )),
+            }),
+        }
     }
 
     /// [`frame`](Self::frame) around a borrowed header (see
     /// [`Header::outgoing`]): a sender that keeps its ids and timestamp
     /// buffers copies nothing but the output.
     pub fn frame_with(&self, header: &Header<'_>) -> String {
-        header.to_json_with(&self.kind, self.envelope_key.as_deref(), &self.payload)
+        header.to_json_with(self.kind, self.envelope_key.as_deref(), &self.payload)
     }
 }
 
@@ -179,7 +205,7 @@ impl Dialect {
         let text = serde_json::to_string(&SortedObject(&fields)).unwrap_or_default();
         EncodedRequest {
             dialect: self,
-            kind: kind.to_owned(),
+            kind,
             // Serialized just above from strings and JSON values: valid JSON.
             payload: serde_json::value::RawValue::from_string(text)
                 .unwrap_or_else(|_| empty_object()),
@@ -377,6 +403,20 @@ mod tests {
                 header.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
                 header.extra = envelope.extra.clone();
                 assert_eq!(encoded.frame_with(&header), dialect.encode(&frame));
+                // And back: the request is recovered from its bytes, so a
+                // sender may drop it once encoded.
+                let back = encoded.to_invoke().unwrap();
+                let again = dialect.encode_invoke(&back);
+                assert_eq!(again.frame_with(&header), dialect.encode(&frame));
+                let other = match dialect {
+                    Dialect::V1_1 => Dialect::Legacy,
+                    _ => Dialect::V1_1,
+                };
+                assert_eq!(
+                    other.encode_invoke(&back).payload(),
+                    other.encode_invoke(&invoke).payload(),
+                    "{dialect} -> {other}: {invoke:?}"
+                );
             }
         }
     }
