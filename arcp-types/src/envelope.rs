@@ -142,7 +142,7 @@ impl Envelope {
             .to_json_with(kind, idempotency_key, payload)
     }
 
-    /// This envelope's header, borrowed (unknown fields are copied).
+    /// This envelope's header, borrowed.
     fn as_header(&self) -> Header<'_> {
         fn borrow(s: &Option<String>) -> Option<Cow<'_, str>> {
             s.as_deref().map(Cow::Borrowed)
@@ -161,8 +161,8 @@ impl Envelope {
             trace_id: borrow(&self.trace_id),
             priority: borrow(&self.priority),
             subscription_id: borrow(&self.subscription_id),
-            extensions: self.extensions.clone(),
-            extra: self.extra.clone(),
+            extensions: self.extensions.as_ref().map(Cow::Borrowed),
+            extra: Cow::Borrowed(&self.extra),
         }
     }
 }
@@ -187,7 +187,7 @@ impl<'a> Header<'a> {
             priority: None,
             subscription_id: None,
             extensions: None,
-            extra: Map::new(),
+            extra: Cow::Owned(Map::new()),
         }
     }
 
@@ -214,7 +214,7 @@ impl<'a> Header<'a> {
             trace_id: self.trace_id.as_deref(),
             priority: self.priority.as_deref(),
             subscription_id: self.subscription_id.as_deref(),
-            extensions: self.extensions.as_ref(),
+            extensions: self.extensions.as_deref(),
             payload,
             extra: &self.extra,
         };
@@ -358,9 +358,9 @@ pub struct Header<'a> {
     /// Subscription the message is delivered under.
     pub subscription_id: Option<Cow<'a, str>>,
     /// Namespaced extension fields.
-    pub extensions: Option<Map<String, Value>>,
+    pub extensions: Option<Cow<'a, Map<String, Value>>>,
     /// Header fields this crate does not know, kept verbatim.
-    pub extra: Map<String, Value>,
+    pub extra: Cow<'a, Map<String, Value>>,
 }
 
 impl Header<'_> {
@@ -381,9 +381,9 @@ impl Header<'_> {
             trace_id: own(self.trace_id),
             priority: own(self.priority),
             subscription_id: own(self.subscription_id),
-            extensions: self.extensions,
+            extensions: self.extensions.map(Cow::into_owned),
             payload,
-            extra: self.extra,
+            extra: self.extra.into_owned(),
         }
     }
 }
@@ -493,8 +493,8 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for EnvelopeVisitor<P> {
             trace_id: opt(trace_id),
             priority: opt(priority),
             subscription_id: opt(subscription_id),
-            extensions: extensions.flatten(),
-            extra,
+            extensions: extensions.flatten().map(Cow::Owned),
+            extra: Cow::Owned(extra),
         };
         Ok((header, payload))
     }

@@ -454,4 +454,16 @@ fn a_legacy_completed_value_is_the_result_and_a_null_one_is_none() {
     let r = result(r#"{"result":1,"completed_at":"t"}"#);
     assert_eq!(r.result, Some(Value::from(1)));
     assert_eq!(r.extra["completed_at"], "t");
+    // A repeated `value`: the last one, on the text path as through a tree.
+    assert_eq!(
+        result(r#"{"value":1,"value":2}"#).result,
+        Some(Value::from(2))
+    );
+    assert_eq!(result(r#"{"value":1,"value":null}"#).result, None);
+    let text = r#"{"arcp":"1.1","id":"m","type":"job.completed","payload":{"value":1,"value":2}}"#;
+    let tree: arcp_types::Envelope = serde_json::from_str(text).unwrap();
+    match Dialect::Legacy.decode_envelope(tree).unwrap().message {
+        Message::Result(r) => assert_eq!(r.result, Some(Value::from(2))),
+        other => panic!("{other:?}"),
+    }
 }

@@ -166,8 +166,10 @@ pub(crate) enum Outgoing {
 
 impl Outgoing {
     /// Encodes the request for `dialect` unless it already is. Re-encoding
-    /// for the other dialect (a reconnect that negotiated it) starts from
-    /// the request decoded back from its bytes.
+    /// for the other dialect starts from the request decoded back from its
+    /// bytes; a client keeps the dialect of its first session, so that is a
+    /// safeguard (an option named like one of the other dialect's payload
+    /// fields would not survive it).
     pub(crate) fn prepare(&mut self, dialect: Dialect) -> Result<(), DecodeError> {
         let encoded = match self {
             Outgoing::Encoded(e) if e.dialect() == dialect => return Ok(()),

@@ -1050,10 +1050,13 @@ impl Core {
         // The payload is encoded once per dialect and re-sent byte-identical;
         // only the envelope (id, timestamp, session) is new.
         if let Err(e) = call.outgoing.prepare(dialect) {
-            let error = Error::InvalidCall(format!(
-                "the request could not be encoded for the {dialect} dialect: {e}"
-            ));
-            self.finish(id, Err(error));
+            // Only re-encoding for another dialect can fail, and a client
+            // keeps the dialect of its first session: this does not happen.
+            // Should it, an earlier attempt may have run: the give-up rule
+            // says so.
+            let reason =
+                format!("the request could not be re-encoded for the {dialect} dialect: {e}");
+            self.give_up_with(id, &reason, true);
             return;
         }
         // Mark every live waiter sent before writing: a waiter that gave

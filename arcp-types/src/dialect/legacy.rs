@@ -231,42 +231,64 @@ pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, st
 
 /// A `job.completed` payload, read in one pass: the result is named `value`
 /// here (a `null` value is no result); a `result` field, should a runtime
-/// send one as well, counts only without a `value`.
+/// send one as well, counts only without a `value`. A repeated `value` is
+/// read as an object with repeated keys is (the last one counts), as
+/// decoding through a tree does.
 struct Completed {
-    value: Slot,
+    value: Option<Value>,
     result: Option<Value>,
     extra: Object,
 }
 
-crate::flat::deserialize_with_extra!(Completed {
-    value: "value",
-    result: "result",
-});
+impl<'de> serde::Deserialize<'de> for Completed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Completed;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a job.completed payload object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Completed, A::Error> {
+                let (mut value, mut result, mut extra) = (None, None, Object::new());
+                while let Some(key) = map.next_key::<crate::flat::Key<'de>>()? {
+                    match key.as_str() {
+                        // `Value` reads `null` as `Value::Null`: present.
+                        "value" => value = Some(map.next_value::<Value>()?),
+                        "result" => {
+                            if result.is_some() {
+                                return Err(serde::de::Error::duplicate_field("result"));
+                            }
+                            result = Some(map.next_value::<Option<Value>>()?);
+                        }
+                        _ => {
+                            let v = map.next_value()?;
+                            extra.insert(key.into_string(), v);
+                        }
+                    }
+                }
+                Ok(Completed {
+                    value,
+                    result: result.flatten(),
+                    extra,
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
 
 impl Completed {
     fn into_result(self) -> JobResult {
         let result = match self.value {
-            Slot::Given(value) => Some(value).filter(|v| !v.is_null()),
-            Slot::Absent => self.result,
+            Some(value) => Some(value).filter(|v| !v.is_null()),
+            None => self.result,
         };
         JobResult {
             result,
             extra: self.extra,
         }
-    }
-}
-
-/// A field that tells absent from `null` (serde's `Option` reads both as
-/// `None`).
-#[derive(Default)]
-enum Slot {
-    #[default]
-    Absent,
-    Given(Value),
-}
-
-impl<'de> serde::Deserialize<'de> for Slot {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde::Deserialize::deserialize(d).map(Slot::Given)
     }
 }

@@ -401,7 +401,7 @@ mod tests {
                 let mut header = Header::outgoing(&envelope.id, timestamp);
                 header.session_id = Some("sess_1".into());
                 header.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
-                header.extra = envelope.extra.clone();
+                header.extra = std::borrow::Cow::Borrowed(&envelope.extra);
                 assert_eq!(encoded.frame_with(&header), dialect.encode(&frame));
                 // And back: the request is recovered from its bytes, so a
                 // sender may drop it once encoded.
