@@ -1,26 +1,39 @@
-//! A small SVG chart (no dependencies): calls/s and p99 latency against
-//! calls in flight, both axes logarithmic.
+//! A small SVG chart (no dependencies): calls/s, p99 latency and client CPU
+//! per call against calls in flight, both axes logarithmic.
 
 use std::fmt::Write as _;
 
-/// A named series of (calls in flight, calls/s, p99 us) points.
-pub type Line = (String, Vec<(f64, f64, f64)>);
+/// One client's figures at one number of calls in flight.
+pub struct Point {
+    pub in_flight: f64,
+    pub calls_per_sec: f64,
+    pub p99_us: f64,
+    pub cpu_us: f64,
+}
+
+/// A named series of points.
+pub type Line = (String, Vec<Point>);
 
 const COLORS: [&str; 6] = [
     "#777777", "#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#9467bd",
 ];
 
-/// `lines`: name and (calls in flight, calls/s, p99 us) points.
+/// `lines`: a name and its points.
 pub fn svg(lines: &[Line]) -> String {
-    let (w, h) = (980.0, 420.0);
+    let (w, h) = (1470.0, 420.0);
     let mut out = String::new();
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(out, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    panel(&mut out, lines, 60.0, "calls/s (one connection)", |p| p.1);
-    panel(&mut out, lines, 550.0, "p99 latency (us)", |p| p.2);
+    panel(&mut out, lines, 60.0, "calls/s (one connection)", |p| {
+        p.calls_per_sec
+    });
+    panel(&mut out, lines, 550.0, "p99 latency (us)", |p| p.p99_us);
+    panel(&mut out, lines, 1040.0, "client CPU per call (us)", |p| {
+        p.cpu_us
+    });
     for (i, (name, _)) in lines.iter().enumerate() {
         let x = 60.0 + 160.0 * i as f64;
         let color = COLORS[i % COLORS.len()];
@@ -35,17 +48,11 @@ pub fn svg(lines: &[Line]) -> String {
     out
 }
 
-fn panel(
-    out: &mut String,
-    lines: &[Line],
-    left: f64,
-    title: &str,
-    y_of: impl Fn(&(f64, f64, f64)) -> f64,
-) {
+fn panel(out: &mut String, lines: &[Line], left: f64, title: &str, y_of: impl Fn(&Point) -> f64) {
     let (pw, ph, top) = (380.0, 300.0, 40.0);
     let all: Vec<(f64, f64)> = lines
         .iter()
-        .flat_map(|(_, pts)| pts.iter().map(|p| (p.0, y_of(p))))
+        .flat_map(|(_, pts)| pts.iter().map(|p| (p.in_flight, y_of(p))))
         .filter(|(x, y)| *x > 0.0 && *y > 0.0 && y.is_finite())
         .collect();
     if all.is_empty() {
@@ -101,7 +108,7 @@ fn panel(
         let coords: Vec<String> = pts
             .iter()
             .filter(|p| y_of(p) > 0.0 && y_of(p).is_finite())
-            .map(|p| format!("{:.1},{:.1}", sx(p.0), sy(y_of(p))))
+            .map(|p| format!("{:.1},{:.1}", sx(p.in_flight), sy(y_of(p))))
             .collect();
         let _ = writeln!(
             out,

@@ -546,7 +546,12 @@ async fn sweep(
                 s.dialect,
                 s.c
             );
-            points.push((s.c as f64, tp, p99));
+            points.push(chart::Point {
+                in_flight: s.c as f64,
+                calls_per_sec: tp,
+                p99_us: p99,
+                cpu_us: cpu,
+            });
         }
         let name = format!(
             "{} {}",
