@@ -72,24 +72,14 @@ pub struct Envelope {
 impl Envelope {
     /// A new envelope with a fresh id, the current timestamp and an empty payload.
     pub fn new(kind: impl Into<String>) -> Self {
-        Envelope {
-            arcp: PROTOCOL_VERSION.to_owned(),
-            id: crate::new_message_id(),
-            kind: kind.into(),
-            timestamp: Some(crate::now_rfc3339()),
-            session_id: None,
-            job_id: None,
-            event_seq: None,
-            correlation_id: None,
-            causation_id: None,
-            idempotency_key: None,
-            trace_id: None,
-            priority: None,
-            subscription_id: None,
-            extensions: None,
-            payload: Value::Object(Map::new()),
-            extra: Map::new(),
-        }
+        // The outgoing header with owned strings: moved in, not copied.
+        let header = Header {
+            id: Cow::Owned(crate::new_message_id()),
+            kind: Cow::Owned(kind.into()),
+            timestamp: Some(Cow::Owned(crate::now_rfc3339())),
+            ..Header::outgoing("", "")
+        };
+        header.into_envelope(Value::Object(Map::new()))
     }
 }
 
