@@ -2,9 +2,9 @@
 //! channel) or the HTTP binding (on the caller's task). One interface for
 //! the client: invoke, cancel, abandon, close.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use arcp_types::IdempotencyKey;
+use arcp_types::{Dialect, IdempotencyKey};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::Outcome;
@@ -13,12 +13,16 @@ use crate::error::Error;
 use crate::http::HttpBackend;
 use crate::outcome::{CancelOutcome, ClientStats};
 use crate::request::{CallRequest, CallShared};
-use crate::ws::Command;
+use crate::ws::{Command, PreparedCall};
 
 /// A client's transport.
 pub(crate) enum Backend {
-    /// The WebSocket driver, over a bounded command channel.
-    Ws { tx: mpsc::Sender<Command> },
+    /// The WebSocket driver, over a bounded command channel; callers
+    /// encode their requests for `dialect` once it is known.
+    Ws {
+        tx: mpsc::Sender<Command>,
+        dialect: Arc<OnceLock<Dialect>>,
+    },
     /// The HTTP binding: calls run on the caller's task.
     #[cfg(feature = "http")]
     Http(Arc<HttpBackend>),
@@ -26,7 +30,7 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// Runs one call to its outcome.
-    pub(crate) async fn invoke(&self, request: Box<CallRequest>) -> Outcome {
+    pub(crate) async fn invoke(&self, mut request: Box<CallRequest>) -> Outcome {
         let shared = request.shared.clone();
         match self {
             #[cfg(feature = "http")]
@@ -38,8 +42,12 @@ impl Backend {
                 // would size every call's future for it.
                 Box::pin(http.invoke(*request)).await
             }
-            Backend::Ws { tx } => {
+            Backend::Ws { tx, dialect } => {
                 let key = request.key.clone();
+                // The connection task serves every call: what needs no
+                // connection is done here, on the caller's task.
+                request.seal();
+                request.prepared = Some(PreparedCall::new(&mut request, dialect.get().copied()));
                 let (reply, rx) = oneshot::channel();
                 tx.send(Command::Invoke(request, reply))
                     .await
@@ -80,7 +88,7 @@ impl Backend {
                          (drop the call to stop waiting; the runtime finishes the job)"
                     .into(),
             },
-            Backend::Ws { tx } => {
+            Backend::Ws { tx, .. } => {
                 let (reply, rx) = oneshot::channel();
                 if tx
                     .send(Command::Cancel { key, shared, reply })
@@ -99,7 +107,7 @@ impl Backend {
     /// channel is full, the call is forgotten at its own deadline instead.
     pub(crate) fn abandon(&self, key: IdempotencyKey, shared: Arc<CallShared>) {
         match self {
-            Backend::Ws { tx } => {
+            Backend::Ws { tx, .. } => {
                 let _ = tx.try_send(Command::Abandon { key, shared });
             }
             // Calls run on the caller's task: nothing to forget.
@@ -114,7 +122,7 @@ impl Backend {
         match self {
             #[cfg(feature = "http")]
             Backend::Http(_) => ClientStats::default(),
-            Backend::Ws { tx } => {
+            Backend::Ws { tx, .. } => {
                 let (reply, rx) = oneshot::channel();
                 if tx.send(Command::Stats { reply }).await.is_err() {
                     return ClientStats::default();
@@ -129,7 +137,7 @@ impl Backend {
         match self {
             #[cfg(feature = "http")]
             Backend::Http(http) => http.close(),
-            Backend::Ws { tx } => {
+            Backend::Ws { tx, .. } => {
                 let (reply, rx) = oneshot::channel();
                 if tx.send(Command::Close { reply }).await.is_ok() {
                     let _ = rx.await;

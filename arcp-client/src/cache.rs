@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use arcp_types::IdempotencyKey;
+use arcp_types::{IdempotencyKey, Invoke};
 
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
@@ -19,13 +19,44 @@ use crate::FastMap;
 /// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;
 
-/// Identifies an intent (tool, arguments and every option, as serialized),
-/// for the outcome cache and for joining a repeated call.
-pub(crate) fn fingerprint_of(intent: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    intent.hash(&mut hasher);
-    hasher.finish()
+/// An intent (tool, arguments and every option, as serialized) reduced to
+/// what the outcome cache and call joining compare: a fingerprint, and the
+/// serialized size for the frame-size check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Intent {
+    pub(crate) fingerprint: u64,
+    pub(crate) size: usize,
+}
+
+/// The [`Intent`] of a request, serialized straight into the hasher (no
+/// copy of the text is kept). Fingerprints are compared only inside this
+/// process, so the hash need not be stable across builds.
+pub(crate) fn intent_of(invoke: &Invoke) -> Intent {
+    use std::hash::Hasher;
+    struct Hashing {
+        hasher: std::collections::hash_map::DefaultHasher,
+        size: usize,
+    }
+    impl std::io::Write for Hashing {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.hasher.write(bytes);
+            self.size += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Hashing {
+        hasher: std::collections::hash_map::DefaultHasher::new(),
+        size: 0,
+    };
+    // An `Invoke` holds strings and JSON values only: it always serializes.
+    let _ = serde_json::to_writer(&mut out, invoke);
+    Intent {
+        fingerprint: out.hasher.finish(),
+        size: out.size,
+    }
 }
 
 /// The admission rule, one for both transports: an outcome is cached when

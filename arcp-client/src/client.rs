@@ -329,8 +329,9 @@ impl ClientBuilder {
                 events.clone(),
                 Instant::now(),
             );
+            let dialect = core.dialect_hint();
             tokio::spawn(ws::run(config.clone(), rx, core));
-            let backend = Backend::Ws { tx };
+            let backend = Backend::Ws { tx, dialect };
             if wait_ready {
                 let first = ready_rx.await.unwrap_or(Err(Error::Closed));
                 if let Err(e) = first {

@@ -144,6 +144,7 @@ impl InvokeBuilder {
                 shared: shared.clone(),
                 recorder: None,
                 in_doubt: false,
+                prepared: None,
             }))
         });
         let future = async move {
@@ -220,6 +221,7 @@ impl Invocation {
                 shared: shared.clone(),
                 recorder: None,
                 in_doubt: true,
+                prepared: None,
             });
         let dispatcher = client.clone();
         // Claimed for this client: until the call is dispatched (or if it

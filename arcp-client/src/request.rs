@@ -46,6 +46,10 @@ pub(crate) struct CallRequest {
     /// the journal, whose record of a send may lag the send): whatever
     /// happens now, it never reports "did not run".
     pub(crate) in_doubt: bool,
+    /// The WebSocket transport's per-call work, done on the caller's task
+    /// before the call is handed over (see [`PreparedCall`](crate::ws::PreparedCall));
+    /// `None` until then.
+    pub(crate) prepared: Option<crate::ws::PreparedCall>,
 }
 
 impl CallRequest {
@@ -167,6 +171,15 @@ impl CallShared {
             }
             EventSlot::Watched(_) | EventSlot::Ended => None,
         }
+    }
+
+    /// Whether someone watches the call's events (a decoder keeps an
+    /// event's body only then).
+    pub(crate) fn is_watched(&self) -> bool {
+        matches!(
+            *self.events.lock().unwrap_or_else(|e| e.into_inner()),
+            EventSlot::Watched(_)
+        )
     }
 
     /// Hands an event to the watcher, if any. Returns false when it was

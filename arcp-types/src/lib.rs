@@ -37,7 +37,7 @@ mod ids;
 mod key;
 mod message;
 
-pub use dialect::{DecodeError, Dialect, EncodedRequest};
+pub use dialect::{DecodeError, Dialect, EncodedRequest, Keep};
 pub use envelope::{Envelope, Header, PROTOCOL_VERSION};
 pub use error_code::ErrorCode;
 pub use events::EventBody;

@@ -28,7 +28,7 @@ use super::{
     idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
     ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{conflict, fingerprint_of, Cached, Outcome, OutcomeCache};
+use crate::cache::{conflict, intent_of, Cached, Intent, Outcome, OutcomeCache};
 use crate::classify::{
     classify_error, failed_result, give_up, read_result, tool_error, ErrorVerdict, Exposure,
     ResultReading,
@@ -115,9 +115,7 @@ impl HttpBackend {
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut req: CallRequest) -> Result<ToolOutput, Error> {
         req.seal();
-        // Serialized once: for the fingerprint and the size check.
-        let intent = serde_json::to_string(&req.invoke).unwrap_or_default();
-        let fingerprint = fingerprint_of(&intent);
+        let Intent { fingerprint, size } = intent_of(&req.invoke);
         let now = Instant::now();
         let cached = self.cache().get(&req.key, fingerprint, now);
         match cached {
@@ -128,7 +126,6 @@ impl HttpBackend {
             Cached::Conflict => return Err(conflict(req.key)),
             Cached::Bound | Cached::Miss => {}
         }
-        let size = intent.len();
         if size > self.config.max_frame_size {
             return Err(Error::InvalidCall(format!(
                 "the request is {size} bytes; the frame size limit is {}",

@@ -18,10 +18,10 @@ use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
 use super::attribution::RequestId;
-use crate::cache::Outcome;
+use crate::cache::{intent_of, Intent, Outcome};
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
-use crate::request::{CallShared, EventsEnd};
+use crate::request::{CallRequest, CallShared, EventsEnd};
 use crate::retry::Schedule;
 
 /// A call's id inside one connection core.
@@ -186,6 +186,60 @@ impl Outgoing {
             Outgoing::Encoded(e) => Some(e),
             Outgoing::Request(_) => None,
         }
+    }
+}
+
+/// The per-call work that needs no connection, done on the caller's task
+/// before the call is handed to the connection task: the intent's
+/// fingerprint and size, the trace id, the tracing span, and the request
+/// encoded for the dialect the client speaks (once it knows it). The
+/// connection task serves every call in turn, so what a caller does here
+/// is off everyone's critical path; a call handed over without it (or
+/// encoded for another dialect) is prepared there instead, the same way.
+pub(crate) struct PreparedCall {
+    pub(crate) intent: Intent,
+    pub(crate) trace_id: TraceId,
+    pub(crate) outgoing: Outgoing,
+    pub(crate) span: tracing::Span,
+}
+
+impl PreparedCall {
+    /// Prepares `req` (sealed: its key is in the intent), encoding it for
+    /// `dialect` when given. Takes the request's `invoke`: from here on the
+    /// call sends `outgoing`.
+    pub(crate) fn new(req: &mut CallRequest, dialect: Option<Dialect>) -> Self {
+        let intent = intent_of(&req.invoke);
+        let span = tracing::info_span!(
+            "arcp.call",
+            tool = %req.invoke.tool,
+            key = %req.key,
+            trace_id = %req.trace_id,
+            transport = "ws",
+            attempt = tracing::field::Empty,
+            job_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let invoke = std::mem::replace(&mut req.invoke, taken_invoke());
+        let outgoing = match dialect {
+            Some(dialect) => Outgoing::Encoded(dialect.encode_invoke(&invoke)),
+            None => Outgoing::Request(Box::new(invoke)),
+        };
+        PreparedCall {
+            intent,
+            trace_id: TraceId::new(&req.trace_id),
+            outgoing,
+            span,
+        }
+    }
+}
+
+/// What a prepared request's `invoke` is left as (allocates nothing).
+fn taken_invoke() -> Invoke {
+    Invoke {
+        tool: String::new(),
+        arguments: serde_json::Value::Null,
+        idempotency_key: None,
+        extra: Default::default(),
     }
 }
 

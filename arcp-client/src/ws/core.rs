@@ -21,7 +21,7 @@
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arcp_types::{
@@ -31,9 +31,9 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::attribution::{ReqKind, RequestId, Requests};
-use super::calls::{Call, CallId, CancelState, Outgoing, Phase, TraceId, Waiter};
+use super::calls::{Call, CallId, CancelState, Phase, PreparedCall, Waiter};
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
-use crate::cache::{conflict, fingerprint_of, Cached, Outcome, OutcomeCache};
+use crate::cache::{conflict, Cached, Intent, Outcome, OutcomeCache};
 use crate::classify::{give_up, Exposure};
 use crate::config::{Config, DialectChoice};
 use crate::error::{Error, Execution};
@@ -179,6 +179,9 @@ pub(crate) struct Core {
     /// writing a request allocates only its shared id and its text.
     message_id: String,
     timestamp: String,
+    /// The dialect callers encode their requests for ([`PreparedCall`]):
+    /// the configured one, or the first session's (a client keeps it).
+    dialect: Arc<OnceLock<Dialect>>,
 }
 
 impl Core {
@@ -193,6 +196,11 @@ impl Core {
         now: Instant,
     ) -> Self {
         let budget = later(now, config.connect_budget);
+        let config_dialect = match config.dialect {
+            DialectChoice::V1_1 => Some(Dialect::V1_1),
+            DialectChoice::Legacy => Some(Dialect::Legacy),
+            DialectChoice::Auto => None,
+        };
         Core {
             cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl),
             config,
@@ -207,6 +215,10 @@ impl Core {
             next_id: 0,
             message_id: String::new(),
             timestamp: String::new(),
+            dialect: Arc::new(match config_dialect {
+                Some(dialect) => OnceLock::from(dialect),
+                None => OnceLock::new(),
+            }),
             outbox: Vec::new(),
             queued_seq: 0,
             handed_seq: 0,
@@ -221,6 +233,12 @@ impl Core {
             events,
             dials: 0,
         }
+    }
+
+    /// The dialect callers should encode requests for, once known: shared
+    /// with the client's handle, read on every call.
+    pub(crate) fn dialect_hint(&self) -> Arc<OnceLock<Dialect>> {
+        self.dialect.clone()
     }
 
     /// Tells `Client::events()` listeners, if there are any.
@@ -418,10 +436,14 @@ impl Core {
     }
 
     fn start_call(&mut self, mut req: CallRequest, reply: oneshot::Sender<Outcome>, now: Instant) {
-        req.seal();
-        // Serialized once: for the fingerprint and the size check.
-        let intent = serde_json::to_string(&req.invoke).unwrap_or_default();
-        let fingerprint = fingerprint_of(&intent);
+        let prepared = match req.prepared.take() {
+            Some(prepared) => prepared,
+            None => {
+                req.seal();
+                PreparedCall::new(&mut req, None)
+            }
+        };
+        let Intent { fingerprint, size } = prepared.intent;
         let waiter = Waiter {
             reply,
             shared: req.shared.clone(),
@@ -476,8 +498,6 @@ impl Core {
                 return;
             }
         }
-        let size = intent.len();
-        drop(intent);
         if size > self.config.max_frame_size {
             let _ = waiter.reply.send(Err(Error::InvalidCall(format!(
                 "the request is {size} bytes; the frame size limit is {}",
@@ -487,23 +507,13 @@ impl Core {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let span = tracing::info_span!(
-            "arcp.call",
-            tool = %req.invoke.tool,
-            key = %req.key,
-            trace_id = %req.trace_id,
-            transport = "ws",
-            attempt = tracing::field::Empty,
-            job_id = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
         if earlier_send {
             waiter.shared.mark_sent();
         }
         let call = Call {
             key: req.key.clone(),
-            trace_id: TraceId::new(&req.trace_id),
-            outgoing: Outgoing::Request(Box::new(req.invoke)),
+            trace_id: prepared.trace_id,
+            outgoing: prepared.outgoing,
             fingerprint,
             waiters: vec![waiter],
             recorder: req.recorder,
@@ -528,7 +538,7 @@ impl Core {
             last_event: None,
             dropped_events: 0,
             assembly: None,
-            span,
+            span: prepared.span,
             timer: None,
             timer_gen: 0,
         };
@@ -629,6 +639,7 @@ impl Core {
 
     /// The driver completed a handshake.
     pub(crate) fn on_established(&mut self, est: Established, now: Instant) {
+        let _ = self.dialect.set(est.dialect);
         let resumed = self
             .session
             .install(est.dialect, &est.welcome, est.resuming);

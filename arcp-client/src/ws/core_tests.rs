@@ -73,6 +73,7 @@ impl Harness {
             shared,
             recorder: None,
             in_doubt: false,
+            prepared: None,
         };
         let (tx, rx) = oneshot::channel();
         self.core

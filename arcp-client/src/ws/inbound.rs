@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use arcp_types::{ErrorReply, Frame, Header, JobEvent, JobResult, Message, Pong};
+use arcp_types::{ErrorReply, Frame, Header, JobEvent, JobResult, Keep, Message, Pong};
 use serde_json::Value;
 use tracing::{debug, warn};
 
@@ -25,13 +25,22 @@ use crate::retry::later;
 use crate::telemetry;
 
 impl Core {
-    /// A text frame from the live connection.
+    /// A text frame from the live connection. The header is read first: a
+    /// frame for a call nobody watches is decoded only for what deciding
+    /// its outcome needs ([`Keep::Outcome`]), so the fields and event
+    /// bodies only a watcher reads are never built.
     pub(crate) fn on_text(&mut self, text: &str, now: Instant) {
         let Link::Up(up) = &self.link else {
             return;
         };
-        match up.dialect.decode_borrowed(text) {
-            Ok((header, message)) => self.handle_frame(&header, message, now),
+        let dialect = up.dialect;
+        let decoded = dialect.decode_header(text).and_then(|(header, payload)| {
+            let keep = self.keep_for(&header);
+            let message = dialect.decode_payload(&header, payload, keep)?;
+            Ok((header, message, keep))
+        });
+        match decoded {
+            Ok((header, message, keep)) => self.handle_frame(&header, message, keep, now),
             Err(e) => {
                 touch(&mut self.link, now);
                 warn!(error = %e, "skipping a frame that does not decode");
@@ -41,7 +50,13 @@ impl Core {
 
     /// A decoded frame from the live connection: its header (borrowed from
     /// the frame's text) and its message.
-    pub(crate) fn handle_frame(&mut self, header: &Header<'_>, message: Message, now: Instant) {
+    pub(crate) fn handle_frame(
+        &mut self,
+        header: &Header<'_>,
+        message: Message,
+        keep: Keep,
+        now: Instant,
+    ) {
         touch(&mut self.link, now);
         if !matches!(self.link, Link::Up(_)) {
             return;
@@ -68,7 +83,7 @@ impl Core {
                 let request = header.correlation_id.as_deref();
                 self.on_accepted(header, request, job, true, now);
             }
-            Message::Event(event) => self.on_event(header, event, now),
+            Message::Event(event) => self.on_event(header, event, keep, now),
             Message::Result(result) => self.on_result(header, result, now),
             Message::Cancelled(_) => {
                 if let Some(id) = self.call_for(header, header.correlation_id.as_deref()) {
@@ -232,7 +247,21 @@ impl Core {
         self.rearm(id, now);
     }
 
-    fn on_event(&mut self, header: &Header<'_>, event: JobEvent, now: Instant) {
+    /// What of a frame's payload to keep: all of it when the call it names
+    /// has a watcher.
+    fn keep_for(&self, header: &Header<'_>) -> Keep {
+        let watched = self
+            .call_for(header, header.correlation_id.as_deref())
+            .and_then(|id| self.calls.get(&id))
+            .is_some_and(|call| call.waiters.iter().any(|w| w.shared.is_watched()));
+        if watched {
+            Keep::All
+        } else {
+            Keep::Outcome
+        }
+    }
+
+    fn on_event(&mut self, header: &Header<'_>, event: JobEvent, keep: Keep, now: Instant) {
         let Some(id) = self.call_for(header, None) else {
             debug!(job_id = ?header.job_id, "an event for a job no call is waiting on; dropped");
             return;
@@ -276,6 +305,12 @@ impl Core {
                     })
                     .push(&typed, limit);
             }
+        }
+        // Decoded without its body: nobody watched when it arrived (a
+        // watcher that came since starts with the next event).
+        if keep != Keep::All {
+            self.rearm(id, now);
+            return;
         }
         let event = InvocationEvent {
             event_seq: header.event_seq,

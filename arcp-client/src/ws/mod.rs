@@ -26,5 +26,6 @@ mod inbound;
 mod session;
 mod transport;
 
+pub(crate) use self::calls::PreparedCall;
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;

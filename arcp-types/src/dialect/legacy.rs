@@ -13,25 +13,35 @@ use std::borrow::Cow;
 use serde_json::{json, Value};
 
 use super::{
-    from_payload, object_payload, rename, rename_in, to_payload, DecodeError, Head, Payload,
+    from_payload, lean, object_payload, rename, rename_in, to_payload, DecodeError, Head, Keep,
+    Payload,
 };
 use crate::message::*;
 use crate::Envelope;
 
-pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, DecodeError> {
+pub(super) fn decode(
+    head: Head<'_>,
+    payload: Payload<'_>,
+    keep: Keep,
+) -> Result<Message, DecodeError> {
     let k = head.kind;
     let correlation = || head.correlation_id.map(str::to_owned);
     let with_request = |mut e: ErrorReply| {
         e.request_id = e.request_id.or_else(correlation);
         e
     };
-    let event = |kind: &str, payload: Value| {
-        Message::Event(JobEvent {
+    // A legacy event's payload is its body.
+    let event = |kind: &str, payload: Payload<'_>| -> Result<Message, DecodeError> {
+        let body = match keep {
+            Keep::Outcome => lean::legacy_event_body(kind, || payload.into_value(k))?,
+            _ => payload.into_value(k)?,
+        };
+        Ok(Message::Event(JobEvent {
             kind: kind.to_owned(),
             ts: None,
-            body: payload,
+            body,
             extra: Object::new(),
-        })
+        }))
     };
     let message = match k {
         "session.open" => {
@@ -70,16 +80,25 @@ pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, De
             Message::Invoke(invoke)
         }
         "job.accepted" => {
-            let mut accepted: Accepted = from_payload(k, payload)?;
+            let mut accepted: Accepted = match keep {
+                Keep::Outcome => from_payload::<lean::LeanAccepted>(k, payload)?.0,
+                _ => from_payload(k, payload)?,
+            };
             accepted.request_id = accepted.request_id.or_else(correlation);
             Message::Accepted(accepted)
         }
-        "job.started" => Message::Started(object_payload(k, payload)?),
-        "job.progress" => event("progress", payload.into_value(k)?),
-        "metric" => event("metric", payload.into_value(k)?),
-        "log" => event("log", payload.into_value(k)?),
-        "job.result_chunk" => event("result_chunk", payload.into_value(k)?),
-        "job.event" => Message::Event(from_payload(k, payload)?),
+        "job.started" => Message::Started(match keep {
+            Keep::Outcome => Object::new(),
+            _ => object_payload(k, payload)?,
+        }),
+        "job.progress" => event("progress", payload)?,
+        "metric" => event("metric", payload)?,
+        "log" => event("log", payload)?,
+        "job.result_chunk" => event("result_chunk", payload)?,
+        "job.event" => Message::Event(match keep {
+            Keep::Outcome => from_payload::<lean::LeanEvent>(k, payload)?.0,
+            _ => from_payload(k, payload)?,
+        }),
         "job.completed" => {
             let completed: Completed = from_payload(k, payload)?;
             Message::Result(completed.into_result())

@@ -20,6 +20,7 @@
 //!   with `"capabilities": {}` (a programmatic [`Open`](crate::Open) with null
 //!   capabilities gets the dialect's defaults instead).
 
+mod lean;
 mod legacy;
 mod v1_1;
 
@@ -69,6 +70,23 @@ pub enum DecodeError {
     },
 }
 
+/// How much of a payload [`Dialect::decode_payload`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Keep {
+    /// Everything: lossless, as [`Dialect::decode`].
+    #[default]
+    All,
+    /// What deciding a call's outcome needs, for a receiver nobody watches:
+    /// the fields this crate does not model are skipped in an acceptance, an
+    /// event and a started job (whose payload is then empty), and so is an
+    /// event's body unless the event is a `result_chunk` (a body written
+    /// before its event's `kind` is read, then dropped). Every other
+    /// message is decoded in full. Skipped fields are not built, so they
+    /// cost no allocation; they are not checked beyond being JSON.
+    Outcome,
+}
+
 impl Dialect {
     /// Decodes one text frame.
     ///
@@ -87,22 +105,49 @@ impl Dialect {
     /// header's strings borrowed from `text`: a receiver that only looks at
     /// the header copies nothing.
     pub fn decode_borrowed(self, text: &str) -> Result<(Header<'_>, Message), DecodeError> {
-        let (header, raw) = Envelope::parse_raw(text).map_err(DecodeError::Envelope)?;
-        let message = self.decode_message(Head::of(&header), Payload::Raw(raw))?;
+        let (header, raw) = self.decode_header(text)?;
+        let message = self.decode_payload(&header, raw, Keep::All)?;
         Ok((header, message))
+    }
+
+    /// The first half of [`decode_borrowed`](Self::decode_borrowed): the
+    /// header, and the payload's raw JSON (borrowed from `text`; `None`
+    /// when the frame has none), for a receiver that looks at the header
+    /// before deciding how much of the payload to keep.
+    pub fn decode_header(
+        self,
+        text: &str,
+    ) -> Result<(Header<'_>, Option<&serde_json::value::RawValue>), DecodeError> {
+        Envelope::parse_raw(text).map_err(DecodeError::Envelope)
+    }
+
+    /// The second half: the payload of the frame whose header is `header`,
+    /// read into the type its `type` names, keeping what `keep` says.
+    pub fn decode_payload(
+        self,
+        header: &Header<'_>,
+        payload: Option<&serde_json::value::RawValue>,
+        keep: Keep,
+    ) -> Result<Message, DecodeError> {
+        self.decode_message(Head::of(header), Payload::Raw(payload), keep)
     }
 
     /// Decodes an already parsed envelope (its `payload` tree included).
     pub fn decode_envelope(self, mut envelope: Envelope) -> Result<Frame, DecodeError> {
         let payload = Payload::Tree(std::mem::take(&mut envelope.payload));
-        let message = self.decode_message(Head::of_envelope(&envelope), payload)?;
+        let message = self.decode_message(Head::of_envelope(&envelope), payload, Keep::All)?;
         Ok(Frame { envelope, message })
     }
 
-    fn decode_message(self, head: Head<'_>, payload: Payload<'_>) -> Result<Message, DecodeError> {
+    fn decode_message(
+        self,
+        head: Head<'_>,
+        payload: Payload<'_>,
+        keep: Keep,
+    ) -> Result<Message, DecodeError> {
         match self {
-            Dialect::V1_1 => v1_1::decode(head, payload),
-            Dialect::Legacy => legacy::decode(head, payload),
+            Dialect::V1_1 => v1_1::decode(head, payload, keep),
+            Dialect::Legacy => legacy::decode(head, payload, keep),
         }
     }
 
@@ -168,7 +213,7 @@ impl EncodedRequest {
         };
         match self
             .dialect
-            .decode_message(head, Payload::Raw(Some(&self.payload)))?
+            .decode_message(head, Payload::Raw(Some(&self.payload)), Keep::All)?
         {
             Message::Invoke(invoke) => Ok(invoke),
             // The payload was encoded as a request just above.

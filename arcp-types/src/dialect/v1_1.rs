@@ -4,8 +4,9 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
+use super::lean::{LeanAccepted, LeanEvent};
 use super::{
-    decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Payload,
+    decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Keep, Payload,
 };
 use crate::message::*;
 use crate::Envelope;
@@ -20,7 +21,11 @@ const DEFAULT_FEATURES: &[&str] = &[
     "result_chunk",
 ];
 
-pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, DecodeError> {
+pub(super) fn decode(
+    head: Head<'_>,
+    payload: Payload<'_>,
+    keep: Keep,
+) -> Result<Message, DecodeError> {
     let k = head.kind;
     let message = match k {
         "session.hello" => Message::Open(decode_open(from_payload(k, payload)?)),
@@ -39,8 +44,14 @@ pub(super) fn decode(head: Head<'_>, payload: Payload<'_>) -> Result<Message, De
             rename(&mut payload, "input", "arguments");
             Message::Invoke(from_payload(k, payload)?)
         }
-        "job.accepted" => Message::Accepted(from_payload(k, payload)?),
-        "job.event" => Message::Event(from_payload(k, payload)?),
+        "job.accepted" => Message::Accepted(match keep {
+            Keep::Outcome => from_payload::<LeanAccepted>(k, payload)?.0,
+            _ => from_payload(k, payload)?,
+        }),
+        "job.event" => Message::Event(match keep {
+            Keep::Outcome => from_payload::<LeanEvent>(k, payload)?.0,
+            _ => from_payload(k, payload)?,
+        }),
         "job.result" => job_result(k, payload)?,
         "job.error" => Message::Error(from_payload(k, payload)?),
         "job.cancel" => {

@@ -1,0 +1,125 @@
+//! Payload readers for [`Keep::Outcome`](super::Keep::Outcome): the replies
+//! every call receives, read for what deciding its outcome needs. Fields
+//! skipped here are still checked to be JSON (the envelope parse did that)
+//! but are not built: no string, map or tree is allocated for them.
+
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::flat::Key;
+use crate::message::{Accepted, JobEvent, Object};
+
+/// The kind of event whose body a receiver needs even when nobody watches
+/// the call: its chunks make up the result.
+const RESULT_CHUNK: &str = "result_chunk";
+
+/// An acceptance with its unmodelled fields skipped.
+pub(super) struct LeanAccepted(pub(super) Accepted);
+
+impl<'de> Deserialize<'de> for LeanAccepted {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LeanAccepted;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an Accepted object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LeanAccepted, A::Error> {
+                let (mut job_id, mut request_id) = (None, None);
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "job_id" if job_id.is_none() => job_id = Some(map.next_value()?),
+                        "request_id" if request_id.is_none() => {
+                            request_id = map.next_value::<Option<String>>()?;
+                        }
+                        "job_id" | "request_id" => {
+                            return Err(serde::de::Error::custom(format_args!(
+                                "duplicate field `{}`",
+                                key.as_str()
+                            )))
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(LeanAccepted(Accepted {
+                    job_id: job_id.ok_or_else(|| serde::de::Error::missing_field("job_id"))?,
+                    request_id,
+                    extra: Object::new(),
+                }))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// An event with its unmodelled fields skipped, and its body too unless
+/// the event is a result chunk. A body that comes before the `kind` is
+/// kept (the kind is not known yet); the runtimes write the kind first.
+pub(super) struct LeanEvent(pub(super) JobEvent);
+
+impl<'de> Deserialize<'de> for LeanEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LeanEvent;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JobEvent object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LeanEvent, A::Error> {
+                let (mut kind, mut ts, mut body) = (None::<String>, None, None::<Value>);
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "kind" if kind.is_none() => kind = Some(map.next_value()?),
+                        "ts" if ts.is_none() => ts = Some(map.next_value::<Option<String>>()?),
+                        "body" if body.is_none() => {
+                            if kind.as_deref().is_some_and(|k| k != RESULT_CHUNK) {
+                                map.next_value::<IgnoredAny>()?;
+                                body = Some(Value::Null);
+                            } else {
+                                body = Some(map.next_value()?);
+                            }
+                        }
+                        "kind" | "ts" | "body" => {
+                            return Err(serde::de::Error::custom(format_args!(
+                                "duplicate field `{}`",
+                                key.as_str()
+                            )))
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                let kind = kind.ok_or_else(|| serde::de::Error::missing_field("kind"))?;
+                let body = match body {
+                    // Read before its kind was: drop it now, as if skipped.
+                    Some(_) if kind != RESULT_CHUNK => Value::Null,
+                    other => other.unwrap_or_default(),
+                };
+                Ok(LeanEvent(JobEvent {
+                    kind,
+                    ts: ts.flatten(),
+                    body,
+                    extra: Object::new(),
+                }))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A legacy event (`job.progress`, `log`, ...) whose payload is its body:
+/// kept only for result chunks.
+pub(super) fn legacy_event_body(
+    kind: &str,
+    body: impl FnOnce() -> Result<Value, super::DecodeError>,
+) -> Result<Value, super::DecodeError> {
+    if kind == RESULT_CHUNK {
+        body()
+    } else {
+        Ok(Value::Null)
+    }
+}
