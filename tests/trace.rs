@@ -61,3 +61,33 @@ async fn a_malformed_traceparent_is_refused_before_sending() {
     assert!(err.to_string().contains("00-not-a-trace-01"), "{err}");
     assert!(submits(&mock).is_empty());
 }
+
+/// A repeated call answered without attempts of its own (joined to the
+/// first while it runs, or from the outcome cache once it ended) reports
+/// its own trace id, not the first caller's: the trace is the caller's.
+#[tokio::test]
+async fn a_call_answered_by_another_reports_its_own_trace() {
+    const OTHER_PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const OTHER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        let mock = mock(dialect).start().await.unwrap();
+        let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        let args = json!({"order": 7, "steps": 2, "ms": 30});
+        let call = |parent: &'static str| {
+            client
+                .invoke("refund", args.clone())
+                .key_str("trace-owner-key")
+                .traceparent(parent)
+                .send()
+        };
+        let (first, joined) = tokio::join!(call(PARENT), call(OTHER_PARENT));
+        let (first, joined) = (first.unwrap(), joined.unwrap());
+        assert_eq!(first.trace_id, TRACE, "{dialect}");
+        assert_eq!(joined.trace_id, OTHER_TRACE, "{dialect}: joined");
+        let cached = call(OTHER_PARENT).await.unwrap();
+        assert!(cached.replayed, "{dialect}: answered from the cache");
+        assert_eq!(cached.trace_id, OTHER_TRACE, "{dialect}: cached");
+        assert_eq!(first.value, cached.value, "{dialect}");
+        assert_eq!(mock.executions("refund"), 1, "{dialect}");
+    }
+}

@@ -48,6 +48,10 @@ impl Backend {
                 // connection is done here, on the caller's task.
                 request.seal();
                 request.prepared = Some(PreparedCall::new(&mut request, dialect.get().copied()));
+                // A result carries the trace id of the caller that awaits it,
+                // whether its own attempts, a joined call or the cache
+                // answered: the connection task leaves it to be set here.
+                let trace_id = std::mem::take(&mut request.trace_id);
                 let (reply, rx) = oneshot::channel();
                 tx.send(Command::Invoke(request, reply))
                     .await
@@ -57,7 +61,7 @@ impl Backend {
                     .store(true, std::sync::atomic::Ordering::Release);
                 // A dropped reply means the connection task is gone. If a
                 // request went out, the call may have run: say so.
-                rx.await.unwrap_or_else(|_| {
+                let outcome = rx.await.unwrap_or_else(|_| {
                     Err(if shared.abandon() {
                         Error::Interrupted {
                             key,
@@ -67,6 +71,10 @@ impl Backend {
                     } else {
                         Error::Closed
                     })
+                });
+                outcome.map(|mut out| {
+                    out.trace_id = trace_id;
+                    out
                 })
             }
         }

@@ -355,7 +355,9 @@ impl Core {
                 key,
                 replayed,
                 attempts: call.attempts,
-                trace_id: call.trace_id.to_text(),
+                // The caller's own, set where it awaits the outcome
+                // (`Backend::invoke`): not copied here, nor into the cache.
+                trace_id: String::new(),
             }),
             ResultReading::Failed { code, message } => {
                 let e = failed_result(code, self.config.redact(message));

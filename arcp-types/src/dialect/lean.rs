@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::flat::Key;
-use crate::message::{Accepted, JobEvent, Object};
+use crate::message::{Accepted, JobEvent, JobResult, Object};
 
 /// The kind of event whose body a receiver needs even when nobody watches
 /// the call: its chunks make up the result.
@@ -109,6 +109,54 @@ impl<'de> Deserialize<'de> for LeanEvent {
         }
         d.deserialize_map(V)
     }
+}
+
+/// The fields of a result besides its value that say how the job ended or
+/// where its value is: the ones a receiver reads to decide the outcome.
+const RESULT_FIELDS: &[&str] = &["final_status", "code", "message", "result_id", "result_ref"];
+
+/// A result with only its value and [`RESULT_FIELDS`] kept.
+pub(super) struct LeanResult(pub(super) JobResult);
+
+impl<'de> Deserialize<'de> for LeanResult {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LeanResult;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JobResult object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LeanResult, A::Error> {
+                let mut result = None::<Option<Value>>;
+                let mut extra = Object::new();
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "result" if result.is_none() => result = Some(map.next_value()?),
+                        "result" => return Err(serde::de::Error::duplicate_field("result")),
+                        name if RESULT_FIELDS.contains(&name) => {
+                            let value = map.next_value()?;
+                            extra.insert(key.into_string(), value);
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(LeanResult(JobResult {
+                    result: result.flatten(),
+                    extra,
+                }))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Drops a result's fields other than [`RESULT_FIELDS`], for a result read
+/// another way first (the legacy `job.completed`, whose runtimes send only
+/// its value: nothing to save by skipping).
+pub(super) fn keep_result_fields(extra: &mut Object) {
+    extra.retain(|name, _| RESULT_FIELDS.contains(&name.as_str()));
 }
 
 /// A legacy event (`job.progress`, `log`, ...) whose payload is its body:

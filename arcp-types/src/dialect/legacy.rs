@@ -101,9 +101,16 @@ pub(super) fn decode(
         }),
         "job.completed" => {
             let completed: Completed = from_payload(k, payload)?;
-            Message::Result(completed.into_result())
+            let mut result = completed.into_result();
+            if keep == Keep::Outcome {
+                lean::keep_result_fields(&mut result.extra);
+            }
+            Message::Result(result)
         }
-        "tool.result" => Message::Result(from_payload(k, payload)?),
+        "tool.result" => Message::Result(match keep {
+            Keep::Outcome => from_payload::<lean::LeanResult>(k, payload)?.0,
+            _ => from_payload(k, payload)?,
+        }),
         "job.failed" | "tool.error" => Message::Error(with_request(from_payload(k, payload)?)),
         "job.cancelled" => Message::Cancelled(object_payload(k, payload)?),
         "cancel" => {

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::lean::{LeanAccepted, LeanEvent};
+use super::lean::{LeanAccepted, LeanEvent, LeanResult};
 use super::{
     decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Keep, Payload,
 };
@@ -52,7 +52,7 @@ pub(super) fn decode(
             Keep::Outcome => from_payload::<LeanEvent>(k, payload)?.0,
             _ => from_payload(k, payload)?,
         }),
-        "job.result" => job_result(k, payload)?,
+        "job.result" => job_result(k, payload, keep)?,
         "job.error" => Message::Error(from_payload(k, payload)?),
         "job.cancel" => {
             let mut body = object_payload(k, payload)?;
@@ -81,7 +81,7 @@ pub(super) fn decode(
 /// A `job.result`: its `final_status` picks the variant (the encoder
 /// writes it back); `error` / `timed_out` stay on the result for the
 /// caller to read.
-fn job_result(k: &str, payload: Payload<'_>) -> Result<Message, DecodeError> {
+fn job_result(k: &str, payload: Payload<'_>, keep: Keep) -> Result<Message, DecodeError> {
     let cancelled =
         |extra: &Object| extra.get("final_status").and_then(Value::as_str) == Some("cancelled");
     // A successful (or unnamed) status is implied by the variant.
@@ -101,7 +101,10 @@ fn job_result(k: &str, payload: Payload<'_>) -> Result<Message, DecodeError> {
         // The common case in one parse; a cancelled job's body (rare) is
         // read again from the same text, verbatim.
         Payload::Raw(raw) => {
-            let mut result: JobResult = from_payload(k, Payload::Raw(raw))?;
+            let mut result: JobResult = match keep {
+                Keep::Outcome => from_payload::<LeanResult>(k, Payload::Raw(raw))?.0,
+                _ => from_payload(k, Payload::Raw(raw))?,
+            };
             if cancelled(&result.extra) {
                 return Ok(cancelled_body(object_payload(k, Payload::Raw(raw))?));
             }
