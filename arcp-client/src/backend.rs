@@ -51,11 +51,18 @@ impl Backend {
                 // A result carries the trace id of the caller that awaits it,
                 // whether its own attempts, a joined call or the cache
                 // answered: the connection task leaves it to be set here.
-                let trace_id = std::mem::take(&mut request.trace_id);
+                let trace_id = request.trace_id.clone();
                 let (reply, rx) = oneshot::channel();
-                tx.send(Command::Invoke(request, reply))
-                    .await
-                    .map_err(|_| Error::Closed)?;
+                // Waiting for room in the channel is rare (it holds as many
+                // commands as calls may be in flight): that future is boxed,
+                // so it takes no room in every call's state.
+                match tx.try_send(Command::Invoke(request, reply)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(command)) => Box::pin(tx.send(command))
+                        .await
+                        .map_err(|_| Error::Closed)?,
+                    Err(mpsc::error::TrySendError::Closed(_)) => return Err(Error::Closed),
+                }
                 shared
                     .dispatched
                     .store(true, std::sync::atomic::Ordering::Release);
@@ -73,7 +80,7 @@ impl Backend {
                     })
                 });
                 outcome.map(|mut out| {
-                    out.trace_id = trace_id;
+                    out.trace_id = trace_id.to_string();
                     out
                 })
             }
@@ -152,5 +159,91 @@ impl Backend {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use arcp_types::Invoke;
+
+    use super::*;
+    use crate::outcome::ToolOutput;
+    use crate::request::{EventsEnd, TraceId};
+
+    fn request(trace_id: &str) -> Box<CallRequest> {
+        let shared = Arc::new(CallShared::default());
+        Box::new(CallRequest {
+            key: IdempotencyKey::new(),
+            trace_id: TraceId::new(trace_id),
+            invoke: Invoke {
+                tool: "echo".into(),
+                arguments: serde_json::json!({"n": 1}),
+                idempotency_key: None,
+                extra: Default::default(),
+            },
+            deadline: Duration::from_secs(5),
+            started: Instant::now(),
+            events_end: EventsEnd(shared.clone()),
+            shared,
+            recorder: None,
+            in_doubt: false,
+            prepared: None,
+        })
+    }
+
+    /// A call that finds the command channel full waits for room instead of
+    /// failing, is handed over prepared (encoded for the known dialect), and
+    /// its result carries the caller's trace id (the task leaves it blank).
+    #[tokio::test]
+    async fn a_call_waits_for_room_and_gets_its_own_trace_id() {
+        const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let (tx, mut rx) = mpsc::channel(1);
+        let (stats, _) = oneshot::channel();
+        tx.try_send(Command::Stats { reply: stats }).unwrap();
+        let backend = Backend::Ws {
+            tx,
+            dialect: Arc::new(OnceLock::from(Dialect::Legacy)),
+        };
+        let call = tokio::spawn(async move { backend.invoke(request(TRACE)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!call.is_finished(), "waiting for room, not failed");
+        assert!(matches!(rx.recv().await, Some(Command::Stats { .. })));
+        let Some(Command::Invoke(request, reply)) = rx.recv().await else {
+            panic!("the call's command follows once there is room");
+        };
+        let prepared = request.prepared.expect("prepared by the caller");
+        let encoded = prepared
+            .outgoing
+            .encoded()
+            .expect("encoded on the caller's task");
+        assert_eq!(encoded.dialect(), Dialect::Legacy);
+        let _ = reply.send(Ok(ToolOutput {
+            value: serde_json::json!({"n": 1}),
+            job_id: None,
+            key: request.key.clone(),
+            replayed: false,
+            attempts: 1,
+            trace_id: String::new(),
+        }));
+        let out = call.await.unwrap().unwrap();
+        assert_eq!(out.trace_id, TRACE);
+    }
+
+    /// A connection task that is gone: the call is refused as closed, and
+    /// nothing claims it may have run.
+    #[tokio::test]
+    async fn a_call_to_a_closed_channel_is_closed() {
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let backend = Backend::Ws {
+            tx,
+            dialect: Arc::new(OnceLock::new()),
+        };
+        let err = backend
+            .invoke(request("4bf92f3577b34da6a3ce929d0e0e4736"))
+            .await;
+        assert!(matches!(err, Err(Error::Closed)), "{err:?}");
     }
 }

@@ -15,7 +15,7 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::journal::JournalEntry;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
-use crate::request::{CallRequest, CallShared, EventsEnd};
+use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
 
 /// Builds one call: `client.invoke(tool, args)...send()`.
 #[must_use = "a call does nothing until sent and awaited"]
@@ -112,14 +112,14 @@ impl InvokeBuilder {
             Some(k) => k,
         };
         let trace_id = match self.trace_id {
-            Some(t) if arcp_types::is_trace_id(&t) => Ok(t),
+            Some(t) if arcp_types::is_trace_id(&t) => Ok(TraceId::new(&t)),
             Some(t) if t.starts_with("traceparent ") => Err(Error::InvalidCall(format!(
                 "{t} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero)"
             ))),
             Some(t) => Err(Error::InvalidCall(format!(
                 "trace id {t:?} is not 32 lowercase hex digits"
             ))),
-            None => Ok(arcp_types::new_trace_id()),
+            None => Ok(TraceId::random()),
         };
         let key_for_handle = key.as_ref().ok().cloned();
         let deadline = self
@@ -147,12 +147,14 @@ impl InvokeBuilder {
                 prepared: None,
             }))
         });
-        let future = async move {
-            let request = request?;
-            client.dispatch(request).await
+        // Only a valid request becomes a call's future: a refused one would
+        // keep its error's room in every call's state.
+        let future: OutcomeFuture = match request {
+            Ok(request) => Box::pin(async move { client.dispatch(request).await }),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
         };
         Invocation {
-            future: Box::pin(future),
+            future,
             handle: CallHandle {
                 shared,
                 key: key_for_handle,
@@ -213,7 +215,7 @@ impl Invocation {
             .map_err(Error::Journal)
             .map(|invoke| CallRequest {
                 key: entry.key,
-                trace_id: entry.trace_id,
+                trace_id: TraceId::new(&entry.trace_id),
                 invoke,
                 deadline: entry.deadline,
                 started: Instant::now(),

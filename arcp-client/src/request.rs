@@ -28,10 +28,62 @@ pub(crate) trait CallRecorder: Send + Sync {
     fn accepted(&self, key: &IdempotencyKey, job_id: &str);
 }
 
+/// A call's W3C trace id, kept inline: a call holds it for its whole life,
+/// writes it into every attempt's envelope and into its result, and needs
+/// no text of it until then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TraceId {
+    /// 32 lowercase hex digits, as a number (high and low halves).
+    Hex(u64, u64),
+    /// An id not in that form, kept as given (a journal record written by
+    /// another version, say; ids a caller gives are checked first).
+    Other(Box<str>),
+}
+
+impl TraceId {
+    /// The trace id of `text`.
+    pub(crate) fn new(text: &str) -> Self {
+        match u128::from_str_radix(text, 16) {
+            Ok(n) if arcp_types::is_trace_id(text) => Self::of_u128(n),
+            _ => TraceId::Other(text.into()),
+        }
+    }
+
+    /// A fresh trace id.
+    pub(crate) fn random() -> Self {
+        Self::of_u128(arcp_types::new_trace_id_u128())
+    }
+
+    fn of_u128(n: u128) -> Self {
+        TraceId::Hex((n >> 64) as u64, n as u64)
+    }
+
+    /// The id as text, written into `buf`.
+    pub(crate) fn write<'a>(&'a self, buf: &'a mut [u8; 32]) -> &'a str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        match self {
+            TraceId::Hex(high, low) => {
+                let n = (u128::from(*high) << 64) | u128::from(*low);
+                for (i, digit) in buf.iter_mut().enumerate() {
+                    *digit = HEX[((n >> (124 - 4 * i)) & 0xf) as usize];
+                }
+                std::str::from_utf8(buf).unwrap_or_default()
+            }
+            TraceId::Other(text) => text,
+        }
+    }
+}
+
+impl std::fmt::Display for TraceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.write(&mut [0; 32]))
+    }
+}
+
 /// A call handed from an `Invocation` to a transport.
 pub(crate) struct CallRequest {
     pub(crate) key: IdempotencyKey,
-    pub(crate) trace_id: String,
+    pub(crate) trace_id: TraceId,
     /// The intent, with the key set: every attempt sends exactly this.
     pub(crate) invoke: Invoke,
     pub(crate) deadline: Duration,
@@ -219,6 +271,24 @@ impl Drop for EventsEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trace_ids_are_written_back_as_given() {
+        for text in [
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "00000000000000000000000000000001",
+            "ffffffffffffffffffffffffffffffff",
+        ] {
+            let id = TraceId::new(text);
+            assert!(matches!(id, TraceId::Hex(..)), "{text}");
+            assert_eq!(id.write(&mut [0; 32]), text);
+        }
+        let generated = arcp_types::new_trace_id();
+        assert_eq!(TraceId::new(&generated).write(&mut [0; 32]), generated);
+        // Not in W3C form (upper case): kept verbatim, not normalised.
+        let odd = TraceId::new("4BF92F3577B34DA6A3CE929D0E0E4736");
+        assert_eq!(odd.write(&mut [0; 32]), "4BF92F3577B34DA6A3CE929D0E0E4736");
+    }
 
     #[test]
     fn abandon_and_send_are_linearized() {

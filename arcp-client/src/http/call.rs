@@ -342,7 +342,7 @@ impl<'a> Call<'a> {
     /// byte-identical payload) under a fresh envelope id.
     async fn attempt(&mut self) -> Next {
         let mut frame = Frame::new(Message::Invoke(self.req.invoke.clone()));
-        frame.envelope.trace_id = Some(self.req.trace_id.clone());
+        frame.envelope.trace_id = Some(self.req.trace_id.to_string());
         let request_id = frame.envelope.id.clone();
         let body = Dialect::V1_1.encode(&frame);
         // An earlier attempt may have bound the job: what comes back may be
@@ -677,7 +677,7 @@ impl<'a> Call<'a> {
             key,
             replayed,
             attempts: self.attempts,
-            trace_id: self.req.trace_id.clone(),
+            trace_id: self.req.trace_id.to_string(),
         })
     }
 

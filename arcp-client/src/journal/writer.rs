@@ -410,7 +410,7 @@ impl JournalHandle {
             key: request.key.clone(),
             tool: request.invoke.tool.clone(),
             intent,
-            trace_id: request.trace_id.clone(),
+            trace_id: request.trace_id.to_string(),
             deadline: request.deadline,
             state: JournalState::Prepared,
             attempts: 0,

@@ -21,7 +21,7 @@ use super::attribution::RequestId;
 use crate::cache::{intent_of, Intent, Outcome};
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
-use crate::request::{CallRequest, CallShared, EventsEnd};
+use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
 use crate::retry::Schedule;
 
 /// A call's id inside one connection core.
@@ -115,42 +115,6 @@ pub(crate) struct Call {
     pub(crate) timer_gen: u32,
 }
 
-/// A call's W3C trace id, kept inline (a call holds it for its whole life
-/// and writes it into every attempt's envelope).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum TraceId {
-    /// 32 lowercase hex digits, as a number (high and low halves).
-    Hex(u64, u64),
-    /// An id not in that form, kept as given (ids are checked when a call
-    /// is made, so this crate never makes one).
-    Other(Box<str>),
-}
-
-impl TraceId {
-    /// The trace id of `text`.
-    pub(crate) fn new(text: &str) -> Self {
-        match u128::from_str_radix(text, 16) {
-            Ok(n) if arcp_types::is_trace_id(text) => TraceId::Hex((n >> 64) as u64, n as u64),
-            _ => TraceId::Other(text.into()),
-        }
-    }
-
-    /// The id as text, written into `buf`.
-    pub(crate) fn write<'a>(&'a self, buf: &'a mut [u8; 32]) -> &'a str {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        match self {
-            TraceId::Hex(high, low) => {
-                let n = (u128::from(*high) << 64) | u128::from(*low);
-                for (i, digit) in buf.iter_mut().enumerate() {
-                    *digit = HEX[((n >> (124 - 4 * i)) & 0xf) as usize];
-                }
-                std::str::from_utf8(buf).unwrap_or_default()
-            }
-            TraceId::Other(text) => text,
-        }
-    }
-}
-
 /// What a call sends: its request until the first attempt, then only the
 /// request's payload encoded for the connection's dialect. Keeping both
 /// held the caller's arguments for the whole life of the call.
@@ -221,7 +185,7 @@ impl PreparedCall {
         };
         PreparedCall {
             intent,
-            trace_id: TraceId::new(&req.trace_id),
+            trace_id: req.trace_id.clone(),
             outgoing,
             span,
         }
@@ -410,24 +374,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod trace_id_tests {
-    use super::TraceId;
-
-    #[test]
-    fn trace_ids_are_written_back_as_given() {
-        for text in [
-            "4bf92f3577b34da6a3ce929d0e0e4736",
-            "00000000000000000000000000000001",
-            "ffffffffffffffffffffffffffffffff",
-        ] {
-            let id = TraceId::new(text);
-            assert!(matches!(id, TraceId::Hex(..)), "{text}");
-            assert_eq!(id.write(&mut [0; 32]), text);
-        }
-        let generated = arcp_types::new_trace_id();
-        assert_eq!(TraceId::new(&generated).write(&mut [0; 32]), generated);
-        // Not in W3C form (upper case): kept verbatim, not normalised.
-        let odd = TraceId::new("4BF92F3577B34DA6A3CE929D0E0E4736");
-        assert_eq!(odd.write(&mut [0; 32]), "4BF92F3577B34DA6A3CE929D0E0E4736");
-    }
-}
+mod trace_id_tests {}

@@ -60,7 +60,7 @@ impl Harness {
         let shared = Arc::new(CallShared::default());
         let request = CallRequest {
             key,
-            trace_id: arcp_types::new_trace_id(),
+            trace_id: crate::request::TraceId::random(),
             invoke: Invoke {
                 tool: "echo".into(),
                 arguments: args,
