@@ -182,11 +182,7 @@ impl OutcomeCache {
         self.expire(now);
         while self.entries.len() >= self.capacity {
             match self.order.pop_front() {
-                Some((old, stored)) => {
-                    if self.entries.get(&old).is_some_and(|e| e.stored == stored) {
-                        self.entries.remove(&old);
-                    }
-                }
+                Some((old, stored)) => self.remove_if_stored(old, stored),
                 None => break,
             }
         }
@@ -207,15 +203,24 @@ impl OutcomeCache {
         self.store(key, fingerprint, None, now);
     }
 
+    /// Removes `key`'s entry if it is the one stored at `stored` (an order
+    /// record outlives the entry it named when the key was stored again).
+    fn remove_if_stored(&mut self, key: IdempotencyKey, stored: Instant) {
+        if let std::collections::hash_map::Entry::Occupied(entry) = self.entries.entry(key) {
+            if entry.get().stored == stored {
+                entry.remove();
+            }
+        }
+    }
+
     fn expire(&mut self, now: Instant) {
-        while let Some((key, stored)) = self.order.front() {
-            if now.duration_since(*stored) < self.ttl {
+        while let Some(&(_, stored)) = self.order.front() {
+            if now.duration_since(stored) < self.ttl {
                 break;
             }
-            if self.entries.get(key).is_some_and(|e| e.stored == *stored) {
-                self.entries.remove(key);
+            if let Some((key, stored)) = self.order.pop_front() {
+                self.remove_if_stored(key, stored);
             }
-            self.order.pop_front();
         }
         // Entries replaced by a newer insert leave stale order records; keep
         // the queue from outgrowing the map.

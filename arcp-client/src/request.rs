@@ -49,9 +49,15 @@ impl TraceId {
         }
     }
 
-    /// A fresh trace id.
+    /// A fresh trace id: 128 random bits (W3C asks for random trace ids;
+    /// all zero is invalid, and drawn again).
     pub(crate) fn random() -> Self {
-        Self::of_u128(arcp_types::new_trace_id_u128())
+        loop {
+            let n: u128 = rand::random();
+            if n != 0 {
+                return Self::of_u128(n);
+            }
+        }
     }
 
     fn of_u128(n: u128) -> Self {

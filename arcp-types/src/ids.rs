@@ -26,14 +26,12 @@ pub fn write_new_message_id(out: &mut String) {
 
 /// A fresh W3C trace id: 32 lowercase hex digits, never all zero.
 pub fn new_trace_id() -> String {
-    format!("{:032x}", new_trace_id_u128())
-}
-
-/// A fresh W3C trace id as its 128-bit number (never zero), for a holder
-/// that keeps it inline and writes the digits only where they go.
-pub fn new_trace_id_u128() -> u128 {
-    // UUIDv7 bits are time + randomness: never all zero.
-    uuid::Uuid::now_v7().as_u128()
+    // UUIDv7 bits are time + randomness; hex of its 128 bits is never zero.
+    let mut buf = uuid::Uuid::encode_buffer();
+    uuid::Uuid::now_v7()
+        .simple()
+        .encode_lower(&mut buf)
+        .to_owned()
 }
 
 /// Whether `s` is a valid W3C trace id (32 lowercase hex digits, not all zero).

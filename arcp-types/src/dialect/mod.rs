@@ -250,12 +250,12 @@ impl Dialect {
         };
         fields.sort_by(|a, b| a.0.cmp(b.0));
         fields.dedup_by(|later, earlier| later.0 == earlier.0);
-        let text = serde_json::to_string(&SortedObject(&fields)).unwrap_or_default();
         EncodedRequest {
             dialect: self,
             kind,
-            // Serialized just above from strings and JSON values: valid JSON.
-            payload: serde_json::value::RawValue::from_string(text)
+            // Strings and JSON values serialize infallibly; the text is not
+            // parsed back to be checked (it was just written as JSON).
+            payload: serde_json::value::to_raw_value(&SortedObject(&fields))
                 .unwrap_or_else(|_| empty_object()),
             envelope_key,
         }
