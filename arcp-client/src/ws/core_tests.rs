@@ -148,8 +148,10 @@ fn a_call_resolves_from_captured_frames_and_leaves_nothing_behind() {
     let submit = submits(&sent)[0].clone();
     let request = submit["id"].as_str().unwrap();
     h.feed(captured("job.accepted", 0), Some(request), "job_1", 10);
+    h.core.hand_out_replies();
     assert!(rx.try_recv().is_err(), "accepted is not an outcome");
     h.feed(captured("job.result", 0), None, "job_1", 12);
+    h.core.hand_out_replies();
     let out = rx.try_recv().expect("resolved").expect("ok");
     assert_eq!(out.value, json!({"hello": "world", "n": [1, 2, 3]}));
     assert_eq!(out.job_id.as_deref(), Some("job_1"));
@@ -166,8 +168,10 @@ fn a_deadline_fires_on_the_fake_clock_while_dialing() {
     // The driver asks when to look next: no later than the deadline.
     assert!(h.core.poll_timeout().unwrap() <= h.at(300));
     h.core.handle_timeout(h.at(299));
+    h.core.hand_out_replies();
     assert!(rx.try_recv().is_err());
     h.core.handle_timeout(h.at(300));
+    h.core.hand_out_replies();
     match rx.try_recv().expect("resolved at the deadline") {
         Err(e @ Error::DeadlineExceeded { .. }) => assert_eq!(e.execution(), Execution::NotRun),
         other => panic!("{other:?}"),
@@ -222,6 +226,7 @@ fn an_idless_duplicate_key_error_goes_to_the_waiting_submit_not_a_cancel() {
     let error = captured("session.error", 1);
     assert_eq!(error["payload"]["code"], "DUPLICATE_KEY");
     h.core.on_text(&error.to_string(), h.at(7));
+    h.core.hand_out_replies();
     match conflict
         .try_recv()
         .expect("the conflicting call is answered")
@@ -265,6 +270,7 @@ fn a_deadline_with_a_request_on_the_wire_says_it_may_have_run() {
     assert_eq!(submits(&h.transmit(2)).len(), 1);
     // The runtime never answers; the deadline passes.
     h.core.handle_timeout(h.at(300));
+    h.core.hand_out_replies();
     match rx.try_recv().expect("resolved at the deadline") {
         Err(e @ Error::DeadlineExceeded { .. }) => {
             assert_eq!(e.execution(), Execution::MayHaveRun, "{e}")

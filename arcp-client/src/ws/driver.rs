@@ -139,7 +139,10 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             Turn::Timer => {}
         }
         core.handle_timeout(Instant::now());
+        core.hand_out_replies();
     }
+    // Outcomes decided as the loop ended (a close fails every call).
+    core.hand_out_replies();
     // Closing: write what is queued (the session close), briefly, then close.
     drop(reader);
     if let Some((pending, upto)) = writing.take() {
