@@ -187,6 +187,18 @@ async fn a_streamed_result_over_the_limit_is_returned_as_its_reference() {
         .unwrap();
     let out = client.invoke_tool("stream", json!({})).await.unwrap();
     assert!(out.value["result_id"].is_string(), "{}", out.value);
+    // The reference comes with every field the runtime gave beside it
+    // (here the completion time), whether or not the call was watched.
+    assert!(out.value["completed_at"].is_string(), "{}", out.value);
+    let mut watched = client.invoke("stream", json!({"watched": true})).send();
+    let _events = watched.events();
+    let watched = watched.await.unwrap();
+    let fields = |v: &serde_json::Value| {
+        let mut names: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        names.sort();
+        names
+    };
+    assert_eq!(fields(&out.value), fields(&watched.value));
 }
 
 #[tokio::test]

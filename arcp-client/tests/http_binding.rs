@@ -423,6 +423,16 @@ async fn a_repeated_key_is_answered_from_the_outcome_cache() {
     };
     assert!(!call().await.unwrap().replayed);
     assert!(call().await.unwrap().replayed);
+    // A cached answer carries the trace of the caller it answers.
+    let traced = client
+        .invoke("refund", json!({"a": 1}))
+        .idempotency_key(key.clone())
+        .traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        .send()
+        .await
+        .unwrap();
+    assert!(traced.replayed);
+    assert_eq!(traced.trace_id, "0af7651916cd43dd8448eb211c80319c");
     let other = client
         .invoke("refund", json!({"a": 2}))
         .idempotency_key(key.clone())

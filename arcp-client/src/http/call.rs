@@ -121,7 +121,11 @@ impl HttpBackend {
         match cached {
             Cached::Hit(outcome) => {
                 req.shared.set_answered(Answered::Cache);
-                return outcome;
+                // The trace is the caller's, as on the WebSocket transport.
+                return outcome.map(|mut out| {
+                    out.trace_id = req.trace_id.to_string();
+                    out
+                });
             }
             Cached::Conflict => return Err(conflict(req.key)),
             Cached::Bound | Cached::Miss => {}

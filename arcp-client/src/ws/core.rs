@@ -453,18 +453,29 @@ impl Core {
             shared: req.shared.clone(),
             _events_end: req.events_end,
         };
+        // Answered here, without a request of its own: the span the caller
+        // opened says so.
+        let answer = |waiter: Waiter, outcome: Outcome| {
+            let how = match &outcome {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.code_name().as_str().to_owned(),
+            };
+            prepared.span.record("outcome", how.as_str());
+            info!(parent: &prepared.span, outcome = %how, "call answered without a request");
+            let _ = waiter.reply.send(outcome);
+        };
         if matches!(self.link, Link::Closed) {
-            let _ = waiter.reply.send(Err(Error::Closed));
+            answer(waiter, Err(Error::Closed));
             return;
         }
         let earlier_send = match self.cache.get(&req.key, fingerprint, now) {
             Cached::Hit(outcome) => {
                 waiter.shared.set_answered(Answered::Cache);
-                let _ = waiter.reply.send(outcome);
+                answer(waiter, outcome);
                 return;
             }
             Cached::Conflict => {
-                let _ = waiter.reply.send(Err(conflict(req.key)));
+                answer(waiter, Err(conflict(req.key)));
                 return;
             }
             Cached::Bound => true,
@@ -490,23 +501,31 @@ impl Core {
                     call.deadline_at = call.deadline_at.max(later(req.started, req.deadline));
                     call.deadline = call.deadline.max(req.deadline);
                     call.waiters.push(waiter);
+                    // Its outcome is recorded on the first caller's span.
+                    prepared.span.record("outcome", "joined");
                 } else {
-                    let _ = waiter.reply.send(Err(Error::DuplicateKey {
-                        key: req.key,
-                        message:
-                            "the key is in use by a call with a different intent in this client"
-                                .into(),
-                        attempts: 0,
-                    }));
+                    answer(
+                        waiter,
+                        Err(Error::DuplicateKey {
+                            key: req.key,
+                            message:
+                                "the key is in use by a call with a different intent in this client"
+                                    .into(),
+                            attempts: 0,
+                        }),
+                    );
                 }
                 return;
             }
         }
         if size > self.config.max_frame_size {
-            let _ = waiter.reply.send(Err(Error::InvalidCall(format!(
-                "the request is {size} bytes; the frame size limit is {}",
-                self.config.max_frame_size
-            ))));
+            let limit = self.config.max_frame_size;
+            answer(
+                waiter,
+                Err(Error::InvalidCall(format!(
+                    "the request is {size} bytes; the frame size limit is {limit}"
+                ))),
+            );
             return;
         }
         let id = self.next_id;

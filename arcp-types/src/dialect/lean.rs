@@ -115,8 +115,24 @@ impl<'de> Deserialize<'de> for LeanEvent {
 /// where its value is: the ones a receiver reads to decide the outcome.
 const RESULT_FIELDS: &[&str] = &["final_status", "code", "message", "result_id", "result_ref"];
 
-/// A result with only its value and [`RESULT_FIELDS`] kept.
+/// A result with only its value and [`RESULT_FIELDS`] kept. A result
+/// without a value is not lean: its fields say where the value is (a
+/// reference and what describes it), so the caller gets all of them;
+/// [`lean_or_full`] reads such a result again in full.
 pub(super) struct LeanResult(pub(super) JobResult);
+
+/// A lean result, or the full one when it has no value.
+pub(super) fn lean_or_full(
+    lean: impl FnOnce() -> Result<JobResult, super::DecodeError>,
+    full: impl FnOnce() -> Result<JobResult, super::DecodeError>,
+) -> Result<JobResult, super::DecodeError> {
+    let result = lean()?;
+    if result.result.is_some() {
+        Ok(result)
+    } else {
+        full()
+    }
+}
 
 impl<'de> Deserialize<'de> for LeanResult {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -152,11 +168,15 @@ impl<'de> Deserialize<'de> for LeanResult {
     }
 }
 
-/// Drops a result's fields other than [`RESULT_FIELDS`], for a result read
-/// another way first (the legacy `job.completed`, whose runtimes send only
-/// its value: nothing to save by skipping).
-pub(super) fn keep_result_fields(extra: &mut Object) {
-    extra.retain(|name, _| RESULT_FIELDS.contains(&name.as_str()));
+/// Drops the fields of a result with a value other than [`RESULT_FIELDS`],
+/// for a result read another way first (the legacy `job.completed`, whose
+/// runtimes send only its value: nothing to save by skipping).
+pub(super) fn keep_result_fields(result: &mut JobResult) {
+    if result.result.is_some() {
+        result
+            .extra
+            .retain(|name, _| RESULT_FIELDS.contains(&name.as_str()));
+    }
 }
 
 /// A legacy event (`job.progress`, `log`, ...) whose payload is its body:

@@ -103,14 +103,18 @@ pub(super) fn decode(
             let completed: Completed = from_payload(k, payload)?;
             let mut result = completed.into_result();
             if keep == Keep::Outcome {
-                lean::keep_result_fields(&mut result.extra);
+                lean::keep_result_fields(&mut result);
             }
             Message::Result(result)
         }
-        "tool.result" => Message::Result(match keep {
-            Keep::Outcome => from_payload::<lean::LeanResult>(k, payload)?.0,
-            _ => from_payload(k, payload)?,
-        }),
+        // An alias of `job.completed` (rare): read in full, then trimmed.
+        "tool.result" => {
+            let mut result = from_payload(k, payload)?;
+            if keep == Keep::Outcome {
+                lean::keep_result_fields(&mut result);
+            }
+            Message::Result(result)
+        }
         "job.failed" | "tool.error" => Message::Error(with_request(from_payload(k, payload)?)),
         "job.cancelled" => Message::Cancelled(object_payload(k, payload)?),
         "cancel" => {

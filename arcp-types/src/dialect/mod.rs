@@ -81,10 +81,11 @@ pub enum Keep {
     /// the fields this crate does not model are skipped in an acceptance, an
     /// event and a started job (whose payload is then empty), and so is an
     /// event's body unless the event is a `result_chunk` (a body written
-    /// before its event's `kind` is read, then dropped); a result keeps its
-    /// value and, of its other fields, only those that say how the job
-    /// ended or where its value is (`final_status`, `code`, `message`,
-    /// `result_id`, `result_ref`). Every other message is decoded in full.
+    /// before its event's `kind` is read, then dropped); a result with a
+    /// value keeps, of its other fields, only those that say how the job
+    /// ended (`final_status`, `code`, `message`, `result_id`, `result_ref`),
+    /// and one without a value keeps them all (they say where the value is
+    /// and describe it). Every other message is decoded in full.
     /// Skipped fields are not built, so they cost no allocation; they are
     /// not checked beyond being JSON.
     Outcome,

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::lean::{LeanAccepted, LeanEvent, LeanResult};
+use super::lean::{lean_or_full, LeanAccepted, LeanEvent, LeanResult};
 use super::{
     decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Keep, Payload,
 };
@@ -102,7 +102,10 @@ fn job_result(k: &str, payload: Payload<'_>, keep: Keep) -> Result<Message, Deco
         // read again from the same text, verbatim.
         Payload::Raw(raw) => {
             let mut result: JobResult = match keep {
-                Keep::Outcome => from_payload::<LeanResult>(k, Payload::Raw(raw))?.0,
+                Keep::Outcome => lean_or_full(
+                    || Ok(from_payload::<LeanResult>(k, Payload::Raw(raw))?.0),
+                    || from_payload(k, Payload::Raw(raw)),
+                )?,
                 _ => from_payload(k, Payload::Raw(raw))?,
             };
             if cancelled(&result.extra) {
