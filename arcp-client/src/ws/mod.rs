@@ -7,8 +7,10 @@
 //!                     transport (reader, writer) ◀──────┘
 //! ```
 //!
-//! - `core.rs`, `inbound.rs`, `calls.rs`, `attribution.rs`, `assembly.rs`,
-//!   `session.rs`: the core. No socket, no `await`, time passed in.
+//! - the core, no socket, no `await`, time passed in: `core.rs` (its state,
+//!   what the driver asks, time), `commands.rs`, `link.rs`, `inbound.rs`,
+//!   `call_machine.rs` (one concern of `impl Core` each), `calls.rs`,
+//!   `attribution.rs`, `assembly.rs`, `session.rs`.
 //! - `connector.rs`, `transport.rs`, `driver.rs`: the shell.
 //!
 //! `docs/architecture.md` has the state machines, the request table and
@@ -16,13 +18,16 @@
 
 mod assembly;
 mod attribution;
+mod call_machine;
 mod calls;
+mod commands;
 mod connector;
 mod core;
 #[cfg(test)]
 mod core_tests;
 mod driver;
 mod inbound;
+mod link;
 mod session;
 mod transport;
 

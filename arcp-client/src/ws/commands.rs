@@ -1,0 +1,286 @@
+//! Commands from client handles: starting a call (the outcome cache, joining
+//! a running call with the same key and intent), abandoning one, cancelling
+//! a job, closing the client.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arcp_types::{Frame, IdempotencyKey, Message};
+use tokio::sync::oneshot;
+use tracing::info;
+
+use super::attribution::{ReqKind, RequestId};
+use super::calls::{Call, CallId, CancelState, Phase, PreparedCall, Waiter};
+use crate::cache::{conflict, Cached, Intent, Outcome};
+use crate::classify::Exposure;
+use crate::error::{Error, Execution};
+use crate::outcome::CancelOutcome;
+use crate::request::{CallRequest, CallShared};
+use crate::retry::later;
+use crate::telemetry::Answered;
+
+use super::core::{Command, Core, Link};
+
+impl Core {
+    /// Takes a command from a client handle.
+    pub(crate) fn command(&mut self, command: Command, now: Instant) {
+        match command {
+            Command::Invoke(request, reply) => self.start_call(*request, reply, now),
+            Command::Cancel { key, shared, reply } => self.cancel(key, &shared, reply, now),
+            Command::Abandon { key, shared } => self.abandon(&key, &shared, now),
+            Command::Close { reply } => {
+                self.close_replies.push(reply);
+                self.close(now);
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.stats());
+            }
+        }
+    }
+
+    /// Ends every call and the session. Calls that may have run end with
+    /// `Interrupted` (their key and job id), the others with `Closed`.
+    pub(crate) fn close(&mut self, _now: Instant) {
+        if matches!(self.link, Link::Up(_)) {
+            self.queue_frame(Frame::new(Message::Close(arcp_types::Close {
+                reason: Some("client closed".into()),
+                extra: Default::default(),
+            })));
+        }
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for id in ids {
+            let error = match self.calls.get(&id) {
+                Some(call) if call.exposure_now().unresolved() == Execution::MayHaveRun => {
+                    Error::Interrupted {
+                        key: call.key.clone(),
+                        job_id: call.job(),
+                        attempts: call.attempts,
+                    }
+                }
+                _ => Error::Closed,
+            };
+            self.finish(id, Err(error));
+        }
+        self.fail_ready(Error::Closed);
+        self.link = Link::Closed;
+    }
+
+    fn start_call(&mut self, mut req: CallRequest, reply: oneshot::Sender<Outcome>, now: Instant) {
+        let prepared = match req.prepared.take() {
+            Some(prepared) => prepared,
+            None => {
+                req.seal();
+                PreparedCall::new(&mut req, None)
+            }
+        };
+        let Intent { fingerprint, size } = prepared.intent;
+        let waiter = Waiter {
+            reply,
+            shared: req.shared.clone(),
+            _events_end: req.events_end,
+        };
+        // Answered here, without a request of its own: the span the caller
+        // opened says so.
+        let answer = |waiter: Waiter, outcome: Outcome| {
+            let how = match &outcome {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.code_name().as_str().to_owned(),
+            };
+            prepared.span.record("outcome", how.as_str());
+            info!(parent: &prepared.span, outcome = %how, "call answered without a request");
+            let _ = waiter.reply.send(outcome);
+        };
+        if matches!(self.link, Link::Closed) {
+            answer(waiter, Err(Error::Closed));
+            return;
+        }
+        let earlier_send = match self.cache.get(&req.key, fingerprint, now) {
+            Cached::Hit(outcome) => {
+                waiter.shared.set_answered(Answered::Cache);
+                answer(waiter, outcome);
+                return;
+            }
+            Cached::Conflict => {
+                answer(waiter, Err(conflict(req.key)));
+                return;
+            }
+            Cached::Bound => true,
+            Cached::Miss => req.in_doubt,
+        };
+        if let Some(&existing) = self.by_key.get(&req.key) {
+            if let Some(call) = self.calls.get_mut(&existing) {
+                if call.fingerprint == fingerprint {
+                    // The same logical call awaited twice: share one outcome,
+                    // and the job id once known.
+                    if let Some(job) = &call.job_id {
+                        waiter.shared.set_job(job);
+                    }
+                    // From now on the key's fate is shared: whichever caller
+                    // gives up first cannot prove the others will not run
+                    // it, so none of them may claim "did not run".
+                    for w in &call.waiters {
+                        w.shared.mark_sent();
+                    }
+                    waiter.shared.mark_sent();
+                    // The call lives as long as its most patient caller;
+                    // each caller's own deadline is enforced on its side.
+                    call.deadline_at = call.deadline_at.max(later(req.started, req.deadline));
+                    call.deadline = call.deadline.max(req.deadline);
+                    call.waiters.push(waiter);
+                    // Its outcome is recorded on the first caller's span.
+                    prepared.span.record("outcome", "joined");
+                } else {
+                    answer(
+                        waiter,
+                        Err(Error::DuplicateKey {
+                            key: req.key,
+                            message:
+                                "the key is in use by a call with a different intent in this client"
+                                    .into(),
+                            attempts: 0,
+                        }),
+                    );
+                }
+                return;
+            }
+        }
+        if size > self.config.max_frame_size {
+            let limit = self.config.max_frame_size;
+            answer(
+                waiter,
+                Err(Error::InvalidCall(format!(
+                    "the request is {size} bytes; the frame size limit is {limit}"
+                ))),
+            );
+            return;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        if earlier_send {
+            waiter.shared.mark_sent();
+        }
+        let call = Call {
+            key: req.key.clone(),
+            trace_id: prepared.trace_id,
+            outgoing: prepared.outgoing,
+            fingerprint,
+            waiters: vec![waiter],
+            recorder: req.recorder,
+            phase: Phase::Queued { not_before: now },
+            attempts: 0,
+            job_id: None,
+            // An earlier call with this key and intent may have run it.
+            exposure: Exposure {
+                bound: false,
+                in_doubt: earlier_send,
+            },
+            replayed: false,
+            troubles: None,
+            deadline_at: later(req.started, req.deadline),
+            deadline: req.deadline,
+            budget_at: None,
+            backoff: None,
+            ladder: None,
+            awaiting_resume: false,
+            confirming: false,
+            cancel: None,
+            last_event: None,
+            dropped_events: 0,
+            assembly: None,
+            span: prepared.span,
+            timer: None,
+            timer_gen: 0,
+        };
+        self.by_key.insert(req.key, id);
+        self.calls.insert(id, Box::new(call));
+        self.step(id, now);
+    }
+
+    fn abandon(&mut self, key: &IdempotencyKey, shared: &Arc<CallShared>, now: Instant) {
+        let Some(&id) = self.by_key.get(key) else {
+            return;
+        };
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.waiters.retain(|w| !Arc::ptr_eq(&w.shared, shared));
+        }
+        self.step(id, now);
+    }
+
+    fn cancel(
+        &mut self,
+        key: IdempotencyKey,
+        shared: &Arc<CallShared>,
+        reply: oneshot::Sender<CancelOutcome>,
+        now: Instant,
+    ) {
+        let Some(call) = self
+            .by_key
+            .get(&key)
+            .and_then(|id| self.calls.get(id))
+            .filter(|c| c.waiters.iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
+        else {
+            let _ = reply.send(CancelOutcome::AlreadyFinished);
+            return;
+        };
+        let id = self.by_key[&key];
+        if call.job_id.is_none() {
+            let _ = reply.send(CancelOutcome::NotDispatched {
+                reason: "the runtime has not accepted the call yet; there is no job to cancel"
+                    .into(),
+            });
+            return;
+        }
+        let until = later(now, self.config.cancel_timeout);
+        let call = self.calls.get_mut(&id).expect("looked up above");
+        match &mut call.cancel {
+            Some(cancel) if cancel.settled => {
+                let _ = reply.send(CancelOutcome::Acknowledged);
+                return;
+            }
+            Some(cancel) => {
+                cancel.waiters.push(reply);
+                cancel.until = cancel.until.max(until);
+            }
+            None => {
+                call.cancel = Some(Box::new(CancelState {
+                    waiters: vec![reply],
+                    until,
+                    request: None,
+                    written: false,
+                    settled: false,
+                }));
+                self.send_cancel(id);
+            }
+        }
+        self.rearm(id, now);
+    }
+
+    /// Queues the call's cancel on the live connection, if any.
+    pub(super) fn send_cancel(&mut self, id: CallId) {
+        if !matches!(self.link, Link::Up(_)) {
+            return;
+        }
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
+        let (Some(job_id), Some(cancel)) = (call.job(), &call.cancel) else {
+            return;
+        };
+        if cancel.settled || cancel.request.is_some() {
+            return;
+        }
+        let frame = Frame::new(Message::Cancel(arcp_types::Cancel {
+            job_id,
+            reason: Some("cancelled by the caller".into()),
+            extra: Default::default(),
+        }));
+        let request = frame.envelope.id.clone();
+        let seq = self.queue_frame(frame);
+        self.requests
+            .insert(RequestId::from(request.as_str()), id, ReqKind::Cancel);
+        self.cancel_writes.push((seq, id));
+        if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+            cancel.request = Some((request, seq));
+        }
+    }
+}

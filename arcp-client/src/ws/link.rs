@@ -1,0 +1,352 @@
+//! The link: a handshake completed, a dial failed (backoff, the connect
+//! budget), writes flushed, the connection lost (what becomes of every call
+//! on it).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::calls::{CallId, Phase};
+use super::session::Liveness;
+use crate::classify::give_up;
+use crate::error::{Error, Execution};
+use crate::outcome::ConnectionEvent;
+use crate::retry::later;
+use crate::telemetry::{self};
+
+use super::core::{
+    touch, with_context, Core, DialFailure, Established, Link, Loss, Up, WINDOW_AFTER_LOSS,
+};
+
+impl Core {
+    /// The driver completed a handshake.
+    pub(crate) fn on_established(&mut self, est: Established, now: Instant) {
+        let _ = self.dialect.set(est.dialect);
+        let resumed = self
+            .session
+            .install(est.dialect, &est.welcome, est.resuming);
+        let profile = self.session.profile.clone().expect("installed above");
+        self.generation += 1;
+        self.dials = 0;
+        // Refused with an error (then a fresh session was opened), or
+        // answered with a new session instead of the old one.
+        let refused = est.resume_refused.clone().or_else(|| {
+            (est.resuming && !resumed)
+                .then(|| "the runtime opened a new session instead of resuming".to_owned())
+        });
+        telemetry::session(resumed);
+        if let Some(reason) = refused {
+            telemetry::resume_refused();
+            self.emit(|| ConnectionEvent::ResumeRefused {
+                at: std::time::SystemTime::now(),
+                reason,
+            });
+        }
+        self.emit(|| ConnectionEvent::Connected {
+            at: std::time::SystemTime::now(),
+            runtime: profile.name.clone(),
+            version: profile.version.clone(),
+            dialect: est.dialect,
+            session_id: est.welcome.session_id.clone(),
+            resumed,
+        });
+        info!(
+            runtime = %profile.name,
+            version = %profile.version,
+            dialect = %est.dialect,
+            session = %est.welcome.session_id,
+            resumed,
+            "session established"
+        );
+        *self.profile_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(profile.clone());
+        let live = Liveness::new(&self.config, &profile, &est.welcome, now);
+        let window = if self.ready.is_some() {
+            self.config.max_in_flight
+        } else {
+            self.window_after_loss.min(self.config.max_in_flight)
+        };
+        self.link = Link::Up(Box::new(Up {
+            generation: self.generation,
+            dialect: est.dialect,
+            profile: profile.clone(),
+            live,
+            useful: false,
+            unanswered: 0,
+            window,
+            window_queue: VecDeque::new(),
+        }));
+        if let Some((ready, _)) = self.ready.take() {
+            let _ = ready.send(Ok(profile.clone()));
+        }
+        let mut ids: Vec<CallId> = self.calls.keys().copied().collect();
+        ids.sort_unstable();
+        let ladder_first = self.config.retry.outcome_poll;
+        for &id in &ids {
+            let Some(call) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            if std::mem::take(&mut call.awaiting_resume) {
+                if resumed {
+                    // The resumed session may deliver the outcome (buffered
+                    // or live): wait for it before re-sending.
+                    let wait = call
+                        .ladder
+                        .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
+                        .next_ceiling()
+                        .max(ladder_first);
+                    call.phase = Phase::Accepted {
+                        ladder_at: Some(later(now, wait)),
+                    };
+                } else if !profile.replays_terminal && !profile.supports_subscribe {
+                    // Nothing carries the job to this session: one
+                    // confirming re-send, then the outcome is unknown.
+                    call.confirming = true;
+                }
+            }
+        }
+        for id in ids {
+            if self.calls.get(&id).is_some_and(|c| c.cancel.is_some()) {
+                self.send_cancel(id);
+            }
+            self.step(id, now);
+        }
+    }
+
+    /// The driver's dial failed.
+    pub(crate) fn on_dial_failed(&mut self, failure: DialFailure, now: Instant) {
+        warn!(error = %failure.error, transient = failure.transient, "connecting failed");
+        let ever = self.session.profile.is_some();
+        if !failure.transient {
+            if self.ready.is_some() {
+                self.fail_ready(failure.error.clone());
+            }
+            // Definitive: calls that may have run keep their key and job id;
+            // the others end with the refusal itself (nothing was sent).
+            let ids: Vec<CallId> = self.calls.keys().copied().collect();
+            for id in ids {
+                let Some(call) = self.calls.get(&id) else {
+                    continue;
+                };
+                let error = match call.exposure_now().unresolved() {
+                    Execution::NotRun => failure.error.clone(),
+                    _ => give_up(
+                        &call.key,
+                        call.job_id.as_deref(),
+                        call.exposure_now(),
+                        call.attempts,
+                        &format!("reconnecting failed for good ({})", failure.error),
+                        call.last_error(),
+                        false,
+                    ),
+                };
+                self.finish(id, Err(error));
+            }
+            self.reconnect = None;
+            self.link = if self.is_closed() {
+                Link::Closed
+            } else {
+                Link::Down { next_dial: now }
+            };
+            return;
+        }
+        let delay = self
+            .reconnect
+            .get_or_insert_with(|| self.config.retry.schedule())
+            .next_delay(failure.floor);
+        let message = failure.error.to_string();
+        self.dials += 1;
+        let attempt = self.dials + 1;
+        telemetry::reconnecting();
+        self.emit(|| ConnectionEvent::Reconnecting {
+            at: std::time::SystemTime::now(),
+            attempt,
+            delay,
+        });
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for &id in &ids {
+            if let Some(call) = self.calls.get_mut(&id) {
+                call.start_recovery(now, self.config.retry.max_elapsed);
+                call.troubles_mut().last_error = Some(message.clone());
+            }
+        }
+        if let Some((_, budget)) = &self.ready {
+            if later(now, delay) >= *budget && !ever {
+                let budget = self.config.connect_budget;
+                self.fail_ready(with_context(
+                    failure.error,
+                    &format!("gave up after retrying for the connect budget of {budget:?}"),
+                ));
+                return;
+            }
+        }
+        self.link = if self.is_closed() {
+            Link::Closed
+        } else {
+            Link::Down {
+                next_dial: later(now, delay),
+            }
+        };
+        for id in ids {
+            self.step(id, now);
+        }
+    }
+
+    /// The error `connect()` ends with when its budget runs out mid-dial.
+    pub(super) fn connect_give_up(&self) -> Error {
+        Error::Connect {
+            url: self.config.url.clone(),
+            message: format!(
+                "no session within the connect budget of {:?}",
+                self.config.connect_budget
+            ),
+            retryable: true,
+        }
+    }
+
+    /// Ends `connect()` with `error`; the core is then done unless calls
+    /// are waiting.
+    pub(super) fn fail_ready(&mut self, error: Error) {
+        if let Some((ready, _)) = self.ready.take() {
+            let _ = ready.send(Err(error));
+            if self.calls.is_empty() {
+                self.link = Link::Closed;
+            }
+        }
+    }
+
+    /// A frame that carries no message (a WebSocket ping or pong) arrived.
+    pub(crate) fn on_activity(&mut self, now: Instant) {
+        touch(&mut self.link, now);
+    }
+
+    /// The driver reports frames written up to transmit seq `upto`.
+    pub(crate) fn on_flushed(&mut self, upto: u64, now: Instant) {
+        self.flushed_seq = self.flushed_seq.max(upto);
+        if let Link::Up(up) = &mut self.link {
+            up.live.last_outbound = now;
+        }
+        let flushed = self.flushed_seq;
+        let calls = &mut self.calls;
+        self.cancel_writes.retain(|&(seq, id)| {
+            if seq > flushed {
+                return true;
+            }
+            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+                cancel.written = true;
+            }
+            false
+        });
+    }
+
+    /// The connection ended (reported by the driver).
+    pub(crate) fn on_lost(&mut self, loss: Loss, now: Instant) {
+        self.lose(loss, now, false);
+    }
+
+    /// Drops the connection: requests on it are forgotten, and each call is
+    /// recovered with its key on the next one. `ours`: the core decided.
+    pub(super) fn lose(&mut self, loss: Loss, now: Instant, ours: bool) {
+        let Link::Up(up) = std::mem::replace(&mut self.link, Link::Down { next_dial: now }) else {
+            return;
+        };
+        let reason = match &loss {
+            Loss::Network(reason) => reason.clone(),
+            Loss::Rejected { code, reason } => {
+                format!("the runtime closed the connection with code {code} ({reason})")
+            }
+        };
+        warn!(%reason, calls = self.calls.len(), "connection lost");
+        self.emit(|| ConnectionEvent::Disconnected {
+            at: std::time::SystemTime::now(),
+            reason: reason.clone(),
+        });
+        if ours {
+            self.drop_reason = Some(reason.clone());
+        }
+        // A connection that carried nothing after its handshake: back off
+        // before the next dial; otherwise reconnect at once.
+        let delay = if up.useful {
+            self.reconnect = None;
+            Duration::ZERO
+        } else {
+            self.reconnect
+                .get_or_insert_with(|| self.config.retry.schedule())
+                .next_delay(None)
+        };
+        self.link = Link::Down {
+            next_dial: later(now, delay),
+        };
+        if !self.calls.is_empty() {
+            telemetry::reconnecting();
+            self.emit(|| ConnectionEvent::Reconnecting {
+                at: std::time::SystemTime::now(),
+                attempt: 1,
+                delay,
+            });
+        }
+        self.requests.clear();
+        self.outbox.clear();
+        self.cancel_writes.clear();
+        let alone = up.unanswered <= 1;
+        self.window_after_loss = match loss {
+            Loss::Rejected { .. } => 1,
+            Loss::Network(_) => WINDOW_AFTER_LOSS,
+        };
+        let handed = self.handed_seq;
+        let max_elapsed = self.config.retry.max_elapsed;
+        let mut rejected = Vec::new();
+        for (&id, call) in self.calls.iter_mut() {
+            match &call.phase {
+                Phase::Sent { seq, .. } => {
+                    // Only a request never handed to the writer is proven
+                    // not to have reached the runtime.
+                    let written = *seq <= handed;
+                    call.exposure.in_doubt |= written;
+                    if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
+                        let rejections = &mut call.troubles_mut().rejections;
+                        rejections.0 += 1;
+                        rejections.1 = *code;
+                        rejections.2 = reason.clone();
+                        rejections.3 = alone;
+                        if rejections.0 >= 2 && alone {
+                            rejected.push(id);
+                        }
+                    }
+                    call.phase = Phase::Queued { not_before: now };
+                }
+                Phase::Accepted { .. } => {
+                    call.awaiting_resume = true;
+                    call.phase = Phase::Queued { not_before: now };
+                }
+                Phase::Queued { .. } => {}
+            }
+            call.take_subscribe_request();
+            if let Some(cancel) = &mut call.cancel {
+                cancel.request = None;
+            }
+            call.start_recovery(now, max_elapsed);
+            call.troubles_mut().last_error = Some(format!("connection lost: {reason}"));
+        }
+        for id in rejected {
+            let Some(call) = self.calls.get(&id) else {
+                continue;
+            };
+            let Some((_, code, reason, _)) = call.troubles.as_ref().map(|t| t.rejections.clone())
+            else {
+                continue;
+            };
+            let error = Error::RequestRejected {
+                key: call.key.clone(),
+                close_code: code,
+                reason,
+                attempts: call.attempts,
+            };
+            self.finish(id, Err(error));
+        }
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for id in ids {
+            self.rearm(id, now);
+        }
+    }
+}
