@@ -111,6 +111,22 @@ pub(crate) struct CallRequest {
 }
 
 impl CallRequest {
+    /// The call's tracing span, one shape for both transports: opened on
+    /// the caller's task (a child of its span); the transport records the
+    /// attempt, the job and the outcome.
+    pub(crate) fn span(&self, transport: &'static str) -> tracing::Span {
+        tracing::info_span!(
+            "arcp.call",
+            tool = %self.invoke.tool,
+            key = %self.key,
+            trace_id = %self.trace_id,
+            transport,
+            attempt = tracing::field::Empty,
+            job_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        )
+    }
+
     /// Puts the key into the intent: what is fingerprinted, journaled and
     /// sent is the same value.
     pub(crate) fn seal(&mut self) {

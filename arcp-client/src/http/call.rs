@@ -141,13 +141,7 @@ impl HttpBackend {
         if *closed.borrow_and_update() {
             return Err(Error::Closed);
         }
-        let span = tracing::info_span!(
-            "arcp.call",
-            tool = %req.invoke.tool,
-            key = %req.key,
-            trace_id = %req.trace_id,
-            transport = "http",
-        );
+        let span = req.span("http");
         let key = req.key.clone();
         let deadline = req.deadline;
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));

@@ -168,16 +168,7 @@ impl PreparedCall {
     /// call sends `outgoing`.
     pub(crate) fn new(req: &mut CallRequest, dialect: Option<Dialect>) -> Self {
         let intent = intent_of(&req.invoke);
-        let span = tracing::info_span!(
-            "arcp.call",
-            tool = %req.invoke.tool,
-            key = %req.key,
-            trace_id = %req.trace_id,
-            transport = "ws",
-            attempt = tracing::field::Empty,
-            job_id = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let span = req.span("ws");
         let invoke = std::mem::replace(&mut req.invoke, taken_invoke());
         let outgoing = match dialect {
             Some(dialect) => Outgoing::Encoded(dialect.encode_invoke(&invoke)),
