@@ -36,6 +36,7 @@ mod flat;
 mod ids;
 mod key;
 mod message;
+mod scan;
 
 pub use dialect::{DecodeError, Dialect, EncodedRequest, Keep};
 pub use envelope::{Envelope, Header, PROTOCOL_VERSION};

@@ -122,6 +122,9 @@ impl Dialect {
         self,
         text: &str,
     ) -> Result<(Header<'_>, Option<&serde_json::value::RawValue>), DecodeError> {
+        if let Some(scanned) = crate::scan::scan_header(text) {
+            return Ok(scanned);
+        }
         Envelope::parse_raw(text).map_err(DecodeError::Envelope)
     }
 

@@ -1,0 +1,464 @@
+//! The fast path for reading an envelope's header: one forward scan over the
+//! frame's bytes, every string borrowed, no serde visitor.
+//!
+//! It takes the frames real runtimes send on the hot path (known header
+//! fields, strings without escapes, an object payload) and declines
+//! everything else by returning `None`: an escape in a string or key, an
+//! unknown or repeated field, `extensions`, a number that is not a plain
+//! `u64`, a missing required field, anything malformed. The caller then
+//! parses the frame with serde, which either reads it or reports the
+//! precise error. So this scanner never decides whether a frame is valid;
+//! it only ever produces what the serde path would have produced
+//! (`codec_props` checks that on generated frames).
+//!
+//! The payload is not scanned here: serde reads it as a borrowed
+//! `RawValue`, which validates it, and where it ends is where the scan
+//! goes on.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Map;
+
+use crate::envelope::Header;
+
+/// The header and raw payload of `text`, or `None` when the frame needs
+/// the serde path (see the module docs).
+pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<&RawValue>)> {
+    let mut s = Scanner {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    let mut slots = Slots::default();
+    s.skip_ws();
+    s.eat(b'{')?;
+    s.skip_ws();
+    if s.peek()? == b'}' {
+        // `{}` lacks the required fields: serde's error says which.
+        return None;
+    }
+    loop {
+        s.skip_ws();
+        let key = s.plain_string()?;
+        s.skip_ws();
+        s.eat(b':')?;
+        s.skip_ws();
+        match key {
+            "arcp" => set(&mut slots.arcp, s.plain_string()?)?,
+            "id" => set(&mut slots.id, s.plain_string()?)?,
+            "type" => set(&mut slots.kind, s.plain_string()?)?,
+            "timestamp" => set(&mut slots.timestamp, s.optional_string()?)?,
+            "session_id" => set(&mut slots.session_id, s.optional_string()?)?,
+            "job_id" => set(&mut slots.job_id, s.optional_string()?)?,
+            "correlation_id" => set(&mut slots.correlation_id, s.optional_string()?)?,
+            "causation_id" => set(&mut slots.causation_id, s.optional_string()?)?,
+            "idempotency_key" => set(&mut slots.idempotency_key, s.optional_string()?)?,
+            "trace_id" => set(&mut slots.trace_id, s.optional_string()?)?,
+            "priority" => set(&mut slots.priority, s.optional_string()?)?,
+            "subscription_id" => set(&mut slots.subscription_id, s.optional_string()?)?,
+            "event_seq" => set(&mut slots.event_seq, s.optional_u64()?)?,
+            "payload" => set(&mut slots.payload, s.raw_value()?)?,
+            // `extensions` and unknown fields are kept as JSON trees: serde's job.
+            _ => return None,
+        }
+        s.skip_ws();
+        match s.next()? {
+            b',' => continue,
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    s.skip_ws();
+    if s.at != s.bytes.len() {
+        return None;
+    }
+    let header = Header {
+        arcp: Cow::Borrowed(slots.arcp?),
+        id: Cow::Borrowed(slots.id?),
+        kind: Cow::Borrowed(slots.kind?),
+        timestamp: borrowed(slots.timestamp),
+        session_id: borrowed(slots.session_id),
+        job_id: borrowed(slots.job_id),
+        event_seq: slots.event_seq.flatten(),
+        correlation_id: borrowed(slots.correlation_id),
+        causation_id: borrowed(slots.causation_id),
+        idempotency_key: borrowed(slots.idempotency_key),
+        trace_id: borrowed(slots.trace_id),
+        priority: borrowed(slots.priority),
+        subscription_id: borrowed(slots.subscription_id),
+        extensions: None,
+        extra: Cow::Owned(Map::new()),
+    };
+    Some((header, slots.payload))
+}
+
+/// Each field as read: `Some(None)` is an explicit `null`.
+#[derive(Default)]
+struct Slots<'a> {
+    arcp: Option<&'a str>,
+    id: Option<&'a str>,
+    kind: Option<&'a str>,
+    timestamp: Option<Option<&'a str>>,
+    session_id: Option<Option<&'a str>>,
+    job_id: Option<Option<&'a str>>,
+    event_seq: Option<Option<u64>>,
+    correlation_id: Option<Option<&'a str>>,
+    causation_id: Option<Option<&'a str>>,
+    idempotency_key: Option<Option<&'a str>>,
+    trace_id: Option<Option<&'a str>>,
+    priority: Option<Option<&'a str>>,
+    subscription_id: Option<Option<&'a str>>,
+    payload: Option<&'a RawValue>,
+}
+
+/// Fills a slot once; a repeated field declines (serde reports it).
+fn set<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
+}
+
+fn borrowed(slot: Option<Option<&str>>) -> Option<Cow<'_, str>> {
+    slot.flatten().map(Cow::Borrowed)
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.next()? == want).then_some(())
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// A string with no escapes and no control characters, borrowed.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let len = self.bytes[start..]
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if self.bytes[start + len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        // Both ends sit on ASCII bytes of valid UTF-8: char boundaries.
+        self.text.get(start..start + len)
+    }
+
+    fn null(&mut self) -> Option<()> {
+        if self.bytes[self.at..].starts_with(b"null") {
+            self.at += 4;
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    fn optional_string(&mut self) -> Option<Option<&'a str>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        self.plain_string().map(Some)
+    }
+
+    /// A plain non-negative integer that fits a `u64`, or `null`.
+    fn optional_u64(&mut self) -> Option<Option<u64>> {
+        if self.peek()? == b'n' {
+            self.null()?;
+            return Some(None);
+        }
+        let start = self.at;
+        let mut value: u64 = 0;
+        while let Some(digit @ b'0'..=b'9') = self.peek() {
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        // No digits or a leading zero: serde's. A fraction or exponent is
+        // declined by the caller, which wants `,` or `}` next.
+        if digits == 0 || (digits > 1 && self.bytes[start] == b'0') {
+            return None;
+        }
+        Some(Some(value))
+    }
+
+    /// The next JSON value, validated and borrowed by serde's `RawValue`.
+    fn raw_value(&mut self) -> Option<&'a RawValue> {
+        let rest = &self.text[self.at..];
+        let mut de = serde_json::Deserializer::from_str(rest);
+        let raw = <&RawValue>::deserialize(&mut de).ok()?;
+        // `raw` is a slice of `rest` starting at its first byte (no
+        // whitespace is left before a value): it ends where the value does.
+        let offset = raw.get().as_ptr() as usize - rest.as_ptr() as usize;
+        self.at += offset + raw.get().len();
+        Some(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::envelope::Envelope;
+
+    /// The scanner either declines or reads exactly what serde reads.
+    fn agrees(text: &str) -> Result<bool, TestCaseError> {
+        let Some((header, payload)) = scan_header(text) else {
+            return Ok(false);
+        };
+        let (want, want_payload) = Envelope::parse_raw(text).map_err(|e| {
+            TestCaseError::fail(format!("scanned a frame serde refuses ({e}): {text}"))
+        })?;
+        prop_assert_eq!(header, want, "{}", text);
+        prop_assert_eq!(payload.map(RawValue::get), want_payload.map(RawValue::get));
+        Ok(true)
+    }
+
+    #[test]
+    fn takes_a_plain_frame_and_borrows_every_string() {
+        let text = r#" {"arcp":"1.1", "id" : "m1","type":"job.result","job_id":"job_1",
+            "event_seq":42,"session_id":null,"payload":{"result":{"a":"\"x\""}}} "#;
+        assert!(agrees(text).unwrap());
+        let (header, payload) = scan_header(text).unwrap();
+        assert!(matches!(header.job_id, Some(Cow::Borrowed("job_1"))));
+        assert_eq!(header.event_seq, Some(42));
+        assert_eq!(header.session_id, None);
+        assert_eq!(payload.unwrap().get(), r#"{"result":{"a":"\"x\""}}"#);
+    }
+
+    #[test]
+    fn declines_what_serde_must_read_or_refuse() {
+        for text in [
+            // Escapes, unknown fields, extensions, repeats.
+            r#"{"arcp":"1.1","id":"m\u0031","type":"t"}"#,
+            r#"{"arcp":"1.1","i\u0064":"m1","type":"t"}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","x_vendor":1}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","extensions":{}}"#,
+            r#"{"arcp":"1.1","id":"m1","id":"m2","type":"t"}"#,
+            // Numbers that are not plain u64s.
+            r#"{"arcp":"1.1","id":"m1","type":"t","event_seq":07}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","event_seq":-1}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","event_seq":1.5}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","event_seq":1e3}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","event_seq":18446744073709551616}"#,
+            // Missing or null required fields, malformed objects.
+            r#"{"arcp":"1.1","type":"t"}"#,
+            r#"{"arcp":"1.1","id":null,"type":"t"}"#,
+            r#"{}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t",}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t"} x"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","payload":{"a":}}"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","payload":"#,
+            r#"{"arcp":"1.1","id":"m1","type":"t","job_id":nul}"#,
+            "{\"arcp\":\"1.1\",\"id\":\"m\t1\",\"type\":\"t\"}",
+            r#"["arcp"]"#,
+            "",
+        ] {
+            assert!(scan_header(text).is_none(), "took {text}");
+        }
+    }
+
+    #[test]
+    fn agrees_with_serde_on_every_captured_frame() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures");
+        let mut files = vec![
+            std::path::PathBuf::from(root).join("python-runtime-1.1.3.jsonl"),
+            std::path::PathBuf::from(root).join("python-runtime-1.1.3-resume.jsonl"),
+        ];
+        for entry in std::fs::read_dir(format!("{root}/rust-runtime-2.0.0")).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+        let (mut frames, mut taken) = (0, 0);
+        for file in files {
+            for line in std::fs::read_to_string(&file).unwrap().lines() {
+                let Ok(record) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                let text = match (&record["raw"], &record["env"]) {
+                    (Value::String(raw), _) => raw.clone(),
+                    (_, env @ Value::Object(_)) => env.to_string(),
+                    _ => continue,
+                };
+                // Close records are not envelopes.
+                if Envelope::parse_raw(&text).is_err() {
+                    continue;
+                }
+                frames += 1;
+                taken += usize::from(agrees(&text).unwrap());
+            }
+        }
+        // Both runtimes' frames carry known header fields only: all of
+        // them take the fast path.
+        assert!(frames > 100, "only {frames} captured frames");
+        assert_eq!(taken, frames, "frames the scanner declined");
+    }
+
+    /// A string field's value: mostly plain, sometimes escaped, null or
+    /// of another type.
+    fn string_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => "[a-z0-9_.:-]{0,12}".prop_map(|s| format!("\"{s}\"")),
+            1 => "[a-z\"\\\\/\u{e9}\u{1F600}\t]{1,6}".prop_map(|s| Value::String(s).to_string()),
+            1 => Just("null".to_owned()),
+            1 => Just("12".to_owned()),
+            1 => Just("\"unterminated".to_owned()),
+        ]
+    }
+
+    /// `event_seq`: mostly a plain u64, sometimes a number serde refuses.
+    fn number_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            6 => any::<u64>().prop_map(|n| n.to_string()),
+            1 => proptest::sample::select(vec![
+                "0", "007", "-3", "2.5", "1e2", "18446744073709551616", "null", "\"7\"", "nul",
+            ])
+            .prop_map(str::to_owned),
+        ]
+    }
+
+    fn payload_value() -> impl Strategy<Value = String> {
+        proptest::sample::select(vec![
+            r#"{"a":[1,{"b":"}"}],"c":null}"#,
+            r#"{"result":"x\"y"}"#,
+            "{}",
+            "[true, false]",
+            "null",
+            "3",
+            r#""text""#,
+            r#"{"a":}"#,
+            r#"{"a":1"#,
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    /// A field the scanner leaves to serde.
+    fn odd_field() -> impl Strategy<Value = (String, String)> {
+        let name = proptest::sample::select(vec!["extensions", "x_vendor", "j\\u006fb_id", "id"]);
+        (name.prop_map(str::to_owned), payload_value())
+    }
+
+    fn whitespace() -> impl Strategy<Value = &'static str> {
+        proptest::sample::select(vec!["", "", "", " ", "\n\t", "\r\n  "])
+    }
+
+    /// A frame with each header field present or not, values mostly of
+    /// their type, sometimes one field the scanner declines, in any order;
+    /// sometimes cut short.
+    fn frame() -> impl Strategy<Value = String> {
+        let mut fields: Vec<BoxedStrategy<Option<(String, String)>>> = Vec::new();
+        for name in ["arcp", "id", "type"] {
+            let value = prop_oneof![9 => Just("\"v1\"".to_owned()), 1 => string_value()];
+            fields.push(
+                proptest::option::weighted(0.95, value.prop_map(move |v| (name.to_owned(), v)))
+                    .boxed(),
+            );
+        }
+        for name in [
+            "timestamp",
+            "session_id",
+            "job_id",
+            "correlation_id",
+            "causation_id",
+            "idempotency_key",
+            "trace_id",
+            "priority",
+            "subscription_id",
+        ] {
+            fields.push(
+                proptest::option::weighted(
+                    0.3,
+                    string_value().prop_map(move |v| (name.to_owned(), v)),
+                )
+                .boxed(),
+            );
+        }
+        fields.push(
+            proptest::option::weighted(
+                0.5,
+                number_value().prop_map(|v| ("event_seq".to_owned(), v)),
+            )
+            .boxed(),
+        );
+        fields.push(
+            proptest::option::weighted(
+                0.7,
+                payload_value().prop_map(|v| ("payload".to_owned(), v)),
+            )
+            .boxed(),
+        );
+        fields.push(proptest::option::weighted(0.15, odd_field()).boxed());
+        let spaced = proptest::collection::vec(whitespace(), 4);
+        (fields, spaced, proptest::option::weighted(0.1, 0.0..1.0f64))
+            .prop_map(|(fields, ws, cut)| {
+                (fields.into_iter().flatten().collect::<Vec<_>>(), ws, cut)
+            })
+            .prop_flat_map(|(fields, ws, cut)| (Just(fields).prop_shuffle(), Just(ws), Just(cut)))
+            .prop_map(|(fields, ws, cut)| {
+                let body: Vec<String> = fields
+                    .iter()
+                    .map(|(name, value)| format!("{}\"{name}\"{}:{}{value}", ws[0], ws[1], ws[2]))
+                    .collect();
+                let mut text = format!("{}{{{}}}{}", ws[3], body.join(","), ws[3]);
+                if let Some(cut) = cut {
+                    let mut at = (text.len() as f64 * cut) as usize;
+                    while !text.is_char_boundary(at) {
+                        at -= 1;
+                    }
+                    text.truncate(at);
+                }
+                text
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn reads_what_serde_reads_or_declines(text in frame()) {
+            agrees(&text)?;
+        }
+    }
+
+    /// The generator reaches the fast path often enough to mean something.
+    #[test]
+    fn generated_frames_are_often_taken() {
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = frame();
+        let taken = (0..1000)
+            .filter(|_| {
+                let text = strategy.new_tree(&mut runner).unwrap().current();
+                scan_header(&text).is_some()
+            })
+            .count();
+        assert!(taken > 200, "only {taken} of 1000 generated frames taken");
+    }
+}
