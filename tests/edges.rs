@@ -481,6 +481,53 @@ async fn a_joined_caller_can_await_acceptance() {
     assert_eq!(mock.executions("refund"), 1);
 }
 
+/// Joined callers keep their own deadlines: the impatient one is answered
+/// at its deadline (may have run: the key's fate is shared), the other
+/// still gets the result, and the tool ran once.
+#[tokio::test]
+async fn a_joined_caller_is_held_to_its_own_deadline() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        let mock = mock(dialect).start().await.unwrap();
+        let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        let key = IdempotencyKey::new();
+        let args = json!({"order": 11, "ms": 700});
+        let first = client
+            .invoke("refund", args.clone())
+            .idempotency_key(key.clone())
+            .deadline(Duration::from_secs(10))
+            .send();
+        let first_handle = first.handle();
+        let first = tokio::spawn(first);
+        first_handle.accepted().await.unwrap();
+        let deadline = Duration::from_millis(200);
+        let started = Instant::now();
+        let second = client
+            .invoke("refund", args)
+            .idempotency_key(key)
+            .deadline(deadline)
+            .send()
+            .await;
+        let waited = started.elapsed();
+        assert!(
+            matches!(
+                second,
+                Err(Error::DeadlineExceeded {
+                    execution: Execution::MayHaveRun,
+                    ..
+                })
+            ),
+            "{dialect}: {second:?}"
+        );
+        assert!(
+            waited >= deadline && waited < deadline + Duration::from_millis(100),
+            "{dialect}: answered after {waited:?} for a deadline of {deadline:?}"
+        );
+        let first = first.await.unwrap();
+        assert!(first.is_ok(), "{dialect}: {first:?}");
+        assert_eq!(mock.executions("refund"), 1, "{dialect}");
+    }
+}
+
 /// Stray and duplicate frames for finished jobs (and a cancel's late
 /// answer) are dropped: the connection task keeps serving calls.
 #[tokio::test]

@@ -29,6 +29,13 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// Whether the transport answers each call by its own deadline, so the
+    /// caller need not run a timer: the connection task does (its timers
+    /// are one heap for every call); the HTTP binding does not.
+    pub(crate) fn keeps_deadlines(&self) -> bool {
+        matches!(self, Backend::Ws { .. })
+    }
+
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut request: Box<CallRequest>) -> Outcome {
         let shared = request.shared.clone();
@@ -56,11 +63,28 @@ impl Backend {
                 // Waiting for room in the channel is rare (it holds as many
                 // commands as calls may be in flight): that future is boxed,
                 // so it takes no room in every call's state.
+                let deadline = request.deadline;
+                let deadline_at = crate::retry::later(request.started, deadline);
                 match tx.try_send(Command::Invoke(request, reply)) {
                     Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(command)) => Box::pin(tx.send(command))
-                        .await
-                        .map_err(|_| Error::Closed)?,
+                    Err(mpsc::error::TrySendError::Full(command)) => {
+                        // Bounded by the call's deadline: the caller may run
+                        // no timer of its own (`keeps_deadlines`).
+                        let send = tokio::time::timeout_at(deadline_at.into(), tx.send(command));
+                        match Box::pin(send).await {
+                            Ok(sent) => sent.map_err(|_| Error::Closed)?,
+                            Err(_) => {
+                                shared.abandon();
+                                return Err(Error::DeadlineExceeded {
+                                    key,
+                                    job_id: None,
+                                    deadline,
+                                    attempts: 0,
+                                    execution: crate::error::Execution::NotRun,
+                                });
+                            }
+                        }
+                    }
                     Err(mpsc::error::TrySendError::Closed(_)) => return Err(Error::Closed),
                 }
                 shared

@@ -660,7 +660,20 @@ impl Client {
             shared: shared.clone(),
             armed: true,
         };
-        let outcome = match tokio::time::timeout_at(deadline_at, self.run_call(request)).await {
+        // The connection task holds every caller to its own deadline; a
+        // call that needs no other wait (no journal, a free in-flight slot)
+        // runs no timer here. Anything else is bounded here.
+        let untimed = match &self.inner.journal {
+            None if self.inner.backend.keeps_deadlines() => {
+                self.inner.in_flight.clone().try_acquire_owned().ok()
+            }
+            _ => None,
+        };
+        let timed = match untimed {
+            Some(_permit) => Ok(self.inner.backend.invoke(request).await),
+            None => tokio::time::timeout_at(deadline_at, self.run_call(request)).await,
+        };
+        let outcome = match timed {
             Ok(outcome) => {
                 guard.armed = false;
                 outcome

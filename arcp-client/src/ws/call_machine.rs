@@ -25,6 +25,34 @@ impl Core {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
+        // A caller whose own deadline has passed before the call's (a
+        // joined caller less patient than another) is answered alone.
+        if now < call.deadline_at && call.waiters.iter().any(|w| now >= w.deadline_at) {
+            let execution = call.exposure_now().unresolved();
+            let (key, job_id, attempts) = (call.key.clone(), call.job(), call.attempts);
+            let waiters = std::mem::take(&mut call.waiters);
+            for waiter in waiters {
+                if now < waiter.deadline_at {
+                    call.waiters.push(waiter);
+                    continue;
+                }
+                // Joined callers are all marked sent: none of them may
+                // claim "did not run" for a shared key.
+                let sent = waiter.shared.abandon();
+                let error = Error::DeadlineExceeded {
+                    key: key.clone(),
+                    job_id: job_id.clone(),
+                    deadline: waiter.deadline,
+                    attempts,
+                    execution: if sent {
+                        Execution::MayHaveRun
+                    } else {
+                        execution
+                    },
+                };
+                self.replies.push((waiter.reply, Err(error)));
+            }
+        }
         call.waiters.retain(|w| !w.shared.is_abandoned());
         if !call.is_wanted() {
             debug!(parent: &call.span, "call abandoned by its callers");

@@ -32,6 +32,11 @@ pub(crate) type CallId = u64;
 pub(crate) struct Waiter {
     pub(crate) reply: oneshot::Sender<Outcome>,
     pub(crate) shared: Arc<CallShared>,
+    /// This caller's own deadline: the connection task keeps it (the
+    /// caller runs no timer of its own), and a joined caller's may come
+    /// before the call's, which is its most patient caller's.
+    pub(crate) deadline_at: Instant,
+    pub(crate) deadline: std::time::Duration,
     /// Dropping it ends this caller's event stream.
     pub(crate) _events_end: EventsEnd,
 }
@@ -233,7 +238,8 @@ impl Call {
         self.troubles.as_mut()?.subscribe_request.take()
     }
 
-    /// When the call next needs a look: its deadline, its phase's instant,
+    /// When the call next needs a look: its deadline (its first caller's),
+    /// its phase's instant,
     /// the end of its retry budget while recovering, its cancel's bound.
     ///
     /// A queued call whose `not_before` has passed waits for a connection
@@ -241,6 +247,9 @@ impl Call {
     /// a past instant would fire on every turn).
     pub(crate) fn next_wake(&self, now: Instant) -> Instant {
         let mut at = self.deadline_at;
+        for waiter in &self.waiters {
+            at = at.min(waiter.deadline_at);
+        }
         match self.phase {
             Phase::Queued { not_before } if not_before > now => at = at.min(not_before),
             Phase::Accepted {

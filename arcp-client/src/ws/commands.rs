@@ -77,6 +77,8 @@ impl Core {
         let waiter = Waiter {
             reply,
             shared: req.shared.clone(),
+            deadline_at: later(req.started, req.deadline),
+            deadline: req.deadline,
             _events_end: req.events_end,
         };
         // Answered here, without a request of its own: the span the caller
@@ -123,12 +125,14 @@ impl Core {
                     }
                     waiter.shared.mark_sent();
                     // The call lives as long as its most patient caller;
-                    // each caller's own deadline is enforced on its side.
+                    // each waiter is held to its own deadline (`step`).
                     call.deadline_at = call.deadline_at.max(later(req.started, req.deadline));
                     call.deadline = call.deadline.max(req.deadline);
                     call.waiters.push(waiter);
                     // Its outcome is recorded on the first caller's span.
                     prepared.span.record("outcome", "joined");
+                    // The joined caller's deadline may be the call's next wake.
+                    self.rearm(existing, now);
                 } else {
                     answer(
                         waiter,
