@@ -65,7 +65,7 @@ impl Backend {
                 // so it takes no room in every call's state.
                 let deadline = request.deadline;
                 let deadline_at = crate::retry::later(request.started, deadline);
-                match tx.try_send(Command::Invoke(request, reply)) {
+                match tx.try_send(Command::Invoke(*request, reply)) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(command)) => {
                         // Bounded by the call's deadline: the caller may run

@@ -665,7 +665,8 @@ impl Client {
         // runs no timer here. Anything else is bounded here.
         let untimed = match &self.inner.journal {
             None if self.inner.backend.keeps_deadlines() => {
-                self.inner.in_flight.clone().try_acquire_owned().ok()
+                // Borrowed, not owned: no shared reference count to bump.
+                self.inner.in_flight.try_acquire().ok()
             }
             _ => None,
         };
@@ -728,8 +729,7 @@ impl Client {
         let _permit = self
             .inner
             .in_flight
-            .clone()
-            .acquire_owned()
+            .acquire()
             .await
             .map_err(|_| Error::Closed)?;
         if let Some(journal) = &self.inner.journal {

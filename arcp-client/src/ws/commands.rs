@@ -25,7 +25,7 @@ impl Core {
     /// Takes a command from a client handle.
     pub(crate) fn command(&mut self, command: Command, now: Instant) {
         match command {
-            Command::Invoke(request, reply) => self.start_call(*request, reply, now),
+            Command::Invoke(request, reply) => self.start_call(request, reply, now),
             Command::Cancel { key, shared, reply } => self.cancel(key, &shared, reply, now),
             Command::Abandon { key, shared } => self.abandon(&key, &shared, now),
             Command::Close { reply } => {

@@ -76,8 +76,7 @@ impl Harness {
             prepared: None,
         };
         let (tx, rx) = oneshot::channel();
-        self.core
-            .command(Command::Invoke(Box::new(request), tx), self.at(ms));
+        self.core.command(Command::Invoke(request, tx), self.at(ms));
         rx
     }
 

@@ -59,6 +59,8 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             }
         }
         let wake = core.poll_timeout();
+        // One per loop turn, on the stack: its size costs nothing.
+        #[allow(clippy::large_enum_variant)]
         enum Turn {
             Command(Option<Command>),
             Dialed(Box<Result<(Reader, Writer, Established), DialFailure>>),
