@@ -370,6 +370,7 @@ fn agree(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
 /// that mode documents it skips; it never refuses a frame the full
 /// decoding accepts.
 fn lean_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
+    plain_value_agrees(dialect, text)?;
     let Ok(full) = dialect.decode_borrowed(text) else {
         return Ok(());
     };
@@ -401,6 +402,70 @@ fn lean_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
     };
     prop_assert_eq!(lean, expected, "{} {}", dialect, text);
     Ok(())
+}
+
+/// Where [`Dialect::plain_result_value`] gives a value, the full decoding
+/// accepts the frame, reads that same value, and no failure status.
+fn plain_value_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
+    let Ok((header, payload)) = dialect.decode_header(text) else {
+        return Ok(());
+    };
+    let Some(raw) = dialect.plain_result_value(&header, payload) else {
+        return Ok(());
+    };
+    let value: Value = serde_json::from_str(raw.get()).unwrap();
+    match dialect.decode_borrowed(text) {
+        Ok((_, Message::Result(r))) => {
+            prop_assert_eq!(r.result.as_ref(), Some(&value), "{} {}", dialect, text);
+            let status = r.extra.get("final_status");
+            prop_assert!(
+                status.is_none() || status == Some(&Value::from("success")),
+                "{dialect}: plain value with status {status:?}: {text}"
+            );
+        }
+        other => prop_assert!(false, "{dialect}: plain value, decoded {other:?}: {text}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn plain_result_values_are_taken_only_when_plain() {
+    let frame = |kind: &str, payload: &str| {
+        format!(r#"{{"arcp":"1.1","id":"m1","type":"{kind}","job_id":"j1","payload":{payload}}}"#)
+    };
+    let plain = |dialect: Dialect, kind: &str, payload: &str| {
+        let text = frame(kind, payload);
+        let (header, raw) = dialect.decode_header(&text).unwrap();
+        plain_value_agrees(dialect, &text).unwrap();
+        dialect
+            .plain_result_value(&header, raw)
+            .map(|v| v.get().to_owned())
+    };
+    let v11 = |payload: &str| plain(Dialect::V1_1, "job.result", payload);
+    assert_eq!(v11(r#"{"result":{"a":[1,2]},"x":1}"#).as_deref(), Some(r#"{"a":[1,2]}"#));
+    assert_eq!(v11(r#"{"final_status":"success","result":7}"#).as_deref(), Some("7"));
+    for declined in [
+        r#"{"final_status":"error","result":7,"message":"boom"}"#,
+        r#"{"final_status":"cancelled","result":7}"#,
+        r#"{"final_status":"timed_out","result":7}"#,
+        r#"{"result":null,"result_ref":"r1"}"#,
+        r#"{"result_id":"r1"}"#,
+        r#"{"result":1,"result":2}"#,
+        r#"[1]"#,
+    ] {
+        assert_eq!(v11(declined), None, "{declined}");
+    }
+    let legacy = |payload: &str| plain(Dialect::Legacy, "job.completed", payload);
+    assert_eq!(legacy(r#"{"value":"x"}"#).as_deref(), Some(r#""x""#));
+    assert_eq!(legacy(r#"{"result":{"b":2}}"#).as_deref(), Some(r#"{"b":2}"#));
+    assert_eq!(legacy(r#"{"value":"x","result":1}"#).as_deref(), Some(r#""x""#));
+    for declined in [r#"{"value":null,"result":1}"#, r#"{"value":1,"value":2}"#, "{}"] {
+        assert_eq!(legacy(declined), None, "{declined}");
+    }
+    // Other kinds and the other dialect's result are never taken.
+    assert_eq!(plain(Dialect::Legacy, "job.result", r#"{"result":1}"#), None);
+    assert_eq!(plain(Dialect::V1_1, "job.completed", r#"{"value":1}"#), None);
+    assert_eq!(plain(Dialect::Legacy, "tool.result", r#"{"result":1}"#), None);
 }
 
 #[test]

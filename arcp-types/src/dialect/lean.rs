@@ -191,3 +191,56 @@ pub(super) fn legacy_event_body(
         Ok(Value::Null)
     }
 }
+
+/// A result's inline value as raw JSON, borrowed from the frame, when the
+/// result is plainly a success with a value: the value field appears once
+/// and is not `null`, and `final_status`, if present, is `"success"`.
+/// Anything else (no value, another status, a repeated field, a payload
+/// that is not an object) is `None`: the caller decodes the frame instead.
+pub(super) fn plain_result_value<'a>(
+    payload: &'a serde_json::value::RawValue,
+    value_field: &str,
+    fallback_field: Option<&str>,
+) -> Option<&'a serde_json::value::RawValue> {
+    use serde_json::value::RawValue;
+    struct V<'f> {
+        value_field: &'f str,
+        fallback_field: Option<&'f str>,
+    }
+    impl<'de> Visitor<'de> for V<'_> {
+        type Value = Option<&'de RawValue>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a result object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let (mut value, mut fallback) = (None::<&RawValue>, None::<&RawValue>);
+            let mut plain = true;
+            while let Some(key) = map.next_key::<Key<'de>>()? {
+                let name = key.as_str();
+                if name == self.value_field {
+                    plain &= value.is_none();
+                    value = Some(map.next_value()?);
+                } else if Some(name) == self.fallback_field {
+                    plain &= fallback.is_none();
+                    fallback = Some(map.next_value()?);
+                } else if name == "final_status" {
+                    let status: &RawValue = map.next_value()?;
+                    plain &= status.get() == "\"success\"";
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            // The value field wins when present, even as `null` (the legacy
+            // `job.completed` rule); `null` is no value.
+            let chosen = value.or(fallback).filter(|v| v.get() != "null");
+            Ok(chosen.filter(|_| plain))
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(payload.get());
+    de.deserialize_map(V {
+        value_field,
+        fallback_field,
+    })
+    .ok()
+    .flatten()
+}

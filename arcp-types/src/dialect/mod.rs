@@ -139,6 +139,31 @@ impl Dialect {
         self.decode_message(Head::of(header), Payload::Raw(payload), keep)
     }
 
+    /// For a receiver that hands a call's value on without reading it (the
+    /// client's connection task: the caller that receives the value parses
+    /// it): the value of a result frame as raw JSON, borrowed from the
+    /// frame, when the result is plainly a success with an inline value
+    /// (`job.result`, or the legacy `job.completed`; no status other than
+    /// `success`; the value not `null`). `None` for every other frame, and
+    /// for a result that is anything but plain: decode it with
+    /// [`decode_payload`](Self::decode_payload). Where this gives a value,
+    /// `decode_payload` reads the same value and no failure status.
+    pub fn plain_result_value<'a>(
+        self,
+        header: &Header<'_>,
+        payload: Option<&'a serde_json::value::RawValue>,
+    ) -> Option<&'a serde_json::value::RawValue> {
+        let payload = payload?;
+        match (self, &*header.kind) {
+            (Dialect::V1_1, "job.result") => lean::plain_result_value(payload, "result", None),
+            // `value` is the legacy name; `result` counts only without it.
+            (Dialect::Legacy, "job.completed") => {
+                lean::plain_result_value(payload, "value", Some("result"))
+            }
+            _ => None,
+        }
+    }
+
     /// Decodes an already parsed envelope (its `payload` tree included).
     pub fn decode_envelope(self, mut envelope: Envelope) -> Result<Frame, DecodeError> {
         let payload = Payload::Tree(std::mem::take(&mut envelope.payload));
