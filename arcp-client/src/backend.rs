@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use arcp_types::{Dialect, IdempotencyKey};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cache::Outcome;
+use crate::cache::{Outcome, Settled};
 use crate::error::Error;
 #[cfg(feature = "http")]
 use crate::http::HttpBackend;
@@ -92,7 +92,7 @@ impl Backend {
                     .store(true, std::sync::atomic::Ordering::Release);
                 // A dropped reply means the connection task is gone. If a
                 // request went out, the call may have run: say so.
-                let outcome = rx.await.unwrap_or_else(|_| {
+                let outcome = rx.await.map(Settled::into_outcome).unwrap_or_else(|_| {
                     Err(if shared.abandon() {
                         Error::Interrupted {
                             key,
@@ -243,16 +243,22 @@ mod tests {
             .encoded()
             .expect("encoded on the caller's task");
         assert_eq!(encoded.dialect(), Dialect::Legacy);
-        let _ = reply.send(Ok(ToolOutput {
-            value: serde_json::json!({"n": 1}),
-            job_id: None,
-            key: request.key.clone(),
-            replayed: false,
-            attempts: 1,
-            trace_id: String::new(),
-        }));
+        // The value as the connection task hands out a plain result's: text,
+        // parsed by the caller.
+        let _ = reply.send(Settled {
+            outcome: Ok(ToolOutput {
+                value: serde_json::Value::Null,
+                job_id: None,
+                key: request.key.clone(),
+                replayed: false,
+                attempts: 1,
+                trace_id: String::new(),
+            }),
+            value_text: Some(r#"{"n":1}"#.into()),
+        });
         let out = call.await.unwrap().unwrap();
         assert_eq!(out.trace_id, TRACE);
+        assert_eq!(out.value, serde_json::json!({"n": 1}));
     }
 
     /// A connection task that is gone: the call is refused as closed, and

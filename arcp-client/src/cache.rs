@@ -8,6 +8,7 @@
 //! duplicate, since the key may be bound to the first intent.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arcp_types::{IdempotencyKey, Invoke};
@@ -18,6 +19,50 @@ use crate::FastMap;
 
 /// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;
+
+/// An outcome as the connection task hands it out and the outcome cache
+/// keeps it. A plainly successful result's value may still be its wire
+/// text: the caller that receives it parses it, so the value is built (and
+/// later freed) on the caller's thread rather than the connection task's,
+/// and the cache keeps one shared copy of the text instead of a tree.
+/// (A block freed on another thread than the one that allocated it
+/// contends for the allocator's lock: measured, it was most of the
+/// client's futex waits.)
+#[derive(Debug, Clone)]
+pub(crate) struct Settled {
+    /// The outcome; with `value_text`, its value is a placeholder.
+    pub(crate) outcome: Outcome,
+    /// The result's value as JSON text (checked JSON: it was read as such).
+    pub(crate) value_text: Option<Arc<str>>,
+}
+
+impl From<Outcome> for Settled {
+    fn from(outcome: Outcome) -> Self {
+        Settled {
+            outcome,
+            value_text: None,
+        }
+    }
+}
+
+impl Settled {
+    /// The outcome with its value in place, parsed here if it is text.
+    pub(crate) fn into_outcome(self) -> Outcome {
+        match (self.outcome, self.value_text) {
+            (Ok(mut out), Some(text)) => match serde_json::from_str(&text) {
+                Ok(value) => {
+                    out.value = value;
+                    Ok(out)
+                }
+                // The text was read as JSON by the same parser: not reached.
+                Err(e) => Err(Error::Internal(
+                    format!("a result's value could not be read back: {e}").into(),
+                )),
+            },
+            (outcome, _) => outcome,
+        }
+    }
+}
 
 /// An intent (tool, arguments and every option, as serialized) reduced to
 /// what the outcome cache and call joining compare: a fingerprint, and the
@@ -104,7 +149,7 @@ pub(crate) fn replayed(outcome: Outcome) -> Outcome {
 struct Entry {
     fingerprint: u64,
     /// `None`: the key may be bound to this intent; its outcome is unknown.
-    outcome: Option<Outcome>,
+    outcome: Option<Settled>,
     stored: Instant,
 }
 
@@ -118,7 +163,7 @@ pub(crate) struct OutcomeCache {
 /// What the cache knows about a key.
 pub(crate) enum Cached {
     /// The same intent finished: its outcome.
-    Hit(Outcome),
+    Hit(Settled),
     /// The key finished with a different intent.
     Conflict,
     /// The same intent was sent before and may have run; its outcome is
@@ -142,7 +187,10 @@ impl OutcomeCache {
         self.expire(now);
         match self.entries.get(key) {
             Some(e) if e.fingerprint == fingerprint => match &e.outcome {
-                Some(outcome) => Cached::Hit(replayed(outcome.clone())),
+                Some(settled) => Cached::Hit(Settled {
+                    outcome: replayed(settled.outcome.clone()),
+                    value_text: settled.value_text.clone(),
+                }),
                 None => Cached::Bound,
             },
             Some(_) => Cached::Conflict,
@@ -150,19 +198,21 @@ impl OutcomeCache {
         }
     }
 
-    /// Records a call's outcome (cloned only when it is admitted).
+    /// Records a call's outcome (cloned only when it is admitted; a value
+    /// kept as text is shared, not copied).
     pub(crate) fn insert(
         &mut self,
         key: IdempotencyKey,
         fingerprint: u64,
-        outcome: &Outcome,
+        settled: &Settled,
         now: Instant,
     ) {
         if self.capacity == 0 {
             return;
         }
+        let outcome = &settled.outcome;
         let outcome = if admits(outcome) {
-            Some(outcome.clone())
+            Some(settled.clone())
         } else if outcome
             .as_ref()
             .is_err_and(|e| e.execution() == Execution::MayHaveRun)
@@ -178,7 +228,7 @@ impl OutcomeCache {
         &mut self,
         key: IdempotencyKey,
         fingerprint: u64,
-        outcome: Option<Outcome>,
+        outcome: Option<Settled>,
         now: Instant,
     ) {
         if self.capacity == 0 {
@@ -289,7 +339,7 @@ mod tests {
         let t0 = Instant::now();
         let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
         for k in &keys {
-            cache.insert(k.clone(), 1, &out(k), t0);
+            cache.insert(k.clone(), 1, &out(k).into(), t0);
         }
         assert_eq!(cache.len(), 2);
         assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
@@ -314,7 +364,7 @@ mod tests {
             attempts: 2,
             permanent: false,
         });
-        cache.insert(key.clone(), 1, &unknown, t0);
+        cache.insert(key.clone(), 1, &unknown.into(), t0);
         // The same intent asks the runtime again; another is refused.
         assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
         assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
@@ -325,7 +375,7 @@ mod tests {
             attempts: 3,
             last_error: "UNAVAILABLE".into(),
         });
-        cache.insert(other.clone(), 1, &refused, t0);
+        cache.insert(other.clone(), 1, &refused.into(), t0);
         assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
     }
 }

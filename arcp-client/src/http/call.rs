@@ -28,7 +28,7 @@ use super::{
     idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
     ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{conflict, intent_of, Cached, Intent, Outcome, OutcomeCache};
+use crate::cache::{conflict, intent_of, Cached, Intent, Outcome, OutcomeCache, Settled};
 use crate::classify::{
     classify_error, failed_result, give_up, read_result, tool_error, ErrorVerdict, Exposure,
     ResultReading,
@@ -122,7 +122,7 @@ impl HttpBackend {
             Cached::Hit(outcome) => {
                 req.shared.set_answered(Answered::Cache);
                 // The trace is the caller's, as on the WebSocket transport.
-                return outcome.map(|mut out| {
+                return outcome.into_outcome().map(|mut out| {
                     out.trace_id = req.trace_id.to_string();
                     out
                 });
@@ -194,9 +194,10 @@ impl HttpBackend {
             warn!(parent: &span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
         // The cache admits only the key's own outcome (`cache::admits`).
+        let settled = Settled::from(outcome);
         self.cache()
-            .insert(call.req.key.clone(), fingerprint, &outcome, Instant::now());
-        outcome
+            .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
+        settled.outcome
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, OutcomeCache> {

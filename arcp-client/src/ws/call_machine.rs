@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 
 use super::attribution::{ReqKind, RequestId};
 use super::calls::{Call, CallId, Phase};
-use crate::cache::Outcome;
+use crate::cache::{Outcome, Settled};
 use crate::classify::give_up;
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
@@ -50,7 +50,7 @@ impl Core {
                         execution
                     },
                 };
-                self.replies.push((waiter.reply, Err(error)));
+                self.replies.push((waiter.reply, Err(error).into()));
             }
         }
         call.waiters.retain(|w| !w.shared.is_abandoned());
@@ -312,11 +312,18 @@ impl Core {
     /// Resolves a call: answers every waiter, caches a terminal outcome,
     /// and removes all state of the call.
     pub(super) fn finish(&mut self, id: CallId, outcome: Outcome) {
+        self.settle(id, outcome.into());
+    }
+
+    /// [`finish`](Self::finish) with an outcome whose value may still be
+    /// text (see [`Settled`]).
+    pub(super) fn settle(&mut self, id: CallId, mut settled: Settled) {
         let Some(mut call) = self.forget(id) else {
             return;
         };
-        let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
-        match &outcome {
+        let attempts = call.attempts;
+        settled.outcome = settled.outcome.map_err(|e| e.with_attempts(attempts));
+        match &settled.outcome {
             Ok(out) => {
                 call.span.record("outcome", "ok");
                 info!(parent: &call.span, attempts = out.attempts, replayed = out.replayed, "call succeeded")
@@ -330,8 +337,9 @@ impl Core {
             warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
         self.cache
-            .insert(call.key.clone(), call.fingerprint, &outcome, Instant::now());
-        let cancel = match &outcome {
+            .insert(call.key.clone(), call.fingerprint, &settled, Instant::now());
+        let outcome = &settled.outcome;
+        let cancel = match outcome {
             Err(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.
             Ok(_) | Err(Error::Tool(_) | Error::DuplicateKey { .. }) => {
@@ -345,10 +353,10 @@ impl Core {
         let mut waiters = call.waiters;
         let last = waiters.pop();
         for waiter in waiters {
-            self.replies.push((waiter.reply, outcome.clone()));
+            self.replies.push((waiter.reply, settled.clone()));
         }
         if let Some(waiter) = last {
-            self.replies.push((waiter.reply, outcome));
+            self.replies.push((waiter.reply, settled));
         }
     }
 

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
 use super::attribution::RequestId;
-use crate::cache::{intent_of, Intent, Outcome};
+use crate::cache::{intent_of, Intent, Settled};
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
 use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
@@ -30,7 +30,7 @@ pub(crate) type CallId = u64;
 /// One caller awaiting the call (a repeated call with the same key and
 /// intent joins the first one).
 pub(crate) struct Waiter {
-    pub(crate) reply: oneshot::Sender<Outcome>,
+    pub(crate) reply: oneshot::Sender<Settled>,
     pub(crate) shared: Arc<CallShared>,
     /// This caller's own deadline: the connection task keeps it (the
     /// caller runs no timer of its own), and a joined caller's may come

@@ -11,7 +11,7 @@ use tracing::info;
 
 use super::attribution::{ReqKind, RequestId};
 use super::calls::{Call, CallId, CancelState, Phase, PreparedCall, Waiter};
-use crate::cache::{conflict, Cached, Intent, Outcome};
+use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::Exposure;
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
@@ -65,7 +65,7 @@ impl Core {
         self.link = Link::Closed;
     }
 
-    fn start_call(&mut self, mut req: CallRequest, reply: oneshot::Sender<Outcome>, now: Instant) {
+    fn start_call(&mut self, mut req: CallRequest, reply: oneshot::Sender<Settled>, now: Instant) {
         let prepared = match req.prepared.take() {
             Some(prepared) => prepared,
             None => {
@@ -83,17 +83,17 @@ impl Core {
         };
         // Answered here, without a request of its own: the span the caller
         // opened says so.
-        let answer = |waiter: Waiter, outcome: Outcome| {
-            let how = match &outcome {
+        let answer = |waiter: Waiter, settled: Settled| {
+            let how = match &settled.outcome {
                 Ok(_) => "ok".to_owned(),
                 Err(e) => e.code_name().as_str().to_owned(),
             };
             prepared.span.record("outcome", how.as_str());
             info!(parent: &prepared.span, outcome = %how, "call answered without a request");
-            let _ = waiter.reply.send(outcome);
+            let _ = waiter.reply.send(settled);
         };
         if matches!(self.link, Link::Closed) {
-            answer(waiter, Err(Error::Closed));
+            answer(waiter, Err(Error::Closed).into());
             return;
         }
         let earlier_send = match self.cache.get(&req.key, fingerprint, now) {
@@ -103,7 +103,7 @@ impl Core {
                 return;
             }
             Cached::Conflict => {
-                answer(waiter, Err(conflict(req.key)));
+                answer(waiter, Err(conflict(req.key)).into());
                 return;
             }
             Cached::Bound => true,
@@ -134,28 +134,24 @@ impl Core {
                     // The joined caller's deadline may be the call's next wake.
                     self.rearm(existing, now);
                 } else {
-                    answer(
-                        waiter,
-                        Err(Error::DuplicateKey {
-                            key: req.key,
-                            message:
-                                "the key is in use by a call with a different intent in this client"
-                                    .into(),
-                            attempts: 0,
-                        }),
-                    );
+                    let refused = Error::DuplicateKey {
+                        key: req.key,
+                        message:
+                            "the key is in use by a call with a different intent in this client"
+                                .into(),
+                        attempts: 0,
+                    };
+                    answer(waiter, Err(refused).into());
                 }
                 return;
             }
         }
         if size > self.config.max_frame_size {
             let limit = self.config.max_frame_size;
-            answer(
-                waiter,
-                Err(Error::InvalidCall(format!(
-                    "the request is {size} bytes; the frame size limit is {limit}"
-                ))),
-            );
+            let refused = Error::InvalidCall(format!(
+                "the request is {size} bytes; the frame size limit is {limit}"
+            ));
+            answer(waiter, Err(refused).into());
             return;
         }
         let id = self.next_id;

@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use super::attribution::Requests;
 use super::calls::{Call, CallId};
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
-use crate::cache::{Outcome, OutcomeCache};
+use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent};
@@ -51,7 +51,7 @@ pub(crate) enum Command {
     /// value: its box is freed by the caller that allocated it, not by the
     /// connection task on another thread (a cross-thread free contends for
     /// the allocator's lock; measured).
-    Invoke(CallRequest, oneshot::Sender<Outcome>),
+    Invoke(CallRequest, oneshot::Sender<Settled>),
     /// Cancel the job of the call with this key, if the caller behind
     /// `shared` waits on it (a same-key call refused as a duplicate must
     /// not cancel the call that holds the key).
@@ -188,7 +188,7 @@ pub(crate) struct Core {
     pub(super) dialect: Arc<OnceLock<Dialect>>,
     /// Outcomes of calls finished in this turn, not yet handed out
     /// ([`Core::hand_out_replies`]).
-    pub(super) replies: Vec<(oneshot::Sender<Outcome>, Outcome)>,
+    pub(super) replies: Vec<(oneshot::Sender<Settled>, Settled)>,
 }
 
 impl Core {

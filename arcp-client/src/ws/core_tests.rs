@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use super::core::{Command, Core, Established, Loss};
-use crate::cache::Outcome;
+use crate::cache::{Outcome, Settled};
 use crate::config::Config;
 use crate::error::{Error, Execution};
 use crate::request::{CallRequest, CallShared, EventsEnd};
@@ -26,6 +26,16 @@ fn captured(kind: &str, n: usize) -> Value {
         .filter(|f| f["type"] == kind)
         .nth(n)
         .unwrap_or_else(|| panic!("no captured {kind} #{n}"))
+}
+
+/// A caller's end of a call: what the connection task handed out, with
+/// its value in place (as `Backend::invoke` reads it).
+struct Answer(oneshot::Receiver<Settled>);
+
+impl Answer {
+    fn try_recv(&mut self) -> Result<Outcome, oneshot::error::TryRecvError> {
+        self.0.try_recv().map(Settled::into_outcome)
+    }
 }
 
 struct Harness {
@@ -46,7 +56,7 @@ impl Harness {
         self.t0 + Duration::from_millis(ms)
     }
 
-    fn invoke(&mut self, args: Value, deadline: Duration, ms: u64) -> oneshot::Receiver<Outcome> {
+    fn invoke(&mut self, args: Value, deadline: Duration, ms: u64) -> Answer {
         self.invoke_with(IdempotencyKey::new(), args, deadline, ms)
     }
 
@@ -56,7 +66,7 @@ impl Harness {
         args: Value,
         deadline: Duration,
         ms: u64,
-    ) -> oneshot::Receiver<Outcome> {
+    ) -> Answer {
         let shared = Arc::new(CallShared::default());
         let request = CallRequest {
             key,
@@ -77,7 +87,7 @@ impl Harness {
         };
         let (tx, rx) = oneshot::channel();
         self.core.command(Command::Invoke(request, tx), self.at(ms));
-        rx
+        Answer(rx)
     }
 
     /// Dials (as the driver would) and establishes the captured session.

@@ -6,6 +6,7 @@
 //! request) is logged and dropped: nothing here can fail a call it does not
 //! belong to, and nothing panics.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use arcp_types::{ErrorReply, Frame, Header, JobEvent, JobResult, Keep, Message, Pong};
@@ -16,6 +17,7 @@ use super::assembly::Assembly;
 use super::attribution::{ReqKind, RequestId};
 use super::calls::{CallId, Phase};
 use super::core::{touch, Core, Link, Loss};
+use crate::cache::Settled;
 use crate::classify::{
     classify_error, failed_result, read_result, tool_error, ErrorVerdict, ResultReading,
 };
@@ -24,11 +26,28 @@ use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 use crate::retry::later;
 use crate::telemetry;
 
+/// A frame as `on_text` reads it (one at a time, on the stack: the
+/// variants' sizes do not matter).
+#[allow(clippy::large_enum_variant)]
+enum Read<'a> {
+    Message(Message),
+    /// A plainly successful result's value, unparsed.
+    PlainResult(&'a serde_json::value::RawValue),
+}
+
+/// A terminal result: decoded, or only its inline value's text.
+enum ResultBody<'a> {
+    Decoded(JobResult),
+    Plain(&'a serde_json::value::RawValue),
+}
+
 impl Core {
     /// A text frame from the live connection. The header is read first: a
     /// frame for a call nobody watches is decoded only for what deciding
     /// its outcome needs ([`Keep::Outcome`]), so the fields and event
-    /// bodies only a watcher reads are never built.
+    /// bodies only a watcher reads are never built; and a plainly
+    /// successful result for such a call is not decoded at all: its value
+    /// goes to the caller as text (see [`Settled`]).
     pub(crate) fn on_text(&mut self, text: &str, now: Instant) {
         let Link::Up(up) = &self.link else {
             return;
@@ -36,11 +55,23 @@ impl Core {
         let dialect = up.dialect;
         let decoded = dialect.decode_header(text).and_then(|(header, payload)| {
             let keep = self.keep_for(&header);
+            if keep == Keep::Outcome {
+                if let Some(value) = dialect.plain_result_value(&header, payload) {
+                    return Ok((header, Read::PlainResult(value), keep));
+                }
+            }
             let message = dialect.decode_payload(&header, payload, keep)?;
-            Ok((header, message, keep))
+            Ok((header, Read::Message(message), keep))
         });
         match decoded {
-            Ok((header, message, keep)) => self.handle_frame(&header, message, keep, now),
+            Ok((header, Read::Message(message), keep)) => {
+                self.handle_frame(&header, message, keep, now)
+            }
+            Ok((header, Read::PlainResult(value), _)) => {
+                if self.frame_arrived(&header, now) {
+                    self.on_result(&header, ResultBody::Plain(value), now);
+                }
+            }
             Err(e) => {
                 touch(&mut self.link, now);
                 warn!(error = %e, "skipping a frame that does not decode");
@@ -57,12 +88,8 @@ impl Core {
         keep: Keep,
         now: Instant,
     ) {
-        touch(&mut self.link, now);
-        if !matches!(self.link, Link::Up(_)) {
+        if !self.frame_arrived(header, now) {
             return;
-        }
-        if let Some(seq) = header.event_seq {
-            self.session.last_event_seq = self.session.last_event_seq.max(seq);
         }
         match message {
             Message::Ping(ping) => {
@@ -84,7 +111,7 @@ impl Core {
                 self.on_accepted(header, request, job, true, now);
             }
             Message::Event(event) => self.on_event(header, event, keep, now),
-            Message::Result(result) => self.on_result(header, result, now),
+            Message::Result(result) => self.on_result(header, ResultBody::Decoded(result), now),
             Message::Cancelled(_) => {
                 if let Some(id) = self.call_for(header, header.correlation_id.as_deref()) {
                     if let Some(call) = self.calls.get(&id) {
@@ -324,7 +351,20 @@ impl Core {
         self.rearm(id, now);
     }
 
-    fn on_result(&mut self, header: &Header<'_>, result: JobResult, now: Instant) {
+    /// What every frame does on arrival: it proves the connection alive and
+    /// advances the session's event sequence. False once the link is not up.
+    fn frame_arrived(&mut self, header: &Header<'_>, now: Instant) -> bool {
+        touch(&mut self.link, now);
+        if !matches!(self.link, Link::Up(_)) {
+            return false;
+        }
+        if let Some(seq) = header.event_seq {
+            self.session.last_event_seq = self.session.last_event_seq.max(seq);
+        }
+        true
+    }
+
+    fn on_result(&mut self, header: &Header<'_>, result: ResultBody<'_>, now: Instant) {
         let Some(id) = self.call_for(header, header.correlation_id.as_deref()) else {
             debug!(job_id = ?header.job_id, "a result for a job no call is waiting on; dropped");
             return;
@@ -340,15 +380,26 @@ impl Core {
             call.bind(job);
         }
         let replayed = call.replayed || foreign || unaccepted;
-        let streamed = result.extra.get("result_id").and_then(Value::as_str);
-        let assembled = match (call.assembly.take(), streamed) {
-            (Some(a), Some(r)) if a.result_id == r => a.value(),
-            _ => None,
+        let assembly = call.assembly.take();
+        let (reading, value_text) = match result {
+            ResultBody::Decoded(result) => {
+                let streamed = result.extra.get("result_id").and_then(Value::as_str);
+                let assembled = match (assembly, streamed) {
+                    (Some(a), Some(r)) if a.result_id == r => a.value(),
+                    _ => None,
+                };
+                (read_result(result, assembled), None)
+            }
+            // An inline value: chunks streamed before it are not used.
+            ResultBody::Plain(value) => (
+                ResultReading::Value(Value::Null),
+                Some(Arc::<str>::from(value.get())),
+            ),
         };
         let key = call.key.clone();
         let job_id = call.job();
         let exposure = call.exposure;
-        let outcome = match read_result(result, assembled) {
+        let outcome = match reading {
             ResultReading::Value(value) => Ok(ToolOutput {
                 value,
                 job_id,
@@ -372,7 +423,13 @@ impl Core {
             }
         };
         let _ = now;
-        self.finish(id, outcome);
+        self.settle(
+            id,
+            Settled {
+                outcome,
+                value_text,
+            },
+        );
     }
 
     fn on_error(&mut self, header: &Header<'_>, e: ErrorReply, now: Instant) {
