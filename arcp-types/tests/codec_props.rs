@@ -442,8 +442,14 @@ fn plain_result_values_are_taken_only_when_plain() {
             .map(|v| v.get().to_owned())
     };
     let v11 = |payload: &str| plain(Dialect::V1_1, "job.result", payload);
-    assert_eq!(v11(r#"{"result":{"a":[1,2]},"x":1}"#).as_deref(), Some(r#"{"a":[1,2]}"#));
-    assert_eq!(v11(r#"{"final_status":"success","result":7}"#).as_deref(), Some("7"));
+    assert_eq!(
+        v11(r#"{"result":{"a":[1,2]},"x":1}"#).as_deref(),
+        Some(r#"{"a":[1,2]}"#)
+    );
+    assert_eq!(
+        v11(r#"{"final_status":"success","result":7}"#).as_deref(),
+        Some("7")
+    );
     for declined in [
         r#"{"final_status":"error","result":7,"message":"boom"}"#,
         r#"{"final_status":"cancelled","result":7}"#,
@@ -457,15 +463,34 @@ fn plain_result_values_are_taken_only_when_plain() {
     }
     let legacy = |payload: &str| plain(Dialect::Legacy, "job.completed", payload);
     assert_eq!(legacy(r#"{"value":"x"}"#).as_deref(), Some(r#""x""#));
-    assert_eq!(legacy(r#"{"result":{"b":2}}"#).as_deref(), Some(r#"{"b":2}"#));
-    assert_eq!(legacy(r#"{"value":"x","result":1}"#).as_deref(), Some(r#""x""#));
-    for declined in [r#"{"value":null,"result":1}"#, r#"{"value":1,"value":2}"#, "{}"] {
+    assert_eq!(
+        legacy(r#"{"result":{"b":2}}"#).as_deref(),
+        Some(r#"{"b":2}"#)
+    );
+    assert_eq!(
+        legacy(r#"{"value":"x","result":1}"#).as_deref(),
+        Some(r#""x""#)
+    );
+    for declined in [
+        r#"{"value":null,"result":1}"#,
+        r#"{"value":1,"value":2}"#,
+        "{}",
+    ] {
         assert_eq!(legacy(declined), None, "{declined}");
     }
     // Other kinds and the other dialect's result are never taken.
-    assert_eq!(plain(Dialect::Legacy, "job.result", r#"{"result":1}"#), None);
-    assert_eq!(plain(Dialect::V1_1, "job.completed", r#"{"value":1}"#), None);
-    assert_eq!(plain(Dialect::Legacy, "tool.result", r#"{"result":1}"#), None);
+    assert_eq!(
+        plain(Dialect::Legacy, "job.result", r#"{"result":1}"#),
+        None
+    );
+    assert_eq!(
+        plain(Dialect::V1_1, "job.completed", r#"{"value":1}"#),
+        None
+    );
+    assert_eq!(
+        plain(Dialect::Legacy, "tool.result", r#"{"result":1}"#),
+        None
+    );
 }
 
 #[test]
