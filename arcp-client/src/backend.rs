@@ -65,27 +65,33 @@ impl Backend {
                 // so it takes no room in every call's state.
                 let deadline = request.deadline;
                 let deadline_at = crate::retry::later(request.started, deadline);
-                match tx.try_send(Command::Invoke(*request, reply)) {
-                    Ok(()) => {}
+                // Nothing the command holds may live across an await in this
+                // future (it would be sized for a whole request): the rare
+                // wait for room is boxed with the command inside it.
+                let waiting = match try_send(tx, request, reply) {
+                    Ok(()) => None,
                     Err(mpsc::error::TrySendError::Full(command)) => {
                         // Bounded by the call's deadline: the caller may run
                         // no timer of its own (`keeps_deadlines`).
-                        let send = tokio::time::timeout_at(deadline_at.into(), tx.send(command));
-                        match Box::pin(send).await {
-                            Ok(sent) => sent.map_err(|_| Error::Closed)?,
-                            Err(_) => {
-                                shared.abandon();
-                                return Err(Error::DeadlineExceeded {
-                                    key,
-                                    job_id: None,
-                                    deadline,
-                                    attempts: 0,
-                                    execution: crate::error::Execution::NotRun,
-                                });
-                            }
-                        }
+                        let send = tokio::time::timeout_at(deadline_at.into(), tx.send(*command));
+                        Some(Box::pin(send))
                     }
                     Err(mpsc::error::TrySendError::Closed(_)) => return Err(Error::Closed),
+                };
+                if let Some(waiting) = waiting {
+                    match waiting.await {
+                        Ok(sent) => sent.map_err(|_| Error::Closed)?,
+                        Err(_) => {
+                            shared.abandon();
+                            return Err(Error::DeadlineExceeded {
+                                key,
+                                job_id: None,
+                                deadline,
+                                attempts: 0,
+                                execution: crate::error::Execution::NotRun,
+                            });
+                        }
+                    }
                 }
                 shared
                     .dispatched
@@ -184,6 +190,21 @@ impl Backend {
             }
         }
     }
+}
+
+/// Hands a call to the connection task if the channel has room. Not async,
+/// and the request is unboxed only here: nothing of it can end up sized
+/// into the caller's future.
+fn try_send(
+    tx: &mpsc::Sender<Command>,
+    request: Box<CallRequest>,
+    reply: oneshot::Sender<Settled>,
+) -> Result<(), mpsc::error::TrySendError<Box<Command>>> {
+    tx.try_send(Command::Invoke(*request, reply))
+        .map_err(|e| match e {
+            mpsc::error::TrySendError::Full(c) => mpsc::error::TrySendError::Full(Box::new(c)),
+            mpsc::error::TrySendError::Closed(c) => mpsc::error::TrySendError::Closed(Box::new(c)),
+        })
 }
 
 #[cfg(test)]

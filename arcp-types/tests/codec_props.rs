@@ -414,6 +414,13 @@ fn plain_value_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError>
         return Ok(());
     };
     let value: Value = serde_json::from_str(raw.get()).unwrap();
+    // What the client would decode instead (nobody watches the call).
+    match dialect.decode_payload(&header, payload, Keep::Outcome) {
+        Ok(Message::Result(r)) => {
+            prop_assert_eq!(r.result.as_ref(), Some(&value), "{} {}", dialect, text)
+        }
+        other => prop_assert!(false, "{dialect}: plain value, lean {other:?}: {text}"),
+    }
     match dialect.decode_borrowed(text) {
         Ok((_, Message::Result(r))) => {
             prop_assert_eq!(r.result.as_ref(), Some(&value), "{} {}", dialect, text);
@@ -442,6 +449,7 @@ fn plain_result_values_are_taken_only_when_plain() {
             .map(|v| v.get().to_owned())
     };
     let v11 = |payload: &str| plain(Dialect::V1_1, "job.result", payload);
+    let legacy_value = |payload: &str| plain(Dialect::Legacy, "job.completed", payload);
     assert_eq!(
         v11(r#"{"result":{"a":[1,2]},"x":1}"#).as_deref(),
         Some(r#"{"a":[1,2]}"#)
@@ -450,6 +458,19 @@ fn plain_result_values_are_taken_only_when_plain() {
         v11(r#"{"final_status":"success","result":7}"#).as_deref(),
         Some("7")
     );
+    // What building values refuses: numbers out of range (anywhere in the
+    // payload), nesting past the parser's limit counted from the payload.
+    let deep = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    for declined in [
+        r#"{"result":1e400}"#.to_owned(),
+        format!(r#"{{"result":{}}}"#, "9".repeat(400)),
+        r#"{"result":1,"code":1e400}"#.to_owned(),
+        format!(r#"{{"result":{}}}"#, deep(127)),
+    ] {
+        assert_eq!(v11(&declined), None, "{declined}");
+    }
+    assert!(v11(&format!(r#"{{"result":{}}}"#, deep(100))).is_some());
+    assert_eq!(legacy_value(r#"{"value":1,"meta":-1e400}"#), None);
     for declined in [
         r#"{"final_status":"error","result":7,"message":"boom"}"#,
         r#"{"final_status":"cancelled","result":7}"#,
@@ -461,7 +482,7 @@ fn plain_result_values_are_taken_only_when_plain() {
     ] {
         assert_eq!(v11(declined), None, "{declined}");
     }
-    let legacy = |payload: &str| plain(Dialect::Legacy, "job.completed", payload);
+    let legacy = legacy_value;
     assert_eq!(legacy(r#"{"value":"x"}"#).as_deref(), Some(r#""x""#));
     assert_eq!(
         legacy(r#"{"result":{"b":2}}"#).as_deref(),

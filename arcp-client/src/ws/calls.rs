@@ -238,7 +238,8 @@ impl Call {
         self.troubles.as_mut()?.subscribe_request.take()
     }
 
-    /// When the call next needs a look: its deadline (its first caller's),
+    /// When the call next needs a look: its deadline (its most patient
+    /// caller's) or an earlier waiter's own,
     /// its phase's instant,
     /// the end of its retry budget while recovering, its cancel's bound.
     ///

@@ -49,8 +49,8 @@ use crate::FastMap;
 pub(crate) enum Command {
     /// Run a call; its outcome goes to the sender. The request travels by
     /// value: its box is freed by the caller that allocated it, not by the
-    /// connection task on another thread (a cross-thread free contends for
-    /// the allocator's lock; measured).
+    /// connection task on another thread (a block freed on another thread
+    /// contends for the allocator's lock; measured).
     Invoke(CallRequest, oneshot::Sender<Settled>),
     /// Cancel the job of the call with this key, if the caller behind
     /// `shared` waits on it (a same-key call refused as a duplicate must

@@ -237,10 +237,69 @@ pub(super) fn plain_result_value<'a>(
         }
     }
     let mut de = serde_json::Deserializer::from_str(payload.get());
-    de.deserialize_map(V {
-        value_field,
-        fallback_field,
-    })
-    .ok()
-    .flatten()
+    let value = de
+        .deserialize_map(V {
+            value_field,
+            fallback_field,
+        })
+        .ok()
+        .flatten()?;
+    // A raw value is only checked to be JSON; the full decoding builds
+    // values, which also refuses numbers out of range and nesting past the
+    // parser's limit. Refuse what it refuses (anywhere in the payload, from
+    // the payload's root: the same depth budget), building nothing.
+    serde_json::from_str::<Checked>(payload.get()).ok()?;
+    Some(value)
+}
+
+/// Any JSON value read in full and kept nowhere: it fails exactly where
+/// building a `serde_json::Value` from the same text would.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Checked;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E>(self) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_none<E>(self) -> Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Checked, D::Error> {
+                Checked::deserialize(d)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Checked, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+                while map.next_entry::<Checked, Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
