@@ -1,8 +1,10 @@
 //! Both dialect decoders on arbitrary bytes: a typed error or a frame, never a
-//! panic; and a decoded frame re-encodes and decodes again to the same message.
+//! panic; a decoded frame re-encodes and decodes again to the same message;
+//! and a plain result value (what the client hands on unparsed) is exactly
+//! the value the decoding the client would otherwise use reads.
 #![no_main]
 
-use arcp_types::Dialect;
+use arcp_types::{Dialect, Keep, Message};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,13 +16,23 @@ fuzz_target!(|data: &[u8]| {
             // Reading a decoded frame's typed views never panics either.
             let _ = frame.request_id();
             let _ = frame.job_id();
-            if let arcp_types::Message::Event(event) = &frame.message {
+            if let Message::Event(event) = &frame.message {
                 let _ = event.typed();
             }
             let again = dialect
                 .decode(&dialect.encode(&frame))
                 .expect("a frame this codec produced decodes");
             assert_eq!(again.message, frame.message, "{dialect}: not stable");
+        }
+        if let Ok((header, payload)) = dialect.decode_header(text) {
+            if let Some(raw) = dialect.plain_result_value(&header, payload) {
+                let value: serde_json::Value =
+                    serde_json::from_str(raw.get()).expect("a plain value parses");
+                match dialect.decode_payload(&header, payload, Keep::Outcome) {
+                    Ok(Message::Result(r)) => assert_eq!(r.result, Some(value), "{dialect}"),
+                    other => panic!("{dialect}: plain value, decoded {other:?}"),
+                }
+            }
         }
     }
 });
