@@ -446,6 +446,19 @@ impl PostgresJournal {
     }
 
     fn build(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
+        // The fields are public: a renewal that does not come before the
+        // lease lapses would hand this worker's calls to the others.
+        if options.renew_interval >= options.lease_ttl {
+            return Err(JournalError::new(
+                JournalErrorKind::Io,
+                "postgres",
+                format!(
+                    "the renew interval ({:?}) must be shorter than the lease ({:?}): leases \
+                     would lapse between renewals and other workers would take this worker's calls",
+                    options.renew_interval, options.lease_ttl
+                ),
+            ));
+        }
         let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
             JournalError::new(
                 JournalErrorKind::Io,
@@ -1415,4 +1428,28 @@ fn classify(location: &str, e: &tokio_postgres::Error) -> JournalError {
         _ => JournalErrorKind::Io,
     };
     JournalError::new(kind, location, format!("{} ({code})", db.message()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renew_interval_not_under_the_lease_is_refused_before_connecting() {
+        for renew in [Duration::from_secs(30), Duration::from_secs(31)] {
+            let options = PostgresOptions {
+                renew_interval: renew,
+                ..PostgresOptions::default().lease_ttl(Duration::from_secs(30))
+            };
+            // Port 9 (discard): were it reached, the error would be another.
+            let Err(e) = PostgresJournal::connect_blocking("postgres://127.0.0.1:9/none", options)
+            else {
+                panic!("opened with a renew interval of {renew:?}");
+            };
+            assert!(e.to_string().contains("renew interval"), "{e}");
+        }
+        // The builder keeps the two consistent.
+        let options = PostgresOptions::default().lease_ttl(Duration::from_millis(300));
+        assert!(options.renew_interval < options.lease_ttl);
+    }
 }
