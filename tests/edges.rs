@@ -528,6 +528,62 @@ async fn a_joined_caller_is_held_to_its_own_deadline() {
     }
 }
 
+/// A call made while the client closes over a stalled connection is
+/// answered at once (`Closed`: it never reaches the runtime), not after the
+/// close's bounded writes: its deadline is kept.
+#[tokio::test]
+async fn a_call_made_while_closing_over_a_stalled_connection_keeps_its_deadline() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
+    let client = client(&proxy.ws_url("/arcp"), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    proxy.stall(true);
+    // Enough to fill the socket buffers: the connection task's write stalls.
+    let pad = "x".repeat(1 << 20);
+    let mut senders = Vec::new();
+    for i in 0..24 {
+        let (client, pad) = (client.clone(), pad.clone());
+        senders.push(tokio::spawn(async move {
+            client
+                .invoke("echo", json!({"i": i, "pad": pad}))
+                .deadline(Duration::from_secs(10))
+                .send()
+                .await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let closing = {
+        let client = client.clone();
+        tokio::spawn(async move { client.close().await })
+    };
+    // Time for the close to reach the connection task (a call that got in
+    // before it is held to its deadline by the task instead).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = Duration::from_millis(100);
+    let started = Instant::now();
+    let late = client
+        .invoke("refund", json!({"order": 99}))
+        .deadline(deadline)
+        .send()
+        .await;
+    let waited = started.elapsed();
+    let Err(e) = &late else {
+        panic!("a call on a closing client succeeded: {late:?}");
+    };
+    assert!(
+        waited < deadline + Duration::from_millis(100),
+        "answered after {waited:?} for a deadline of {deadline:?}: {e:?}"
+    );
+    proxy.stall(false);
+    closing.await.unwrap();
+    for sender in senders {
+        let _ = sender.await;
+    }
+    assert_eq!(mock.executions("refund"), 0);
+}
+
 /// Stray and duplicate frames for finished jobs (and a cancel's late
 /// answer) are dropped: the connection task keeps serving calls.
 #[tokio::test]

@@ -145,6 +145,16 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     }
     // Outcomes decided as the loop ended (a close fails every call).
     core.hand_out_replies();
+    // No command waits for the closing writes below: on a stalled
+    // connection they take up to their bounds, and a caller's deadline may
+    // be shorter. New commands are refused from here, queued ones answered
+    // now (a call `Closed`: it never reached the runtime; another close
+    // after the writes).
+    rx.close();
+    while let Ok(command) = rx.try_recv() {
+        core.command(command, Instant::now());
+    }
+    core.hand_out_replies();
     // Closing: write what is queued (the session close), briefly, then close.
     drop(reader);
     if let Some((pending, upto)) = writing.take() {
@@ -163,13 +173,13 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     for reply in core.take_close_replies() {
         let _ = reply.send(());
     }
-    // Refuse new commands and take the ones already on their way: a sender
-    // that reserved a slot before this point still delivers its command,
+    // Take the commands still on their way (new ones are refused since the
+    // loop ended): a sender that reserved a slot before then still delivers
+    // its command,
     // and a command left unread keeps its reply sender alive for as long as
     // the client's own sender lives (its caller would wait forever; a
     // refused connect() did, once in fifty). Dropping a command drops its
     // reply sender, and the caller sees the task is gone.
-    rx.close();
     while let Some(command) = rx.recv().await {
         drop(command);
     }
