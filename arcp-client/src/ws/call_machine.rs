@@ -27,29 +27,16 @@ impl Core {
         };
         // A caller whose own deadline has passed before the call's (a
         // joined caller less patient than another) is answered alone.
-        if now < call.deadline_at && call.waiters.iter().any(|w| now >= w.deadline_at) {
-            let execution = call.exposure_now().unresolved();
-            let (key, job_id, attempts) = (call.key.clone(), call.job(), call.attempts);
-            let waiters = std::mem::take(&mut call.waiters);
-            for waiter in waiters {
-                if now < waiter.deadline_at {
-                    call.waiters.push(waiter);
-                    continue;
-                }
+        if now < call.deadline_at {
+            for waiter in call.take_expired_waiters(now) {
                 // Joined callers are all marked sent: none of them may
                 // claim "did not run" for a shared key.
-                let sent = waiter.shared.abandon();
-                let error = Error::DeadlineExceeded {
-                    key: key.clone(),
-                    job_id: job_id.clone(),
-                    deadline: waiter.deadline,
-                    attempts,
-                    execution: if sent {
-                        Execution::MayHaveRun
-                    } else {
-                        execution
-                    },
+                let execution = if waiter.shared.abandon() {
+                    Execution::MayHaveRun
+                } else {
+                    call.exposure_now().unresolved()
                 };
+                let error = call.deadline_exceeded(waiter.deadline, execution);
                 self.replies.push((waiter.reply, Err(error).into()));
             }
         }
@@ -68,13 +55,7 @@ impl Core {
             return;
         }
         if now >= call.deadline_at {
-            let error = Error::DeadlineExceeded {
-                key: call.key.clone(),
-                job_id: call.job(),
-                deadline: call.deadline,
-                attempts: call.attempts,
-                execution: call.exposure_now().unresolved(),
-            };
+            let error = call.deadline_exceeded(call.deadline, call.exposure_now().unresolved());
             self.finish(id, Err(error));
             return;
         }

@@ -278,6 +278,33 @@ impl Call {
         exposure
     }
 
+    /// Removes and returns the waiters whose own deadline has passed.
+    pub(crate) fn take_expired_waiters(&mut self, now: Instant) -> Vec<Waiter> {
+        if self.waiters.iter().all(|w| now < w.deadline_at) {
+            return Vec::new();
+        }
+        let (expired, kept) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .partition(|w| now >= w.deadline_at);
+        self.waiters = kept;
+        expired
+    }
+
+    /// The error of a caller whose `deadline` passed while this call ran.
+    pub(crate) fn deadline_exceeded(
+        &self,
+        deadline: std::time::Duration,
+        execution: crate::error::Execution,
+    ) -> crate::error::Error {
+        crate::error::Error::DeadlineExceeded {
+            key: self.key.clone(),
+            job_id: self.job(),
+            deadline,
+            attempts: self.attempts,
+            execution,
+        }
+    }
+
     /// Whether any caller still wants the outcome.
     pub(crate) fn is_wanted(&self) -> bool {
         self.waiters.iter().any(Waiter::is_live)
