@@ -8,6 +8,7 @@ use arcp_types::{Dialect, IdempotencyKey};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::{Outcome, Settled};
+use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::error::Error;
 #[cfg(feature = "http")]
 use crate::http::HttpBackend;
@@ -39,6 +40,11 @@ impl Backend {
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut request: Box<CallRequest>) -> Outcome {
         let shared = request.shared.clone();
+        if request.in_doubt {
+            // An earlier process may have sent it: however this caller
+            // stops waiting, it cannot claim "did not run".
+            shared.mark_sent();
+        }
         match self {
             #[cfg(feature = "http")]
             Backend::Http(http) => {
@@ -82,14 +88,19 @@ impl Backend {
                     match waiting.await {
                         Ok(sent) => sent.map_err(|_| Error::Closed)?,
                         Err(_) => {
-                            shared.abandon();
-                            return Err(Error::DeadlineExceeded {
-                                key,
-                                job_id: None,
-                                deadline,
+                            let exposure = Exposure {
+                                bound: shared.job_id().is_some(),
+                                in_doubt: shared.abandon(),
+                            };
+                            let job_id = shared.job_id();
+                            let call = Ended {
+                                key: &key,
+                                job_id: job_id.as_deref(),
+                                exposure,
                                 attempts: 0,
-                                execution: crate::error::Execution::NotRun,
-                            });
+                                last_error: None,
+                            };
+                            return Err(give_up(call, Ending::Deadline(deadline)));
                         }
                     }
                 }
@@ -234,6 +245,8 @@ mod tests {
             shared,
             recorder: None,
             in_doubt: false,
+            prior_job: None,
+            key_supplied: false,
             prepared: None,
         })
     }

@@ -1,23 +1,56 @@
 //! The pure rules that turn a runtime's answer into what a call does next,
-//! shared by both transports (the smithy-rs `ClassifyRetry` idea: *what*
-//! an answer means is decided here; *when* to retry is `retry.rs`).
+//! and how a call that ends without its outcome is reported, shared by both
+//! transports (the smithy-rs `ClassifyRetry` idea: *what* an answer means is
+//! decided here; *when* to retry is `retry.rs`).
 //!
-//! | answer | awaiting acceptance | accepted |
+//! ## Errors, by shape
+//!
+//! An error frame is read by its shape first and its code second. Only the
+//! runtime's conflict shape is a key conflict: a tool's own error, after its
+//! job was accepted, belongs to the tool whatever its code or wording (a
+//! tool may well fail with `DUPLICATE_KEY` or "already bound" of its own).
+//!
+//! | shape (from the captured transcripts) | awaiting acceptance | accepted |
 //! |---|---|---|
-//! | `DUPLICATE_KEY`, legacy `FAILED_PRECONDITION` "different command intent" | [`ErrorVerdict::DuplicateKey`] | same |
+//! | v1.1 `session.error` `DUPLICATE_KEY`, no request id, no job (Python 1.1.3) | [`ErrorVerdict::DuplicateKey`] | [`ErrorVerdict::JobFailed`] |
+//! | legacy `job.failed` `FAILED_PRECONDITION` "already bound to a different command intent", no job id, correlated (Rust 2.0.0) | [`ErrorVerdict::DuplicateKey`] | [`ErrorVerdict::JobFailed`] |
 //! | an error naming a job (`job.error`, `job.failed`, `tool.error` with a job id) | [`ErrorVerdict::JobFailed`]: terminal, the tool ran | same |
 //! | an error naming no job, retryable (`UNAVAILABLE`, rate limits, ...) | [`ErrorVerdict::Transient`]: same key after a floor | [`ErrorVerdict::JobFailed`] |
-//! | an error naming no job, not retryable | [`ErrorVerdict::Refused`]: terminal, not run | [`ErrorVerdict::JobFailed`] |
+//! | an error naming no job, not retryable | [`ErrorVerdict::Refused`]: terminal, this attempt did not run | [`ErrorVerdict::JobFailed`] |
 //!
 //! A replayed terminal is terminal whether or not it is retryable: the
 //! runtime would replay it to every later attempt with the same key.
+//!
+//! ## Endings, by exposure
+//!
+//! Every call that ends without the runtime's terminal ends through
+//! [`give_up`], with an [`Ending`] (what stopped it) and its [`Exposure`]
+//! (what it showed the runtime). From the moment any byte of a request is
+//! handed to the operating system (a WebSocket frame, an HTTP request) the
+//! call may have run, until an answer proves otherwise; a journal record
+//! written by an earlier process counts the same. The rule:
+//!
+//! | ending | nothing exposed (proven not run) | exposed (may have run, at most once) |
+//! |---|---|---|
+//! | deadline | `DeadlineExceeded { execution: NotRun }` | `DeadlineExceeded { execution: MayHaveRun }` |
+//! | `close()` | `Closed` | `Interrupted { key, job_id }` |
+//! | retry budget spent | `RetriesExhausted` | `OutcomeUnavailable { key, job_id }` |
+//! | request-level close (1002/1003/1007/1008/1009) | `RequestRejected` | `OutcomeUnavailable` (the reason names the close) |
+//! | credentials refused (401/403, `UNAUTHENTICATED` naming no job) | `Unauthenticated` | `OutcomeUnavailable` |
+//! | other final HTTP status (404, other 4xx and 5xx) | `Http { status }` | `OutcomeUnavailable` |
+//! | reconnecting failed for good | the connect error | `OutcomeUnavailable` |
+//! | key conflict | `DuplicateKey` | `DuplicateKey`, unless the runtime bound the key to this call's job before (then `OutcomeUnavailable`) |
+//!
+//! A conflict proves this intent never ran under the key, even after a lost
+//! attempt: a key is bound once. Nothing outside this module builds an
+//! [`Execution`] for an ending.
 
 use std::time::Duration;
 
 use arcp_types::{ErrorCode, ErrorReply, IdempotencyKey, JobResult};
 use serde_json::Value;
 
-use crate::error::{Error, Execution, ToolError};
+use crate::error::{Error, Execution, JournalError, ToolError};
 
 /// What an error frame means for the call it was attributed to.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,12 +66,14 @@ pub(crate) enum ErrorVerdict {
 }
 
 /// Classifies an error attributed to a call. `names_job`: the frame carries
-/// a job id (the runtime created a job for the request).
+/// a job id (the runtime created a job for the request); `accepted`: the
+/// runtime accepted the request this error answers (or the call's job), so
+/// the error is the job's own.
 pub(crate) fn classify_error(e: &ErrorReply, names_job: bool, accepted: bool) -> ErrorVerdict {
-    if is_duplicate_key(e) {
-        ErrorVerdict::DuplicateKey
-    } else if names_job || accepted {
+    if names_job || accepted {
         ErrorVerdict::JobFailed
+    } else if is_duplicate_key(e) {
+        ErrorVerdict::DuplicateKey
     } else if e.is_retryable() {
         ErrorVerdict::Transient {
             floor: e.retry_after(),
@@ -48,9 +83,11 @@ pub(crate) fn classify_error(e: &ErrorReply, names_job: bool, accepted: bool) ->
     }
 }
 
-/// `DUPLICATE_KEY` anywhere, and the legacy runtime's spelling of the same
-/// conflict: `FAILED_PRECONDITION` "already bound to a different command intent".
-pub(crate) fn is_duplicate_key(e: &ErrorReply) -> bool {
+/// `DUPLICATE_KEY`, and the legacy runtime's spelling of the same conflict:
+/// `FAILED_PRECONDITION` "already bound to a different command intent".
+/// Read only for an error that names no job and answers a request not yet
+/// accepted ([`classify_error`]).
+fn is_duplicate_key(e: &ErrorReply) -> bool {
     e.code == ErrorCode::DuplicateKey
         || (e.code == ErrorCode::FailedPrecondition
             && (e.message.contains("different command intent")
@@ -61,10 +98,12 @@ pub(crate) fn is_duplicate_key(e: &ErrorReply) -> bool {
 /// rule reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Exposure {
-    /// The runtime bound the key to a job (accepted, or a job id seen).
+    /// The runtime bound the key to a job (accepted, or a job id seen, by
+    /// this process or, through the journal, an earlier one).
     pub(crate) bound: bool,
     /// A request may have reached the runtime and was never answered (lost
-    /// with its connection, or still in flight).
+    /// with its connection, still in flight, or sent by an earlier process
+    /// whose journal record is unfinished).
     pub(crate) in_doubt: bool,
 }
 
@@ -80,33 +119,162 @@ impl Exposure {
     }
 }
 
-/// The error of a call that could not get its outcome: `OutcomeUnavailable`
-/// when the tool may have run, else `RetriesExhausted`.
-pub(crate) fn give_up(
+/// What stopped a call that ends without the runtime's terminal for it.
+#[derive(Debug, Clone)]
+pub(crate) enum Ending {
+    /// The caller's deadline passed.
+    Deadline(Duration),
+    /// The client was closed.
+    Closed,
+    /// The retry budget is spent (`reason` says how), or, `permanent`, the
+    /// runtime will never hand this job's outcome to a later request.
+    BudgetSpent { reason: String, permanent: bool },
+    /// The runtime closed the connection because of the request itself.
+    RequestRejected { close_code: u16, reason: String },
+    /// The runtime (or a gateway before it) refused the credentials.
+    Unauthenticated { message: String },
+    /// An HTTP status the binding does not define for a call.
+    HttpStatus {
+        url: String,
+        status: u16,
+        message: String,
+    },
+    /// Reconnecting failed for good with this error.
+    ConnectFailed(Error),
+    /// The key is bound to another intent.
+    DuplicateKey { message: String },
+}
+
+/// The call an [`Ending`] ends: what the error names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended<'a> {
+    pub(crate) key: &'a IdempotencyKey,
+    pub(crate) job_id: Option<&'a str>,
+    pub(crate) exposure: Exposure,
+    pub(crate) attempts: u32,
+    /// The last reason an attempt failed, when one did.
+    pub(crate) last_error: Option<&'a str>,
+}
+
+/// The one give-up rule: the error a call ends with when it ends without
+/// the runtime's terminal (see the table at the top of this module).
+pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
+    let key = call.key.clone();
+    let attempts = call.attempts;
+    let job_id = call.job_id.map(str::to_owned);
+    let exposed = call.exposure.unresolved() == Execution::MayHaveRun;
+    let unavailable = |what: String, permanent: bool| Error::OutcomeUnavailable {
+        key: call.key.clone(),
+        job_id: call.job_id.map(str::to_owned),
+        reason: match call.last_error {
+            Some(last) if !permanent && !what.contains(last) => {
+                format!("{what} after {attempts} attempt(s); last: {last}")
+            }
+            _ => format!("{what} after {attempts} attempt(s)"),
+        },
+        attempts,
+        permanent,
+    };
+    match ending {
+        Ending::Deadline(deadline) => Error::DeadlineExceeded {
+            key,
+            job_id,
+            deadline,
+            attempts,
+            execution: call.exposure.unresolved(),
+        },
+        Ending::Closed if exposed => Error::Interrupted {
+            key,
+            job_id,
+            attempts,
+        },
+        Ending::Closed => Error::Closed,
+        Ending::BudgetSpent { reason, permanent } if exposed => unavailable(reason, permanent),
+        Ending::BudgetSpent { reason, .. } => Error::RetriesExhausted {
+            key,
+            attempts,
+            last_error: call.last_error.unwrap_or(&reason).to_owned(),
+        },
+        Ending::RequestRejected { close_code, reason } if exposed => unavailable(
+            format!(
+                "the runtime closed the connection with code {close_code} ({reason}) when the \
+                 request was re-sent, and an earlier attempt may have reached it"
+            ),
+            false,
+        ),
+        Ending::RequestRejected { close_code, reason } => Error::RequestRejected {
+            key,
+            close_code,
+            reason,
+            attempts,
+        },
+        Ending::Unauthenticated { message } if exposed => unavailable(
+            format!(
+                "the credentials were refused ({message}) after an earlier attempt may have \
+                 reached the runtime"
+            ),
+            false,
+        ),
+        Ending::Unauthenticated { message } => Error::Unauthenticated { message },
+        Ending::HttpStatus {
+            url,
+            status,
+            message,
+        } if exposed => unavailable(
+            format!(
+                "HTTP {status} from {url} ({message}) after an earlier attempt may have reached \
+                 the runtime"
+            ),
+            false,
+        ),
+        Ending::HttpStatus {
+            url,
+            status,
+            message,
+        } => Error::Http {
+            url,
+            status,
+            message,
+            attempts,
+        },
+        Ending::ConnectFailed(e) if exposed => {
+            unavailable(format!("reconnecting failed for good ({e})"), false)
+        }
+        Ending::ConnectFailed(e) => e,
+        Ending::DuplicateKey { message } if call.exposure.bound => unavailable(
+            format!(
+                "the runtime now reports the key bound to a different intent ({message}), \
+                 though it had bound it to this call"
+            ),
+            false,
+        ),
+        Ending::DuplicateKey { message } => Error::DuplicateKey {
+            key,
+            message,
+            attempts,
+        },
+    }
+}
+
+/// A journaled call that did not run, whose journal could not record that
+/// durably (`why`): a later recovery may still send it, so the caller is
+/// told it may have run, and keeps the key.
+pub(crate) fn not_recorded(
     key: &IdempotencyKey,
-    job_id: Option<&str>,
-    exposure: Exposure,
-    attempts: u32,
-    reason: &str,
-    last_error: Option<&str>,
-    permanent: bool,
+    e: &Error,
+    why: &JournalError,
+    job_id: Option<String>,
 ) -> Error {
-    match exposure.unresolved() {
-        Execution::NotRun => Error::RetriesExhausted {
-            key: key.clone(),
-            attempts,
-            last_error: last_error.unwrap_or(reason).to_owned(),
-        },
-        _ => Error::OutcomeUnavailable {
-            key: key.clone(),
-            job_id: job_id.map(str::to_owned),
-            reason: match last_error {
-                Some(last) => format!("{reason} after {attempts} attempt(s); last: {last}"),
-                None => format!("{reason} after {attempts} attempt(s)"),
-            },
-            attempts,
-            permanent,
-        },
+    let key = key.clone();
+    Error::OutcomeUnavailable {
+        key,
+        job_id,
+        reason: format!(
+            "the call did not run ({e}), but the journal could not record that durably ({why}); \
+             a recovery may still send it: ask again later with this key"
+        ),
+        attempts: e.attempts().unwrap_or(0),
+        permanent: false,
     }
 }
 
@@ -206,50 +374,165 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_replay_matrix_row_by_row() {
-        let dup = reply(ErrorCode::DuplicateKey, false, "dup");
-        let legacy_dup = reply(
+    /// The legacy Rust 2.0.0 runtime's conflict (captured): `job.failed`,
+    /// no job id, correlated to the request.
+    fn legacy_conflict() -> ErrorReply {
+        reply(
             ErrorCode::FailedPrecondition,
             false,
-            "idempotency key k already bound to a different command intent",
-        );
+            "idempotency key key-echo-1 already bound to a different command intent",
+        )
+    }
+
+    /// The Python 1.1.3 runtime's conflict (captured): `session.error`, no
+    /// request id, no job.
+    fn v1_1_conflict() -> ErrorReply {
+        reply(
+            ErrorCode::DuplicateKey,
+            false,
+            "idempotency key 'k1-QYBBH1' already used with different parameters",
+        )
+    }
+
+    #[test]
+    fn a_conflict_before_acceptance_is_a_duplicate_key() {
+        for e in [legacy_conflict(), v1_1_conflict()] {
+            assert_eq!(classify_error(&e, false, false), ErrorVerdict::DuplicateKey);
+        }
+    }
+
+    #[test]
+    fn a_jobs_own_error_is_the_tools_whatever_its_code_or_wording() {
+        let lookalikes = [
+            legacy_conflict(),
+            v1_1_conflict(),
+            reply(ErrorCode::Unauthenticated, false, "token expired"),
+            reply(ErrorCode::Unavailable, true, "busy"),
+        ];
+        for e in lookalikes {
+            // Naming a job, or after the request's acceptance.
+            assert_eq!(classify_error(&e, true, false), ErrorVerdict::JobFailed);
+            assert_eq!(classify_error(&e, false, true), ErrorVerdict::JobFailed);
+            assert_eq!(classify_error(&e, true, true), ErrorVerdict::JobFailed);
+        }
+    }
+
+    #[test]
+    fn refusals_before_acceptance_by_retryability() {
         let busy = reply(ErrorCode::Unavailable, true, "busy");
         let bad = reply(ErrorCode::InvalidArgument, false, "bad");
-        for accepted in [false, true] {
-            assert_eq!(
-                classify_error(&dup, false, accepted),
-                ErrorVerdict::DuplicateKey
-            );
-            assert_eq!(
-                classify_error(&legacy_dup, false, accepted),
-                ErrorVerdict::DuplicateKey
-            );
-            // An error naming a job is the job's terminal, retryable or not:
-            // a replayed terminal is terminal.
-            assert_eq!(
-                classify_error(&busy, true, accepted),
-                ErrorVerdict::JobFailed
-            );
-        }
         assert!(matches!(
             classify_error(&busy, false, false),
             ErrorVerdict::Transient { .. }
         ));
         assert_eq!(classify_error(&bad, false, false), ErrorVerdict::Refused);
-        assert_eq!(classify_error(&busy, false, true), ErrorVerdict::JobFailed);
+    }
+
+    fn ended(key: &IdempotencyKey, bound: bool, in_doubt: bool) -> Ended<'_> {
+        Ended {
+            key,
+            job_id: bound.then_some("job_1"),
+            exposure: Exposure { bound, in_doubt },
+            attempts: 2,
+            last_error: Some("connection lost"),
+        }
+    }
+
+    fn every_ending() -> Vec<Ending> {
+        vec![
+            Ending::Deadline(Duration::from_secs(1)),
+            Ending::Closed,
+            Ending::BudgetSpent {
+                reason: "budget".into(),
+                permanent: false,
+            },
+            Ending::RequestRejected {
+                close_code: 1008,
+                reason: "policy".into(),
+            },
+            Ending::Unauthenticated {
+                message: "HTTP 401".into(),
+            },
+            Ending::HttpStatus {
+                url: "http://x/arcp".into(),
+                status: 404,
+                message: "not found".into(),
+            },
+            Ending::ConnectFailed(Error::Connect {
+                url: "ws://x".into(),
+                message: "refused".into(),
+                retryable: false,
+            }),
+        ]
     }
 
     #[test]
-    fn execution_rule() {
+    fn an_ending_says_not_run_only_when_nothing_was_exposed() {
+        let key = IdempotencyKey::new();
+        for ending in every_ending() {
+            let clean = give_up(ended(&key, false, false), ending.clone());
+            assert_eq!(clean.execution(), Execution::NotRun, "{ending:?}: {clean}");
+            for (bound, in_doubt) in [(true, false), (false, true), (true, true)] {
+                let e = give_up(ended(&key, bound, in_doubt), ending.clone());
+                assert_eq!(e.execution(), Execution::MayHaveRun, "{ending:?}: {e}");
+                assert_eq!(e.key(), Some(&key), "{ending:?}: keeps the key");
+                if bound {
+                    assert_eq!(e.job_id(), Some("job_1"), "{ending:?}: keeps the job");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_natural_errors_when_nothing_was_exposed() {
+        let key = IdempotencyKey::new();
+        let end = |ending| give_up(ended(&key, false, false), ending);
+        let e = every_ending();
+        assert!(matches!(end(e[0].clone()), Error::DeadlineExceeded { .. }));
+        assert!(matches!(end(e[1].clone()), Error::Closed));
+        assert!(matches!(end(e[2].clone()), Error::RetriesExhausted { .. }));
+        assert!(matches!(
+            end(e[3].clone()),
+            Error::RequestRejected {
+                close_code: 1008,
+                ..
+            }
+        ));
+        assert!(matches!(end(e[4].clone()), Error::Unauthenticated { .. }));
+        assert!(matches!(end(e[5].clone()), Error::Http { status: 404, .. }));
+        assert!(matches!(end(e[6].clone()), Error::Connect { .. }));
+        // Exposed: the close is an interruption, the others unavailable.
+        let exposed = |ending| give_up(ended(&key, true, false), ending);
+        assert!(matches!(exposed(e[1].clone()), Error::Interrupted { .. }));
+        assert!(matches!(
+            exposed(e[3].clone()),
+            Error::OutcomeUnavailable { .. }
+        ));
+    }
+
+    #[test]
+    fn a_conflict_is_not_run_unless_the_key_was_bound_to_this_call() {
+        let key = IdempotencyKey::new();
+        let conflict = || Ending::DuplicateKey {
+            message: "dup".into(),
+        };
+        // A lost attempt: the conflict proves this intent never bound the key.
+        let e = give_up(ended(&key, false, true), conflict());
+        assert!(matches!(e, Error::DuplicateKey { .. }), "{e}");
+        assert_eq!(e.execution(), Execution::NotRun);
+        // Bound to this call before: the answer contradicts it; may have run.
+        let e = give_up(ended(&key, true, false), conflict());
+        assert_eq!(e.execution(), Execution::MayHaveRun, "{e}");
+    }
+
+    #[test]
+    fn tool_errors_follow_the_verdict() {
         let key = IdempotencyKey::new();
         let clean = Exposure::default();
         let lost = Exposure {
             bound: false,
             in_doubt: true,
         };
-        assert_eq!(clean.unresolved(), Execution::NotRun);
-        assert_eq!(lost.unresolved(), Execution::MayHaveRun);
         let refused = reply(ErrorCode::InvalidArgument, false, "bad");
         let e = tool_error(
             &key,
@@ -278,13 +561,5 @@ mod tests {
             true,
         );
         assert_eq!(e.execution(), Execution::Ran);
-        assert!(matches!(
-            give_up(&key, None, clean, 3, "budget", None, false),
-            Error::RetriesExhausted { .. }
-        ));
-        assert!(matches!(
-            give_up(&key, None, lost, 3, "budget", None, false),
-            Error::OutcomeUnavailable { .. }
-        ));
     }
 }

@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::backend::Backend;
 use crate::cache::Outcome;
+use crate::classify::{give_up, not_recorded, Ended, Ending, Exposure};
 use crate::config::{is_http_url, Config, DialectChoice, RetryPolicy, Secret};
 use crate::error::{Error, Execution, JournalErrorKind};
 #[cfg(feature = "http")]
@@ -653,6 +654,10 @@ impl Client {
         let deadline = request.deadline;
         let request_started = request.started;
         let in_doubt = request.in_doubt;
+        // A journal that fails before it could read the key's record cannot
+        // say an earlier process never sent it: only a key generated for
+        // this call is known to be new.
+        let key_may_be_known = in_doubt || request.key_supplied;
         let deadline_at = tokio::time::Instant::from_std(later(request.started, deadline));
         let mut guard = AbandonOnDrop {
             client: self,
@@ -680,31 +685,32 @@ impl Client {
                 outcome
             }
             Err(_) => {
-                let sent = shared.abandon();
-                Err(Error::DeadlineExceeded {
-                    key: key.clone(),
-                    job_id: shared.job_id(),
-                    deadline,
+                let job_id = shared.job_id();
+                let exposure = Exposure {
+                    bound: job_id.is_some(),
+                    in_doubt: shared.abandon() || in_doubt,
+                };
+                let call = Ended {
+                    key: &key,
+                    job_id: job_id.as_deref(),
+                    exposure,
                     attempts: shared.attempts(),
-                    execution: if sent {
-                        Execution::MayHaveRun
-                    } else {
-                        Execution::NotRun
-                    },
-                })
+                    last_error: None,
+                };
+                Err(give_up(call, Ending::Deadline(deadline)))
             }
         };
-        // A journal that fails while re-driving a call an earlier process
-        // may have sent cannot say "did not run": the outcome is unknown,
-        // and the record stays unfinished for the next recovery.
+        // A journal that fails while driving a call an earlier process may
+        // have sent cannot say "did not run": the outcome is unknown, and
+        // the record (if any) stays as it was for the next recovery.
         let outcome = match outcome {
-            Err(Error::Journal(e)) if in_doubt && e.kind != JournalErrorKind::Fenced => {
+            Err(Error::Journal(e)) if key_may_be_known && e.kind != JournalErrorKind::Fenced => {
                 Err(Error::OutcomeUnavailable {
                     key: key.clone(),
                     job_id: shared.job_id(),
                     reason: format!(
-                        "the journal failed while re-driving a call an earlier process may have \
-                         sent ({e})"
+                        "the journal failed, and an earlier process may have sent a call with \
+                         this key ({e})"
                     ),
                     attempts: shared.attempts(),
                     permanent: false,
@@ -719,8 +725,16 @@ impl Client {
             shared.answered(),
         );
         if let Some(journal) = &self.inner.journal {
+            // "Did not run" is said only once the journal records it
+            // durably; a call ending at its deadline gets a short grace.
+            let durable_by = deadline_at.max(tokio::time::Instant::now() + DURABLE_GRACE);
             // Boxed: only journaled calls pay for this future's size.
-            Box::pin(journal.finish_call(&key, &outcome)).await;
+            let recorded = Box::pin(journal.finish_call(&key, &outcome, durable_by)).await;
+            if let (Err(why), Err(e)) = (recorded, &outcome) {
+                if e.execution() == Execution::NotRun {
+                    return Err(not_recorded(&key, e, &why, shared.job_id()));
+                }
+            }
         }
         outcome
     }
@@ -770,6 +784,10 @@ impl Client {
         }
     }
 }
+
+/// How long past its deadline a call that did not run waits for the journal
+/// to record that durably (else it says it may have run).
+const DURABLE_GRACE: Duration = Duration::from_millis(50);
 
 /// Tells the backend a caller gave up (deadline, or a dropped future), so
 /// it forgets the call once nobody waits on it.

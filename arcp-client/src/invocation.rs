@@ -107,6 +107,7 @@ impl InvokeBuilder {
     /// is first polled (awaited), as with any Rust future.
     pub fn send(self) -> Invocation {
         let shared = Arc::new(CallShared::default());
+        let key_supplied = self.key.is_some();
         let key = match self.key {
             None => Ok(IdempotencyKey::new()),
             Some(k) => k,
@@ -144,6 +145,8 @@ impl InvokeBuilder {
                 shared: shared.clone(),
                 recorder: None,
                 in_doubt: false,
+                prior_job: None,
+                key_supplied,
                 prepared: None,
             }))
         });
@@ -210,6 +213,7 @@ impl Invocation {
     pub(crate) fn recovered(client: Client, entry: JournalEntry) -> Invocation {
         let shared = Arc::new(CallShared::default());
         let key = entry.key.clone();
+        let prior_job = entry.job_id().map(str::to_owned);
         let request = entry
             .invoke()
             .map_err(Error::Journal)
@@ -223,6 +227,8 @@ impl Invocation {
                 shared: shared.clone(),
                 recorder: None,
                 in_doubt: true,
+                prior_job,
+                key_supplied: true,
                 prepared: None,
             });
         let dispatcher = client.clone();

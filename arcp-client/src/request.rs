@@ -104,6 +104,12 @@ pub(crate) struct CallRequest {
     /// the journal, whose record of a send may lag the send): whatever
     /// happens now, it never reports "did not run".
     pub(crate) in_doubt: bool,
+    /// The job an earlier process's attempt was bound to, as its journal
+    /// record says: the call starts bound to it.
+    pub(crate) prior_job: Option<String>,
+    /// The caller chose the key (an earlier process may have used it);
+    /// `false` for a key generated for this call, which no runtime has seen.
+    pub(crate) key_supplied: bool,
     /// The WebSocket transport's per-call work, done on the caller's task
     /// before the call is handed over (see [`PreparedCall`](crate::ws::PreparedCall));
     /// `None` until then.

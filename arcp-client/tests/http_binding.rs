@@ -6,7 +6,7 @@ mod http_support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp_client::{CancelOutcome, Error, IdempotencyKey};
+use arcp_client::{CancelOutcome, Error, Execution, IdempotencyKey};
 use arcp_types::ErrorCode;
 use http_support::*;
 use serde_json::json;
@@ -291,15 +291,15 @@ async fn a_retry_after_beyond_the_budget_gives_up_at_once() {
 }
 
 #[tokio::test]
-async fn server_errors_are_retried_and_the_answer_counts_as_a_replay() {
+async fn server_errors_are_retried_and_only_a_marked_answer_counts_as_a_replay() {
     let server = MockServer::start().await;
     answer(&server, status(502), 1).await;
     answer(&server, json_body(result("job_1", json!(1))), 1).await;
     let client = client(&server.uri()).connect().await.unwrap();
     let out = client.invoke_tool("refund", json!({})).await.unwrap();
-    // The first request may have reached the runtime: what came back may be
-    // the stored outcome.
-    assert_eq!((out.attempts, out.replayed), (2, true));
+    // The first request may or may not have reached the runtime: without
+    // the runtime's replay mark the answer may be a first execution.
+    assert_eq!((out.attempts, out.replayed), (2, false));
 }
 
 #[tokio::test]
@@ -387,6 +387,8 @@ async fn the_call_deadline_bounds_a_slow_response() {
         matches!(err, Error::DeadlineExceeded { attempts: 1, .. }),
         "{err:?}"
     );
+    // The POST was handed over: the runtime may be running the tool.
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err}");
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
@@ -465,7 +467,7 @@ async fn cancel_is_not_dispatched_over_http() {
 }
 
 #[tokio::test]
-async fn close_fails_calls_in_flight() {
+async fn close_interrupts_calls_in_flight_and_fails_later_ones() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(json_body(result("job_1", json!(1))).set_delay(Duration::from_secs(5)))
@@ -478,7 +480,10 @@ async fn close_fails_calls_in_flight() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     client.close().await;
-    assert!(matches!(task.await.unwrap(), Err(Error::Closed)));
+    // The POST was in flight: the call may have run, and keeps its key.
+    let err = task.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Interrupted { .. }), "{err:?}");
+    assert_eq!(err.execution(), Execution::MayHaveRun);
     assert!(matches!(
         client.invoke_tool("refund", json!({})).await,
         Err(Error::Closed)
@@ -508,4 +513,80 @@ async fn bad_urls_and_tokens_fail_at_connect() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidCall(_)), "{err:?}");
     assert!(!format!("{err:?}").contains("bad\ntoken"));
+}
+
+/// A final status after a status that may have forwarded the POST (a
+/// gateway's 502): the first request may have run the tool.
+#[tokio::test]
+async fn a_final_status_after_an_exposure_may_have_run() {
+    for (first, last) in [(502, 401), (502, 404), (504, 403), (522, 400), (500, 501)] {
+        let server = MockServer::start().await;
+        answer(&server, status(first), 1).await;
+        answer(&server, status(last), 1).await;
+        let client = client(&server.uri()).connect().await.unwrap();
+        let err = client.invoke_tool("refund", json!({})).await.unwrap_err();
+        assert_eq!(
+            err.execution(),
+            Execution::MayHaveRun,
+            "{first} then {last}: {err}"
+        );
+        assert!(err.key().is_some(), "{first} then {last}: keeps the key");
+        assert_eq!(posts(&server).await.len(), 2, "{first} then {last}");
+    }
+}
+
+/// The same final statuses on the first request prove nothing ran.
+#[tokio::test]
+async fn a_final_status_on_the_first_request_did_not_run() {
+    for last in [401, 403, 404, 400, 501] {
+        let server = MockServer::start().await;
+        answer(&server, status(last), 1).await;
+        let client = client(&server.uri()).connect().await.unwrap();
+        let err = client.invoke_tool("refund", json!({})).await.unwrap_err();
+        assert_eq!(err.execution(), Execution::NotRun, "{last}: {err}");
+    }
+}
+
+/// A job's own error is the tool's, whatever its code: `UNAUTHENTICATED`
+/// or `DUPLICATE_KEY` from the job (it names one) ran the tool.
+#[tokio::test]
+async fn a_jobs_own_error_is_the_tools_whatever_its_code() {
+    for code in [
+        ErrorCode::Unauthenticated,
+        ErrorCode::DuplicateKey,
+        ErrorCode::FailedPrecondition,
+    ] {
+        let server = MockServer::start().await;
+        let body = ndjson(&[accepted("job_7"), error(Some("job_7"), code.clone(), false)]);
+        answer(
+            &server,
+            ResponseTemplate::new(200).set_body_raw(body, "application/x-ndjson"),
+            1,
+        )
+        .await;
+        let client = client(&server.uri()).connect().await.unwrap();
+        let err = client.invoke_tool("refund", json!({})).await.unwrap_err();
+        match &err {
+            Error::Tool(e) => {
+                assert_eq!(e.code, code);
+                assert_eq!(e.execution, Execution::Ran);
+                assert_eq!(e.job_id.as_deref(), Some("job_7"));
+            }
+            other => panic!("{code}: {other:?}"),
+        }
+    }
+}
+
+/// Gateway statuses that may have forwarded the request are retried with
+/// the same key, as 502 is.
+#[tokio::test]
+async fn cloudflare_style_52x_statuses_are_exposures_and_retried() {
+    for code in [520, 521, 523, 524] {
+        let server = MockServer::start().await;
+        answer(&server, status(code), 1).await;
+        answer(&server, json_body(result("job_1", json!(1))), 1).await;
+        let client = client(&server.uri()).connect().await.unwrap();
+        let out = client.invoke_tool("refund", json!({})).await.unwrap();
+        assert_eq!(out.attempts, 2, "{code}");
+    }
 }

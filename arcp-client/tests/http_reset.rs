@@ -123,7 +123,9 @@ async fn a_json_body_cut_in_half_is_retried_with_the_same_key() {
         .unwrap();
     assert_eq!(out.value, json!({"refunded": 4812}));
     assert_eq!(out.attempts, 2);
-    assert!(out.replayed, "the first attempt may have run the job");
+    // The first attempt may have run the job, or not: without the
+    // runtime's replay mark the answer is not claimed to be a stored one.
+    assert!(!out.replayed);
     check_attempts(&seen.lock().unwrap(), 2);
 }
 
@@ -159,7 +161,7 @@ async fn a_connection_closed_before_any_response_is_retried() {
     .await;
     let client = client(&url).connect().await.unwrap();
     let out = client.invoke_tool("refund", json!({})).await.unwrap();
-    assert_eq!((out.attempts, out.replayed), (2, true));
+    assert_eq!((out.attempts, out.replayed), (2, false));
     check_attempts(&seen.lock().unwrap(), 2);
 }
 

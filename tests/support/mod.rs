@@ -1,6 +1,7 @@
 //! Shared test support.
 #![allow(dead_code)]
 
+pub mod gateway;
 pub mod mock;
 pub mod peers;
 pub mod targets;

@@ -13,10 +13,14 @@
 //!           OutcomeUnavailable (when the job may exist); the deadline bounds it all
 //! ```
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp_types::{Dialect, Envelope, ErrorCode, ErrorReply, Frame, JobEvent, JobResult, Message};
+use arcp_types::{
+    Dialect, Envelope, ErrorCode, ErrorReply, Frame, IdempotencyKey, JobEvent, JobResult, Message,
+};
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 
@@ -30,11 +34,11 @@ use super::{
 };
 use crate::cache::{conflict, intent_of, Cached, Intent, Outcome, OutcomeCache, Settled};
 use crate::classify::{
-    classify_error, failed_result, give_up, read_result, tool_error, ErrorVerdict, Exposure,
-    ResultReading,
+    classify_error, failed_result, give_up, read_result, tool_error, Ended, Ending, ErrorVerdict,
+    Exposure, ResultReading,
 };
 use crate::config::Config;
-use crate::error::{Error, Execution};
+use crate::error::Error;
 use crate::outcome::{InvocationEvent, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::CallRequest;
@@ -54,7 +58,20 @@ pub(crate) struct HttpBackend {
     config: Arc<Config>,
     auth: Option<HeaderValue>,
     cache: Mutex<OutcomeCache>,
+    /// Keys with calls in flight here, and how they share their fate.
+    live_keys: Mutex<HashMap<IdempotencyKey, Arc<KeyFate>>>,
     closed: watch::Sender<bool>,
+}
+
+/// The callers of one key in flight at once. Each sends on its own (the
+/// binding has no stream to share), so from the moment two overlap, neither
+/// can prove the other's request did not run the tool: as the WebSocket
+/// transport's joined callers, none of them may claim "did not run".
+#[derive(Debug, Default)]
+struct KeyFate {
+    callers: AtomicUsize,
+    /// Two callers overlapped.
+    shared: AtomicBool,
 }
 
 impl std::fmt::Debug for HttpBackend {
@@ -82,6 +99,7 @@ impl HttpBackend {
                 config.outcome_cache_ttl,
             )),
             config,
+            live_keys: Mutex::new(HashMap::new()),
             closed: watch::Sender::new(false),
         })
     }
@@ -142,13 +160,17 @@ impl HttpBackend {
             return Err(Error::Closed);
         }
         let span = req.span("http");
-        let key = req.key.clone();
         let deadline = req.deadline;
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
-        let mut call = Call::new(self, req, key_header);
+        let prior_job = req.prior_job.clone();
+        let fate = self.join(&req.key);
+        let mut call = Call::new(self, req, key_header, fate.clone());
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
+        if let Some(job) = prior_job {
+            call.bind(job);
+        }
         enum End {
             Done(Outcome),
             Deadline,
@@ -165,24 +187,14 @@ impl HttpBackend {
         }
         .instrument(span.clone())
         .await;
+        // A request in flight when the deadline or the close cut it short
+        // may have reached the runtime: `exposure` counts it.
         let outcome = match end {
             End::Done(outcome) => outcome,
-            End::Deadline => Err(Error::DeadlineExceeded {
-                key,
-                job_id: call.job_id.clone(),
-                deadline,
-                attempts: 0,
-                execution: call.exposure().unresolved(),
-            }),
-            End::Closed => Err(match call.exposure().unresolved() {
-                Execution::NotRun => Error::Closed,
-                _ => Error::Interrupted {
-                    key,
-                    job_id: call.job_id.clone(),
-                    attempts: 0,
-                },
-            }),
+            End::Deadline => Err(call.end(Ending::Deadline(deadline))),
+            End::Closed => Err(call.end(Ending::Closed)),
         };
+        self.leave(&call.req.key, &fate);
         let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
         match &outcome {
             Ok(out) => {
@@ -198,6 +210,26 @@ impl HttpBackend {
         self.cache()
             .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
         settled.outcome
+    }
+
+    /// Counts a caller of `key` in: the fate it shares with the callers of
+    /// the key in flight.
+    fn join(&self, key: &IdempotencyKey) -> Arc<KeyFate> {
+        let mut live = self.live_keys.lock().unwrap_or_else(|e| e.into_inner());
+        let fate = live.entry(key.clone()).or_default().clone();
+        if fate.callers.fetch_add(1, Ordering::Relaxed) > 0 {
+            fate.shared.store(true, Ordering::Relaxed);
+        }
+        fate
+    }
+
+    /// Counts a caller of `key` out.
+    fn leave(&self, key: &IdempotencyKey, fate: &Arc<KeyFate>) {
+        let mut live = self.live_keys.lock().unwrap_or_else(|e| e.into_inner());
+        let last = fate.callers.fetch_sub(1, Ordering::Relaxed) == 1;
+        if last && live.get(key).is_some_and(|f| Arc::ptr_eq(f, fate)) {
+            live.remove(key);
+        }
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, OutcomeCache> {
@@ -240,6 +272,11 @@ struct Call<'a> {
     bound: bool,
     /// An attempt may have started the job and its answer was lost.
     uncertain: bool,
+    /// The callers of this key in flight at once with this one.
+    fate: Arc<KeyFate>,
+    /// A request is on its way: handed to the HTTP client and not yet
+    /// answered (a deadline or a close that cuts it short leaves it in doubt).
+    in_flight: bool,
     /// The current attempt's stream carried `job.accepted`.
     accepted_now: bool,
     last_error: Option<String>,
@@ -252,15 +289,22 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(backend: &'a HttpBackend, req: CallRequest, key_header: HeaderValue) -> Self {
+    fn new(
+        backend: &'a HttpBackend,
+        req: CallRequest,
+        key_header: HeaderValue,
+        fate: Arc<KeyFate>,
+    ) -> Self {
         Call {
             backend,
             req,
             key_header,
+            fate,
             attempts: 0,
             job_id: None,
             bound: false,
             uncertain: false,
+            in_flight: false,
             accepted_now: false,
             last_error: None,
             budget_at: None,
@@ -315,25 +359,34 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The typed give-up: `OutcomeUnavailable` when the job may exist,
-    /// `RetriesExhausted` when every attempt was refused before acceptance.
+    /// The typed give-up when the retry budget is spent:
+    /// `OutcomeUnavailable` when the job may exist, `RetriesExhausted` when
+    /// every attempt was refused before acceptance.
     fn give_up(&self, reason: &str) -> Error {
-        give_up(
-            &self.req.key,
-            self.job_id.as_deref(),
-            self.exposure(),
-            self.attempts,
-            reason,
-            self.last_error.as_deref(),
-            false,
-        )
+        self.end(Ending::BudgetSpent {
+            reason: reason.to_owned(),
+            permanent: false,
+        })
     }
 
-    /// What the attempts so far exposed to the runtime.
+    /// Ends the call without the runtime's terminal, by the one give-up rule.
+    fn end(&self, ending: Ending) -> Error {
+        let call = Ended {
+            key: &self.req.key,
+            job_id: self.job_id.as_deref(),
+            exposure: self.exposure(),
+            attempts: self.attempts,
+            last_error: self.last_error.as_deref(),
+        };
+        give_up(call, ending)
+    }
+
+    /// What the attempts so far exposed to the runtime, the one in flight
+    /// included, and another caller's of the same key.
     fn exposure(&self) -> Exposure {
         Exposure {
             bound: self.bound,
-            in_doubt: self.uncertain,
+            in_doubt: self.uncertain || self.in_flight || self.fate.shared.load(Ordering::Relaxed),
         }
     }
 
@@ -344,9 +397,10 @@ impl<'a> Call<'a> {
         frame.envelope.trace_id = Some(self.req.trace_id.to_string());
         let request_id = frame.envelope.id.clone();
         let body = Dialect::V1_1.encode(&frame);
-        // An earlier attempt may have bound the job: what comes back may be
-        // a stored outcome even without the replay header.
-        let earlier = self.bound || self.uncertain;
+        // An earlier attempt bound the job: what comes back is a stored
+        // outcome even without the replay header. (After an attempt that was
+        // merely lost, the answer may as well be a first execution.)
+        let earlier = self.bound;
         self.accepted_now = false;
         self.attempts += 1;
         let mut request = self
@@ -361,6 +415,14 @@ impl<'a> Call<'a> {
             request = request.header(AUTHORIZATION, auth.clone());
         }
         debug!(attempt = self.attempts, %request_id, "request sent");
+        // From here until an answer, the request may reach the runtime.
+        self.in_flight = true;
+        let next = self.send(request, earlier).await;
+        self.in_flight = false;
+        next
+    }
+
+    async fn send(&mut self, request: reqwest::RequestBuilder, earlier: bool) -> Next {
         match request.send().await {
             Ok(response) => self.on_response(response, earlier).await,
             Err(e) if e.is_connect() => {
@@ -393,9 +455,10 @@ impl<'a> Call<'a> {
             200..=299 => self.read_single(response, replayed).await,
             401 | 403 => {
                 let detail = self.error_detail(&mut response).await;
-                Next::Done(Err(Error::Unauthenticated {
+                self.in_flight = false;
+                Next::Done(Err(self.end(Ending::Unauthenticated {
                     message: format!("HTTP {status}: {detail}"),
-                }))
+                })))
             }
             409 => {
                 // The first request with this key is still being processed.
@@ -408,11 +471,10 @@ impl<'a> Call<'a> {
             }
             422 => {
                 let detail = self.error_detail(&mut response).await;
-                Next::Done(Err(Error::DuplicateKey {
-                    key: self.req.key.clone(),
+                self.in_flight = false;
+                Next::Done(Err(self.end(Ending::DuplicateKey {
                     message: format!("HTTP 422: {detail}"),
-                    attempts: 0,
-                }))
+                })))
             }
             408 | 429 | 503 => {
                 let detail = self.error_detail(&mut response).await;
@@ -421,8 +483,9 @@ impl<'a> Call<'a> {
                     reason: format!("HTTP {status}: {detail}"),
                 }
             }
-            500 | 502 | 504 => {
-                // The request may have reached the runtime.
+            500 | 502 | 504 | 520..=524 => {
+                // The request may have reached the runtime (a gateway's
+                // 502/504/52x: it may have forwarded it).
                 self.uncertain = true;
                 let detail = self.error_detail(&mut response).await;
                 Next::Lost {
@@ -444,12 +507,14 @@ impl<'a> Call<'a> {
                         return next;
                     }
                 }
-                Next::Done(Err(Error::Http {
+                // This request was answered without an envelope: it ran
+                // nothing; an earlier one may have.
+                self.in_flight = false;
+                Next::Done(Err(self.end(Ending::HttpStatus {
                     url: self.backend.endpoint.to_string(),
                     status,
                     message: self.redact(body_detail(&body)),
-                    attempts: 0,
-                }))
+                })))
             }
         }
     }
@@ -623,6 +688,7 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Records the job the runtime bound the key to.
     fn bind(&mut self, job_id: String) {
         if self.job_id.as_deref() != Some(job_id.as_str()) {
             self.req
@@ -682,17 +748,22 @@ impl<'a> Call<'a> {
 
     fn on_error(&mut self, envelope: &Envelope, mut e: ErrorReply, replayed: bool) -> Next {
         e.message = self.redact(std::mem::take(&mut e.message));
-        if e.code == ErrorCode::Unauthenticated {
-            return Next::Done(Err(Error::Unauthenticated { message: e.message }));
-        }
         let names_job = envelope.job_id.is_some();
         let verdict = classify_error(&e, names_job, self.accepted_now);
+        // Only the runtime's refusal of the request itself says anything of
+        // the credentials or the key; a job's own error is the tool's.
+        let refusal = !matches!(verdict, ErrorVerdict::JobFailed);
+        if refusal {
+            // This request was answered: it ran nothing.
+            self.in_flight = false;
+        }
+        if refusal && e.code == ErrorCode::Unauthenticated {
+            return Next::Done(Err(self.end(Ending::Unauthenticated { message: e.message })));
+        }
         match verdict {
-            ErrorVerdict::DuplicateKey => Next::Done(Err(Error::DuplicateKey {
-                key: self.req.key.clone(),
-                message: e.message,
-                attempts: 0,
-            })),
+            ErrorVerdict::DuplicateKey => {
+                Next::Done(Err(self.end(Ending::DuplicateKey { message: e.message })))
+            }
             // Refused before acceptance, transiently: no job was created by
             // this attempt; retry with the same key.
             ErrorVerdict::Transient { floor } => Next::Transient {

@@ -400,6 +400,10 @@ impl JournalOutcome {
                 reason: reason.clone(),
                 attempts: *attempts,
             },
+            // The journal itself failed (or gave the call to another
+            // worker): this call wrote nothing that a recovery would send,
+            // and a record of an earlier attempt must stay as it is.
+            Err(Error::Journal(_)) => return None,
             Err(e) if e.execution() == Execution::NotRun => JournalOutcome::NotAccepted {
                 last_error: e.to_string(),
                 attempts: e.attempts().unwrap_or(0),

@@ -37,7 +37,7 @@ use super::{
     JournalWrite, PurgeReport, RecoveryMode, Retention,
 };
 use crate::cache::Outcome;
-use crate::error::Error;
+use crate::error::{Error, Execution};
 use crate::request::{CallRecorder, CallRequest};
 
 /// The journal settings of a `ClientBuilder`.
@@ -132,8 +132,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What `prepare` decided.
 enum Prepared {
-    /// Send the call (a new record, or an unfinished one with this intent).
-    Proceed,
+    /// Send the call: a new record, or a record with this intent that an
+    /// earlier attempt (this process's or another's) may have sent.
+    Proceed(Prior),
     /// The key already ended with this intent: the recorded outcome.
     Answer(JournalEntry),
     /// The key is recorded with a different intent.
@@ -190,12 +191,36 @@ impl Pending {
     }
 }
 
+/// What the journal knew of a key before this call: whether an earlier
+/// attempt may have sent it, and the job the runtime bound it to.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Prior {
+    in_doubt: bool,
+    job_id: Option<String>,
+}
+
+impl Prior {
+    /// A record with this intent that is unfinished (whoever wrote it) or
+    /// ended with its outcome unknown: its call may have run.
+    fn of(existing: &JournalEntry) -> Prior {
+        Prior {
+            in_doubt: true,
+            job_id: existing.job_id().map(str::to_owned),
+        }
+    }
+}
+
 type PrepareReply = oneshot::Sender<Result<Prepared, JournalError>>;
+
+/// Told once a terminal write is durable, or why it is not.
+type DurableReply = oneshot::Sender<Result<(), JournalError>>;
 
 #[derive(Default)]
 struct Queue {
     prepares: Vec<(JournalEntry, PrepareReply)>,
     transitions: HashMap<IdempotencyKey, Pending>,
+    /// Callers waiting for their terminal write to be durable.
+    durable: Vec<(IdempotencyKey, DurableReply)>,
     requests: Vec<Request>,
     /// Every handle is gone: drain and stop.
     closing: bool,
@@ -431,7 +456,19 @@ impl JournalHandle {
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)?;
         match decision {
-            Prepared::Proceed => Ok(Ok(self.drive(request))),
+            Prepared::Proceed(prior) => {
+                if prior.in_doubt {
+                    // An earlier attempt may have run it: whatever happens
+                    // now, this call cannot say "did not run".
+                    request.in_doubt = true;
+                    request.shared.mark_sent();
+                }
+                if let Some(job) = prior.job_id {
+                    request.shared.set_job(&Arc::from(job.as_str()));
+                    request.prior_job = Some(job);
+                }
+                Ok(Ok(self.drive(request)))
+            }
             Prepared::Answer(existing) => {
                 debug!(key = %existing.key, "answered from the journal");
                 match existing.outcome() {
@@ -468,15 +505,31 @@ impl JournalHandle {
     /// Records a call's outcome when it is terminal. An unknown outcome
     /// (`OutcomeUnavailable`, `DeadlineExceeded`, ...) leaves the record
     /// unfinished, for a later recovery.
-    pub(crate) async fn finish_call(&self, key: &IdempotencyKey, result: &Outcome) {
+    ///
+    /// A call that did not run is answered so only once the record saying
+    /// so is durable: until then a recovery could still send it, after its
+    /// caller re-issued the work under another key. So for such an outcome
+    /// this waits for the commit, until `durable_by`, and returns why the
+    /// record is not durable (an I/O error, the call fenced, the time up).
+    /// Other outcomes return at once (a recovery of a call that ran is
+    /// deduplicated by the runtime).
+    pub(crate) async fn finish_call(
+        &self,
+        key: &IdempotencyKey,
+        result: &Outcome,
+        durable_by: tokio::time::Instant,
+    ) -> Result<(), JournalError> {
         let Some(outcome) = JournalOutcome::from_result(result) else {
             debug!(%key, "outcome unknown; the journal keeps the call for recovery");
             self.release(key);
-            return;
+            return Ok(());
         };
+        let must_be_durable = result
+            .as_ref()
+            .is_err_and(|e| e.execution() == Execution::NotRun);
         let at = SystemTime::now();
         let mut outcome = Some(outcome);
-        loop {
+        let durable = loop {
             let notified = self.shared.space.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -484,18 +537,41 @@ impl JournalHandle {
                 let mut q = lock(&self.shared.queue);
                 if q.stopped {
                     warn!(%key, "the journal is closed; the outcome was not recorded (a recovery would re-drive the call, and the runtime deduplicates it)");
-                    return;
+                    return Err(self.shared.closed_error());
                 }
                 if q.transitions.len() < self.shared.capacity || q.transitions.contains_key(key) {
                     let p = q.transitions.entry(key.clone()).or_default();
                     p.terminal = outcome.take().map(|o| (o, at));
+                    let durable = must_be_durable.then(|| {
+                        let (tx, rx) = oneshot::channel();
+                        q.durable.push((key.clone(), tx));
+                        rx
+                    });
                     drop(q);
                     self.shared.wake.notify_one();
-                    return;
+                    break durable;
                 }
             }
-            notified.await;
+            if tokio::time::timeout_at(durable_by, notified).await.is_err() {
+                return Err(self.not_durable(key, "the journal's queue stayed full"));
+            }
+        };
+        let Some(durable) = durable else {
+            return Ok(());
+        };
+        match tokio::time::timeout_at(durable_by, durable).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(self.shared.closed_error()),
+            Err(_) => Err(self.not_durable(key, "the commit did not complete in time")),
         }
+    }
+
+    fn not_durable(&self, key: &IdempotencyKey, why: &str) -> JournalError {
+        JournalError::new(
+            JournalErrorKind::Io,
+            &self.shared.location,
+            format!("call {key}: its outcome was not recorded durably: {why}"),
+        )
     }
 
     /// This client stopped driving `key` without an outcome: the record
@@ -628,6 +704,7 @@ impl Drop for Writer {
 struct Batch {
     prepares: Vec<(JournalEntry, PrepareReply)>,
     transitions: HashMap<IdempotencyKey, Pending>,
+    durable: Vec<(IdempotencyKey, DurableReply)>,
     requests: Vec<Request>,
 }
 
@@ -685,6 +762,7 @@ impl Writer {
                 let batch = Batch {
                     prepares: std::mem::take(&mut q.prepares),
                     transitions: std::mem::take(&mut q.transitions),
+                    durable: std::mem::take(&mut q.durable),
                     requests: std::mem::take(&mut q.requests),
                 };
                 if q.closing && batch.prepares.is_empty() && batch.transitions.is_empty() {
@@ -724,6 +802,7 @@ impl Writer {
             Batch {
                 prepares: std::mem::take(&mut q.prepares),
                 transitions: std::mem::take(&mut q.transitions),
+                durable: std::mem::take(&mut q.durable),
                 requests: std::mem::take(&mut q.requests),
             }
         };
@@ -745,6 +824,9 @@ impl Writer {
             for (_, reply) in batch.prepares {
                 let _ = reply.send(Err(err.clone()));
             }
+            for (_, reply) in batch.durable {
+                let _ = reply.send(Err(err.clone()));
+            }
             answer_closed(batch.requests, &err);
             return Vec::new();
         };
@@ -757,8 +839,12 @@ impl Writer {
         let Batch {
             prepares,
             transitions,
+            durable,
             requests,
         } = batch;
+        // How the transitions' commit went (they may commit apart, first,
+        // when the journal must make room).
+        let mut transitions_committed: Option<Result<(), JournalError>> = None;
         // A call prepared again in this batch is being driven again: its
         // queued release (from an earlier attempt) must not give it away.
         let preparing: HashSet<IdempotencyKey> =
@@ -791,7 +877,7 @@ impl Writer {
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
         let mut purged_for_room = false;
-        for (entry, reply) in prepares {
+        for (mut entry, reply) in prepares {
             let current = match view.get(&entry.key) {
                 Some(current) => current.clone(),
                 None => match fetched.as_ref().map(|f| f.get(&entry.key).cloned()) {
@@ -811,20 +897,33 @@ impl Writer {
                 },
             };
             let (decision, write) = match &current {
-                None => (Prepared::Proceed, true),
+                None => (Prepared::Proceed(Prior::default()), true),
                 Some(e) if e.intent != entry.intent => (Prepared::Conflict(e.clone()), false),
                 Some(e) => match &e.state {
                     JournalState::Terminal(o) if o.answers_repeat() => {
                         (Prepared::Answer(e.clone()), false)
                     }
+                    // Ended with its outcome unknown: it may have run. A new
+                    // attempt, in doubt from the start, whose record keeps
+                    // what was known (sent, and the job).
+                    JournalState::Terminal(JournalOutcome::OutcomeUnknown { job_id, .. }) => {
+                        entry.state = match job_id {
+                            Some(job_id) => JournalState::Accepted {
+                                job_id: job_id.clone(),
+                            },
+                            None => JournalState::Sent,
+                        };
+                        (Prepared::Proceed(Prior::of(e)), true)
+                    }
                     // Ended without being the key's outcome (refused as a
-                    // duplicate, never accepted, invalid): a new attempt.
-                    JournalState::Terminal(_) => (Prepared::Proceed, true),
+                    // duplicate, never accepted, invalid): proven not run, a
+                    // new attempt.
+                    JournalState::Terminal(_) => (Prepared::Proceed(Prior::default()), true),
                     // Unfinished with this intent: the same call again (a
                     // recovery, or the caller re-issuing it), if no other
                     // worker owns it.
                     _ => match journal.acquire(&entry.key) {
-                        Ok(true) => (Prepared::Proceed, false),
+                        Ok(true) => (Prepared::Proceed(Prior::of(e)), false),
                         Ok(false) => {
                             let err = JournalError::new(
                                 JournalErrorKind::Fenced,
@@ -852,7 +951,10 @@ impl Writer {
                     // evictable: commit them first.
                     if !transition_writes.is_empty() {
                         match journal.apply(&transition_writes) {
-                            Ok(()) => transition_writes.clear(),
+                            Ok(()) => {
+                                transition_writes.clear();
+                                transitions_committed = Some(Ok(()));
+                            }
                             Err(e) => warn!(error = %e, "journal commit failed"),
                         }
                     }
@@ -901,11 +1003,24 @@ impl Writer {
                  re-drives them under their keys)"
             ),
         }
+        let transitions_committed = transitions_committed.unwrap_or_else(|| committed.clone());
+        for (key, reply) in durable {
+            let answer = match &transitions_committed {
+                Err(e) => Err(e.clone()),
+                Ok(()) if refused.contains(&key) => Err(JournalError::new(
+                    JournalErrorKind::Fenced,
+                    &self.shared.location,
+                    format!("call {key}: another worker owns it; its outcome was not recorded"),
+                )),
+                Ok(()) => Ok(()),
+            };
+            let _ = reply.send(answer);
+        }
         let mut driving = Vec::new();
         for (reply, decision, wrote, key) in decided {
             let answer = match (decision, &committed) {
                 (Ok(_), Err(e)) if wrote => Err(e.clone()),
-                (Ok(Prepared::Proceed), Ok(())) => {
+                (Ok(Prepared::Proceed(prior)), Ok(())) => {
                     if refused.contains(&key) {
                         Err(JournalError::new(
                             JournalErrorKind::Fenced,
@@ -914,7 +1029,7 @@ impl Writer {
                         ))
                     } else {
                         driving.push(key);
-                        Ok(Prepared::Proceed)
+                        Ok(Prepared::Proceed(prior))
                     }
                 }
                 (d, _) => d,

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 use super::attribution::{ReqKind, RequestId};
 use super::calls::{Call, CallId, Phase};
 use crate::cache::{Outcome, Settled};
-use crate::classify::give_up;
+use crate::classify::{give_up, Ending};
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
 use crate::retry::later;
@@ -31,12 +31,9 @@ impl Core {
             for waiter in call.take_expired_waiters(now) {
                 // Joined callers are all marked sent: none of them may
                 // claim "did not run" for a shared key.
-                let execution = if waiter.shared.abandon() {
-                    Execution::MayHaveRun
-                } else {
-                    call.exposure_now().unresolved()
-                };
-                let error = call.deadline_exceeded(waiter.deadline, execution);
+                let mut ended = call.ended();
+                ended.exposure.in_doubt |= waiter.shared.abandon();
+                let error = give_up(ended, Ending::Deadline(waiter.deadline));
                 self.replies.push((waiter.reply, Err(error).into()));
             }
         }
@@ -55,8 +52,8 @@ impl Core {
             return;
         }
         if now >= call.deadline_at {
-            let error = call.deadline_exceeded(call.deadline, call.exposure_now().unresolved());
-            self.finish(id, Err(error));
+            let deadline = call.deadline;
+            self.end_without_outcome(id, Ending::Deadline(deadline));
             return;
         }
         let cancel_due = call
@@ -272,21 +269,20 @@ impl Core {
 
     /// Ends a call without its outcome, by the one give-up rule.
     fn give_up_with(&mut self, id: CallId, reason: &str, permanent: bool) {
+        let ending = Ending::BudgetSpent {
+            reason: reason.to_owned(),
+            permanent,
+        };
+        self.end_without_outcome(id, ending);
+    }
+
+    /// Ends a call that did not get the runtime's terminal, by the one
+    /// give-up rule ([`give_up`]).
+    pub(super) fn end_without_outcome(&mut self, id: CallId, ending: Ending) {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        // A permanent give-up names its reason alone: the last transport
-        // error does not explain it.
-        let last = (!permanent).then_some(call.last_error()).flatten();
-        let error = give_up(
-            &call.key,
-            call.job_id.as_deref(),
-            call.exposure_now(),
-            call.attempts,
-            reason,
-            last,
-            permanent,
-        );
+        let error = give_up(call.ended(), ending);
         self.finish(id, Err(error));
     }
 
@@ -372,7 +368,7 @@ impl Core {
             self.requests.remove(request);
         }
         if let Some((request, _)) = call.cancel.as_ref().and_then(|c| c.request.as_ref()) {
-            self.requests.remove(request);
+            self.requests.orphan_cancel(request);
         }
         if let Link::Up(up) = &mut self.link {
             up.window_queue.retain(|&q| q != id);

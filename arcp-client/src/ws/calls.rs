@@ -290,18 +290,15 @@ impl Call {
         expired
     }
 
-    /// The error of a caller whose `deadline` passed while this call ran.
-    pub(crate) fn deadline_exceeded(
-        &self,
-        deadline: std::time::Duration,
-        execution: crate::error::Execution,
-    ) -> crate::error::Error {
-        crate::error::Error::DeadlineExceeded {
-            key: self.key.clone(),
-            job_id: self.job(),
-            deadline,
+    /// The call as an ending names it (key, job, exposure now, attempts,
+    /// last error), for the give-up rule.
+    pub(crate) fn ended(&self) -> crate::classify::Ended<'_> {
+        crate::classify::Ended {
+            key: &self.key,
+            job_id: self.job_id.as_deref(),
+            exposure: self.exposure_now(),
             attempts: self.attempts,
-            execution,
+            last_error: self.last_error(),
         }
     }
 
@@ -323,14 +320,17 @@ impl Call {
         self.attempts >= max_attempts || self.budget_at.is_some_and(|b| now >= b)
     }
 
-    /// Records the job id, for this call and every waiter.
-    pub(crate) fn bind(&mut self, job_id: &str) -> Arc<str> {
+    /// Records the job id, for this call and every waiter. Returns it, and
+    /// the job id it replaces (an attempt after a lost one may be bound to
+    /// another job): the caller drops that one from its index.
+    pub(crate) fn bind(&mut self, job_id: &str) -> (Arc<str>, Option<Arc<str>>) {
         self.exposure.bound = true;
+        let mut replaced = None;
         let job = match &self.job_id {
             Some(known) if **known == *job_id => known.clone(),
             _ => {
                 let job: Arc<str> = Arc::from(job_id);
-                self.job_id = Some(job.clone());
+                replaced = self.job_id.replace(job.clone());
                 self.span.record("job_id", job_id);
                 job
             }
@@ -341,7 +341,7 @@ impl Call {
         if let Some(recorder) = &self.recorder {
             recorder.accepted(&self.key, job_id);
         }
-        job
+        (job, replaced)
     }
 
     /// An owned copy of the job id, for an outcome or an error.

@@ -12,8 +12,8 @@ use tracing::info;
 use super::attribution::{ReqKind, RequestId};
 use super::calls::{Call, CallId, CancelState, Phase, PreparedCall, Waiter};
 use crate::cache::{conflict, Cached, Intent, Settled};
-use crate::classify::Exposure;
-use crate::error::{Error, Execution};
+use crate::classify::{Ending, Exposure};
+use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
@@ -49,17 +49,7 @@ impl Core {
         }
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
         for id in ids {
-            let error = match self.calls.get(&id) {
-                Some(call) if call.exposure_now().unresolved() == Execution::MayHaveRun => {
-                    Error::Interrupted {
-                        key: call.key.clone(),
-                        job_id: call.job(),
-                        attempts: call.attempts,
-                    }
-                }
-                _ => Error::Closed,
-            };
-            self.finish(id, Err(error));
+            self.end_without_outcome(id, Ending::Closed);
         }
         self.fail_ready(Error::Closed);
         self.link = Link::Closed;
@@ -193,6 +183,12 @@ impl Core {
         };
         self.by_key.insert(req.key, id);
         self.calls.insert(id, Box::new(call));
+        // A journal record of an earlier process says which job the key is
+        // bound to: the call starts bound (and reachable by that job).
+        if let (Some(job), Some(call)) = (req.prior_job, self.calls.get_mut(&id)) {
+            let (job, _) = call.bind(&job);
+            self.by_job.insert(job, id);
+        }
         self.step(id, now);
     }
 

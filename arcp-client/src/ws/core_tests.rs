@@ -83,6 +83,8 @@ impl Harness {
             shared,
             recorder: None,
             in_doubt: false,
+            prior_job: None,
+            key_supplied: false,
             prepared: None,
         };
         let (tx, rx) = oneshot::channel();

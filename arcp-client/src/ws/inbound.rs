@@ -19,7 +19,7 @@ use super::calls::{CallId, Phase};
 use super::core::{touch, Core, Link, Loss};
 use crate::cache::Settled;
 use crate::classify::{
-    classify_error, failed_result, read_result, tool_error, ErrorVerdict, ResultReading,
+    classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
 };
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
@@ -251,7 +251,7 @@ impl Core {
         // running jobs), so the recovery ladder watches it. Not a replay,
         // though: the job may as well be new.
         let untrusted = replay || call.exposure.in_doubt;
-        let job = job_id.as_deref().map(|job| call.bind(job));
+        let bound = job_id.as_deref().map(|job| call.bind(job));
         let ladder_at = if untrusted {
             call.start_recovery(now, self.config.retry.max_elapsed);
             let wait = call
@@ -264,7 +264,8 @@ impl Core {
         };
         debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
         let sent = std::mem::replace(&mut call.phase, Phase::Accepted { ladder_at });
-        if let Some(job) = job {
+        if let Some((job, replaced)) = bound {
+            unindex_job(&mut self.by_job, id, replaced);
             self.by_job.insert(job, id);
         }
         if let Phase::Sent { request, .. } = sent {
@@ -377,7 +378,8 @@ impl Core {
         // stored outcome re-sent (runtimes accept a fresh job before it runs).
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
         if let Some(job) = &header.job_id {
-            call.bind(job);
+            let (_, replaced) = call.bind(job);
+            unindex_job(&mut self.by_job, id, replaced);
         }
         let replayed = call.replayed || foreign || unaccepted;
         let assembly = call.assembly.take();
@@ -456,7 +458,8 @@ impl Core {
                     && header.job_id.is_none()
                     && !self.echoes_request_ids() =>
                 {
-                    self.requests.oldest_drawing()
+                    self.requests
+                        .unnamed_error_target(e.code == arcp_types::ErrorCode::DuplicateKey)
                 }
                 None => None,
             },
@@ -512,12 +515,8 @@ impl Core {
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
         match verdict {
             ErrorVerdict::DuplicateKey => {
-                let error = Error::DuplicateKey {
-                    key: call.key.clone(),
-                    message: e.message,
-                    attempts: call.attempts,
-                };
-                self.finish(id, Err(error));
+                let message = e.message;
+                self.end_without_outcome(id, Ending::DuplicateKey { message });
             }
             ErrorVerdict::Transient { floor } if unaccepted => {
                 // Refused before acceptance, transiently: this attempt
@@ -539,7 +538,8 @@ impl Core {
             }
             verdict => {
                 if let Some(job) = &header.job_id {
-                    call.bind(job);
+                    let (_, replaced) = call.bind(job);
+                    unindex_job(&mut self.by_job, id, replaced);
                 }
                 let replayed = call.replayed || foreign || (names_job && unaccepted);
                 let error = tool_error(&call.key, call.job(), e, &verdict, call.exposure, replayed);
@@ -578,6 +578,20 @@ impl Core {
                 cancel.settled = true;
             }
             call.answer_cancel(outcome);
+        }
+    }
+}
+
+/// Drops a job id a call was re-bound away from, so the index holds no
+/// stale entry for it (the call is reached by its new job id).
+fn unindex_job(
+    by_job: &mut crate::FastMap<Arc<str>, CallId>,
+    id: CallId,
+    replaced: Option<Arc<str>>,
+) {
+    if let Some(old) = replaced {
+        if by_job.get(&old) == Some(&id) {
+            by_job.remove(&old);
         }
     }
 }

@@ -9,8 +9,8 @@ use tracing::{info, warn};
 
 use super::calls::{CallId, Phase};
 use super::session::Liveness;
-use crate::classify::give_up;
-use crate::error::{Error, Execution};
+use crate::classify::Ending;
+use crate::error::Error;
 use crate::outcome::ConnectionEvent;
 use crate::retry::later;
 use crate::telemetry::{self};
@@ -125,22 +125,7 @@ impl Core {
             // the others end with the refusal itself (nothing was sent).
             let ids: Vec<CallId> = self.calls.keys().copied().collect();
             for id in ids {
-                let Some(call) = self.calls.get(&id) else {
-                    continue;
-                };
-                let error = match call.exposure_now().unresolved() {
-                    Execution::NotRun => failure.error.clone(),
-                    _ => give_up(
-                        &call.key,
-                        call.job_id.as_deref(),
-                        call.exposure_now(),
-                        call.attempts,
-                        &format!("reconnecting failed for good ({})", failure.error),
-                        call.last_error(),
-                        false,
-                    ),
-                };
-                self.finish(id, Err(error));
+                self.end_without_outcome(id, Ending::ConnectFailed(failure.error.clone()));
             }
             self.reconnect = None;
             self.link = if self.is_closed() {
@@ -302,7 +287,11 @@ impl Core {
                     // Only a request never handed to the writer is proven
                     // not to have reached the runtime.
                     let written = *seq <= handed;
-                    call.exposure.in_doubt |= written;
+                    // A request-level close of a request alone on its
+                    // connection answers that request: it was refused, not
+                    // run. Any other written request may have run.
+                    let refused_alone = alone && matches!(loss, Loss::Rejected { .. });
+                    call.exposure.in_doubt |= written && !refused_alone;
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
                         let rejections = &mut call.troubles_mut().rejections;
                         rejections.0 += 1;
@@ -332,17 +321,14 @@ impl Core {
             let Some(call) = self.calls.get(&id) else {
                 continue;
             };
-            let Some((_, code, reason, _)) = call.troubles.as_ref().map(|t| t.rejections.clone())
+            let Some((_, close_code, reason, _)) =
+                call.troubles.as_ref().map(|t| t.rejections.clone())
             else {
                 continue;
             };
-            let error = Error::RequestRejected {
-                key: call.key.clone(),
-                close_code: code,
-                reason,
-                attempts: call.attempts,
-            };
-            self.finish(id, Err(error));
+            // Not run only if no earlier attempt may have run: a call
+            // accepted before its connection dropped keeps its job id.
+            self.end_without_outcome(id, Ending::RequestRejected { close_code, reason });
         }
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
         for id in ids {
