@@ -279,8 +279,16 @@ impl Shared {
         self.wake.notify_one();
     }
 
-    /// Marks `keys` as owned elsewhere and wakes their drivers.
+    /// Marks `keys` as owned elsewhere and wakes their drivers. Only keys a
+    /// driver here drives are kept: the set holds nothing once they stop
+    /// ([`Driving`]'s drop prunes it).
     fn fence(&self, keys: Vec<IdempotencyKey>) {
+        let keys: Vec<IdempotencyKey> = {
+            let driving = lock(&self.driving);
+            keys.into_iter()
+                .filter(|k| driving.contains_key(k))
+                .collect()
+        };
         if keys.is_empty() {
             return;
         }
@@ -636,11 +644,21 @@ impl JournalHandle {
     }
 
     /// Commits everything queued, then closes the journal (releasing its
-    /// file). Later journal operations fail with `JOURNAL_CLOSED`.
+    /// file). Later journal operations fail with `JOURNAL_CLOSED`. Waits at
+    /// most [`CLOSE_TIMEOUT`]: a store that hangs (a database link that
+    /// went silent) does not hang the client's `close()`; the writer then
+    /// finishes on its own, and whatever it could not commit stays
+    /// unfinished for a recovery.
     pub(crate) async fn close(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.shared.request(Request::Close(tx)).is_ok() {
-            let _ = rx.await;
+        if self.shared.request(Request::Close(tx)).is_ok()
+            && tokio::time::timeout(CLOSE_TIMEOUT, rx).await.is_err()
+        {
+            warn!(
+                journal = %self.shared.location,
+                timeout = ?CLOSE_TIMEOUT,
+                "the journal did not close in time; the client closes without waiting for it"
+            );
         }
     }
 
@@ -665,10 +683,15 @@ impl Drop for Driving {
             *n -= 1;
             if *n == 0 {
                 driving.remove(&self.key);
+                // Nobody here drives it any more: its fence stops nothing.
+                lock(&self.shared.fenced).remove(&self.key);
             }
         }
     }
 }
+
+/// How long `Client::close` waits for the journal to commit and close.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long transitions alone wait for a prepare to share its commit.
 const TRANSITION_LINGER: Duration = Duration::from_millis(5);
