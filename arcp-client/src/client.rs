@@ -534,8 +534,11 @@ impl Client {
     /// without being awaited gives its claim back (another worker of a
     /// fleet may take it at once).
     ///
-    /// Returns an empty list without a journal. With
-    /// [`RecoveryMode::Automatic`] the client does this itself on connect.
+    /// Claims at most 256 calls at a time (a fleet's other workers take
+    /// the rest): call it again, once those are under way, for more. Returns
+    /// an empty list without a journal, or when nothing is left to claim.
+    /// With [`RecoveryMode::Automatic`] the client does this itself on
+    /// connect, batch after batch.
     ///
     /// ```no_run
     /// # async fn demo(journal: impl arcp_client::Journal) -> Result<(), arcp_client::Error> {
@@ -819,31 +822,54 @@ impl Drop for AbandonOnDrop<'_> {
 /// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
 pub(crate) fn spawn_recovery(client: Client) {
     tokio::spawn(async move {
-        let calls = match client.recover().await {
-            Ok(calls) => calls,
-            Err(e) => {
-                warn!(error = %e, "automatic recovery could not read the journal");
+        loop {
+            let calls = match client.recover().await {
+                Ok(calls) => calls,
+                Err(e) => {
+                    warn!(error = %e, "automatic recovery could not read the journal");
+                    return;
+                }
+            };
+            if calls.is_empty() {
                 return;
             }
-        };
-        if calls.is_empty() {
-            return;
-        }
-        info!(
-            calls = calls.len(),
-            "re-driving unfinished calls from the journal"
-        );
-        futures_util::stream::iter(calls)
-            .for_each_concurrent(64, |call| async move {
-                let key = call.key().cloned();
-                match call.await {
-                    Ok(out) => {
-                        info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
+            info!(
+                calls = calls.len(),
+                "re-driving unfinished calls from the journal"
+            );
+            // A call that ends unfinished again is not claimed again by the
+            // next batch while it is driven; one that ended is not claimed
+            // at all. Each batch ends before the next is claimed.
+            let unfinished_again = std::sync::atomic::AtomicUsize::new(0);
+            let batch = calls.len();
+            futures_util::stream::iter(calls)
+                .for_each_concurrent(64, |call| {
+                    let unfinished_again = &unfinished_again;
+                    async move {
+                        let key = call.key().cloned();
+                        match call.await {
+                            Ok(out) => {
+                                info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
+                            }
+                            Err(e) => {
+                                if e.execution() == Execution::MayHaveRun {
+                                    unfinished_again
+                                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                info!(key = ?key, error = %e, "recovered call ended")
+                            }
+                        }
                     }
-                    Err(e) => info!(key = ?key, error = %e, "recovered call ended"),
-                }
-            })
-            .await;
+                })
+                .await;
+            // Calls whose outcome is still unknown stay for a later
+            // recovery: claiming them again now would loop.
+            if unfinished_again.load(std::sync::atomic::Ordering::Relaxed) > 0
+                || batch < crate::journal::RECOVER_BATCH
+            {
+                return;
+            }
+        }
     });
 }
 

@@ -502,6 +502,11 @@ pub enum JournalErrorKind {
     /// worker stops driving it; the owner finishes it. The tool may have
     /// run ([`Execution::MayHaveRun`]).
     Fenced,
+    /// The journal's store could not be reached, or did not answer in time
+    /// (a database restarting, a network link that went silent). The
+    /// client retries the write while the call's deadline allows, so a
+    /// brief outage costs latency, not failures.
+    Unavailable,
 }
 
 impl JournalErrorKind {
@@ -516,6 +521,7 @@ impl JournalErrorKind {
             JournalErrorKind::Closed => "JOURNAL_CLOSED",
             JournalErrorKind::Intent => "JOURNAL_INTENT",
             JournalErrorKind::Fenced => "JOURNAL_FENCED",
+            JournalErrorKind::Unavailable => "JOURNAL_UNAVAILABLE",
         }
     }
 }
@@ -531,6 +537,7 @@ impl fmt::Display for JournalErrorKind {
             JournalErrorKind::Closed => "closed",
             JournalErrorKind::Intent => "unusable intent",
             JournalErrorKind::Fenced => "owned by another worker",
+            JournalErrorKind::Unavailable => "unavailable",
         })
     }
 }

@@ -135,7 +135,7 @@ async fn migrations_are_versioned_applied_once_and_a_newer_schema_is_refused() {
     });
     for j in futures_util::future::join_all(opens).await {
         let j = j.unwrap();
-        assert_eq!(j.schema_version().unwrap(), 1);
+        assert_eq!(j.schema_version().await.unwrap(), 1);
     }
     assert_eq!(PostgresJournal::latest_schema_version(), 1);
     let db = sql(&url).await;

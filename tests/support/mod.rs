@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod gateway;
+pub mod link;
 pub mod mock;
 pub mod peers;
 pub mod targets;

@@ -45,7 +45,7 @@ pub use memory::MemoryJournal;
 pub use postgres::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
-pub(crate) use writer::{JournalHandle, JournalSetup};
+pub(crate) use writer::{JournalHandle, JournalSetup, RECOVER_BATCH};
 
 /// Storage for the invocation journal.
 ///
@@ -159,6 +159,15 @@ pub trait Journal: Send + Sync + 'static {
     /// them. Default: none.
     fn take_fenced(&self) -> Vec<IdempotencyKey> {
         Vec::new()
+    }
+
+    /// How long this client's authority over its calls lasts past a
+    /// successful [`Journal::renew`] (counted from when the renewal began):
+    /// when no renewal succeeds within it, the client stops driving every
+    /// call it holds before another worker may claim them. `None` (the
+    /// default): authority does not lapse (a journal without owners).
+    fn lease_ttl(&self) -> Option<Duration> {
+        None
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -194,6 +195,11 @@ const RELEASE: &str = "UPDATE arcp_calls SET writer = $2, writer_generation = $3
      lease_until = clock_timestamp() \
      WHERE key = $1 AND owner = $2 AND generation = $3 AND state <> 'terminal'";
 
+/// A removal, fenced: a terminal record, one this worker holds (`$2` at
+/// generation `$3`), or one whose lease lapsed.
+const REMOVE: &str = "DELETE FROM arcp_calls WHERE key = $1 AND (state = 'terminal' \
+     OR (owner = $2 AND generation = $3) OR lease_until <= clock_timestamp())";
+
 const COLUMNS: &str = "key, tool, intent, trace_id, deadline_ms, state, attempts, job_id, \
                        outcome, created_ms, updated_ms";
 
@@ -221,6 +227,15 @@ pub struct PostgresOptions {
     /// the URL's `options` set one), and TCP keepalives notice a server
     /// that vanished.
     pub connect_timeout: Duration,
+    /// The client-side bound on one database round trip (a checkout and its
+    /// statements; one that must open a connection first gets
+    /// `connect_timeout` more): past it the operation fails with
+    /// [`JournalErrorKind::Unavailable`] and the pool's idle connections
+    /// are dropped, so a link that accepts and then hangs (a middlebox
+    /// black-holing packets) costs at most this much, and a dead
+    /// connection is replaced. `None` (the default): a quarter of the
+    /// lease, at most `connect_timeout`.
+    pub round_trip_timeout: Option<Duration>,
 }
 
 impl Default for PostgresOptions {
@@ -231,6 +246,7 @@ impl Default for PostgresOptions {
             renew_interval: Duration::from_secs(10),
             pool_size: 2,
             connect_timeout: Duration::from_secs(10),
+            round_trip_timeout: None,
         }
     }
 }
@@ -261,6 +277,19 @@ impl PostgresOptions {
     pub fn pool_size(mut self, n: usize) -> Self {
         self.pool_size = n.max(1);
         self
+    }
+
+    /// Sets [`PostgresOptions::round_trip_timeout`].
+    pub fn round_trip_timeout(mut self, d: Duration) -> Self {
+        self.round_trip_timeout = Some(d);
+        self
+    }
+
+    /// The bound on one round trip, as [`PostgresOptions::round_trip_timeout`] says.
+    fn round_trip(&self) -> Duration {
+        self.round_trip_timeout
+            .unwrap_or_else(|| (self.lease_ttl / 4).min(self.connect_timeout))
+            .max(Duration::from_millis(1))
     }
 
     /// Sets [`PostgresOptions::connect_timeout`].
@@ -353,6 +382,11 @@ pub struct PostgresJournal {
     pool: Pool,
     worker: String,
     lease_ms: i64,
+    lease_ttl: Duration,
+    /// The client-side bound on one round trip.
+    round_trip: Duration,
+    /// Round trips that timed out since the last that did not.
+    timeouts_in_a_row: AtomicU32,
     renew_interval: Duration,
     connect_timeout: Duration,
     /// Calls this worker has authority over: key -> generation.
@@ -431,7 +465,7 @@ impl PostgresJournal {
     pub fn connect_blocking(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
         let journal = Self::build(url, options)?;
         let timeout = journal_timeout(&journal);
-        journal.block(async {
+        journal.run_blocking(async {
             tokio::time::timeout(timeout, migrate(&journal.pool, &journal.location))
                 .await
                 .unwrap_or_else(|_| {
@@ -518,11 +552,15 @@ impl PostgresJournal {
                     format!("could not start the journal's runtime: {e}"),
                 )
             })?;
+        let round_trip = options.round_trip();
         Ok(PostgresJournal {
             runtime: Some(runtime),
             pool,
             worker: options.worker_id,
             lease_ms: i64::try_from(options.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+            lease_ttl: options.lease_ttl,
+            round_trip,
+            timeouts_in_a_row: AtomicU32::new(0),
             renew_interval: options.renew_interval,
             connect_timeout: options.connect_timeout,
             held: Mutex::new(HashMap::new()),
@@ -537,15 +575,15 @@ impl PostgresJournal {
     }
 
     /// The schema version of the database (the highest migration applied).
-    pub fn schema_version(&self) -> Result<i32, JournalError> {
-        self.block(async {
-            let client = self.client().await?;
-            let row = client
-                .query_one("SELECT max(version) FROM arcp_journal_schema", &[])
-                .await
-                .map_err(|e| self.err(e))?;
-            Ok(row.get::<_, Option<i32>>(0).unwrap_or(0))
-        })
+    /// Runs on the journal's own runtime: it never blocks the caller's.
+    pub async fn schema_version(&self) -> Result<i32, JournalError> {
+        self.off_thread(
+            "SELECT max(version) FROM arcp_journal_schema",
+            None,
+            |_, row| Ok(row.get::<_, Option<i32>>(0).unwrap_or(0)),
+        )
+        .await
+        .map(|versions| versions.into_iter().next().unwrap_or(0))
     }
 
     /// The schema version this code migrates to.
@@ -554,13 +592,58 @@ impl PostgresJournal {
     }
 
     /// Up to `limit` records of every state and owner, the most recently
-    /// changed first.
-    pub fn list(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+    /// changed first. Runs on the journal's own runtime: it never blocks the
+    /// caller's.
+    pub async fn list(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.select(
+        self.off_thread(
             &format!("SELECT {COLUMNS} FROM arcp_calls ORDER BY updated_ms DESC, key LIMIT $1"),
-            &[&limit],
+            Some(limit),
+            row_entry,
         )
+        .await
+    }
+
+    /// Runs one query (with an optional `bigint` parameter) on the
+    /// journal's runtime, bounded as every round trip is, and reads each
+    /// row with `read`: for the async methods, which must not block the
+    /// caller's runtime.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        sql: &str,
+        param: Option<i64>,
+        read: fn(&str, &tokio_postgres::Row) -> Result<T, JournalError>,
+    ) -> Result<Vec<T>, JournalError> {
+        let (pool, location, sql) = (self.pool.clone(), self.location.clone(), sql.to_owned());
+        let bound = self.round_trip + self.connect_timeout;
+        let task = self.rt().spawn(async move {
+            let query = async {
+                let client = pool.get().await.map_err(|e| {
+                    JournalError::new(
+                        JournalErrorKind::Unavailable,
+                        &location,
+                        format!("no connection to the journal database: {e}"),
+                    )
+                })?;
+                let rows = match &param {
+                    Some(p) => client.query(&sql, &[p]).await,
+                    None => client.query(&sql, &[]).await,
+                }
+                .map_err(|e| classify(&location, &e))?;
+                rows.iter().map(|r| read(&location, r)).collect()
+            };
+            tokio::time::timeout(bound, query)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(JournalError::new(
+                        JournalErrorKind::Unavailable,
+                        &location,
+                        format!("no answer from the database within {bound:?}"),
+                    ))
+                })
+        });
+        task.await
+            .map_err(|e| JournalError::new(JournalErrorKind::Io, &self.location, e.to_string()))?
     }
 
     /// The calls this worker has authority over right now (key and
@@ -584,10 +667,54 @@ impl PostgresJournal {
             .expect("the runtime is taken only by drop")
     }
 
+    /// Runs one database round trip `f` on the journal's runtime, blocking
+    /// this thread, bounded by the round-trip timeout: past it `f` is
+    /// dropped (its connection with it) and every idle pooled connection
+    /// too (a link that hangs hangs them all), and the operation fails with
+    /// [`JournalErrorKind::Unavailable`].
+    fn block<T: Send>(
+        &self,
+        f: impl Future<Output = Result<T, JournalError>> + Send,
+    ) -> Result<T, JournalError> {
+        // A round trip that must first open a connection (none idle) may
+        // take the connect timeout more: opening one is bounded apart. After
+        // timeouts in a row the bound doubles (up to four times): a link
+        // that is slow, not dead, then still gets its batches through.
+        let slow = self.timeouts_in_a_row.load(Ordering::Relaxed).min(2);
+        let base = self.round_trip * (1 << slow);
+        let bound = if self.pool.status().available > 0 {
+            base
+        } else {
+            base + self.connect_timeout
+        };
+        self.run_blocking(async {
+            let outcome = tokio::time::timeout(bound, f).await;
+            if outcome.is_ok() {
+                self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            }
+            outcome.unwrap_or_else(|_| {
+                self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed);
+                let idle = self.pool.status().available;
+                self.pool.retain(|_, _| false);
+                tracing::warn!(
+                    journal = %self.location,
+                    ?bound,
+                    dropped = idle,
+                    "no answer from the journal database in time; its idle connections are dropped"
+                );
+                Err(JournalError::new(
+                    JournalErrorKind::Unavailable,
+                    &self.location,
+                    format!("no answer from the database within {bound:?}"),
+                ))
+            })
+        })
+    }
+
     /// Runs `f` to completion on the journal's runtime, blocking this
     /// thread. Inside an async context (where `block_on` would panic), on a
     /// scoped helper thread.
-    fn block<F>(&self, f: F) -> F::Output
+    fn run_blocking<F>(&self, f: F) -> F::Output
     where
         F: Future + Send,
         F::Output: Send,
@@ -605,7 +732,7 @@ impl PostgresJournal {
     async fn client(&self) -> Result<deadpool_postgres::Object, JournalError> {
         self.pool.get().await.map_err(|e| {
             JournalError::new(
-                JournalErrorKind::Io,
+                JournalErrorKind::Unavailable,
                 &self.location,
                 format!("no connection to the journal database: {e}"),
             )
@@ -631,47 +758,7 @@ impl PostgresJournal {
 
     /// Validates a row; one this code cannot have written is corruption.
     fn entry(&self, r: &tokio_postgres::Row) -> Result<JournalEntry, JournalError> {
-        let get = |i: usize| -> Result<String, JournalError> {
-            r.try_get::<_, String>(i).map_err(|e| self.err(e))
-        };
-        let get_opt = |i: usize| -> Result<Option<String>, JournalError> {
-            r.try_get::<_, Option<String>>(i).map_err(|e| self.err(e))
-        };
-        let get_i64 = |i: usize| -> Result<i64, JournalError> {
-            r.try_get::<_, i64>(i).map_err(|e| self.err(e))
-        };
-        let raw_key = get(0)?;
-        let corrupt = |what: String| {
-            JournalError::new(
-                JournalErrorKind::Corrupt,
-                &self.location,
-                format!("record {raw_key:?}: {what}"),
-            )
-        };
-        let key = IdempotencyKey::try_from(raw_key.as_str())
-            .map_err(|e| corrupt(format!("invalid key: {e}")))?;
-        let (state, job_id, outcome) = (get(5)?, get_opt(7)?, get_opt(8)?);
-        let state = match (state.as_str(), job_id, outcome) {
-            ("prepared", _, None) => JournalState::Prepared,
-            ("sent", _, None) => JournalState::Sent,
-            ("accepted", Some(job_id), None) => JournalState::Accepted { job_id },
-            ("terminal", _, Some(text)) => JournalState::Terminal(
-                serde_json::from_str::<JournalOutcome>(&text)
-                    .map_err(|e| corrupt(format!("unreadable outcome: {e}")))?,
-            ),
-            (other, _, _) => return Err(corrupt(format!("invalid state {other:?}"))),
-        };
-        Ok(JournalEntry {
-            key,
-            tool: get(1)?,
-            intent: get(2)?,
-            trace_id: get(3)?,
-            deadline: Duration::from_millis(u64::try_from(get_i64(4)?).unwrap_or(0)),
-            state,
-            attempts: u32::try_from(get_i64(6)?.max(0)).unwrap_or(u32::MAX),
-            created_at: from_millis(get_i64(9)?),
-            updated_at: from_millis(get_i64(10)?),
-        })
+        row_entry(&self.location, r)
     }
 
     /// The batch inside its transaction. Consecutive writes on distinct
@@ -714,7 +801,7 @@ impl PostgresJournal {
                     | (Some(1), JournalWrite::Release { key }) => {
                         held.remove(key.as_str());
                     }
-                    (Some(_), JournalWrite::Remove { key }) => {
+                    (Some(n), JournalWrite::Remove { key }) if n > 0 => {
                         held.remove(key.as_str());
                     }
                     _ => self.apply_one(tx, write, held, fenced).await?,
@@ -821,7 +908,11 @@ impl PostgresJournal {
                     .await?
             }
             JournalWrite::Remove { key } => {
-                tx.execute("DELETE FROM arcp_calls WHERE key = $1", &[&key.as_str()])
+                // Fenced: a live call of another worker (or of an older
+                // generation of this one) is never deleted.
+                let generation = guarded(key).unwrap_or(-1);
+                let stmt = tx.prepare_cached(REMOVE).await?;
+                tx.execute(&stmt, &[&key.as_str(), &me, &generation])
                     .await?
             }
         };
@@ -945,8 +1036,15 @@ impl PostgresJournal {
                 }
             }
             JournalWrite::Remove { key } => {
-                tx.execute("DELETE FROM arcp_calls WHERE key = $1", &[&key.as_str()])
-                    .await?;
+                // The fenced delete removed nothing: refused if the record
+                // is there (another worker's live call).
+                let exists = tx
+                    .query_opt("SELECT 1 FROM arcp_calls WHERE key = $1", &[&key.as_str()])
+                    .await?
+                    .is_some();
+                if exists {
+                    fenced.push(key.clone());
+                }
                 held.remove(key.as_str());
             }
         }
@@ -1237,6 +1335,10 @@ impl Journal for PostgresJournal {
         Some(self.renew_interval)
     }
 
+    fn lease_ttl(&self) -> Option<Duration> {
+        Some(self.lease_ttl)
+    }
+
     fn renew(&self) -> Result<Vec<IdempotencyKey>, JournalError> {
         let (keys, generations): (Vec<String>, Vec<i64>) = lock(&self.held)
             .iter()
@@ -1399,14 +1501,75 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Validates a row of `arcp_calls`; one this code cannot have written is
+/// corruption.
+fn row_entry(location: &str, r: &tokio_postgres::Row) -> Result<JournalEntry, JournalError> {
+    let get = |i: usize| -> Result<String, JournalError> {
+        r.try_get::<_, String>(i)
+            .map_err(|e| classify(location, &e))
+    };
+    let get_opt = |i: usize| -> Result<Option<String>, JournalError> {
+        r.try_get::<_, Option<String>>(i)
+            .map_err(|e| classify(location, &e))
+    };
+    let get_i64 = |i: usize| -> Result<i64, JournalError> {
+        r.try_get::<_, i64>(i).map_err(|e| classify(location, &e))
+    };
+    let raw_key = get(0)?;
+    let corrupt = |what: String| {
+        JournalError::new(
+            JournalErrorKind::Corrupt,
+            location,
+            format!("record {raw_key:?}: {what}"),
+        )
+    };
+    let key = IdempotencyKey::try_from(raw_key.as_str())
+        .map_err(|e| corrupt(format!("invalid key: {e}")))?;
+    let (state, job_id, outcome) = (get(5)?, get_opt(7)?, get_opt(8)?);
+    let state = match (state.as_str(), job_id, outcome) {
+        ("prepared", _, None) => JournalState::Prepared,
+        ("sent", _, None) => JournalState::Sent,
+        ("accepted", Some(job_id), None) => JournalState::Accepted { job_id },
+        ("terminal", _, Some(text)) => JournalState::Terminal(
+            serde_json::from_str::<JournalOutcome>(&text)
+                .map_err(|e| corrupt(format!("unreadable outcome: {e}")))?,
+        ),
+        (other, _, _) => return Err(corrupt(format!("invalid state {other:?}"))),
+    };
+    Ok(JournalEntry {
+        key,
+        tool: get(1)?,
+        intent: get(2)?,
+        trace_id: get(3)?,
+        deadline: Duration::from_millis(u64::try_from(get_i64(4)?).unwrap_or(0)),
+        state,
+        attempts: u32::try_from(get_i64(6)?.max(0)).unwrap_or(u32::MAX),
+        created_at: from_millis(get_i64(9)?),
+        updated_at: from_millis(get_i64(10)?),
+    })
+}
+
 /// Maps a PostgreSQL failure to a journal error kind.
 fn classify(location: &str, e: &tokio_postgres::Error) -> JournalError {
     use tokio_postgres::error::SqlState;
     let Some(db) = e.as_db_error() else {
-        return JournalError::new(JournalErrorKind::Io, location, e.to_string());
+        // No answer from the server: the connection failed, closed or timed
+        // out. The store may be back soon.
+        return JournalError::new(JournalErrorKind::Unavailable, location, e.to_string());
     };
     let code = db.code().code();
     let kind = match code {
+        // The server is shutting down, starting up or cancelled the
+        // statement (statement_timeout): retry later.
+        _ if db.code() == &SqlState::ADMIN_SHUTDOWN
+            || db.code() == &SqlState::CRASH_SHUTDOWN
+            || db.code() == &SqlState::CANNOT_CONNECT_NOW
+            || db.code() == &SqlState::QUERY_CANCELED
+            || db.code() == &SqlState::T_R_SERIALIZATION_FAILURE
+            || db.code() == &SqlState::T_R_DEADLOCK_DETECTED =>
+        {
+            JournalErrorKind::Unavailable
+        }
         // The guard trigger: a write by a superseded generation.
         "AR002" => JournalErrorKind::Fenced,
         // The guard trigger: a terminal record changed, or a transition

@@ -162,6 +162,19 @@ struct Pending {
 }
 
 impl Pending {
+    /// These transitions followed by `newer` ones, as one.
+    fn then(self, newer: Pending) -> Pending {
+        Pending {
+            sent: match (self.sent, newer.sent) {
+                (Some(a), Some(b)) => Some(if b.0 >= a.0 { b } else { a }),
+                (a, b) => b.or(a),
+            },
+            released: newer.released || (self.released && newer.terminal.is_none()),
+            accepted: newer.accepted.or(self.accepted),
+            terminal: newer.terminal.or(self.terminal),
+        }
+    }
+
     fn writes(self, key: &IdempotencyKey) -> Vec<JournalWrite> {
         let mut out = Vec::with_capacity(3);
         if let Some((attempts, at)) = self.sent {
@@ -200,11 +213,16 @@ struct Prior {
 }
 
 impl Prior {
-    /// A record with this intent that is unfinished (whoever wrote it) or
-    /// ended with its outcome unknown: its call may have run.
-    fn of(existing: &JournalEntry) -> Prior {
+    /// What `existing`, a record with this intent that is unfinished or
+    /// ended with its outcome unknown, says of `entry`'s call: it may have
+    /// run, unless it is this very call's own record, still only prepared
+    /// (its prepare committed, though the store's answer was lost).
+    fn of(existing: &JournalEntry, entry: &JournalEntry) -> Prior {
+        let own = existing.trace_id == entry.trace_id
+            && existing.created_at == entry.created_at
+            && existing.state == JournalState::Prepared;
         Prior {
-            in_doubt: true,
+            in_doubt: !own,
             job_id: existing.job_id().map(str::to_owned),
         }
     }
@@ -250,6 +268,11 @@ struct Shared {
     /// Bumped when `fenced` grows (a watch: a driver that subscribed
     /// before checking `fenced` misses no change).
     fence: watch::Sender<u64>,
+    /// When this client's authority over the calls it drives lapses unless
+    /// a renewal succeeds first (`None`: it never lapses). Drivers stop at
+    /// that instant on their own (`JournalHandle::fenced`), whatever the
+    /// writer thread is blocked on.
+    lease: watch::Sender<Option<Instant>>,
 }
 
 impl Shared {
@@ -381,6 +404,7 @@ impl JournalHandle {
             fenced: Mutex::new(HashSet::new()),
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
+            lease: watch::Sender::new(None),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let writer = Writer {
@@ -388,6 +412,7 @@ impl JournalHandle {
             shared: shared.clone(),
             retention,
             records: 0,
+            retry_delay: None,
         };
         std::thread::Builder::new()
             .name("arcp-journal".into())
@@ -591,15 +616,42 @@ impl JournalHandle {
 
     /// Resolves once another worker owns `key` (this client lost it): its
     /// driver here must stop. Pending forever for a journal without owners.
+    ///
+    /// Also resolves when this client's leases lapse without a renewal (a
+    /// database that does not answer): then another worker may claim the
+    /// call, so this one stops first.
     pub(crate) async fn fenced(&self, key: &IdempotencyKey) {
         let mut changes = self.shared.fence.subscribe();
+        let mut lease = self.shared.lease.subscribe();
         loop {
             if lock(&self.shared.fenced).contains(key) {
                 return;
             }
-            if changes.changed().await.is_err() {
-                // The sender lives in `shared`, which `self` holds.
-                std::future::pending::<()>().await;
+            let lapses_at = *lease.borrow_and_update();
+            let lapse = async {
+                match lapses_at {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() {
+                    // The sender lives in `shared`, which `self` holds.
+                    std::future::pending::<()>().await;
+                },
+                // Renewed meanwhile: wait for the new instant.
+                _ = lease.changed() => {}
+                () = lapse => {
+                    if *lease.borrow() == lapses_at {
+                        warn!(
+                            journal = %self.shared.location,
+                            %key,
+                            "no lease renewal succeeded in time: this worker stops driving the \
+                             call before another may claim it"
+                        );
+                        return;
+                    }
+                }
             }
         }
     }
@@ -690,6 +742,14 @@ impl Drop for Driving {
     }
 }
 
+/// The first wait before retrying a batch the store could not take, and
+/// the longest (the wait doubles in between).
+const RETRY_FIRST: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+
+/// The most unfinished calls one `Client::recover` claims.
+pub(crate) const RECOVER_BATCH: usize = 256;
+
 /// How long `Client::close` waits for the journal to commit and close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -704,6 +764,9 @@ struct Writer {
     retention: Retention,
     /// Records in the journal (from the last purge, plus inserts since).
     records: u64,
+    /// Set while the store is unavailable: how long to wait before the
+    /// next try.
+    retry_delay: Option<Duration>,
 }
 
 impl Drop for Writer {
@@ -745,6 +808,10 @@ impl Writer {
             }
         }
         let mut next_purge = Instant::now() + self.retention.purge_interval;
+        // Nothing is held yet: the first lease runs from now.
+        if let Some(journal) = self.journal.as_deref() {
+            extend_lease(&self.shared, journal, Instant::now());
+        }
         let lease_interval = self.journal.as_deref().and_then(|j| j.lease_interval());
         let mut next_renew = lease_interval.map(|every| Instant::now() + every);
         loop {
@@ -808,12 +875,34 @@ impl Writer {
                     next_renew = Some(Instant::now() + every);
                 }
             }
+            if let Some(delay) = self.retry_delay {
+                self.back_off(delay);
+            }
             if Instant::now() >= next_purge {
                 if let Err(e) = self.purge() {
                     warn!(error = %e, "journal purge failed; retrying at the next interval");
                 }
                 next_purge = Instant::now() + self.retention.purge_interval;
             }
+        }
+    }
+
+    /// Waits `delay` before retrying a batch the store could not take,
+    /// unless the client closes meanwhile.
+    fn back_off(&self, delay: Duration) {
+        let until = Instant::now() + delay;
+        let mut q = lock(&self.shared.queue);
+        while !q.closing {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            q = self
+                .shared
+                .wake
+                .wait_timeout(q, until - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
         }
     }
 
@@ -858,6 +947,11 @@ impl Writer {
         waiters
     }
 
+    /// One batch, in named steps: drop the prepares nobody waits for,
+    /// [`commit`](Self::commit) (merge transitions, decide prepares, one
+    /// transaction), then [`answer`](Self::answer) the waiters, or
+    /// [`requeue`](Self::requeue) the batch when the store is unavailable;
+    /// then serve the requests.
     fn process_with(&mut self, journal: &dyn Journal, batch: Batch) -> Vec<oneshot::Sender<()>> {
         let Batch {
             prepares,
@@ -865,108 +959,106 @@ impl Writer {
             durable,
             requests,
         } = batch;
-        // How the transitions' commit went (they may commit apart, first,
-        // when the journal must make room).
-        let mut transitions_committed: Option<Result<(), JournalError>> = None;
+        // A prepare whose caller stopped waiting is not written: nobody
+        // would send it, and its caller may have been told it did not run
+        // (that record comes in a later batch, and must find no prepare
+        // after it).
+        let prepares: Vec<(JournalEntry, PrepareReply)> = prepares
+            .into_iter()
+            .filter(|(_, reply)| !reply.is_closed())
+            .collect();
+        match self.commit(journal, &prepares, &transitions) {
+            Ok(committed) => {
+                self.retry_delay = None;
+                // The store answers again after this client's leases lapsed
+                // (its drivers stopped): renew now, so the calls prepared
+                // here are driven instead of stopping at once.
+                if self.lease_lapsed() {
+                    self.renew_on(journal);
+                }
+                self.answer(committed, prepares, durable);
+            }
+            Err(unavailable) => self.requeue(unavailable, prepares, transitions, durable),
+        }
+        self.serve(journal, requests)
+    }
+
+    /// Decides every prepare of the batch against its record as it will be
+    /// after the batch's transitions, and commits the transitions and the
+    /// new records in one transaction. `Err`: the store was unavailable
+    /// before anything of the batch committed; the batch is to be retried
+    /// whole.
+    fn commit(
+        &mut self,
+        journal: &dyn Journal,
+        prepares: &[(JournalEntry, PrepareReply)],
+        transitions: &HashMap<IdempotencyKey, Pending>,
+    ) -> Result<Committed, JournalError> {
+        let unavailable = |e: &JournalError| e.kind == JournalErrorKind::Unavailable;
         // A call prepared again in this batch is being driven again: its
         // queued release (from an earlier attempt) must not give it away.
-        let preparing: HashSet<IdempotencyKey> =
-            prepares.iter().map(|(e, _)| e.key.clone()).collect();
+        let preparing: HashSet<&IdempotencyKey> = prepares.iter().map(|(e, _)| &e.key).collect();
         let mut transition_writes: Vec<JournalWrite> = Vec::new();
-        for (key, p) in &transitions {
+        for (key, p) in transitions {
             transition_writes.extend(pending_writes(key, p).into_iter().filter(|w| {
                 !(matches!(w, JournalWrite::Release { .. }) && preparing.contains(key))
             }));
         }
-
-        // Decide every prepare against the record as it will be after this
-        // batch's pending transitions.
-        let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
         // The stored records of every key prepared in this batch, in one read.
-        let fetched: Result<HashMap<IdempotencyKey, JournalEntry>, JournalError> = {
+        let fetched: HashMap<IdempotencyKey, JournalEntry> = {
             let mut keys: Vec<IdempotencyKey> =
                 prepares.iter().map(|(e, _)| e.key.clone()).collect();
             keys.sort_unstable();
             keys.dedup();
             if keys.is_empty() {
-                Ok(HashMap::new())
+                HashMap::new()
             } else {
-                journal
-                    .get_many(&keys)
-                    .map(|found| found.into_iter().map(|e| (e.key.clone(), e)).collect())
+                match journal.get_many(&keys) {
+                    Ok(found) => found.into_iter().map(|e| (e.key.clone(), e)).collect(),
+                    Err(e) if unavailable(&e) => return Err(e),
+                    Err(e) => {
+                        // Every prepare fails with the store's error; the
+                        // transitions still commit.
+                        let result = journal.apply(&transition_writes);
+                        return Ok(Committed {
+                            decisions: prepares.iter().map(|_| (Err(e.clone()), false)).collect(),
+                            transitions: result.clone(),
+                            result,
+                            refused: journal.take_fenced().into_iter().collect(),
+                        });
+                    }
+                }
             }
         };
-        let mut decided: Vec<Decided> = Vec::new();
+        // Each key's record as this batch leaves it, decision by decision.
+        let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
+        let mut decisions = Vec::with_capacity(prepares.len());
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
         let mut purged_for_room = false;
-        for (mut entry, reply) in prepares {
+        let mut transitions_apart: Option<Result<(), JournalError>> = None;
+        for (entry, _) in prepares {
             let current = match view.get(&entry.key) {
                 Some(current) => current.clone(),
-                None => match fetched.as_ref().map(|f| f.get(&entry.key).cloned()) {
-                    Ok(mut current) => {
-                        if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key))
-                        {
-                            for w in pending_writes(&entry.key, p) {
-                                transition(e, &w);
-                            }
+                None => {
+                    let mut current = fetched.get(&entry.key).cloned();
+                    if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key)) {
+                        for w in pending_writes(&entry.key, p) {
+                            transition(e, &w);
                         }
-                        current
                     }
-                    Err(e) => {
-                        decided.push((reply, Err(e.clone()), false, entry.key.clone()));
-                        continue;
-                    }
-                },
+                    current
+                }
             };
-            let (decision, write) = match &current {
-                None => (Prepared::Proceed(Prior::default()), true),
-                Some(e) if e.intent != entry.intent => (Prepared::Conflict(e.clone()), false),
-                Some(e) => match &e.state {
-                    JournalState::Terminal(o) if o.answers_repeat() => {
-                        (Prepared::Answer(e.clone()), false)
-                    }
-                    // Ended with its outcome unknown: it may have run. A new
-                    // attempt, in doubt from the start, whose record keeps
-                    // what was known (sent, and the job).
-                    JournalState::Terminal(JournalOutcome::OutcomeUnknown { job_id, .. }) => {
-                        entry.state = match job_id {
-                            Some(job_id) => JournalState::Accepted {
-                                job_id: job_id.clone(),
-                            },
-                            None => JournalState::Sent,
-                        };
-                        (Prepared::Proceed(Prior::of(e)), true)
-                    }
-                    // Ended without being the key's outcome (refused as a
-                    // duplicate, never accepted, invalid): proven not run, a
-                    // new attempt.
-                    JournalState::Terminal(_) => (Prepared::Proceed(Prior::default()), true),
-                    // Unfinished with this intent: the same call again (a
-                    // recovery, or the caller re-issuing it), if no other
-                    // worker owns it.
-                    _ => match journal.acquire(&entry.key) {
-                        Ok(true) => (Prepared::Proceed(Prior::of(e)), false),
-                        Ok(false) => {
-                            let err = JournalError::new(
-                                JournalErrorKind::Fenced,
-                                &self.shared.location,
-                                format!(
-                                    "call {}: another live worker owns it; it finishes the call",
-                                    entry.key
-                                ),
-                            );
-                            decided.push((reply, Err(err), false, entry.key.clone()));
-                            continue;
-                        }
-                        Err(e) => {
-                            decided.push((reply, Err(e), false, entry.key.clone()));
-                            continue;
-                        }
-                    },
-                },
+            let (decision, written) = match self.decide(journal, entry, current.as_ref()) {
+                Ok(decided) => decided,
+                Err(e) if unavailable(&e) => return Err(e),
+                Err(e) => {
+                    decisions.push((Err(e), false));
+                    continue;
+                }
             };
-            if write && current.is_none() {
+            if written.is_some() && current.is_none() {
                 let max = self.retention.max_records as u64;
                 if self.records + created >= max && !purged_for_room {
                     purged_for_room = true;
@@ -976,7 +1068,7 @@ impl Writer {
                         match journal.apply(&transition_writes) {
                             Ok(()) => {
                                 transition_writes.clear();
-                                transitions_committed = Some(Ok(()));
+                                transitions_apart = Some(Ok(()));
                             }
                             Err(e) => warn!(error = %e, "journal commit failed"),
                         }
@@ -994,29 +1086,32 @@ impl Writer {
                             self.records + created
                         ),
                     );
-                    decided.push((reply, Err(err), false, entry.key.clone()));
+                    decisions.push((Err(err), false));
                     continue;
                 }
                 created += 1;
             }
-            let key = entry.key.clone();
-            if write {
-                view.insert(entry.key.clone(), Some(entry.clone()));
-                inserts.push(JournalWrite::Prepare(entry));
-            } else {
-                view.insert(entry.key.clone(), current);
+            match written {
+                Some(record) => {
+                    view.insert(entry.key.clone(), Some(record.clone()));
+                    inserts.push(JournalWrite::Prepare(record));
+                    decisions.push((Ok(decision), true));
+                }
+                None => {
+                    view.insert(entry.key.clone(), current);
+                    decisions.push((Ok(decision), false));
+                }
             }
-            decided.push((reply, Ok(decision), write, key));
         }
-
         // One transaction: transitions first (a replacing prepare wins).
         let transition_count = transition_writes.len();
         let mut writes = transition_writes;
         writes.extend(inserts);
-        let committed = journal.apply(&writes);
-        // Writes the store refused: the calls belong to another worker.
-        let refused: HashSet<IdempotencyKey> = journal.take_fenced().into_iter().collect();
-        match &committed {
+        let result = journal.apply(&writes);
+        match &result {
+            // Nothing of the transaction committed: retry it whole, except
+            // transitions that committed apart.
+            Err(e) if unavailable(e) && transitions_apart.is_none() => return Err(e.clone()),
             Ok(()) => self.records += created,
             Err(e) => warn!(
                 error = %e,
@@ -1026,9 +1121,84 @@ impl Writer {
                  re-drives them under their keys)"
             ),
         }
-        let transitions_committed = transitions_committed.unwrap_or_else(|| committed.clone());
+        Ok(Committed {
+            decisions,
+            transitions: transitions_apart.unwrap_or_else(|| result.clone()),
+            result,
+            // Writes the store refused: the calls belong to another worker.
+            refused: journal.take_fenced().into_iter().collect(),
+        })
+    }
+
+    /// What to do with one prepare given the key's record: the decision,
+    /// and the record to write, if any.
+    fn decide(
+        &self,
+        journal: &dyn Journal,
+        entry: &JournalEntry,
+        current: Option<&JournalEntry>,
+    ) -> Result<(Prepared, Option<JournalEntry>), JournalError> {
+        let Some(existing) = current else {
+            return Ok((Prepared::Proceed(Prior::default()), Some(entry.clone())));
+        };
+        if existing.intent != entry.intent {
+            return Ok((Prepared::Conflict(existing.clone()), None));
+        }
+        Ok(match &existing.state {
+            JournalState::Terminal(o) if o.answers_repeat() => {
+                (Prepared::Answer(existing.clone()), None)
+            }
+            // Ended with its outcome unknown: it may have run. A new attempt,
+            // in doubt from the start, whose record keeps what was known
+            // (sent, and the job).
+            JournalState::Terminal(JournalOutcome::OutcomeUnknown { job_id, .. }) => {
+                let mut record = entry.clone();
+                record.state = match job_id {
+                    Some(job_id) => JournalState::Accepted {
+                        job_id: job_id.clone(),
+                    },
+                    None => JournalState::Sent,
+                };
+                (Prepared::Proceed(Prior::of(existing, entry)), Some(record))
+            }
+            // Ended without being the key's outcome (refused as a duplicate,
+            // never accepted, invalid): proven not run, a new attempt.
+            JournalState::Terminal(_) => (Prepared::Proceed(Prior::default()), Some(entry.clone())),
+            // Unfinished with this intent: the same call again (a recovery,
+            // the caller re-issuing it, or this very prepare retried after
+            // an unavailable store), if no other worker owns it.
+            _ => {
+                if journal.acquire(&entry.key)? {
+                    (Prepared::Proceed(Prior::of(existing, entry)), None)
+                } else {
+                    return Err(JournalError::new(
+                        JournalErrorKind::Fenced,
+                        &self.shared.location,
+                        format!(
+                            "call {}: another live worker owns it; it finishes the call",
+                            entry.key
+                        ),
+                    ));
+                }
+            }
+        })
+    }
+
+    /// Answers a committed batch's waiters.
+    fn answer(
+        &mut self,
+        committed: Committed,
+        prepares: Vec<(JournalEntry, PrepareReply)>,
+        durable: Vec<(IdempotencyKey, DurableReply)>,
+    ) {
+        let Committed {
+            decisions,
+            result,
+            transitions,
+            refused,
+        } = committed;
         for (key, reply) in durable {
-            let answer = match &transitions_committed {
+            let answer = match &transitions {
                 Err(e) => Err(e.clone()),
                 Ok(()) if refused.contains(&key) => Err(JournalError::new(
                     JournalErrorKind::Fenced,
@@ -1040,8 +1210,9 @@ impl Writer {
             let _ = reply.send(answer);
         }
         let mut driving = Vec::new();
-        for (reply, decision, wrote, key) in decided {
-            let answer = match (decision, &committed) {
+        for ((entry, reply), (decision, wrote)) in prepares.into_iter().zip(decisions) {
+            let key = entry.key;
+            let answer = match (decision, &result) {
                 (Ok(_), Err(e)) if wrote => Err(e.clone()),
                 (Ok(Prepared::Proceed(prior)), Ok(())) => {
                     if refused.contains(&key) {
@@ -1072,7 +1243,58 @@ impl Writer {
                 .filter(|k| !driving.contains(k))
                 .collect(),
         );
+    }
 
+    /// Puts a batch the store could not take back in the queue, ahead of
+    /// what came since, and backs off before the next try. Its callers keep
+    /// waiting, each within its own deadline (a caller that gives up is
+    /// dropped from the queue, see [`process_with`](Self::process_with)). A
+    /// stopped journal answers them with the store's error instead.
+    fn requeue(
+        &mut self,
+        unavailable: JournalError,
+        prepares: Vec<(JournalEntry, PrepareReply)>,
+        transitions: HashMap<IdempotencyKey, Pending>,
+        durable: Vec<(IdempotencyKey, DurableReply)>,
+    ) {
+        let mut q = lock(&self.shared.queue);
+        if q.stopped {
+            drop(q);
+            for (_, reply) in prepares {
+                let _ = reply.send(Err(unavailable.clone()));
+            }
+            for (_, reply) in durable {
+                let _ = reply.send(Err(unavailable.clone()));
+            }
+            return;
+        }
+        let newer = std::mem::replace(&mut q.prepares, prepares);
+        q.prepares.extend(newer);
+        for (key, older) in transitions {
+            let merged = match q.transitions.remove(&key) {
+                Some(newer) => older.then(newer),
+                None => older,
+            };
+            q.transitions.insert(key, merged);
+        }
+        let newer = std::mem::replace(&mut q.durable, durable);
+        q.durable.extend(newer);
+        drop(q);
+        let delay = self
+            .retry_delay
+            .map_or(RETRY_FIRST, |d| (d * 2).min(RETRY_MAX));
+        self.retry_delay = Some(delay);
+        warn!(
+            journal = %self.shared.location,
+            error = %unavailable,
+            retry_in = ?delay,
+            "the journal is unavailable; its writes wait (each call within its deadline)"
+        );
+    }
+
+    /// Serves the batch's requests (reads, claims, removals, a close).
+    /// Returns the waiters of a requested close.
+    fn serve(&mut self, journal: &dyn Journal, requests: Vec<Request>) -> Vec<oneshot::Sender<()>> {
         let mut close = Vec::new();
         for request in requests {
             match request {
@@ -1082,7 +1304,11 @@ impl Writer {
                 Request::Unfinished(reply) => {
                     let driving: HashSet<IdempotencyKey> =
                         lock(&self.shared.driving).keys().cloned().collect();
-                    let claimed = journal.claim(self.retention.max_records, &driving);
+                    // In batches: a worker never takes more at once than it
+                    // can start driving soon (a fleet's other workers take
+                    // the rest).
+                    let limit = self.retention.max_records.min(RECOVER_BATCH);
+                    let claimed = journal.claim(limit, &driving);
                     if let Ok(entries) = &claimed {
                         // Recovered here: an old fence no longer applies.
                         let mut fenced = lock(&self.shared.fenced);
@@ -1100,9 +1326,21 @@ impl Writer {
                 }
                 Request::Remove(key, reply) => {
                     let result = journal.get(&key).and_then(|existing| match existing {
-                        Some(_) => journal
-                            .apply(&[JournalWrite::Remove { key }])
-                            .map(|()| true),
+                        Some(_) => {
+                            journal.apply(&[JournalWrite::Remove { key: key.clone() }])?;
+                            let refused = journal.take_fenced();
+                            if refused.contains(&key) {
+                                return Err(JournalError::new(
+                                    JournalErrorKind::Fenced,
+                                    &self.shared.location,
+                                    format!(
+                                        "call {key}: another live worker drives it; it is not \
+                                         discarded"
+                                    ),
+                                ));
+                            }
+                            Ok(true)
+                        }
                         None => Ok(false),
                     });
                     if let Ok(true) = result {
@@ -1118,17 +1356,35 @@ impl Writer {
 
     /// Renews this client's leases; fences the calls it lost.
     fn renew(&mut self) {
-        let Some(journal) = self.journal.as_deref() else {
-            return;
-        };
+        if let Some(journal) = self.journal.take() {
+            self.renew_on(journal.as_ref());
+            self.journal = Some(journal);
+        }
+    }
+
+    /// [`renew`](Self::renew) on `journal` (taken out of `self` while a
+    /// batch is processed).
+    fn renew_on(&self, journal: &dyn Journal) {
+        let started = Instant::now();
         match journal.renew() {
-            Ok(lost) => self.shared.fence(lost),
+            Ok(lost) => {
+                extend_lease(&self.shared, journal, started);
+                self.shared.fence(lost);
+            }
             Err(e) => warn!(
                 error = %e,
                 "journal lease renewal failed; retrying (the leases lapse if it keeps failing, \
                  and this worker's calls then go to another worker)"
             ),
         }
+    }
+
+    /// Whether this client's leases lapsed without a renewal.
+    fn lease_lapsed(&self) -> bool {
+        self.shared
+            .lease
+            .borrow()
+            .is_some_and(|at| Instant::now() >= at)
     }
 
     /// Applies the retention policy; logs what it deleted.
@@ -1160,13 +1416,25 @@ impl Writer {
     }
 }
 
-/// A prepare's reply, its decision, whether it wrote a record, its key.
-type Decided = (
-    PrepareReply,
-    Result<Prepared, JournalError>,
-    bool,
-    IdempotencyKey,
-);
+/// A renewal that began at `started` succeeded: the leases it renewed last
+/// until `started + lease_ttl` at the earliest (the database stamped them
+/// later, by its own clock, which runs at the rate this one does). Drivers
+/// stop a tenth of the lease before that, unless a later renewal succeeds.
+fn extend_lease(shared: &Shared, journal: &dyn Journal, started: Instant) {
+    if let Some(ttl) = journal.lease_ttl() {
+        shared.lease.send_replace(Some(started + ttl - ttl / 10));
+    }
+}
+
+/// A batch's commit: per prepare (in order) its decision and whether it
+/// wrote a record; the transaction's result and the transitions' (they may
+/// commit apart); the writes the store refused (fenced).
+struct Committed {
+    decisions: Vec<(Result<Prepared, JournalError>, bool)>,
+    result: Result<(), JournalError>,
+    transitions: Result<(), JournalError>,
+    refused: HashSet<IdempotencyKey>,
+}
 
 fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
     p.clone().writes(key)

@@ -259,3 +259,191 @@ impl Cluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A PostgreSQL server of one test alone, on a loopback TCP port, that the
+/// test may stop and start again (database faults): its own cluster in a
+/// temporary directory, removed when dropped. `None`: skip (no server
+/// binaries and `ARCP_TEST_POSTGRES_SKIP=1`); an existing server
+/// (`ARCP_TEST_POSTGRES_URL`) cannot be restarted, so these tests need the
+/// binaries.
+pub struct OwnServer {
+    root: PathBuf,
+    pg_ctl: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl OwnServer {
+    /// Creates and starts the server; `durable`: keep PostgreSQL's default
+    /// durability (`fsync`, `synchronous_commit`), for measurements.
+    pub fn start(durable: bool) -> Option<OwnServer> {
+        let Some(bin) = find_bin() else {
+            if skip_allowed() {
+                return None;
+            }
+            panic!(
+                "PostgreSQL server binaries are needed for the database-fault tests (Debian: \
+                 `apt-get install postgresql`, or set ARCP_TEST_PG_BIN); to skip them locally, \
+                 set ARCP_TEST_POSTGRES_SKIP=1"
+            );
+        };
+        let root = tempfile::Builder::new()
+            .prefix("arcp-pg-own-")
+            .tempdir()
+            .expect("a temporary directory for the cluster")
+            .keep();
+        // SAFETY: geteuid has no preconditions.
+        let as_postgres = unsafe { libc::geteuid() } == 0;
+        if as_postgres {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:"])
+                .arg(&root)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "chown {} to `postgres` failed", root.display());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let server = OwnServer {
+            root,
+            pg_ctl: bin.join("pg_ctl"),
+            port,
+            as_postgres,
+        };
+        let data = server.data();
+        server.run(
+            &bin.join("initdb"),
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        let durability = if durable {
+            ""
+        } else {
+            "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
+        };
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
+             max_connections = 100\n{durability}",
+            server.root.display(),
+        );
+        let conf_path = server.root.join("data").join("postgresql.auto.conf");
+        std::fs::write(&conf_path, conf).expect("write postgresql.auto.conf");
+        server.start_again();
+        Some(server)
+    }
+
+    fn data(&self) -> String {
+        self.root.join("data").to_string_lossy().into_owned()
+    }
+
+    fn run(&self, program: &Path, args: &[&str]) {
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        let out = cmd
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+        if !out.status.success() {
+            let log = std::fs::read_to_string(self.root.join("log")).unwrap_or_default();
+            panic!(
+                "{} {args:?} failed: {}\n{}\n{}\nserver log:\n{log}",
+                program.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// The server's loopback address.
+    pub fn address(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// A connection string for `db` on this server through `address`.
+    pub fn url_via(&self, address: std::net::SocketAddr, db: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={db}",
+            address.ip(),
+            address.port()
+        )
+    }
+
+    /// Creates database `db`; its connection string (direct).
+    pub async fn database(&self, db: &str) -> String {
+        let admin = self.url_via(self.address(), "postgres");
+        let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to the test server ({admin}): {e}"));
+        let task = tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {db}: {e}"));
+        drop(client);
+        let _ = task.await;
+        self.url_via(self.address(), db)
+    }
+
+    /// Stops the server at once (`-m immediate`: no checkpoint, as a crash).
+    pub fn stop_immediate(&self) {
+        let log = self.root.join("log").to_string_lossy().into_owned();
+        self.run(
+            &self.pg_ctl,
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+        );
+    }
+
+    /// Starts the (stopped) server again.
+    pub fn start_again(&self) {
+        let log = self.root.join("log").to_string_lossy().into_owned();
+        self.run(
+            &self.pg_ctl,
+            &["-D", &self.data(), "-l", &log, "-w", "-t", "60", "start"],
+        );
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&self.pg_ctl);
+            c
+        } else {
+            Command::new(&self.pg_ctl)
+        };
+        let _ = cmd
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
