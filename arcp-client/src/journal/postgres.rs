@@ -200,6 +200,104 @@ const RELEASE: &str = "UPDATE arcp_calls SET writer = $2, writer_generation = $3
 const REMOVE: &str = "DELETE FROM arcp_calls WHERE key = $1 AND (state = 'terminal' \
      OR (owner = $2 AND generation = $3) OR lease_until <= clock_timestamp())";
 
+/// The set-wise forms of `INSERT` and the transitions, over arrays (one
+/// element per write; `unnest` pairs them up), each returning the keys it
+/// changed; the same fencing as the one-row forms.
+const INSERT_MANY: &str = "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, \
+     state, attempts, job_id, outcome, created_ms, updated_ms, owner, generation, lease_until, \
+     writer, writer_generation) \
+     SELECT k, t, i, tr, d, s, a, j, o, c, u, $12, 1, \
+       CASE WHEN s = 'terminal' THEN NULL \
+            ELSE clock_timestamp() + $13::bigint * interval '1 millisecond' END, $12, 1 \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], \
+                 $7::bigint[], $8::text[], $9::text[], $10::bigint[], $11::bigint[]) \
+          AS x(k, t, i, tr, d, s, a, j, o, c, u) \
+     ON CONFLICT (key) DO NOTHING RETURNING key";
+const SENT_MANY: &str = "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
+     attempts = GREATEST(c.attempts, x.a), \
+     state = CASE c.state WHEN 'prepared' THEN 'sent' ELSE c.state END, updated_ms = x.u \
+     FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS x(k, g, a, u) \
+     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     RETURNING c.key";
+const ACCEPTED_MANY: &str = "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
+     state = 'accepted', job_id = x.j, updated_ms = x.u \
+     FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bigint[]) AS x(k, g, j, u) \
+     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     RETURNING c.key";
+const TERMINAL_MANY: &str = "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
+     state = 'terminal', outcome = x.o, job_id = coalesce(x.j, c.job_id), \
+     attempts = GREATEST(c.attempts, x.a), updated_ms = x.u, lease_until = NULL \
+     FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[]) \
+          AS x(k, g, o, j, a, u) \
+     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     RETURNING c.key";
+const RELEASE_MANY: &str = "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
+     lease_until = clock_timestamp() \
+     FROM unnest($2::text[], $3::bigint[]) AS x(k, g) \
+     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     RETURNING c.key";
+
+/// A segment of this many writes or more goes set-wise (fewer: one
+/// pipelined statement each, which costs no more).
+const SET_WISE_FROM: usize = 4;
+
+/// The columns of new records, for [`INSERT_MANY`].
+#[derive(Default)]
+struct NewRows {
+    keys: Vec<String>,
+    tools: Vec<String>,
+    intents: Vec<String>,
+    traces: Vec<String>,
+    deadlines: Vec<i64>,
+    states: Vec<&'static str>,
+    attempts: Vec<i64>,
+    jobs: Vec<Option<String>>,
+    outcomes: Vec<Option<String>>,
+    created: Vec<i64>,
+    updated: Vec<i64>,
+}
+
+impl NewRows {
+    fn push(&mut self, e: &JournalEntry) {
+        let (state, job_id, outcome) = state_columns(&e.state);
+        self.keys.push(e.key.as_str().to_owned());
+        self.tools.push(e.tool.clone());
+        self.intents.push(e.intent.clone());
+        self.traces.push(e.trace_id.clone());
+        self.deadlines.push(millis(e.deadline));
+        self.states.push(state);
+        self.attempts.push(i64::from(e.attempts));
+        self.jobs.push(job_id);
+        self.outcomes.push(outcome);
+        self.created.push(to_millis(e.created_at));
+        self.updated.push(to_millis(e.updated_at));
+    }
+}
+
+/// The columns of terminal writes, for [`TERMINAL_MANY`].
+#[derive(Default)]
+struct TerminalRows<'a> {
+    keys: Vec<&'a str>,
+    generations: Vec<i64>,
+    outcomes: Vec<String>,
+    jobs: Vec<Option<String>>,
+    attempts: Vec<i64>,
+    at: Vec<i64>,
+}
+
+impl<'a> TerminalRows<'a> {
+    fn push(&mut self, key: &'a str, generation: i64, outcome: &JournalOutcome, at: SystemTime) {
+        self.keys.push(key);
+        self.generations.push(generation);
+        // An outcome is plain data: it always serializes.
+        self.outcomes
+            .push(serde_json::to_string(outcome).unwrap_or_else(|_| "null".into()));
+        self.jobs.push(outcome.job_id().map(str::to_owned));
+        self.attempts.push(i64::from(outcome.attempts()));
+        self.at.push(to_millis(at));
+    }
+}
+
 const COLUMNS: &str = "key, tool, intent, trace_id, deadline_ms, state, attempts, job_id, \
                        outcome, created_ms, updated_ms";
 
@@ -782,7 +880,9 @@ impl PostgresJournal {
                 end += 1;
             }
             let segment = &writes[start..end];
-            let tried = {
+            let tried = if segment.len() >= SET_WISE_FROM {
+                self.set_wise(tx, segment, held).await?
+            } else {
                 let held = &*held;
                 futures_util::future::join_all(segment.iter().map(|w| self.fast_path(tx, w, held)))
                     .await
@@ -810,6 +910,131 @@ impl PostgresJournal {
             start = end;
         }
         Ok(())
+    }
+
+    /// The fast forms of a segment's writes (distinct keys), set-wise: one
+    /// statement per kind of write for the whole segment (new records,
+    /// sent, accepted, terminal, release), each fenced as its one-row form
+    /// is, returning the keys it changed. Per write, as
+    /// [`fast_path`](Self::fast_path) answers: rows changed, or `None` for
+    /// a write with no fast form (a call not held).
+    async fn set_wise(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        segment: &[JournalWrite],
+        held: &HashMap<String, i64>,
+    ) -> Result<Vec<Result<Option<u64>, tokio_postgres::Error>>, tokio_postgres::Error> {
+        let me = self.worker.as_str();
+        let mut out: Vec<Option<u64>> = vec![Some(0); segment.len()];
+        // Columns of each kind, and where each row came from.
+        let mut new = NewRows::default();
+        let mut sent: (Vec<&str>, Vec<i64>, Vec<i64>, Vec<i64>) = Default::default();
+        let mut accepted: (Vec<&str>, Vec<i64>, Vec<&str>, Vec<i64>) = Default::default();
+        let mut terminal: TerminalRows = Default::default();
+        let mut release: (Vec<&str>, Vec<i64>) = Default::default();
+        let mut one_by_one = Vec::new();
+        for (i, write) in segment.iter().enumerate() {
+            let generation = held.get(write_key(write)).copied();
+            match (write, generation) {
+                (JournalWrite::Prepare(e), _) => new.push(e),
+                (JournalWrite::Sent { key, attempts, at }, Some(g)) => {
+                    sent.0.push(key.as_str());
+                    sent.1.push(g);
+                    sent.2.push(i64::from(*attempts));
+                    sent.3.push(to_millis(*at));
+                }
+                (JournalWrite::Accepted { key, job_id, at }, Some(g)) => {
+                    accepted.0.push(key.as_str());
+                    accepted.1.push(g);
+                    accepted.2.push(job_id.as_str());
+                    accepted.3.push(to_millis(*at));
+                }
+                (JournalWrite::Terminal { key, outcome, at }, Some(g)) => {
+                    terminal.push(key.as_str(), g, outcome, *at);
+                }
+                (JournalWrite::Release { key }, Some(g)) => {
+                    release.0.push(key.as_str());
+                    release.1.push(g);
+                }
+                // Not held: no fast form (the release of a fenced call is
+                // nothing to do).
+                (JournalWrite::Release { .. }, None) => {}
+                (JournalWrite::Remove { .. }, _) => one_by_one.push(i),
+                (_, None) => out[i] = None,
+            }
+        }
+        let mut changed: HashSet<String> = HashSet::new();
+        let mut run = |rows: Vec<tokio_postgres::Row>| {
+            changed.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+        };
+        if !new.keys.is_empty() {
+            let stmt = tx.prepare_cached(INSERT_MANY).await?;
+            run(tx
+                .query(
+                    &stmt,
+                    &[
+                        &new.keys,
+                        &new.tools,
+                        &new.intents,
+                        &new.traces,
+                        &new.deadlines,
+                        &new.states,
+                        &new.attempts,
+                        &new.jobs,
+                        &new.outcomes,
+                        &new.created,
+                        &new.updated,
+                        &me,
+                        &self.lease_ms,
+                    ],
+                )
+                .await?);
+        }
+        if !sent.0.is_empty() {
+            let stmt = tx.prepare_cached(SENT_MANY).await?;
+            run(tx
+                .query(&stmt, &[&me, &sent.0, &sent.1, &sent.2, &sent.3])
+                .await?);
+        }
+        if !accepted.0.is_empty() {
+            let stmt = tx.prepare_cached(ACCEPTED_MANY).await?;
+            run(tx
+                .query(
+                    &stmt,
+                    &[&me, &accepted.0, &accepted.1, &accepted.2, &accepted.3],
+                )
+                .await?);
+        }
+        if !terminal.keys.is_empty() {
+            let stmt = tx.prepare_cached(TERMINAL_MANY).await?;
+            run(tx
+                .query(
+                    &stmt,
+                    &[
+                        &me,
+                        &terminal.keys,
+                        &terminal.generations,
+                        &terminal.outcomes,
+                        &terminal.jobs,
+                        &terminal.attempts,
+                        &terminal.at,
+                    ],
+                )
+                .await?);
+        }
+        if !release.0.is_empty() {
+            let stmt = tx.prepare_cached(RELEASE_MANY).await?;
+            run(tx.query(&stmt, &[&me, &release.0, &release.1]).await?);
+        }
+        let mut answers = Vec::with_capacity(segment.len());
+        for (i, write) in segment.iter().enumerate() {
+            answers.push(if one_by_one.contains(&i) {
+                self.fast_path(tx, write, held).await
+            } else {
+                Ok(out[i].map(|_| u64::from(changed.contains(write_key(write)))))
+            });
+        }
+        Ok(answers)
     }
 
     /// The one-statement form of a write, when it has one: a new record

@@ -175,7 +175,19 @@ impl Pending {
         }
     }
 
+    /// The writes these transitions make. A terminal write carries the
+    /// attempts and the job (every store takes the higher count and keeps
+    /// a known job), so the sent and accepted marks of a call that ended
+    /// since the last commit ride in it: one statement per call instead of
+    /// three.
     fn writes(self, key: &IdempotencyKey) -> Vec<JournalWrite> {
+        if let Some((outcome, at)) = self.terminal {
+            return vec![JournalWrite::Terminal {
+                key: key.clone(),
+                outcome,
+                at,
+            }];
+        }
         let mut out = Vec::with_capacity(3);
         if let Some((attempts, at)) = self.sent {
             out.push(JournalWrite::Sent {
@@ -191,13 +203,7 @@ impl Pending {
                 at,
             });
         }
-        if let Some((outcome, at)) = self.terminal {
-            out.push(JournalWrite::Terminal {
-                key: key.clone(),
-                outcome,
-                at,
-            });
-        } else if self.released {
+        if self.released {
             out.push(JournalWrite::Release { key: key.clone() });
         }
         out
