@@ -56,6 +56,8 @@
 //!   a deadpool pool).
 
 #![forbid(unsafe_code)]
+// On docs.rs (every feature on), each item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 // Leaves: import no other module of the crate.
