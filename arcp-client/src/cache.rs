@@ -235,6 +235,16 @@ impl OutcomeCache {
             return;
         }
         self.expire(now);
+        // The key's own outcome says which intent it is bound to: a call of
+        // another intent that may have run did not bind it (the runtime
+        // refused it, or will), so it does not replace that outcome.
+        let settled_elsewhere = self
+            .entries
+            .get(&key)
+            .is_some_and(|e| e.outcome.is_some() && e.fingerprint != fingerprint);
+        if outcome.is_none() && settled_elsewhere {
+            return;
+        }
         while self.entries.len() >= self.capacity {
             match self.order.pop_front() {
                 Some((old, stored)) => self.remove_if_stored(old, stored),
@@ -377,5 +387,26 @@ mod tests {
         });
         cache.insert(other.clone(), 1, &refused.into(), t0);
         assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
+    }
+
+    #[test]
+    fn a_maybe_bound_intent_does_not_replace_the_keys_own_outcome() {
+        let mut cache = OutcomeCache::new(8, Duration::from_secs(60));
+        let key = IdempotencyKey::new();
+        let now = Instant::now();
+        let ok: Outcome = Ok(ToolOutput {
+            value: serde_json::json!(1),
+            job_id: Some("j".into()),
+            key: key.clone(),
+            replayed: false,
+            attempts: 1,
+            trace_id: String::new(),
+        });
+        cache.insert(key.clone(), 1, &Settled::from(ok), now);
+        // Another intent under the key ended "may have run".
+        cache.remember_binding(key.clone(), 2, now);
+        // The first intent is still answered from its outcome, not refused.
+        assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
+        assert!(matches!(cache.get(&key, 2, now), Cached::Conflict));
     }
 }

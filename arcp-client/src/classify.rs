@@ -121,6 +121,8 @@ impl Exposure {
 
 /// What stopped a call that ends without the runtime's terminal for it.
 #[derive(Debug, Clone)]
+// Refused credentials and HTTP statuses end calls of the HTTP binding only.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
 pub(crate) enum Ending {
     /// The caller's deadline passed.
     Deadline(Duration),
@@ -252,6 +254,52 @@ pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
             key,
             message,
             attempts,
+        },
+    }
+}
+
+/// The error of a call that did not run, when another caller of its key was
+/// in flight at the same time in this client ([`crate::fate`]): that one
+/// may have run the tool, so this one cannot say "did not run" either. A
+/// key conflict and an invalid call stay as they are (they prove nothing
+/// ran under this intent, or concern this call's own request).
+pub(crate) fn shared_fate(e: Error, key: &IdempotencyKey, job_id: Option<String>) -> Error {
+    if e.execution() != Execution::NotRun {
+        return e;
+    }
+    match e {
+        e @ (Error::DuplicateKey { .. } | Error::InvalidCall(_)) => e,
+        Error::DeadlineExceeded {
+            key,
+            job_id,
+            deadline,
+            attempts,
+            ..
+        } => Error::DeadlineExceeded {
+            key,
+            job_id,
+            deadline,
+            attempts,
+            execution: Execution::MayHaveRun,
+        },
+        Error::Closed => Error::Interrupted {
+            key: key.clone(),
+            job_id,
+            attempts: 0,
+        },
+        Error::Tool(mut tool) => {
+            tool.execution = Execution::MayHaveRun;
+            Error::Tool(tool)
+        }
+        e => Error::OutcomeUnavailable {
+            key: key.clone(),
+            job_id,
+            reason: format!(
+                "{e}; another call with this key was in flight in this client meanwhile, and may \
+                 have run it"
+            ),
+            attempts: e.attempts().unwrap_or(0),
+            permanent: false,
         },
     }
 }

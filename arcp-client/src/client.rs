@@ -16,9 +16,10 @@ use tracing::{info, warn};
 
 use crate::backend::Backend;
 use crate::cache::Outcome;
-use crate::classify::{give_up, not_recorded, Ended, Ending, Exposure};
+use crate::classify::{give_up, not_recorded, shared_fate, Ended, Ending, Exposure};
 use crate::config::{is_http_url, Config, DialectChoice, RetryPolicy, Secret};
 use crate::error::{Error, Execution, JournalErrorKind};
+use crate::fate::{KeyFate, LiveKeys};
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::invocation::{Invocation, InvokeBuilder};
@@ -360,6 +361,7 @@ impl ClientBuilder {
                 #[cfg(feature = "http")]
                 artifacts: OnceLock::new(),
                 journal,
+                live_keys: LiveKeys::default(),
                 events,
             }),
         })
@@ -429,6 +431,8 @@ struct Inner {
     artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
     /// The invocation journal, when configured.
     journal: Option<JournalHandle>,
+    /// The keys with calls in flight, for callers that share a key.
+    live_keys: LiveKeys,
     /// Where the connection task announces connection events.
     events: tokio::sync::broadcast::Sender<ConnectionEvent>,
 }
@@ -671,13 +675,16 @@ impl Client {
         // The connection task holds every caller to its own deadline; a
         // call that needs no other wait (no journal, a free in-flight slot)
         // runs no timer here. Anything else is bounded here.
-        let untimed = match &self.inner.journal {
-            None if self.inner.backend.keeps_deadlines() => {
-                // Borrowed, not owned: no shared reference count to bump.
-                self.inner.in_flight.try_acquire().ok()
-            }
-            _ => None,
+        let direct = self.inner.journal.is_none() && self.inner.backend.keeps_deadlines();
+        let untimed = match direct {
+            // Borrowed, not owned: no shared reference count to bump.
+            true => self.inner.in_flight.try_acquire().ok(),
+            false => None,
         };
+        // Callers of one key share their fate from here: the transport
+        // joins them only later (after the journal's record), or never
+        // (HTTP). The WebSocket transport alone joins them at once.
+        let fate = (!direct).then(|| KeyFateGuard::join(&self.inner.live_keys, &key));
         let timed = match untimed {
             Some(_permit) => Ok(self.inner.backend.invoke(request).await),
             None => tokio::time::timeout_at(deadline_at, self.run_call(request)).await,
@@ -727,6 +734,7 @@ impl Client {
             shared.attempts(),
             shared.answered(),
         );
+        let mut outcome = outcome;
         if let Some(journal) = &self.inner.journal {
             // "Did not run" is said only once the journal records it
             // durably; a call ending at its deadline gets a short grace.
@@ -735,11 +743,18 @@ impl Client {
             let recorded = Box::pin(journal.finish_call(&key, &outcome, durable_by)).await;
             if let (Err(why), Err(e)) = (recorded, &outcome) {
                 if e.execution() == Execution::NotRun {
-                    return Err(not_recorded(&key, e, &why, shared.job_id()));
+                    outcome = Err(not_recorded(&key, e, &why, shared.job_id()));
                 }
             }
         }
-        outcome
+        // Another caller of this key ran alongside, up to the moment this
+        // one is answered: it may have run the tool.
+        match (outcome, fate) {
+            (Err(e), Some(fate)) if fate.0.is_shared() => {
+                Err(shared_fate(e, &key, shared.job_id()))
+            }
+            (outcome, _) => outcome,
+        }
     }
 
     async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
@@ -791,6 +806,22 @@ impl Client {
 /// How long past its deadline a call that did not run waits for the journal
 /// to record that durably (else it says it may have run).
 const DURABLE_GRACE: Duration = Duration::from_millis(50);
+
+/// A caller's place among the callers of its key in flight; leaves when
+/// dropped (however the call ends, or if its future is dropped).
+struct KeyFateGuard<'a>(Arc<KeyFate>, &'a LiveKeys, IdempotencyKey);
+
+impl<'a> KeyFateGuard<'a> {
+    fn join(live: &'a LiveKeys, key: &IdempotencyKey) -> Self {
+        KeyFateGuard(live.join(key), live, key.clone())
+    }
+}
+
+impl Drop for KeyFateGuard<'_> {
+    fn drop(&mut self) {
+        self.1.leave(&self.2, &self.0);
+    }
+}
 
 /// Tells the backend a caller gave up (deadline, or a dropped future), so
 /// it forgets the call once nobody waits on it.

@@ -63,6 +63,7 @@
 // Leaves: import no other module of the crate.
 mod config;
 mod error;
+mod fate;
 mod outcome;
 // Metrics (empty without the `metrics` feature).
 mod telemetry;

@@ -13,14 +13,10 @@
 //!           OutcomeUnavailable (when the job may exist); the deadline bounds it all
 //! ```
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp_types::{
-    Dialect, Envelope, ErrorCode, ErrorReply, Frame, IdempotencyKey, JobEvent, JobResult, Message,
-};
+use arcp_types::{Dialect, Envelope, ErrorCode, ErrorReply, Frame, JobEvent, JobResult, Message};
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 
@@ -58,20 +54,7 @@ pub(crate) struct HttpBackend {
     config: Arc<Config>,
     auth: Option<HeaderValue>,
     cache: Mutex<OutcomeCache>,
-    /// Keys with calls in flight here, and how they share their fate.
-    live_keys: Mutex<HashMap<IdempotencyKey, Arc<KeyFate>>>,
     closed: watch::Sender<bool>,
-}
-
-/// The callers of one key in flight at once. Each sends on its own (the
-/// binding has no stream to share), so from the moment two overlap, neither
-/// can prove the other's request did not run the tool: as the WebSocket
-/// transport's joined callers, none of them may claim "did not run".
-#[derive(Debug, Default)]
-struct KeyFate {
-    callers: AtomicUsize,
-    /// Two callers overlapped.
-    shared: AtomicBool,
 }
 
 impl std::fmt::Debug for HttpBackend {
@@ -99,7 +82,6 @@ impl HttpBackend {
                 config.outcome_cache_ttl,
             )),
             config,
-            live_keys: Mutex::new(HashMap::new()),
             closed: watch::Sender::new(false),
         })
     }
@@ -164,8 +146,7 @@ impl HttpBackend {
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
-        let fate = self.join(&req.key);
-        let mut call = Call::new(self, req, key_header, fate.clone());
+        let mut call = Call::new(self, req, key_header);
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
         if let Some(job) = prior_job {
@@ -194,7 +175,6 @@ impl HttpBackend {
             End::Deadline => Err(call.end(Ending::Deadline(deadline))),
             End::Closed => Err(call.end(Ending::Closed)),
         };
-        self.leave(&call.req.key, &fate);
         let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
         match &outcome {
             Ok(out) => {
@@ -210,26 +190,6 @@ impl HttpBackend {
         self.cache()
             .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
         settled.outcome
-    }
-
-    /// Counts a caller of `key` in: the fate it shares with the callers of
-    /// the key in flight.
-    fn join(&self, key: &IdempotencyKey) -> Arc<KeyFate> {
-        let mut live = self.live_keys.lock().unwrap_or_else(|e| e.into_inner());
-        let fate = live.entry(key.clone()).or_default().clone();
-        if fate.callers.fetch_add(1, Ordering::Relaxed) > 0 {
-            fate.shared.store(true, Ordering::Relaxed);
-        }
-        fate
-    }
-
-    /// Counts a caller of `key` out.
-    fn leave(&self, key: &IdempotencyKey, fate: &Arc<KeyFate>) {
-        let mut live = self.live_keys.lock().unwrap_or_else(|e| e.into_inner());
-        let last = fate.callers.fetch_sub(1, Ordering::Relaxed) == 1;
-        if last && live.get(key).is_some_and(|f| Arc::ptr_eq(f, fate)) {
-            live.remove(key);
-        }
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, OutcomeCache> {
@@ -272,8 +232,6 @@ struct Call<'a> {
     bound: bool,
     /// An attempt may have started the job and its answer was lost.
     uncertain: bool,
-    /// The callers of this key in flight at once with this one.
-    fate: Arc<KeyFate>,
     /// A request is on its way: handed to the HTTP client and not yet
     /// answered (a deadline or a close that cuts it short leaves it in doubt).
     in_flight: bool,
@@ -289,17 +247,11 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(
-        backend: &'a HttpBackend,
-        req: CallRequest,
-        key_header: HeaderValue,
-        fate: Arc<KeyFate>,
-    ) -> Self {
+    fn new(backend: &'a HttpBackend, req: CallRequest, key_header: HeaderValue) -> Self {
         Call {
             backend,
             req,
             key_header,
-            fate,
             attempts: 0,
             job_id: None,
             bound: false,
@@ -382,11 +334,11 @@ impl<'a> Call<'a> {
     }
 
     /// What the attempts so far exposed to the runtime, the one in flight
-    /// included, and another caller's of the same key.
+    /// included.
     fn exposure(&self) -> Exposure {
         Exposure {
             bound: self.bound,
-            in_doubt: self.uncertain || self.in_flight || self.fate.shared.load(Ordering::Relaxed),
+            in_doubt: self.uncertain || self.in_flight,
         }
     }
 
