@@ -289,3 +289,48 @@ fn a_deadline_with_a_request_on_the_wire_says_it_may_have_run() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A cancel races its job's end: the job's terminal arrives first (the call
+/// ends), then the runtime's refusal of the cancel, a `session.error` that
+/// names no request. Another call is awaiting acceptance: the refusal is
+/// not its answer (it would end as "did not run" while its request may run).
+#[test]
+fn an_idless_refusal_after_a_raced_cancel_is_not_a_waiting_submits() {
+    let mut h = Harness::new();
+    let mut first = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let id = submits(&h.transmit(2))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    h.feed(captured("job.accepted", 0), Some(&id), "job_1", 3);
+    let (cancel_tx, _cancel_rx) = oneshot::channel();
+    let key = h.core_key_of("job_1");
+    let shared = h.core_shared_of("job_1");
+    h.core.command(
+        Command::Cancel {
+            key,
+            shared,
+            reply: cancel_tx,
+        },
+        h.at(4),
+    );
+    assert!(h.transmit(5).iter().any(|f| f["type"] == "job.cancel"));
+    // The job ended before the runtime read the cancel.
+    h.feed(captured("job.result", 0), None, "job_1", 6);
+    h.core.hand_out_replies();
+    assert!(first.try_recv().is_ok(), "the first call ended");
+    let mut second = h.invoke(json!({"n": 2}), Duration::from_secs(30), 7);
+    assert_eq!(submits(&h.transmit(8)).len(), 1);
+    // The cancel's refusal, naming nothing (as Python 1.1.3 sends errors).
+    let mut refusal = captured("session.error", 1);
+    refusal["payload"]["code"] = json!("JOB_NOT_FOUND");
+    refusal["payload"]["message"] = json!("no such job");
+    h.core.on_text(&refusal.to_string(), h.at(9));
+    h.core.hand_out_replies();
+    assert!(
+        matches!(second.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+        "the waiting call is not ended by the cancel's refusal"
+    );
+    assert_eq!(h.core.stats().calls, 1);
+}
