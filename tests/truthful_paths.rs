@@ -296,3 +296,97 @@ async fn not_run_is_said_only_once_the_journal_records_it() {
     assert_eq!(mock.executions("refund"), 1);
     client.close().await;
 }
+
+/// Two callers of one key through a journal: the first gives up (its
+/// deadline) while the runtime is unreachable, the second, more patient,
+/// runs the tool once the runtime is back. The record ends with the tool's
+/// result, not the first caller's "did not run", and the first caller does
+/// not claim "did not run".
+#[tokio::test]
+async fn one_callers_give_up_does_not_end_the_record_another_drives() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    mock.inject_always(Fault::RefuseUpgrade {
+        status: 503,
+        retry_after: None,
+    });
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .journal(MemoryJournal::new())
+        .connect_lazy()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let args = json!({"order": 6});
+    let patient = tokio::spawn({
+        let (client, key, args) = (client.clone(), key.clone(), args.clone());
+        async move {
+            client
+                .invoke("refund", args)
+                .idempotency_key(key)
+                .deadline(Duration::from_secs(10))
+                .send()
+                .await
+        }
+    });
+    let hasty = client
+        .invoke("refund", args.clone())
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(200))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(hasty.execution(), Execution::MayHaveRun, "{hasty}");
+    mock.clear_faults();
+    let out = patient.await.unwrap().expect("the patient caller's result");
+    assert_eq!(out.value, json!({"refunded": 6}));
+    assert_eq!(mock.executions("refund"), 1);
+    let entry = client.lookup(&key).await.unwrap().expect("a record");
+    assert!(
+        matches!(entry.outcome(), Some(Ok(_))),
+        "the record holds the result: {:?}",
+        entry.state
+    );
+}
+
+/// A call the journal refuses itself (its key is recorded for another
+/// intent still running) does not write its refusal over that record.
+#[tokio::test]
+async fn a_conflict_the_journal_answers_is_not_written_over_the_running_call() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let running = tokio::spawn({
+        let (client, key) = (client.clone(), key.clone());
+        async move {
+            client
+                .invoke("refund", json!({"order": 7, "ms": 300}))
+                .idempotency_key(key)
+                .send()
+                .await
+        }
+    });
+    while mock.total_executions() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let conflict = client
+        .invoke("refund", json!({"order": 8}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(conflict, Error::DuplicateKey { .. }),
+        "{conflict:?}"
+    );
+    assert_eq!(conflict.execution(), Execution::NotRun);
+    running.await.unwrap().expect("the first intent's result");
+    let entry = client.lookup(&key).await.unwrap().expect("a record");
+    assert!(
+        matches!(entry.outcome(), Some(Ok(_))),
+        "the record holds the first intent's result: {:?}",
+        entry.state
+    );
+}

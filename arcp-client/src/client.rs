@@ -735,7 +735,14 @@ impl Client {
             shared.answered(),
         );
         let mut outcome = outcome;
-        if let Some(journal) = &self.inner.journal {
+        // An outcome the journal itself answered (the key's stored
+        // outcome, or a conflict with its record) is not written back.
+        let journal = self
+            .inner
+            .journal
+            .as_ref()
+            .filter(|_| shared.answered() != Answered::Journal);
+        if let Some(journal) = journal {
             // "Did not run" is said only once the journal records it
             // durably; a call ending at its deadline gets a short grace.
             let durable_by = deadline_at.max(tokio::time::Instant::now() + DURABLE_GRACE);

@@ -311,8 +311,17 @@ impl Error {
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
             }
-            // Another worker drives the call: it may run (once) there.
-            Error::Journal(e) if e.kind == JournalErrorKind::Fenced => Execution::MayHaveRun,
+            // Another worker drives the call: it may run (once) there. An
+            // unavailable store may have committed the call's record though
+            // its answer was lost: a recovery may send it.
+            Error::Journal(e)
+                if matches!(
+                    e.kind,
+                    JournalErrorKind::Fenced | JournalErrorKind::Unavailable
+                ) =>
+            {
+                Execution::MayHaveRun
+            }
             Error::Cancelled { .. }
             | Error::ArtifactMismatch { .. }
             | Error::ArtifactTooLarge { .. }

@@ -255,9 +255,9 @@ fn httpdate_in(d: Duration) -> String {
 }
 
 #[tokio::test]
-async fn unavailable_503_every_time_is_retries_exhausted() {
+async fn unavailable_503_with_retry_after_every_time_is_retries_exhausted() {
     let server = MockServer::start().await;
-    answer(&server, status(503), 3).await;
+    answer(&server, status(503).insert_header("Retry-After", "0"), 3).await;
     let client = client(&server.uri())
         .retry(fast_retry().max_attempts(3))
         .connect()
@@ -589,4 +589,20 @@ async fn cloudflare_style_52x_statuses_are_exposures_and_retried() {
         let out = client.invoke_tool("refund", json!({})).await.unwrap();
         assert_eq!(out.attempts, 2, "{code}");
     }
+}
+
+/// A bare 503 (no `Retry-After`) is what a proxy answers when its upstream
+/// reset after it forwarded the request: retried, and the call may have run.
+#[tokio::test]
+async fn a_bare_503_is_retried_as_an_exposure() {
+    let server = MockServer::start().await;
+    answer(&server, status(503), 3).await;
+    let client = client(&server.uri())
+        .retry(fast_retry().max_attempts(3))
+        .connect()
+        .await
+        .unwrap();
+    let err = client.invoke_tool("refund", json!({})).await.unwrap_err();
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err}");
+    assert_eq!(posts(&server).await.len(), 3);
 }

@@ -428,14 +428,13 @@ impl<'a> Call<'a> {
                     message: format!("HTTP 422: {detail}"),
                 })))
             }
-            408 | 429 | 503 => {
-                let detail = self.error_detail(&mut response).await;
-                Next::Transient {
-                    floor,
-                    reason: format!("HTTP {status}: {detail}"),
-                }
-            }
-            500 | 502 | 504 | 520..=524 => {
+            // The binding's "not processed, retry later": 429, and 503 with
+            // `Retry-After`. A bare 503 is also what proxies (Envoy, Istio)
+            // answer when the upstream reset after they forwarded the
+            // request: the request may have reached the runtime.
+            408 | 429 => self.transient(&mut response, status, floor).await,
+            503 if floor.is_some() => self.transient(&mut response, status, floor).await,
+            500 | 502 | 503 | 504 | 520..=524 => {
                 // The request may have reached the runtime (a gateway's
                 // 502/504/52x: it may have forwarded it).
                 self.uncertain = true;
@@ -468,6 +467,20 @@ impl<'a> Call<'a> {
                     message: self.redact(body_detail(&body)),
                 })))
             }
+        }
+    }
+
+    /// A refusal before processing: this request ran nothing; retried.
+    async fn transient(
+        &self,
+        response: &mut reqwest::Response,
+        status: u16,
+        floor: Option<Duration>,
+    ) -> Next {
+        let detail = self.error_detail(response).await;
+        Next::Transient {
+            floor,
+            reason: format!("HTTP {status}: {detail}"),
         }
     }
 

@@ -713,7 +713,7 @@ impl PostgresJournal {
         read: fn(&str, &tokio_postgres::Row) -> Result<T, JournalError>,
     ) -> Result<Vec<T>, JournalError> {
         let (pool, location, sql) = (self.pool.clone(), self.location.clone(), sql.to_owned());
-        let bound = self.round_trip + self.connect_timeout;
+        let bound = self.round_trip.saturating_add(self.connect_timeout);
         let task = self.rt().spawn(async move {
             let query = async {
                 let client = pool.get().await.map_err(|e| {
@@ -779,11 +779,11 @@ impl PostgresJournal {
         // timeouts in a row the bound doubles (up to four times): a link
         // that is slow, not dead, then still gets its batches through.
         let slow = self.timeouts_in_a_row.load(Ordering::Relaxed).min(2);
-        let base = self.round_trip * (1 << slow);
+        let base = self.round_trip.saturating_mul(1 << slow);
         let bound = if self.pool.status().available > 0 {
             base
         } else {
-            base + self.connect_timeout
+            base.saturating_add(self.connect_timeout)
         };
         self.run_blocking(async {
             let outcome = tokio::time::timeout(bound, f).await;

@@ -33,7 +33,7 @@ use super::memory::transition;
 #[cfg(feature = "sqlite")]
 use super::SqliteJournal;
 use super::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    to_millis, Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, PurgeReport, RecoveryMode, Retention,
 };
 use crate::cache::Outcome;
@@ -224,8 +224,9 @@ impl Prior {
     /// run, unless it is this very call's own record, still only prepared
     /// (its prepare committed, though the store's answer was lost).
     fn of(existing: &JournalEntry, entry: &JournalEntry) -> Prior {
+        // Stores keep times in milliseconds.
         let own = existing.trace_id == entry.trace_id
-            && existing.created_at == entry.created_at
+            && to_millis(existing.created_at) == to_millis(entry.created_at)
             && existing.state == JournalState::Prepared;
         Prior {
             in_doubt: !own,
@@ -312,21 +313,26 @@ impl Shared {
     /// driver here drives are kept: the set holds nothing once they stop
     /// ([`Driving`]'s drop prunes it).
     fn fence(&self, keys: Vec<IdempotencyKey>) {
-        let keys: Vec<IdempotencyKey> = {
+        let fenced = {
+            // In the order `Driving::drop` takes them: a driver that stops
+            // meanwhile prunes what this adds.
             let driving = lock(&self.driving);
-            keys.into_iter()
+            let keys: Vec<IdempotencyKey> = keys
+                .into_iter()
                 .filter(|k| driving.contains_key(k))
-                .collect()
+                .collect();
+            let n = keys.len();
+            lock(&self.fenced).extend(keys);
+            n
         };
-        if keys.is_empty() {
+        if fenced == 0 {
             return;
         }
         warn!(
             journal = %self.location,
-            calls = keys.len(),
+            calls = fenced,
             "another worker owns these calls now (this worker lost its lease); they stop here"
         );
-        lock(&self.fenced).extend(keys);
         self.fence.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -419,6 +425,8 @@ impl JournalHandle {
             retention,
             records: 0,
             retry_delay: None,
+            unavailable_since: None,
+            unsure: HashSet::new(),
         };
         std::thread::Builder::new()
             .name("arcp-journal".into())
@@ -773,6 +781,13 @@ struct Writer {
     /// Set while the store is unavailable: how long to wait before the
     /// next try.
     retry_delay: Option<Duration>,
+    /// Since when the store has been unavailable.
+    unavailable_since: Option<Instant>,
+    /// Keys whose prepare was in a commit whose fate is unknown (the store
+    /// did not answer): their record may land late, so a "did not run"
+    /// terminal for them is never taken as durable. Pruned when the key's
+    /// prepare commits, or its call ends (terminal or release).
+    unsure: HashSet<IdempotencyKey>,
 }
 
 impl Drop for Writer {
@@ -893,12 +908,13 @@ impl Writer {
         }
     }
 
-    /// Waits `delay` before retrying a batch the store could not take,
-    /// unless the client closes meanwhile.
+    /// Waits `delay` before retrying a batch the store could not take
+    /// (closing too: a store that refuses connections at once would make
+    /// the drain a busy loop).
     fn back_off(&self, delay: Duration) {
         let until = Instant::now() + delay;
         let mut q = lock(&self.shared.queue);
-        while !q.closing {
+        while !q.stopped {
             let now = Instant::now();
             if now >= until {
                 break;
@@ -976,6 +992,7 @@ impl Writer {
         match self.commit(journal, &prepares, &transitions) {
             Ok(committed) => {
                 self.retry_delay = None;
+                self.unavailable_since = None;
                 // The store answers again after this client's leases lapsed
                 // (its drivers stopped): renew now, so the calls prepared
                 // here are driven instead of stopping at once.
@@ -1005,10 +1022,40 @@ impl Writer {
         // queued release (from an earlier attempt) must not give it away.
         let preparing: HashSet<&IdempotencyKey> = prepares.iter().map(|(e, _)| &e.key).collect();
         let mut transition_writes: Vec<JournalWrite> = Vec::new();
-        for (key, p) in transitions {
-            transition_writes.extend(pending_writes(key, p).into_iter().filter(|w| {
-                !(matches!(w, JournalWrite::Release { .. }) && preparing.contains(key))
-            }));
+        // Terminals whose "did not run" cannot be taken as durable.
+        let mut doubtful: HashSet<IdempotencyKey> = HashSet::new();
+        {
+            // A key another caller here still drives keeps its record: one
+            // caller's "did not run" or release must not end or give away
+            // the call the other drives.
+            let driving = lock(&self.shared.driving);
+            for (key, p) in transitions {
+                let driven = driving.contains_key(key);
+                for w in pending_writes(key, p) {
+                    match &w {
+                        JournalWrite::Release { .. } => {
+                            self.unsure.remove(key);
+                            if preparing.contains(key) || driven {
+                                continue;
+                            }
+                        }
+                        JournalWrite::Terminal { outcome, .. } => {
+                            let unsure = self.unsure.remove(key);
+                            if !outcome.answers_repeat() {
+                                if driven {
+                                    doubtful.insert(key.clone());
+                                    continue;
+                                }
+                                if unsure {
+                                    doubtful.insert(key.clone());
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    transition_writes.push(w);
+                }
+            }
         }
         // The stored records of every key prepared in this batch, in one read.
         let fetched: HashMap<IdempotencyKey, JournalEntry> = {
@@ -1031,6 +1078,7 @@ impl Writer {
                             transitions: result.clone(),
                             result,
                             refused: journal.take_fenced().into_iter().collect(),
+                            doubtful,
                         });
                     }
                 }
@@ -1127,12 +1175,23 @@ impl Writer {
                  re-drives them under their keys)"
             ),
         }
+        // A prepare whose commit failed may still land (its answer may be
+        // what was lost); one that committed is certain.
+        for ((entry, _), (decision, wrote)) in prepares.iter().zip(&decisions) {
+            if *wrote || matches!(decision, Ok(Prepared::Proceed(_))) {
+                match &result {
+                    Ok(()) => self.unsure.remove(&entry.key),
+                    Err(_) => self.unsure.insert(entry.key.clone()),
+                };
+            }
+        }
         Ok(Committed {
             decisions,
             transitions: transitions_apart.unwrap_or_else(|| result.clone()),
             result,
             // Writes the store refused: the calls belong to another worker.
             refused: journal.take_fenced().into_iter().collect(),
+            doubtful,
         })
     }
 
@@ -1202,10 +1261,19 @@ impl Writer {
             result,
             transitions,
             refused,
+            doubtful,
         } = committed;
         for (key, reply) in durable {
             let answer = match &transitions {
                 Err(e) => Err(e.clone()),
+                Ok(()) if doubtful.contains(&key) => Err(JournalError::new(
+                    JournalErrorKind::Io,
+                    &self.shared.location,
+                    format!(
+                        "call {key}: its record is another caller's to finish, or may still \
+                         be landing from a commit whose answer was lost"
+                    ),
+                )),
                 Ok(()) if refused.contains(&key) => Err(JournalError::new(
                     JournalErrorKind::Fenced,
                     &self.shared.location,
@@ -1263,7 +1331,16 @@ impl Writer {
         transitions: HashMap<IdempotencyKey, Pending>,
         durable: Vec<(IdempotencyKey, DurableReply)>,
     ) {
+        // These prepares' commit may still land.
+        for (entry, _) in &prepares {
+            self.unsure.insert(entry.key.clone());
+        }
+        let since = *self.unavailable_since.get_or_insert_with(Instant::now);
         let mut q = lock(&self.shared.queue);
+        // Every handle is gone and the store stays away: stop waiting for it.
+        if q.closing && since.elapsed() >= CLOSE_TIMEOUT {
+            q.stopped = true;
+        }
         if q.stopped {
             drop(q);
             for (_, reply) in prepares {
@@ -1428,7 +1505,9 @@ impl Writer {
 /// stop a tenth of the lease before that, unless a later renewal succeeds.
 fn extend_lease(shared: &Shared, journal: &dyn Journal, started: Instant) {
     if let Some(ttl) = journal.lease_ttl() {
-        shared.lease.send_replace(Some(started + ttl - ttl / 10));
+        shared
+            .lease
+            .send_replace(Some(crate::retry::later(started, ttl - ttl / 10)));
     }
 }
 
@@ -1440,6 +1519,9 @@ struct Committed {
     result: Result<(), JournalError>,
     transitions: Result<(), JournalError>,
     refused: HashSet<IdempotencyKey>,
+    /// Keys whose terminal, if a "did not run", is not durable: withheld
+    /// (another caller drives the key) or its record's fate unknown.
+    doubtful: HashSet<IdempotencyKey>,
 }
 
 fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
