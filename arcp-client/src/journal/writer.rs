@@ -1565,3 +1565,75 @@ fn log_purge(location: &str, report: &PurgeReport) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            space: Notify::new(),
+            location: "test".into(),
+            capacity: 8,
+            fenced: Mutex::new(HashSet::new()),
+            driving: Mutex::new(HashMap::new()),
+            fence: watch::Sender::new(0),
+            lease: watch::Sender::new(None),
+        })
+    }
+
+    fn drive(shared: &Arc<Shared>, key: &IdempotencyKey) -> Driving {
+        *lock(&shared.driving).entry(key.clone()).or_default() += 1;
+        Driving {
+            shared: shared.clone(),
+            key: key.clone(),
+        }
+    }
+
+    #[test]
+    fn the_fenced_set_holds_only_keys_driven_here_and_empties_with_them() {
+        let shared = shared();
+        let (driven, idle) = (IdempotencyKey::new(), IdempotencyKey::new());
+        let first = drive(&shared, &driven);
+        let second = drive(&shared, &driven);
+        shared.fence(vec![driven.clone(), idle.clone()]);
+        assert!(lock(&shared.fenced).contains(&driven));
+        assert!(
+            !lock(&shared.fenced).contains(&idle),
+            "nobody drives it here"
+        );
+        drop(first);
+        assert!(lock(&shared.fenced).contains(&driven), "still driven once");
+        drop(second);
+        assert!(
+            lock(&shared.fenced).is_empty(),
+            "pruned with its last driver"
+        );
+    }
+
+    #[test]
+    fn transitions_merge_newer_over_older() {
+        let at = SystemTime::now();
+        let older = Pending {
+            sent: Some((3, at)),
+            accepted: Some(("job_1".into(), at)),
+            terminal: None,
+            released: true,
+        };
+        let newer = Pending {
+            sent: Some((2, at)),
+            accepted: None,
+            terminal: None,
+            released: false,
+        };
+        let merged = older.then(newer);
+        assert_eq!(merged.sent.map(|s| s.0), Some(3), "the higher count");
+        assert_eq!(merged.accepted.map(|a| a.0), Some("job_1".to_owned()));
+        assert!(
+            merged.released,
+            "a release stands unless a terminal follows"
+        );
+    }
+}
