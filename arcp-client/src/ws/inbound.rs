@@ -600,3 +600,23 @@ fn unindex_job(
 fn owned(field: &Option<std::borrow::Cow<'_, str>>) -> Option<String> {
     field.as_deref().map(str::to_owned)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_job_id_leaves_the_index_only_when_it_names_this_call() {
+        let mut by_job: crate::FastMap<Arc<str>, CallId> = crate::FastMap::default();
+        by_job.insert(Arc::from("job_a"), 1);
+        by_job.insert(Arc::from("job_b"), 2);
+        // Call 1 re-bound from job_a: job_a goes.
+        unindex_job(&mut by_job, 1, Some(Arc::from("job_a")));
+        assert!(!by_job.contains_key("job_a"));
+        // job_b names call 2, not call 1: it stays.
+        unindex_job(&mut by_job, 1, Some(Arc::from("job_b")));
+        assert_eq!(by_job.get("job_b"), Some(&2));
+        unindex_job(&mut by_job, 1, None);
+        assert_eq!(by_job.len(), 1);
+    }
+}
