@@ -1,0 +1,48 @@
+//! PostgreSQL failures as journal errors: which are the store being away
+//! (retried), which are fencing, corruption or a foreign schema.
+
+use crate::journal::{JournalError, JournalErrorKind};
+
+/// Maps a PostgreSQL failure to a journal error kind.
+pub(super) fn classify(location: &str, e: &tokio_postgres::Error) -> JournalError {
+    use tokio_postgres::error::SqlState;
+    let Some(db) = e.as_db_error() else {
+        // No answer from the server: the connection failed, closed or timed
+        // out. The store may be back soon.
+        return JournalError::new(JournalErrorKind::Unavailable, location, e.to_string());
+    };
+    let code = db.code().code();
+    let kind = match code {
+        // The server is shutting down, starting up or cancelled the
+        // statement (statement_timeout): retry later.
+        _ if db.code() == &SqlState::ADMIN_SHUTDOWN
+            || db.code() == &SqlState::CRASH_SHUTDOWN
+            || db.code() == &SqlState::CANNOT_CONNECT_NOW
+            || db.code() == &SqlState::QUERY_CANCELED
+            || db.code() == &SqlState::T_R_SERIALIZATION_FAILURE
+            || db.code() == &SqlState::T_R_DEADLOCK_DETECTED =>
+        {
+            JournalErrorKind::Unavailable
+        }
+        // The guard trigger: a write by a superseded generation.
+        "AR002" => JournalErrorKind::Fenced,
+        // The guard trigger: a terminal record changed, or a transition
+        // backwards. This code never sends one: something else wrote.
+        "AR001" | "AR003" => JournalErrorKind::Corrupt,
+        _ if db.code() == &SqlState::UNIQUE_VIOLATION
+            || db.code() == &SqlState::CHECK_VIOLATION
+            || db.code() == &SqlState::FOREIGN_KEY_VIOLATION =>
+        {
+            JournalErrorKind::Corrupt
+        }
+        _ if db.code() == &SqlState::UNDEFINED_TABLE
+            || db.code() == &SqlState::UNDEFINED_COLUMN
+            || db.code() == &SqlState::DUPLICATE_TABLE
+            || db.code() == &SqlState::DUPLICATE_FUNCTION =>
+        {
+            JournalErrorKind::Schema
+        }
+        _ => JournalErrorKind::Io,
+    };
+    JournalError::new(kind, location, format!("{} ({code})", db.message()))
+}

@@ -1,0 +1,712 @@
+//! The fleet journal: one PostgreSQL database shared by many workers, each
+//! unfinished call owned by one worker under a lease, every write fenced by
+//! the owner's generation.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use arcp_types::IdempotencyKey;
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+mod errors;
+mod leases;
+mod options;
+mod rows;
+mod schema;
+mod sql;
+mod writes;
+
+use errors::classify;
+pub use options::PostgresOptions;
+use rows::{millis, row_entry};
+use schema::{migrate, MIGRATIONS};
+use sql::COLUMNS;
+
+use super::{
+    to_millis, Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport,
+    Retention,
+};
+
+/// A [`Journal`] in a PostgreSQL database that a fleet of workers shares:
+/// any worker finishes a dead worker's calls, and each tool still runs once.
+///
+/// **Ownership.** Every unfinished call is owned by one worker
+/// ([`PostgresOptions::worker_id`]) under a lease
+/// ([`PostgresOptions::lease_ttl`], renewed by the client's journal thread
+/// while the worker lives) and a fencing *generation*. A worker's
+/// [`Client::recover`](crate::Client::recover) claims the calls whose lease
+/// expired (`SELECT ... FOR UPDATE SKIP LOCKED`, so two workers never claim
+/// the same call) and bumps their generation. Every later write names the
+/// generation its worker holds; the database refuses a write under an older
+/// one (a `WHERE` guard, and a trigger behind it), so a worker that froze
+/// past its lease and wakes up cannot overwrite the new owner's record: its
+/// in-flight calls end with [`JournalErrorKind::Fenced`] and are not driven
+/// further. The runtime deduplicates the key, so the call the new owner
+/// re-sends runs once.
+///
+/// **Invariants held by the database** (schema version 1, applied by
+/// [`PostgresJournal::connect`] under an advisory lock): a terminal record
+/// is final (trigger); one active attempt per call (partial unique index on
+/// `arcp_attempts`); state and attempt counts never move backwards, and
+/// ownership only moves to the next generation (trigger); every state change
+/// writes its `arcp_history` row (worker, generation) in its own
+/// transaction (trigger). A worker that disappears leaves its calls
+/// unfinished: only an outcome makes a record terminal.
+///
+/// **Why a runtime of its own.** [`Journal`] is called from the client's
+/// dedicated writer thread, which blocks; `tokio-postgres` is async. The
+/// journal owns a one-thread tokio runtime that drives its connections and
+/// blocks the writer thread on each operation (`block_on`), so no journal
+/// I/O runs on the application's runtime and the pool's connections live
+/// on a runtime that outlives any caller's. (The sync `postgres` crate does
+/// the same internally, without a pool.) Blocking methods called from
+/// inside an async context run on a scoped helper thread instead of
+/// panicking.
+///
+/// **Retention** ([`Retention`]) applies to the whole database: every
+/// worker purges terminal records past `terminal_ttl`, and unfinished ones
+/// untouched for `unfinished_ttl` whose lease has lapsed (a live worker's
+/// long call renews its lease, so it is never purged under it).
+///
+/// No TLS: connect over a Unix socket or a trusted network (the URL's
+/// `sslmode` must not require TLS).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use arcp_client::{Client, PostgresJournal, PostgresOptions};
+/// let journal = PostgresJournal::connect(
+///     "postgres://arcp@db.internal/arcp",
+///     PostgresOptions::default().lease_ttl(Duration::from_secs(15)),
+/// )
+/// .await?;
+/// let client = Client::builder("ws://127.0.0.1:7777/arcp")
+///     .journal(journal)
+///     .connect()
+///     .await?;
+/// // Finish what dead workers left: each claimed call is this worker's now.
+/// for call in client.recover().await? {
+///     tokio::spawn(call);
+/// }
+/// # Ok(()) }
+/// ```
+pub struct PostgresJournal {
+    /// `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
+    pool: Pool,
+    worker: String,
+    lease_ms: i64,
+    lease_ttl: Duration,
+    /// The client-side bound on one round trip.
+    round_trip: Duration,
+    /// Round trips that timed out since the last that did not.
+    timeouts_in_a_row: AtomicU32,
+    renew_interval: Duration,
+    connect_timeout: Duration,
+    /// Calls this worker has authority over: key -> generation.
+    held: Mutex<HashMap<String, i64>>,
+    /// Keys whose writes were refused since the last `take_fenced`.
+    fenced: Mutex<Vec<IdempotencyKey>>,
+    location: String,
+}
+
+impl fmt::Debug for PostgresJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresJournal")
+            .field("location", &self.location)
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresJournal {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks; this may run on an async task (a
+        // journal never handed to a client), where that is forbidden.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Critical sections only swap plain collections: still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PostgresJournal {
+    /// Connects to `url` (a libpq-style `postgres://user@host/db` or
+    /// `host=/run/postgresql dbname=arcp` string), applies the schema
+    /// migrations this version needs, and returns the journal for one
+    /// client. Fails with [`JournalErrorKind::Io`] when the server cannot
+    /// be reached, [`JournalErrorKind::Schema`] when the database holds a
+    /// newer schema or foreign tables of the same names.
+    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
+        let journal = Self::build(url, options)?;
+        let rt = journal.rt().handle().clone();
+        let pool = journal.pool.clone();
+        let location = journal.location.clone();
+        let timeout = journal_timeout(&journal);
+        rt.spawn(async move {
+            tokio::time::timeout(timeout, migrate(&pool, &location))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(JournalError::new(
+                        JournalErrorKind::Io,
+                        &location,
+                        format!("no answer from the server within {timeout:?}"),
+                    ))
+                })
+        })
+        .await
+        .map_err(|e| JournalError::new(JournalErrorKind::Io, &journal.location, e.to_string()))??;
+        Ok(journal)
+    }
+
+    /// [`PostgresJournal::connect`] for blocking code (no async runtime
+    /// needed).
+    pub fn connect_blocking(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
+        let journal = Self::build(url, options)?;
+        let timeout = journal_timeout(&journal);
+        journal.run_blocking(async {
+            tokio::time::timeout(timeout, migrate(&journal.pool, &journal.location))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(JournalError::new(
+                        JournalErrorKind::Io,
+                        &journal.location,
+                        format!("no answer from the server within {timeout:?}"),
+                    ))
+                })
+        })?;
+        Ok(journal)
+    }
+
+    fn build(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
+        // The fields are public: a renewal that does not come before the
+        // lease lapses would hand this worker's calls to the others.
+        if options.renew_interval >= options.lease_ttl {
+            return Err(JournalError::new(
+                JournalErrorKind::Io,
+                "postgres",
+                format!(
+                    "the renew interval ({:?}) must be shorter than the lease ({:?}): leases \
+                     would lapse between renewals and other workers would take this worker's calls",
+                    options.renew_interval, options.lease_ttl
+                ),
+            ));
+        }
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            JournalError::new(
+                JournalErrorKind::Io,
+                "postgres",
+                format!("invalid PostgreSQL URL: {e}"),
+            )
+        })?;
+        config.connect_timeout(options.connect_timeout);
+        config.application_name("arcp-journal");
+        // Nothing waits on the database longer than a lease: past it the
+        // worker has lost its calls anyway. A statement (a row lock held by
+        // another worker, a stalled server) ends with an error, and a peer
+        // that vanished is noticed by keepalives and unacknowledged writes.
+        let lease_ms = options.lease_ttl.as_millis().max(1);
+        let mut server_options = config.get_options().unwrap_or_default().to_owned();
+        if !server_options.contains("statement_timeout") {
+            server_options.push_str(&format!(" -c statement_timeout={lease_ms}"));
+        }
+        config.options(server_options.trim());
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
+        config.keepalives_interval(Duration::from_secs(5));
+        config.keepalives_retries(3);
+        config.tcp_user_timeout(options.lease_ttl);
+        let location = describe(&config, &options.worker_id);
+        if options.worker_id.is_empty() {
+            return Err(JournalError::new(
+                JournalErrorKind::Io,
+                &location,
+                "the worker id is empty",
+            ));
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| JournalError::new(JournalErrorKind::Io, &location, e.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("arcp-journal-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                JournalError::new(
+                    JournalErrorKind::Io,
+                    &location,
+                    format!("could not start the journal's runtime: {e}"),
+                )
+            })?;
+        let round_trip = options.round_trip();
+        Ok(PostgresJournal {
+            runtime: Some(runtime),
+            pool,
+            worker: options.worker_id,
+            lease_ms: i64::try_from(options.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+            lease_ttl: options.lease_ttl,
+            round_trip,
+            timeouts_in_a_row: AtomicU32::new(0),
+            renew_interval: options.renew_interval,
+            connect_timeout: options.connect_timeout,
+            held: Mutex::new(HashMap::new()),
+            fenced: Mutex::new(Vec::new()),
+            location,
+        })
+    }
+
+    /// This worker's id.
+    pub fn worker_id(&self) -> &str {
+        &self.worker
+    }
+
+    /// The schema version of the database (the highest migration applied).
+    /// Runs on the journal's own runtime: it never blocks the caller's.
+    pub async fn schema_version(&self) -> Result<i32, JournalError> {
+        self.off_thread(
+            "SELECT max(version) FROM arcp_journal_schema",
+            None,
+            |_, row| Ok(row.get::<_, Option<i32>>(0).unwrap_or(0)),
+        )
+        .await
+        .map(|versions| versions.into_iter().next().unwrap_or(0))
+    }
+
+    /// The schema version this code migrates to.
+    pub fn latest_schema_version() -> i32 {
+        MIGRATIONS.last().map_or(0, |m| m.0)
+    }
+
+    /// Up to `limit` records of every state and owner, the most recently
+    /// changed first. Runs on the journal's own runtime: it never blocks the
+    /// caller's.
+    pub async fn list(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.off_thread(
+            &format!("SELECT {COLUMNS} FROM arcp_calls ORDER BY updated_ms DESC, key LIMIT $1"),
+            Some(limit),
+            row_entry,
+        )
+        .await
+    }
+
+    /// Runs one query (with an optional `bigint` parameter) on the
+    /// journal's runtime, bounded as every round trip is, and reads each
+    /// row with `read`: for the async methods, which must not block the
+    /// caller's runtime.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        sql: &str,
+        param: Option<i64>,
+        read: fn(&str, &tokio_postgres::Row) -> Result<T, JournalError>,
+    ) -> Result<Vec<T>, JournalError> {
+        let (pool, location, sql) = (self.pool.clone(), self.location.clone(), sql.to_owned());
+        let bound = self.round_trip.saturating_add(self.connect_timeout);
+        let task = self.rt().spawn(async move {
+            let query = async {
+                let client = pool.get().await.map_err(|e| {
+                    JournalError::new(
+                        JournalErrorKind::Unavailable,
+                        &location,
+                        format!("no connection to the journal database: {e}"),
+                    )
+                })?;
+                let rows = match &param {
+                    Some(p) => client.query(&sql, &[p]).await,
+                    None => client.query(&sql, &[]).await,
+                }
+                .map_err(|e| classify(&location, &e))?;
+                rows.iter().map(|r| read(&location, r)).collect()
+            };
+            tokio::time::timeout(bound, query)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(JournalError::new(
+                        JournalErrorKind::Unavailable,
+                        &location,
+                        format!("no answer from the database within {bound:?}"),
+                    ))
+                })
+        });
+        task.await
+            .map_err(|e| JournalError::new(JournalErrorKind::Io, &self.location, e.to_string()))?
+    }
+
+    /// The calls this worker has authority over right now (key and
+    /// generation), as far as it knows (a claim by another worker shows at
+    /// the next renewal or write).
+    pub fn held(&self) -> Vec<(IdempotencyKey, u64)> {
+        lock(&self.held)
+            .iter()
+            .filter_map(|(k, g)| {
+                Some((
+                    IdempotencyKey::try_from(k.as_str()).ok()?,
+                    u64::try_from(*g).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.runtime
+            .as_ref()
+            .expect("the runtime is taken only by drop")
+    }
+
+    /// Runs one database round trip `f` on the journal's runtime, blocking
+    /// this thread, bounded by the round-trip timeout: past it `f` is
+    /// dropped (its connection with it) and every idle pooled connection
+    /// too (a link that hangs hangs them all), and the operation fails with
+    /// [`JournalErrorKind::Unavailable`].
+    fn block<T: Send>(
+        &self,
+        f: impl Future<Output = Result<T, JournalError>> + Send,
+    ) -> Result<T, JournalError> {
+        // A round trip that must first open a connection (none idle) may
+        // take the connect timeout more: opening one is bounded apart. After
+        // timeouts in a row the bound doubles (up to four times): a link
+        // that is slow, not dead, then still gets its batches through.
+        let slow = self.timeouts_in_a_row.load(Ordering::Relaxed).min(2);
+        let base = self.round_trip.saturating_mul(1 << slow);
+        let bound = if self.pool.status().available > 0 {
+            base
+        } else {
+            base.saturating_add(self.connect_timeout)
+        };
+        self.run_blocking(async {
+            let outcome = tokio::time::timeout(bound, f).await;
+            if outcome.is_ok() {
+                self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            }
+            outcome.unwrap_or_else(|_| {
+                self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed);
+                let idle = self.pool.status().available;
+                self.pool.retain(|_, _| false);
+                tracing::warn!(
+                    journal = %self.location,
+                    ?bound,
+                    dropped = idle,
+                    "no answer from the journal database in time; its idle connections are dropped"
+                );
+                Err(JournalError::new(
+                    JournalErrorKind::Unavailable,
+                    &self.location,
+                    format!("no answer from the database within {bound:?}"),
+                ))
+            })
+        })
+    }
+
+    /// Runs `f` to completion on the journal's runtime, blocking this
+    /// thread. Inside an async context (where `block_on` would panic), on a
+    /// scoped helper thread.
+    fn run_blocking<F>(&self, f: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let rt = self.rt();
+        if tokio::runtime::Handle::try_current().is_err() {
+            return rt.block_on(f);
+        }
+        std::thread::scope(|s| match s.spawn(|| rt.block_on(f)).join() {
+            Ok(out) => out,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, JournalError> {
+        self.pool.get().await.map_err(|e| {
+            JournalError::new(
+                JournalErrorKind::Unavailable,
+                &self.location,
+                format!("no connection to the journal database: {e}"),
+            )
+        })
+    }
+
+    fn err(&self, e: tokio_postgres::Error) -> JournalError {
+        classify(&self.location, &e)
+    }
+
+    fn select(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        self.block(async {
+            let client = self.client().await?;
+            let stmt = client.prepare_cached(sql).await.map_err(|e| self.err(e))?;
+            let rows = client.query(&stmt, params).await.map_err(|e| self.err(e))?;
+            rows.iter().map(|r| self.entry(r)).collect()
+        })
+    }
+
+    /// Validates a row; one this code cannot have written is corruption.
+    fn entry(&self, r: &tokio_postgres::Row) -> Result<JournalEntry, JournalError> {
+        row_entry(&self.location, r)
+    }
+}
+
+impl Journal for PostgresJournal {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut held = lock(&self.held).clone();
+        let mut fenced = Vec::new();
+        self.block(async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(|e| self.err(e))?;
+            self.apply_all(&tx, writes, &mut held, &mut fenced)
+                .await
+                .map_err(|e| self.err(e))?;
+            tx.commit().await.map_err(|e| self.err(e))
+        })?;
+        *lock(&self.held) = held;
+        if !fenced.is_empty() {
+            tracing::warn!(
+                journal = %self.location,
+                refused = fenced.len(),
+                "writes refused: another worker claimed these calls (this worker lost its lease)"
+            );
+            lock(&self.fenced).extend(fenced);
+        }
+        Ok(())
+    }
+
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        let key = key.as_str();
+        Ok(self
+            .select(
+                &format!("SELECT {COLUMNS} FROM arcp_calls WHERE key = $1"),
+                &[&key],
+            )?
+            .pop())
+    }
+
+    fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<JournalEntry>, JournalError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = keys.iter().map(IdempotencyKey::as_str).collect();
+        self.select(
+            &format!("SELECT {COLUMNS} FROM arcp_calls WHERE key = ANY($1)"),
+            &[&keys],
+        )
+    }
+
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.select(
+            &format!(
+                "SELECT {COLUMNS} FROM arcp_calls WHERE state <> 'terminal' \
+                 ORDER BY created_ms, key LIMIT $1"
+            ),
+            &[&limit],
+        )
+    }
+
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        let now = to_millis(now);
+        let cutoff = |ttl: Duration| now.saturating_sub(millis(ttl));
+        let (terminal_cutoff, unfinished_cutoff) = (
+            cutoff(retention.terminal_ttl),
+            cutoff(retention.unfinished_ttl),
+        );
+        let max = i64::try_from(retention.max_records).unwrap_or(i64::MAX);
+        self.block(async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(|e| self.err(e))?;
+            let run = async {
+                let mut report = PurgeReport {
+                    expired_terminal: tx
+                        .execute(
+                            "DELETE FROM arcp_calls WHERE state = 'terminal' AND updated_ms < $1",
+                            &[&terminal_cutoff],
+                        )
+                        .await?,
+                    // Never a call some live worker still holds: a long job
+                    // renews its lease without touching `updated_ms`.
+                    expired_unfinished: tx
+                        .execute(
+                            "DELETE FROM arcp_calls WHERE state <> 'terminal' AND updated_ms < $1 \
+                             AND lease_until <= clock_timestamp()",
+                            &[&unfinished_cutoff],
+                        )
+                        .await?,
+                    ..PurgeReport::default()
+                };
+                let count: i64 = tx
+                    .query_one("SELECT count(*) FROM arcp_calls", &[])
+                    .await?
+                    .get(0);
+                if count > max {
+                    report.evicted = tx
+                        .execute(
+                            "DELETE FROM arcp_calls WHERE key IN (SELECT key FROM arcp_calls \
+                             WHERE state = 'terminal' ORDER BY updated_ms, key LIMIT $1)",
+                            &[&(count - max)],
+                        )
+                        .await?;
+                }
+                let row = tx
+                    .query_one(
+                        "SELECT count(*), count(*) FILTER (WHERE state <> 'terminal') \
+                         FROM arcp_calls",
+                        &[],
+                    )
+                    .await?;
+                report.remaining = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+                report.unfinished = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+                Ok::<_, tokio_postgres::Error>(report)
+            };
+            let report = run.await.map_err(|e| self.err(e))?;
+            tx.commit().await.map_err(|e| self.err(e))?;
+            Ok(report)
+        })
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn claim(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let skip: Vec<String> = driving.iter().map(|k| k.as_str().to_owned()).collect();
+        self.claim_where(i64::try_from(limit).unwrap_or(i64::MAX), None, &skip)
+    }
+
+    fn acquire(&self, key: &IdempotencyKey) -> Result<bool, JournalError> {
+        if lock(&self.held).contains_key(key.as_str()) {
+            return Ok(true);
+        }
+        Ok(!self.claim_where(1, Some(key.as_str()), &[])?.is_empty())
+    }
+
+    fn lease_interval(&self) -> Option<Duration> {
+        Some(self.renew_interval)
+    }
+
+    fn lease_ttl(&self) -> Option<Duration> {
+        Some(self.lease_ttl)
+    }
+
+    fn renew(&self) -> Result<Vec<IdempotencyKey>, JournalError> {
+        let (keys, generations): (Vec<String>, Vec<i64>) = lock(&self.held)
+            .iter()
+            .map(|(k, g)| (k.clone(), *g))
+            .unzip();
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kept: Vec<String> = self.block(async {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "UPDATE arcp_calls c \
+                     SET lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond' \
+                     FROM unnest($2::text[], $3::bigint[]) AS h(key, generation) \
+                     WHERE c.key = h.key AND c.generation = h.generation AND c.owner = $1 \
+                       AND c.state <> 'terminal' \
+                     RETURNING c.key",
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+            let rows = client
+                .query(&stmt, &[&self.worker, &keys, &generations, &self.lease_ms])
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok::<_, JournalError>(rows.iter().map(|r| r.get::<_, String>(0)).collect())
+        })?;
+        let kept: std::collections::HashSet<String> = kept.into_iter().collect();
+        let mut lost = Vec::new();
+        let mut held = lock(&self.held);
+        for (key, generation) in keys.iter().zip(&generations) {
+            // Only what this renewal saw: a claim made since stays held.
+            if !kept.contains(key) && held.get(key) == Some(generation) {
+                held.remove(key);
+                if let Ok(k) = IdempotencyKey::try_from(key.as_str()) {
+                    lost.push(k);
+                }
+            }
+        }
+        Ok(lost)
+    }
+
+    fn take_fenced(&self) -> Vec<IdempotencyKey> {
+        std::mem::take(&mut *lock(&self.fenced))
+    }
+}
+
+fn journal_timeout(journal: &PostgresJournal) -> Duration {
+    // Connecting, plus room for a migration.
+    journal.connect_timeout + Duration::from_secs(20)
+}
+
+/// The server and database, without credentials, and this worker.
+fn describe(config: &tokio_postgres::Config, worker: &str) -> String {
+    use tokio_postgres::config::Host;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or("postgres");
+    format!("postgres {host}:{port}/{db} (worker {worker})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renew_interval_not_under_the_lease_is_refused_before_connecting() {
+        for renew in [Duration::from_secs(30), Duration::from_secs(31)] {
+            let options = PostgresOptions {
+                renew_interval: renew,
+                ..PostgresOptions::default().lease_ttl(Duration::from_secs(30))
+            };
+            // Port 9 (discard): were it reached, the error would be another.
+            let Err(e) = PostgresJournal::connect_blocking("postgres://127.0.0.1:9/none", options)
+            else {
+                panic!("opened with a renew interval of {renew:?}");
+            };
+            assert!(e.to_string().contains("renew interval"), "{e}");
+        }
+        // The builder keeps the two consistent.
+        let options = PostgresOptions::default().lease_ttl(Duration::from_millis(300));
+        assert!(options.renew_interval < options.lease_ttl);
+    }
+}
