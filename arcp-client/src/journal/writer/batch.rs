@@ -1,0 +1,821 @@
+//! The writer thread: its loop (batches, renewals, purges, back-off), and
+//! each batch in named steps: commit (merge transitions, decide prepares,
+//! one transaction), answer, requeue, serve.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use arcp_types::IdempotencyKey;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use super::queue::{
+    pending_writes, DurableReply, Pending, PrepareReply, Prepared, Prior, Request, Shared,
+};
+use super::{lock, CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
+use crate::journal::memory::transition;
+use crate::journal::{
+    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    JournalWrite, PurgeReport, Retention,
+};
+
+/// The writer thread's state.
+pub(super) struct Writer {
+    /// `None` once closed.
+    pub(super) journal: Option<Box<dyn Journal>>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) retention: Retention,
+    /// Records in the journal (from the last purge, plus inserts since).
+    pub(super) records: u64,
+    /// Set while the store is unavailable: how long to wait before the
+    /// next try.
+    pub(super) retry_delay: Option<Duration>,
+    /// Since when the store has been unavailable.
+    pub(super) unavailable_since: Option<Instant>,
+    /// Keys whose prepare was in a commit whose fate is unknown (the store
+    /// did not answer): their record may land late, so a "did not run"
+    /// terminal for them is never taken as durable. Pruned when the key's
+    /// prepare commits, or its call ends (terminal or release).
+    pub(super) unsure: HashSet<IdempotencyKey>,
+}
+
+impl Drop for Writer {
+    /// However the writer ends (even by a panic in a `Journal`
+    /// implementation), nothing waits on it forever: queued work is
+    /// dropped, which fails each waiter with `JOURNAL_CLOSED`.
+    fn drop(&mut self) {
+        let leftover = {
+            let mut q = lock(&self.shared.queue);
+            let leftover = std::mem::take(&mut *q);
+            q.stopped = true;
+            q.closing = true;
+            leftover
+        };
+        drop(leftover);
+        self.shared.space.notify_waiters();
+    }
+}
+
+/// One batch taken from the queue.
+pub(super) struct Batch {
+    pub(super) prepares: Vec<(JournalEntry, PrepareReply)>,
+    pub(super) transitions: HashMap<IdempotencyKey, Pending>,
+    pub(super) durable: Vec<(IdempotencyKey, DurableReply)>,
+    pub(super) requests: Vec<Request>,
+}
+
+impl Writer {
+    pub(super) fn run(mut self, ready: oneshot::Sender<Result<PurgeReport, JournalError>>) {
+        match self.purge() {
+            Ok(report) => {
+                if ready.send(Ok(report)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+        let mut next_purge = Instant::now() + self.retention.purge_interval;
+        // Nothing is held yet: the first lease runs from now.
+        if let Some(journal) = self.journal.as_deref() {
+            extend_lease(&self.shared, journal, Instant::now());
+        }
+        let lease_interval = self.journal.as_deref().and_then(|j| j.lease_interval());
+        let mut next_renew = lease_interval.map(|every| Instant::now() + every);
+        loop {
+            let (batch, closing) = {
+                let mut q = lock(&self.shared.queue);
+                loop {
+                    if !q.is_empty() || q.closing {
+                        break;
+                    }
+                    let now = Instant::now();
+                    let wake_at = next_renew.map_or(next_purge, |r| r.min(next_purge));
+                    if now >= wake_at {
+                        break;
+                    }
+                    q = self
+                        .shared
+                        .wake
+                        .wait_timeout(q, wake_at - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+                // Only transitions queued: nobody waits for them, so let
+                // them ride on the next commit a prepare needs anyway (one
+                // fsync for both) if one comes soon.
+                let linger_until = Instant::now() + TRANSITION_LINGER;
+                while q.prepares.is_empty() && q.requests.is_empty() && !q.closing {
+                    let now = Instant::now();
+                    if now >= linger_until {
+                        break;
+                    }
+                    q = self
+                        .shared
+                        .wake
+                        .wait_timeout(q, linger_until - now)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0);
+                }
+                let batch = Batch {
+                    prepares: std::mem::take(&mut q.prepares),
+                    transitions: std::mem::take(&mut q.transitions),
+                    durable: std::mem::take(&mut q.durable),
+                    requests: std::mem::take(&mut q.requests),
+                };
+                if q.closing && batch.prepares.is_empty() && batch.transitions.is_empty() {
+                    q.stopped = true;
+                }
+                (batch, q.stopped)
+            };
+            self.shared.space.notify_waiters();
+            let close_waiters = self.process(batch);
+            if !close_waiters.is_empty() || closing {
+                self.stop();
+                for waiter in close_waiters {
+                    let _ = waiter.send(());
+                }
+                return;
+            }
+            if let (Some(every), Some(at)) = (lease_interval, next_renew) {
+                if Instant::now() >= at {
+                    self.renew();
+                    next_renew = Some(Instant::now() + every);
+                }
+            }
+            if let Some(delay) = self.retry_delay {
+                self.back_off(delay);
+            }
+            if Instant::now() >= next_purge {
+                if let Err(e) = self.purge() {
+                    warn!(error = %e, "journal purge failed; retrying at the next interval");
+                }
+                next_purge = Instant::now() + self.retention.purge_interval;
+            }
+        }
+    }
+
+    /// Waits `delay` before retrying a batch the store could not take
+    /// (closing too: a store that refuses connections at once would make
+    /// the drain a busy loop).
+    pub(super) fn back_off(&self, delay: Duration) {
+        let until = Instant::now() + delay;
+        let mut q = lock(&self.shared.queue);
+        while !q.stopped {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            q = self
+                .shared
+                .wake
+                .wait_timeout(q, until - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Closes the journal and fails whatever is still queued.
+    pub(super) fn stop(&mut self) {
+        let leftover = {
+            let mut q = lock(&self.shared.queue);
+            q.stopped = true;
+            Batch {
+                prepares: std::mem::take(&mut q.prepares),
+                transitions: std::mem::take(&mut q.transitions),
+                durable: std::mem::take(&mut q.durable),
+                requests: std::mem::take(&mut q.requests),
+            }
+        };
+        // Commit what can still be committed before letting go of the file.
+        let waiters = self.process(leftover);
+        self.journal = None;
+        for waiter in waiters {
+            let _ = waiter.send(());
+        }
+        self.shared.space.notify_waiters();
+        debug!(journal = %self.shared.location, "journal closed");
+    }
+
+    /// Commits one batch and answers its requests. Returns the waiters of
+    /// a requested close (answered once the journal is closed).
+    pub(super) fn process(&mut self, batch: Batch) -> Vec<oneshot::Sender<()>> {
+        let Some(journal) = self.journal.take() else {
+            let err = self.shared.closed_error();
+            for (_, reply) in batch.prepares {
+                let _ = reply.send(Err(err.clone()));
+            }
+            for (_, reply) in batch.durable {
+                let _ = reply.send(Err(err.clone()));
+            }
+            answer_closed(batch.requests, &err);
+            return Vec::new();
+        };
+        let waiters = self.process_with(journal.as_ref(), batch);
+        self.journal = Some(journal);
+        waiters
+    }
+
+    /// One batch, in named steps: drop the prepares nobody waits for,
+    /// [`commit`](Self::commit) (merge transitions, decide prepares, one
+    /// transaction), then [`answer`](Self::answer) the waiters, or
+    /// [`requeue`](Self::requeue) the batch when the store is unavailable;
+    /// then serve the requests.
+    pub(super) fn process_with(
+        &mut self,
+        journal: &dyn Journal,
+        batch: Batch,
+    ) -> Vec<oneshot::Sender<()>> {
+        let Batch {
+            prepares,
+            transitions,
+            durable,
+            requests,
+        } = batch;
+        // A prepare whose caller stopped waiting is not written: nobody
+        // would send it, and its caller may have been told it did not run
+        // (that record comes in a later batch, and must find no prepare
+        // after it).
+        let prepares: Vec<(JournalEntry, PrepareReply)> = prepares
+            .into_iter()
+            .filter(|(_, reply)| !reply.is_closed())
+            .collect();
+        match self.commit(journal, &prepares, &transitions) {
+            Ok(committed) => {
+                self.retry_delay = None;
+                self.unavailable_since = None;
+                // The store answers again after this client's leases lapsed
+                // (its drivers stopped): renew now, so the calls prepared
+                // here are driven instead of stopping at once.
+                if self.lease_lapsed() {
+                    self.renew_on(journal);
+                }
+                self.answer(committed, prepares, durable);
+            }
+            Err(unavailable) => self.requeue(unavailable, prepares, transitions, durable),
+        }
+        self.serve(journal, requests)
+    }
+
+    /// Decides every prepare of the batch against its record as it will be
+    /// after the batch's transitions, and commits the transitions and the
+    /// new records in one transaction. `Err`: the store was unavailable
+    /// before anything of the batch committed; the batch is to be retried
+    /// whole.
+    pub(super) fn commit(
+        &mut self,
+        journal: &dyn Journal,
+        prepares: &[(JournalEntry, PrepareReply)],
+        transitions: &HashMap<IdempotencyKey, Pending>,
+    ) -> Result<Committed, JournalError> {
+        let unavailable = |e: &JournalError| e.kind == JournalErrorKind::Unavailable;
+        // A call prepared again in this batch is being driven again: its
+        // queued release (from an earlier attempt) must not give it away.
+        let preparing: HashSet<&IdempotencyKey> = prepares.iter().map(|(e, _)| &e.key).collect();
+        let mut transition_writes: Vec<JournalWrite> = Vec::new();
+        // Terminals whose "did not run" cannot be taken as durable.
+        let mut doubtful: HashSet<IdempotencyKey> = HashSet::new();
+        {
+            // A key another caller here still drives keeps its record: one
+            // caller's "did not run" or release must not end or give away
+            // the call the other drives.
+            let driving = lock(&self.shared.driving);
+            for (key, p) in transitions {
+                let driven = driving.contains_key(key);
+                for w in pending_writes(key, p) {
+                    match &w {
+                        JournalWrite::Release { .. } => {
+                            self.unsure.remove(key);
+                            if preparing.contains(key) || driven {
+                                continue;
+                            }
+                        }
+                        JournalWrite::Terminal { outcome, .. } => {
+                            let unsure = self.unsure.remove(key);
+                            if !outcome.answers_repeat() {
+                                if driven {
+                                    doubtful.insert(key.clone());
+                                    continue;
+                                }
+                                if unsure {
+                                    doubtful.insert(key.clone());
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    transition_writes.push(w);
+                }
+            }
+        }
+        // The stored records of every key prepared in this batch, in one read.
+        let fetched: HashMap<IdempotencyKey, JournalEntry> = {
+            let mut keys: Vec<IdempotencyKey> =
+                prepares.iter().map(|(e, _)| e.key.clone()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            if keys.is_empty() {
+                HashMap::new()
+            } else {
+                match journal.get_many(&keys) {
+                    Ok(found) => found.into_iter().map(|e| (e.key.clone(), e)).collect(),
+                    Err(e) if unavailable(&e) => return Err(e),
+                    Err(e) => {
+                        // Every prepare fails with the store's error; the
+                        // transitions still commit.
+                        let result = journal.apply(&transition_writes);
+                        return Ok(Committed {
+                            decisions: prepares.iter().map(|_| (Err(e.clone()), false)).collect(),
+                            transitions: result.clone(),
+                            result,
+                            refused: journal.take_fenced().into_iter().collect(),
+                            doubtful,
+                        });
+                    }
+                }
+            }
+        };
+        // Each key's record as this batch leaves it, decision by decision.
+        let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
+        let mut decisions = Vec::with_capacity(prepares.len());
+        let mut inserts: Vec<JournalWrite> = Vec::new();
+        let mut created = 0u64;
+        let mut purged_for_room = false;
+        let mut transitions_apart: Option<Result<(), JournalError>> = None;
+        for (entry, _) in prepares {
+            let current = match view.get(&entry.key) {
+                Some(current) => current.clone(),
+                None => {
+                    let mut current = fetched.get(&entry.key).cloned();
+                    if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key)) {
+                        for w in pending_writes(&entry.key, p) {
+                            transition(e, &w);
+                        }
+                    }
+                    current
+                }
+            };
+            let (decision, written) = match self.decide(journal, entry, current.as_ref()) {
+                Ok(decided) => decided,
+                Err(e) if unavailable(&e) => return Err(e),
+                Err(e) => {
+                    decisions.push((Err(e), false));
+                    continue;
+                }
+            };
+            if written.is_some() && current.is_none() {
+                let max = self.retention.max_records as u64;
+                if self.records + created >= max && !purged_for_room {
+                    purged_for_room = true;
+                    // Terminal outcomes still queued make their records
+                    // evictable: commit them first.
+                    if !transition_writes.is_empty() {
+                        match journal.apply(&transition_writes) {
+                            Ok(()) => {
+                                transition_writes.clear();
+                                transitions_apart = Some(Ok(()));
+                            }
+                            Err(e) => warn!(error = %e, "journal commit failed"),
+                        }
+                    }
+                    self.make_room(journal);
+                }
+                if self.records + created >= max {
+                    let err = JournalError::new(
+                        JournalErrorKind::Full,
+                        &self.shared.location,
+                        format!(
+                            "{} records and at most {max} allowed, all unfinished or too recent \
+                             to evict: recover() or discard() unfinished calls, or raise \
+                             Retention::max_records",
+                            self.records + created
+                        ),
+                    );
+                    decisions.push((Err(err), false));
+                    continue;
+                }
+                created += 1;
+            }
+            match written {
+                Some(record) => {
+                    view.insert(entry.key.clone(), Some(record.clone()));
+                    inserts.push(JournalWrite::Prepare(record));
+                    decisions.push((Ok(decision), true));
+                }
+                None => {
+                    view.insert(entry.key.clone(), current);
+                    decisions.push((Ok(decision), false));
+                }
+            }
+        }
+        // One transaction: transitions first (a replacing prepare wins).
+        let transition_count = transition_writes.len();
+        let mut writes = transition_writes;
+        writes.extend(inserts);
+        let result = journal.apply(&writes);
+        match &result {
+            // Nothing of the transaction committed: retry it whole, except
+            // transitions that committed apart.
+            Err(e) if unavailable(e) && transitions_apart.is_none() => return Err(e.clone()),
+            Ok(()) => self.records += created,
+            Err(e) => warn!(
+                error = %e,
+                transitions = transition_count,
+                "journal commit failed: calls being prepared fail; sent/accepted/terminal \
+                 records of this batch are lost (those calls stay unfinished and a recovery \
+                 re-drives them under their keys)"
+            ),
+        }
+        // A prepare whose commit failed may still land (its answer may be
+        // what was lost); one that committed is certain.
+        for ((entry, _), (decision, wrote)) in prepares.iter().zip(&decisions) {
+            if *wrote || matches!(decision, Ok(Prepared::Proceed(_))) {
+                match &result {
+                    Ok(()) => self.unsure.remove(&entry.key),
+                    Err(_) => self.unsure.insert(entry.key.clone()),
+                };
+            }
+        }
+        Ok(Committed {
+            decisions,
+            transitions: transitions_apart.unwrap_or_else(|| result.clone()),
+            result,
+            // Writes the store refused: the calls belong to another worker.
+            refused: journal.take_fenced().into_iter().collect(),
+            doubtful,
+        })
+    }
+
+    /// What to do with one prepare given the key's record: the decision,
+    /// and the record to write, if any.
+    pub(super) fn decide(
+        &self,
+        journal: &dyn Journal,
+        entry: &JournalEntry,
+        current: Option<&JournalEntry>,
+    ) -> Result<(Prepared, Option<JournalEntry>), JournalError> {
+        let Some(existing) = current else {
+            return Ok((Prepared::Proceed(Prior::default()), Some(entry.clone())));
+        };
+        if existing.intent != entry.intent {
+            return Ok((Prepared::Conflict(existing.clone()), None));
+        }
+        Ok(match &existing.state {
+            JournalState::Terminal(o) if o.answers_repeat() => {
+                (Prepared::Answer(existing.clone()), None)
+            }
+            // Ended with its outcome unknown: it may have run. A new attempt,
+            // in doubt from the start, whose record keeps what was known
+            // (sent, and the job).
+            JournalState::Terminal(JournalOutcome::OutcomeUnknown { job_id, .. }) => {
+                let mut record = entry.clone();
+                record.state = match job_id {
+                    Some(job_id) => JournalState::Accepted {
+                        job_id: job_id.clone(),
+                    },
+                    None => JournalState::Sent,
+                };
+                (Prepared::Proceed(Prior::of(existing, entry)), Some(record))
+            }
+            // Ended without being the key's outcome (refused as a duplicate,
+            // never accepted, invalid): proven not run, a new attempt.
+            JournalState::Terminal(_) => (Prepared::Proceed(Prior::default()), Some(entry.clone())),
+            // Unfinished with this intent: the same call again (a recovery,
+            // the caller re-issuing it, or this very prepare retried after
+            // an unavailable store), if no other worker owns it.
+            _ => {
+                if journal.acquire(&entry.key)? {
+                    (Prepared::Proceed(Prior::of(existing, entry)), None)
+                } else {
+                    return Err(JournalError::new(
+                        JournalErrorKind::Fenced,
+                        &self.shared.location,
+                        format!(
+                            "call {}: another live worker owns it; it finishes the call",
+                            entry.key
+                        ),
+                    ));
+                }
+            }
+        })
+    }
+
+    /// Answers a committed batch's waiters.
+    pub(super) fn answer(
+        &mut self,
+        committed: Committed,
+        prepares: Vec<(JournalEntry, PrepareReply)>,
+        durable: Vec<(IdempotencyKey, DurableReply)>,
+    ) {
+        let Committed {
+            decisions,
+            result,
+            transitions,
+            refused,
+            doubtful,
+        } = committed;
+        for (key, reply) in durable {
+            let answer = match &transitions {
+                Err(e) => Err(e.clone()),
+                Ok(()) if doubtful.contains(&key) => Err(JournalError::new(
+                    JournalErrorKind::Io,
+                    &self.shared.location,
+                    format!(
+                        "call {key}: its record is another caller's to finish, or may still \
+                         be landing from a commit whose answer was lost"
+                    ),
+                )),
+                Ok(()) if refused.contains(&key) => Err(JournalError::new(
+                    JournalErrorKind::Fenced,
+                    &self.shared.location,
+                    format!("call {key}: another worker owns it; its outcome was not recorded"),
+                )),
+                Ok(()) => Ok(()),
+            };
+            let _ = reply.send(answer);
+        }
+        let mut driving = Vec::new();
+        for ((entry, reply), (decision, wrote)) in prepares.into_iter().zip(decisions) {
+            let key = entry.key;
+            let answer = match (decision, &result) {
+                (Ok(_), Err(e)) if wrote => Err(e.clone()),
+                (Ok(Prepared::Proceed(prior)), Ok(())) => {
+                    if refused.contains(&key) {
+                        Err(JournalError::new(
+                            JournalErrorKind::Fenced,
+                            &self.shared.location,
+                            format!("call {key}: another live worker owns it"),
+                        ))
+                    } else {
+                        driving.push(key);
+                        Ok(Prepared::Proceed(prior))
+                    }
+                }
+                (d, _) => d,
+            };
+            let _ = reply.send(answer);
+        }
+        if !driving.is_empty() {
+            // Driven here again: an old fence no longer applies.
+            let mut fenced = lock(&self.shared.fenced);
+            for key in &driving {
+                fenced.remove(key);
+            }
+        }
+        self.shared.fence(
+            refused
+                .into_iter()
+                .filter(|k| !driving.contains(k))
+                .collect(),
+        );
+    }
+
+    /// Puts a batch the store could not take back in the queue, ahead of
+    /// what came since, and backs off before the next try. Its callers keep
+    /// waiting, each within its own deadline (a caller that gives up is
+    /// dropped from the queue, see [`process_with`](Self::process_with)). A
+    /// stopped journal answers them with the store's error instead.
+    pub(super) fn requeue(
+        &mut self,
+        unavailable: JournalError,
+        prepares: Vec<(JournalEntry, PrepareReply)>,
+        transitions: HashMap<IdempotencyKey, Pending>,
+        durable: Vec<(IdempotencyKey, DurableReply)>,
+    ) {
+        // These prepares' commit may still land.
+        for (entry, _) in &prepares {
+            self.unsure.insert(entry.key.clone());
+        }
+        let since = *self.unavailable_since.get_or_insert_with(Instant::now);
+        let mut q = lock(&self.shared.queue);
+        // Every handle is gone and the store stays away: stop waiting for it.
+        if q.closing && since.elapsed() >= CLOSE_TIMEOUT {
+            q.stopped = true;
+        }
+        if q.stopped {
+            drop(q);
+            for (_, reply) in prepares {
+                let _ = reply.send(Err(unavailable.clone()));
+            }
+            for (_, reply) in durable {
+                let _ = reply.send(Err(unavailable.clone()));
+            }
+            return;
+        }
+        let newer = std::mem::replace(&mut q.prepares, prepares);
+        q.prepares.extend(newer);
+        for (key, older) in transitions {
+            let merged = match q.transitions.remove(&key) {
+                Some(newer) => older.then(newer),
+                None => older,
+            };
+            q.transitions.insert(key, merged);
+        }
+        let newer = std::mem::replace(&mut q.durable, durable);
+        q.durable.extend(newer);
+        drop(q);
+        let delay = self
+            .retry_delay
+            .map_or(RETRY_FIRST, |d| (d * 2).min(RETRY_MAX));
+        self.retry_delay = Some(delay);
+        warn!(
+            journal = %self.shared.location,
+            error = %unavailable,
+            retry_in = ?delay,
+            "the journal is unavailable; its writes wait (each call within its deadline)"
+        );
+    }
+
+    /// Serves the batch's requests (reads, claims, removals, a close).
+    /// Returns the waiters of a requested close.
+    pub(super) fn serve(
+        &mut self,
+        journal: &dyn Journal,
+        requests: Vec<Request>,
+    ) -> Vec<oneshot::Sender<()>> {
+        let mut close = Vec::new();
+        for request in requests {
+            match request {
+                Request::Get(key, reply) => {
+                    let _ = reply.send(journal.get(&key));
+                }
+                Request::Unfinished(reply) => {
+                    let driving: HashSet<IdempotencyKey> =
+                        lock(&self.shared.driving).keys().cloned().collect();
+                    // In batches: a worker never takes more at once than it
+                    // can start driving soon (a fleet's other workers take
+                    // the rest).
+                    let limit = self.retention.max_records.min(RECOVER_BATCH);
+                    let claimed = journal.claim(limit, &driving);
+                    if let Ok(entries) = &claimed {
+                        // Recovered here: an old fence no longer applies.
+                        let mut fenced = lock(&self.shared.fenced);
+                        for e in entries {
+                            fenced.remove(&e.key);
+                        }
+                    }
+                    // A `recover` that gave up waiting (cancelled, timed
+                    // out) never hands these calls to anyone: give them back.
+                    if let Err(Ok(entries)) = reply.send(claimed) {
+                        for e in entries {
+                            self.shared.note(&e.key, |p| p.released = true);
+                        }
+                    }
+                }
+                Request::Remove(key, reply) => {
+                    let result = journal.get(&key).and_then(|existing| match existing {
+                        Some(_) => {
+                            journal.apply(&[JournalWrite::Remove { key: key.clone() }])?;
+                            let refused = journal.take_fenced();
+                            if refused.contains(&key) {
+                                return Err(JournalError::new(
+                                    JournalErrorKind::Fenced,
+                                    &self.shared.location,
+                                    format!(
+                                        "call {key}: another live worker drives it; it is not \
+                                         discarded"
+                                    ),
+                                ));
+                            }
+                            Ok(true)
+                        }
+                        None => Ok(false),
+                    });
+                    if let Ok(true) = result {
+                        self.records = self.records.saturating_sub(1);
+                    }
+                    let _ = reply.send(result);
+                }
+                Request::Close(reply) => close.push(reply),
+            }
+        }
+        close
+    }
+
+    /// Renews this client's leases; fences the calls it lost.
+    pub(super) fn renew(&mut self) {
+        if let Some(journal) = self.journal.take() {
+            self.renew_on(journal.as_ref());
+            self.journal = Some(journal);
+        }
+    }
+
+    /// [`renew`](Self::renew) on `journal` (taken out of `self` while a
+    /// batch is processed).
+    pub(super) fn renew_on(&self, journal: &dyn Journal) {
+        let started = Instant::now();
+        match journal.renew() {
+            Ok(lost) => {
+                extend_lease(&self.shared, journal, started);
+                self.shared.fence(lost);
+            }
+            Err(e) => warn!(
+                error = %e,
+                "journal lease renewal failed; retrying (the leases lapse if it keeps failing, \
+                 and this worker's calls then go to another worker)"
+            ),
+        }
+    }
+
+    /// Whether this client's leases lapsed without a renewal.
+    pub(super) fn lease_lapsed(&self) -> bool {
+        self.shared
+            .lease
+            .borrow()
+            .is_some_and(|at| Instant::now() >= at)
+    }
+
+    /// Applies the retention policy; logs what it deleted.
+    pub(super) fn purge(&mut self) -> Result<PurgeReport, JournalError> {
+        let Some(journal) = self.journal.as_deref() else {
+            return Err(self.shared.closed_error());
+        };
+        let report = journal.purge(&self.retention, SystemTime::now())?;
+        self.records = report.remaining;
+        log_purge(&self.shared.location, &report);
+        Ok(report)
+    }
+
+    /// Full: evict terminal records down to 90 % of the cap (at least one
+    /// below it).
+    pub(super) fn make_room(&mut self, journal: &dyn Journal) {
+        let max = self.retention.max_records;
+        let target = Retention {
+            max_records: max - (max / 10).max(1),
+            ..self.retention.clone()
+        };
+        match journal.purge(&target, SystemTime::now()) {
+            Ok(report) => {
+                self.records = report.remaining;
+                log_purge(&self.shared.location, &report);
+            }
+            Err(e) => warn!(error = %e, "journal purge failed"),
+        }
+    }
+}
+
+/// A renewal that began at `started` succeeded: the leases it renewed last
+/// until `started + lease_ttl` at the earliest (the database stamped them
+/// later, by its own clock, which runs at the rate this one does). Drivers
+/// stop a tenth of the lease before that, unless a later renewal succeeds.
+pub(super) fn extend_lease(shared: &Shared, journal: &dyn Journal, started: Instant) {
+    if let Some(ttl) = journal.lease_ttl() {
+        shared
+            .lease
+            .send_replace(Some(crate::retry::later(started, ttl - ttl / 10)));
+    }
+}
+
+/// A batch's commit: per prepare (in order) its decision and whether it
+/// wrote a record; the transaction's result and the transitions' (they may
+/// commit apart); the writes the store refused (fenced).
+pub(super) struct Committed {
+    pub(super) decisions: Vec<(Result<Prepared, JournalError>, bool)>,
+    pub(super) result: Result<(), JournalError>,
+    pub(super) transitions: Result<(), JournalError>,
+    pub(super) refused: HashSet<IdempotencyKey>,
+    /// Keys whose terminal, if a "did not run", is not durable: withheld
+    /// (another caller drives the key) or its record's fate unknown.
+    pub(super) doubtful: HashSet<IdempotencyKey>,
+}
+
+pub(super) fn answer_closed(requests: Vec<Request>, err: &JournalError) {
+    for request in requests {
+        match request {
+            Request::Get(_, reply) => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Request::Unfinished(reply) => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Request::Remove(_, reply) => {
+                let _ = reply.send(Err(err.clone()));
+            }
+            Request::Close(reply) => {
+                let _ = reply.send(());
+            }
+        }
+    }
+}
+
+pub(super) fn log_purge(location: &str, report: &PurgeReport) {
+    if report.expired_unfinished > 0 {
+        warn!(
+            journal = %location,
+            count = report.expired_unfinished,
+            "deleted unfinished calls older than the retention's unfinished_ttl (never recovered)"
+        );
+    }
+    if report.expired_terminal + report.evicted > 0 {
+        debug!(
+            journal = %location,
+            expired = report.expired_terminal,
+            evicted = report.evicted,
+            remaining = report.remaining,
+            "journal purged"
+        );
+    }
+}

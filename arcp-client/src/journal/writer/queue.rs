@@ -1,0 +1,239 @@
+//! What the writer is asked to do, and the state it shares with the
+//! client's handles: the queue (prepares, merged transitions, durable
+//! waiters, requests), the calls driven here and those fenced.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Condvar, Mutex};
+use std::time::{Instant, SystemTime};
+
+use arcp_types::IdempotencyKey;
+use tokio::sync::{oneshot, watch, Notify};
+use tracing::warn;
+
+use super::lock;
+use crate::journal::{
+    to_millis, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    JournalWrite,
+};
+
+/// What `prepare` decided.
+pub(super) enum Prepared {
+    /// Send the call: a new record, or a record with this intent that an
+    /// earlier attempt (this process's or another's) may have sent.
+    Proceed(Prior),
+    /// The key already ended with this intent: the recorded outcome.
+    Answer(JournalEntry),
+    /// The key is recorded with a different intent.
+    Conflict(JournalEntry),
+}
+
+pub(super) enum Request {
+    Get(
+        IdempotencyKey,
+        oneshot::Sender<Result<Option<JournalEntry>, JournalError>>,
+    ),
+    Unfinished(oneshot::Sender<Result<Vec<JournalEntry>, JournalError>>),
+    Remove(IdempotencyKey, oneshot::Sender<Result<bool, JournalError>>),
+    Close(oneshot::Sender<()>),
+}
+
+/// Transitions recorded for one key since the last commit.
+#[derive(Default, Clone)]
+pub(super) struct Pending {
+    pub(super) sent: Option<(u32, SystemTime)>,
+    pub(super) accepted: Option<(String, SystemTime)>,
+    pub(super) terminal: Option<(JournalOutcome, SystemTime)>,
+    /// The client stopped driving the call without an outcome.
+    pub(super) released: bool,
+}
+
+impl Pending {
+    /// These transitions followed by `newer` ones, as one.
+    pub(super) fn then(self, newer: Pending) -> Pending {
+        Pending {
+            sent: match (self.sent, newer.sent) {
+                (Some(a), Some(b)) => Some(if b.0 >= a.0 { b } else { a }),
+                (a, b) => b.or(a),
+            },
+            released: newer.released || (self.released && newer.terminal.is_none()),
+            accepted: newer.accepted.or(self.accepted),
+            terminal: newer.terminal.or(self.terminal),
+        }
+    }
+
+    /// The writes these transitions make. A terminal write carries the
+    /// attempts and the job (every store takes the higher count and keeps
+    /// a known job), so the sent and accepted marks of a call that ended
+    /// since the last commit ride in it: one statement per call instead of
+    /// three.
+    pub(super) fn writes(self, key: &IdempotencyKey) -> Vec<JournalWrite> {
+        if let Some((outcome, at)) = self.terminal {
+            return vec![JournalWrite::Terminal {
+                key: key.clone(),
+                outcome,
+                at,
+            }];
+        }
+        let mut out = Vec::with_capacity(3);
+        if let Some((attempts, at)) = self.sent {
+            out.push(JournalWrite::Sent {
+                key: key.clone(),
+                attempts,
+                at,
+            });
+        }
+        if let Some((job_id, at)) = self.accepted {
+            out.push(JournalWrite::Accepted {
+                key: key.clone(),
+                job_id,
+                at,
+            });
+        }
+        if self.released {
+            out.push(JournalWrite::Release { key: key.clone() });
+        }
+        out
+    }
+}
+
+/// What the journal knew of a key before this call: whether an earlier
+/// attempt may have sent it, and the job the runtime bound it to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Prior {
+    pub(super) in_doubt: bool,
+    pub(super) job_id: Option<String>,
+}
+
+impl Prior {
+    /// What `existing`, a record with this intent that is unfinished or
+    /// ended with its outcome unknown, says of `entry`'s call: it may have
+    /// run, unless it is this very call's own record, still only prepared
+    /// (its prepare committed, though the store's answer was lost).
+    pub(super) fn of(existing: &JournalEntry, entry: &JournalEntry) -> Prior {
+        // Stores keep times in milliseconds.
+        let own = existing.trace_id == entry.trace_id
+            && to_millis(existing.created_at) == to_millis(entry.created_at)
+            && existing.state == JournalState::Prepared;
+        Prior {
+            in_doubt: !own,
+            job_id: existing.job_id().map(str::to_owned),
+        }
+    }
+}
+
+pub(super) type PrepareReply = oneshot::Sender<Result<Prepared, JournalError>>;
+
+/// Told once a terminal write is durable, or why it is not.
+pub(super) type DurableReply = oneshot::Sender<Result<(), JournalError>>;
+
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) prepares: Vec<(JournalEntry, PrepareReply)>,
+    pub(super) transitions: HashMap<IdempotencyKey, Pending>,
+    /// Callers waiting for their terminal write to be durable.
+    pub(super) durable: Vec<(IdempotencyKey, DurableReply)>,
+    pub(super) requests: Vec<Request>,
+    /// Every handle is gone: drain and stop.
+    pub(super) closing: bool,
+    /// The writer stopped; nothing is accepted any more.
+    pub(super) stopped: bool,
+}
+
+impl Queue {
+    pub(super) fn is_empty(&self) -> bool {
+        self.prepares.is_empty() && self.transitions.is_empty() && self.requests.is_empty()
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) queue: Mutex<Queue>,
+    pub(super) wake: Condvar,
+    /// Signalled after the writer takes a batch (room for transitions).
+    pub(super) space: Notify,
+    pub(super) location: String,
+    /// Soft bound on keys with pending transitions.
+    pub(super) capacity: usize,
+    /// Calls another worker owns now: their drivers here stop.
+    pub(super) fenced: Mutex<HashSet<IdempotencyKey>>,
+    /// Calls this client drives right now (from prepare to outcome), with
+    /// how many drivers each: `recover` never hands them out again.
+    pub(super) driving: Mutex<HashMap<IdempotencyKey, usize>>,
+    /// Bumped when `fenced` grows (a watch: a driver that subscribed
+    /// before checking `fenced` misses no change).
+    pub(super) fence: watch::Sender<u64>,
+    /// When this client's authority over the calls it drives lapses unless
+    /// a renewal succeeds first (`None`: it never lapses). Drivers stop at
+    /// that instant on their own (`JournalHandle::fenced`), whatever the
+    /// writer thread is blocked on.
+    pub(super) lease: watch::Sender<Option<Instant>>,
+}
+
+impl Shared {
+    pub(super) fn closed_error(&self) -> JournalError {
+        JournalError::new(
+            JournalErrorKind::Closed,
+            &self.location,
+            "the journal was closed with its client",
+        )
+    }
+
+    /// Records a transition without waiting (the connection task's path).
+    pub(super) fn note(&self, key: &IdempotencyKey, f: impl FnOnce(&mut Pending)) {
+        let mut q = lock(&self.queue);
+        if q.stopped {
+            return;
+        }
+        match q.transitions.get_mut(key) {
+            Some(p) => f(p),
+            None => {
+                let mut p = Pending::default();
+                f(&mut p);
+                q.transitions.insert(key.clone(), p);
+            }
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Marks `keys` as owned elsewhere and wakes their drivers. Only keys a
+    /// driver here drives are kept: the set holds nothing once they stop
+    /// ([`Driving`]'s drop prunes it).
+    pub(super) fn fence(&self, keys: Vec<IdempotencyKey>) {
+        let fenced = {
+            // In the order `Driving::drop` takes them: a driver that stops
+            // meanwhile prunes what this adds.
+            let driving = lock(&self.driving);
+            let keys: Vec<IdempotencyKey> = keys
+                .into_iter()
+                .filter(|k| driving.contains_key(k))
+                .collect();
+            let n = keys.len();
+            lock(&self.fenced).extend(keys);
+            n
+        };
+        if fenced == 0 {
+            return;
+        }
+        warn!(
+            journal = %self.location,
+            calls = fenced,
+            "another worker owns these calls now (this worker lost its lease); they stop here"
+        );
+        self.fence.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub(super) fn request(&self, request: Request) -> Result<(), JournalError> {
+        let mut q = lock(&self.queue);
+        if q.stopped {
+            return Err(self.closed_error());
+        }
+        q.requests.push(request);
+        drop(q);
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+pub(super) fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
+    p.clone().writes(key)
+}
