@@ -78,7 +78,7 @@ impl fmt::Display for JobSuffix<'_> {
 /// | [`Error::Interrupted`] | maybe, at most once: the client closed while it was in flight |
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
 /// | [`Error::Cancelled`] | it was cancelled by the runtime |
-/// | connect, auth, invalid call, journal, closed | no: nothing was sent |
+/// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`: maybe, at most once) |
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -235,7 +235,10 @@ pub enum Error {
     /// The invocation journal failed: at start-up (a corrupt file, a
     /// database that is not a journal, a journal held by another client),
     /// or while recording a call before its send (then the call was **not**
-    /// sent). [`JournalError::kind`] says which.
+    /// sent by this client). [`JournalError::kind`] says which; with
+    /// [`JournalErrorKind::Fenced`] or [`JournalErrorKind::Unavailable`] the
+    /// call may have run (another worker drives it, or its record may have
+    /// landed and a recovery may send it).
     #[error("{0}")]
     Journal(JournalError),
     /// The HTTP binding got a status it does not define for a call (for
