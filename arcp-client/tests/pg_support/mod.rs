@@ -140,6 +140,53 @@ fn find_bin() -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| std::env::split_paths(&paths).find(|d| has(d)))
 }
 
+/// A temporary directory for a cluster, owned by the user the server runs
+/// as (`postgres` when this runs as root: `initdb` refuses root), and
+/// whether that is the case.
+fn cluster_dir(prefix: &str) -> (PathBuf, bool) {
+    let root = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("a temporary directory for the cluster")
+        .keep();
+    // SAFETY: geteuid has no preconditions.
+    let as_postgres = unsafe { libc::geteuid() } == 0;
+    if as_postgres {
+        let ok = Command::new("chown")
+            .args(["-R", "postgres:"])
+            .arg(&root)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "chown {} to the `postgres` user failed: running as root, the test cluster runs \
+             as `postgres` (created by the distribution's postgresql package)",
+            root.display()
+        );
+    }
+    (root, as_postgres)
+}
+
+/// `program`, run as the server's user.
+fn as_server_user(program: &Path, as_postgres: bool) -> Command {
+    if as_postgres {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Stops the cluster in `root/data` at once (`-m immediate`).
+fn stop_now(pg_ctl: &Path, root: &Path, as_postgres: bool) {
+    let _ = as_server_user(pg_ctl, as_postgres)
+        .arg("-D")
+        .arg(root.join("data"))
+        .args(["-m", "immediate", "-w", "stop"])
+        .output();
+}
+
 /// The running throwaway cluster, stopped and removed at process exit.
 struct Cluster {
     dir: PathBuf,
@@ -158,26 +205,7 @@ extern "C" fn stop_cluster_at_exit() {
 
 impl Cluster {
     fn start(bin: &Path) -> String {
-        let root = tempfile::Builder::new()
-            .prefix("arcp-pg-")
-            .tempdir()
-            .expect("a temporary directory for the cluster")
-            .keep();
-        // SAFETY: geteuid has no preconditions.
-        let as_postgres = unsafe { libc::geteuid() } == 0;
-        if as_postgres {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:"])
-                .arg(&root)
-                .status()
-                .expect("run chown");
-            assert!(
-                status.success(),
-                "chown {} to the `postgres` user failed: running as root, the test cluster runs \
-                 as `postgres` (created by the distribution's postgresql package)",
-                root.display()
-            );
-        }
+        let (root, as_postgres) = cluster_dir("arcp-pg-");
         let cluster = Cluster {
             dir: root.clone(),
             pg_ctl: bin.join("pg_ctl"),
@@ -185,16 +213,12 @@ impl Cluster {
         };
         let data = root.join("data");
         let run = |program: &Path, args: &[&str]| {
-            let mut cmd = if as_postgres {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "postgres", "--"]).arg(program);
-                c
-            } else {
-                Command::new(program)
-            };
-            let out = cmd.args(args).output().unwrap_or_else(|e| {
-                panic!("run {}: {e}", program.display());
-            });
+            let out = as_server_user(program, as_postgres)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("run {}: {e}", program.display());
+                });
             if !out.status.success() {
                 let log = std::fs::read_to_string(root.join("log")).unwrap_or_default();
                 panic!(
@@ -243,19 +267,7 @@ impl Cluster {
     }
 
     fn stop(self) {
-        let data = self.dir.join("data");
-        let mut cmd = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&self.pg_ctl);
-            c
-        } else {
-            Command::new(&self.pg_ctl)
-        };
-        let _ = cmd
-            .arg("-D")
-            .arg(&data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
+        stop_now(&self.pg_ctl, &self.dir, self.as_postgres);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -287,21 +299,7 @@ impl OwnServer {
                  set ARCP_TEST_POSTGRES_SKIP=1"
             );
         };
-        let root = tempfile::Builder::new()
-            .prefix("arcp-pg-own-")
-            .tempdir()
-            .expect("a temporary directory for the cluster")
-            .keep();
-        // SAFETY: geteuid has no preconditions.
-        let as_postgres = unsafe { libc::geteuid() } == 0;
-        if as_postgres {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:"])
-                .arg(&root)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "chown {} to `postgres` failed", root.display());
-        }
+        let (root, as_postgres) = cluster_dir("arcp-pg-own-");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -349,14 +347,7 @@ impl OwnServer {
     }
 
     fn run(&self, program: &Path, args: &[&str]) {
-        let mut cmd = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        };
-        let out = cmd
+        let out = as_server_user(program, self.as_postgres)
             .args(args)
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
@@ -432,18 +423,7 @@ impl OwnServer {
 
 impl Drop for OwnServer {
     fn drop(&mut self) {
-        let mut cmd = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&self.pg_ctl);
-            c
-        } else {
-            Command::new(&self.pg_ctl)
-        };
-        let _ = cmd
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
+        stop_now(&self.pg_ctl, &self.root, self.as_postgres);
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }

@@ -19,6 +19,7 @@
 //!   the store) to stop: they end with `JOURNAL_FENCED`.
 
 mod batch;
+mod commit;
 mod handle;
 mod queue;
 
