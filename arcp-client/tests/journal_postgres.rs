@@ -144,7 +144,11 @@ async fn migrations_are_versioned_applied_once_and_a_newer_schema_is_refused() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(rows, i64::from(PostgresJournal::latest_schema_version()), "one row per migration");
+    assert_eq!(
+        rows,
+        i64::from(PostgresJournal::latest_schema_version()),
+        "one row per migration"
+    );
     db.execute(
         "INSERT INTO arcp_journal_schema (version, description) VALUES (99, 'from the future')",
         &[],
@@ -843,7 +847,11 @@ async fn removal_cascades_and_a_statement_is_guarded_whole() {
         }
     };
     assert_eq!(rows("k1").await, (0, 0), "removed with its record");
-    assert_eq!(rows("k2").await, (2, 1), "prepared and accepted, one attempt");
+    assert_eq!(
+        rows("k2").await,
+        (2, 1),
+        "prepared and accepted, one attempt"
+    );
     assert_eq!(rows("k3").await, (1, 1));
     // k3 may move forwards, k2 may not move back: the statement fails whole.
     let err = db
@@ -856,7 +864,10 @@ async fn removal_cascades_and_a_statement_is_guarded_whole() {
     assert_eq!(err.code().unwrap().code(), "AR003", "{err}");
     let message = err.as_db_error().unwrap().message();
     assert!(message.contains("k2"), "names the row: {message}");
-    assert_eq!(a.get(&key("k3")).unwrap().unwrap().state, JournalState::Prepared);
+    assert_eq!(
+        a.get(&key("k3")).unwrap().unwrap().state,
+        JournalState::Prepared
+    );
     // A many-row statement of the owner is recorded row by row.
     db.execute(
         "UPDATE arcp_calls SET state = 'sent', attempts = 1 WHERE key IN ('k3', 'k4')",
