@@ -30,7 +30,11 @@ async fn journal(url: &str, worker: &str, lease: Duration) -> PostgresJournal {
         url,
         PostgresOptions::default()
             .worker_id(worker)
-            .lease_ttl(lease),
+            .lease_ttl(lease)
+            // These tests are about leases, not slow links: a loaded test
+            // machine must not turn a short lease's round-trip bound into
+            // a failed write.
+            .round_trip_timeout(Duration::from_secs(2)),
     )
     .await
     .expect("open the journal")
@@ -868,6 +872,16 @@ async fn removal_cascades_and_a_statement_is_guarded_whole() {
         a.get(&key("k3")).unwrap().unwrap().state,
         JournalState::Prepared
     );
+    // Identity never changes, whichever column.
+    for attack in [
+        "UPDATE arcp_calls SET key = 'k9' WHERE key = 'k3'",
+        "UPDATE arcp_calls SET intent = '{}' WHERE key = 'k3'",
+    ] {
+        let err = db.execute(attack, &[]).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), "AR003", "{attack}: {err}");
+        let message = err.as_db_error().unwrap().message();
+        assert!(message.contains("never change"), "{attack}: {message}");
+    }
     // A many-row statement of the owner is recorded row by row.
     db.execute(
         "UPDATE arcp_calls SET state = 'sent', attempts = 1 WHERE key IN ('k3', 'k4')",
