@@ -21,11 +21,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use arcp::client::{
+use arcp_mock::MockRuntime;
+use arcp_sdk::{
     Client, MemoryJournal, PostgresJournal, PostgresOptions, SqliteJournal, SqliteOptions,
     Synchronous,
 };
-use arcp::mock::MockRuntime;
 use serde_json::{json, Value};
 
 const ROUND: usize = 100;
@@ -177,7 +177,7 @@ async fn main() {
 }
 
 impl Subject {
-    fn new(name: &'static str, client: Result<Client, arcp::client::Error>) -> Subject {
+    fn new(name: &'static str, client: Result<Client, arcp_sdk::Error>) -> Subject {
         Subject {
             name,
             client: client.expect("connect"),

@@ -15,13 +15,13 @@
 //! (`Fault::DropBeforeTerminal`). A short `RetryPolicy` ends it in a few seconds.
 //!
 //! Run it: `cargo run --example accepted_only_runtime`
-//! (`RUST_LOG=arcp_client=debug` shows the client's reasoning at each step.)
+//! (`RUST_LOG=arcp_sdk=debug` shows the client's reasoning at each step.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, Error, RetryPolicy};
-use arcp::mock::{Dialect, Fault, MockRuntime, ReplayPolicy};
+use arcp_mock::{Dialect, Fault, MockRuntime, ReplayPolicy};
+use arcp_sdk::{Client, Error, RetryPolicy};
 use serde_json::json;
 
 #[tokio::main]

@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, RetryPolicy};
-use arcp::mock::{ChaosProxy, MockRuntime};
+use arcp_mock::{ChaosProxy, MockRuntime};
+use arcp_sdk::{Client, RetryPolicy};
 use serde_json::json;
 
 const CALLS: u64 = 200;

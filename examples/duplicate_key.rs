@@ -13,9 +13,9 @@
 //!
 //! Run it: `cargo run --example duplicate_key`
 
-use arcp::client::{Client, Error};
-use arcp::mock::MockRuntime;
-use arcp::types::IdempotencyKey;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, Error};
+use arcp_types::IdempotencyKey;
 use serde_json::json;
 
 #[tokio::main]
@@ -111,7 +111,7 @@ async fn main() -> Result<(), Error> {
     Ok(())
 }
 
-fn describe(outcome: &Result<arcp::client::ToolOutput, Error>) -> String {
+fn describe(outcome: &Result<arcp_sdk::ToolOutput, Error>) -> String {
     match outcome {
         Ok(out) => format!("ok {}", out.value),
         Err(Error::DuplicateKey { message, .. }) => format!("DUPLICATE_KEY ({message})"),

@@ -16,9 +16,9 @@
 //!
 //! Run it: `cargo run --example explicit_key`
 
-use arcp::client::{Client, Error};
-use arcp::mock::MockRuntime;
-use arcp::types::IdempotencyKey;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, Error};
+use arcp_types::IdempotencyKey;
 use serde_json::{json, Value};
 
 #[tokio::main]

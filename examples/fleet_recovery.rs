@@ -25,8 +25,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use arcp::client::{Client, Error, PostgresJournal, PostgresOptions, RetryPolicy};
-use arcp::mock::MockRuntime;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, Error, PostgresJournal, PostgresOptions, RetryPolicy};
 use serde_json::{json, Value};
 
 const URL_VAR: &str = "ARCP_POSTGRES_URL";

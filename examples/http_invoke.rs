@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use arcp::client::{Client, Error, RetryPolicy};
-use arcp::mock::{Fault, MockRuntime};
-use arcp::types::IdempotencyKey;
+use arcp_mock::{Fault, MockRuntime};
+use arcp_sdk::{Client, Error, RetryPolicy};
+use arcp_types::IdempotencyKey;
 use serde_json::json;
 
 #[tokio::main]

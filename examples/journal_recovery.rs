@@ -24,8 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcp::client::{Client, Error, RetryPolicy};
-use arcp::mock::MockRuntime;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, Error, RetryPolicy};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 

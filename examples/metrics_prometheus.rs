@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use arcp::client::{Client, IdempotencyKey, RetryPolicy};
-use arcp::mock::{ChaosProxy, MockRuntime};
+use arcp_mock::{ChaosProxy, MockRuntime};
+use arcp_sdk::{Client, IdempotencyKey, RetryPolicy};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use serde_json::json;
 

@@ -15,8 +15,8 @@
 
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, Error, EventBody};
-use arcp::mock::MockRuntime;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, Error, EventBody};
 use serde_json::json;
 
 #[tokio::main]

@@ -13,13 +13,13 @@
 //!
 //! ```sh
 //! cargo run --example retry_across_disconnect
-//! RUST_LOG=arcp_client=debug cargo run --example retry_across_disconnect  # every client step
+//! RUST_LOG=arcp_sdk=debug cargo run --example retry_across_disconnect  # every client step
 //! ```
 
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, EventBody, RetryPolicy};
-use arcp::mock::MockRuntime;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, EventBody, RetryPolicy};
 use serde_json::json;
 
 #[tokio::main]

@@ -1,15 +1,8 @@
-//! # arcp
+//! # arcp-workspace-tests
 //!
-//! Umbrella crate of the ARCP Rust SDK. It re-exports the three crates:
-//!
-//! - [`types`] (`arcp-types`): the wire: envelope, both dialects, error codes, keys;
-//! - [`client`] (`arcp-client`): the replay-aware client;
-//! - [`mock`] (`arcp-mock`): an in-process runtime and a chaos proxy for tests.
-//!
-//! See the README for a tour and `examples/` for runnable retry patterns.
+//! The workspace's own package (not published): it owns the integration,
+//! chaos, checker and interop tests in `tests/` and the benchmarks in
+//! `benches/`, which use the SDK's crates directly (`arcp_types`,
+//! `arcp_sdk`, `arcp_mock`). It exports nothing.
 
 #![forbid(unsafe_code)]
-
-pub use arcp_client as client;
-pub use arcp_mock as mock;
-pub use arcp_types as types;

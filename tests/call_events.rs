@@ -7,12 +7,12 @@ mod support;
 
 use std::time::Duration;
 
-use arcp::client::EventBody;
-use arcp::mock::{Dialect, MockRuntime};
+use arcp_mock::{Dialect, MockRuntime};
+use arcp_sdk::EventBody;
 use serde_json::json;
 use support::mock::client;
 
-fn chatty() -> arcp::mock::MockRuntimeBuilder {
+fn chatty() -> arcp_mock::MockRuntimeBuilder {
     MockRuntime::builder().tool("chatty", |args, ctx| async move {
         let n = args["n"].as_u64().unwrap_or(0);
         ctx.log("info", format!("call {n} started")).await;

@@ -7,8 +7,8 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, RetryPolicy};
-use arcp::mock::{ChaosProxy, Dialect, ReplayPolicy};
+use arcp_mock::{ChaosProxy, Dialect, ReplayPolicy};
+use arcp_sdk::{Client, RetryPolicy};
 use serde_json::json;
 use support::mock::mock;
 

@@ -47,16 +47,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp::client::{
+use arcp_mock::{
+    ChaosProxy, ChaosProxyHandle, Dialect, ErrorCode, Fault, JobStatus, MockRuntime, Preset,
+    ReplayPolicy, ToolFailure,
+};
+use arcp_sdk::{
     CancelOutcome, Client, ClientBuilder, DialectChoice, Error, Execution, Journal, JournalEntry,
     JournalError, JournalErrorKind, JournalWrite, MemoryJournal, PurgeReport, Retention,
     RetryPolicy,
 };
-use arcp::mock::{
-    ChaosProxy, ChaosProxyHandle, Dialect, ErrorCode, Fault, JobStatus, MockRuntime, Preset,
-    ReplayPolicy, ToolFailure,
-};
-use arcp::types::IdempotencyKey;
+use arcp_types::IdempotencyKey;
 use serde_json::{json, Value};
 use support::gateway::{Gateway, Move};
 use tokio::sync::Semaphore;

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use arcp::client::Error;
-use arcp::mock::{Dialect, Fault, MockRuntime, ReplayPolicy};
+use arcp_mock::{Dialect, Fault, MockRuntime, ReplayPolicy};
+use arcp_sdk::Error;
 use serde_json::json;
 use support::mock::{client, mock};
 
@@ -30,7 +30,7 @@ async fn run(
     dialect: Dialect,
     policy: ReplayPolicy,
     point: Point,
-) -> (MockRuntime, Result<arcp::client::ToolOutput, Error>) {
+) -> (MockRuntime, Result<arcp_sdk::ToolOutput, Error>) {
     let mock = start(dialect, policy).await;
     let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
     match point {
@@ -52,7 +52,7 @@ async fn run(
     (mock, outcome)
 }
 
-fn assert_ok(outcome: &Result<arcp::client::ToolOutput, Error>, point: Point) {
+fn assert_ok(outcome: &Result<arcp_sdk::ToolOutput, Error>, point: Point) {
     let out = outcome
         .as_ref()
         .unwrap_or_else(|e| panic!("{point:?}: {e:?}"));
@@ -73,7 +73,7 @@ macro_rules! disconnect_tests {
     )*};
 }
 
-fn assert_unavailable(outcome: &Result<arcp::client::ToolOutput, Error>, point: Point) {
+fn assert_unavailable(outcome: &Result<arcp_sdk::ToolOutput, Error>, point: Point) {
     match outcome {
         Err(Error::OutcomeUnavailable {
             job_id: Some(_), ..

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use arcp::client::{CancelOutcome, Error, Execution, IdempotencyKey, RetryPolicy};
-use arcp::mock::{ChaosProxy, Dialect, Fault, JobStatus, Preset};
+use arcp_mock::{ChaosProxy, Dialect, Fault, JobStatus, Preset};
+use arcp_sdk::{CancelOutcome, Error, Execution, IdempotencyKey, RetryPolicy};
 use serde_json::json;
 use support::mock::{client, mock, submits};
 

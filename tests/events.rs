@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use arcp::client::{ConnectionEvent, ConnectionEvents};
-use arcp::mock::{Dialect, Fault};
+use arcp_mock::{Dialect, Fault};
+use arcp_sdk::{ConnectionEvent, ConnectionEvents};
 use serde_json::json;
 use support::mock::{client, mock};
 

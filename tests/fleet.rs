@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, PostgresJournal, PostgresOptions, RetryPolicy};
-use arcp::mock::MockRuntime;
+use arcp_mock::MockRuntime;
+use arcp_sdk::{Client, PostgresJournal, PostgresOptions, RetryPolicy};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -84,12 +84,10 @@ struct Tally {
 }
 
 impl Tally {
-    fn count(&self, outcome: &Result<arcp::client::ToolOutput, arcp::client::Error>) {
+    fn count(&self, outcome: &Result<arcp_sdk::ToolOutput, arcp_sdk::Error>) {
         match outcome {
             Ok(_) => self.ok.fetch_add(1, Ordering::Relaxed),
-            Err(arcp::client::Error::Journal(e))
-                if e.kind == arcp::client::JournalErrorKind::Fenced =>
-            {
+            Err(arcp_sdk::Error::Journal(e)) if e.kind == arcp_sdk::JournalErrorKind::Fenced => {
                 self.fenced.fetch_add(1, Ordering::Relaxed)
             }
             Err(e) => {
@@ -143,7 +141,7 @@ async fn worker_main(worker: usize, runtime_url: &str, journal_url: &str) {
     loop {
         let mut all = true;
         for key in &keys {
-            let key = arcp::client::IdempotencyKey::try_from(key.as_str()).expect("a key");
+            let key = arcp_sdk::IdempotencyKey::try_from(key.as_str()).expect("a key");
             if client.lookup(&key).await.expect("lookup").is_none() {
                 all = false;
                 break;

@@ -29,11 +29,11 @@ mod pg_support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp::client::{
+use arcp_mock::MockRuntime;
+use arcp_sdk::{
     Client, Error, Execution, JournalErrorKind, PostgresJournal, PostgresOptions, RetryPolicy,
     ToolOutput,
 };
-use arcp::mock::MockRuntime;
 use pg_support::OwnServer;
 use serde_json::{json, Value};
 use support::link::{Link, LinkMode};

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use arcp::client::Client;
-use arcp::types::{
+use arcp_sdk::Client;
+use arcp_types::{
     Accepted, Dialect, ErrorCode, ErrorReply, Frame, JobEvent, JobResult, Message, Open, Unknown,
     Welcome,
 };

@@ -6,8 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use arcp::client::{CancelOutcome, Error, IdempotencyKey};
-use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault};
+use arcp_mock::{ConflictSignal, Dialect, ErrorCode, Fault};
+use arcp_sdk::{CancelOutcome, Error, IdempotencyKey};
 use serde_json::json;
 use support::mock::{client, key_of, mock, submits};
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcp::client::Error;
-use arcp::mock::{Dialect, ErrorCode, Fault, MockRuntime};
+use arcp_mock::{Dialect, ErrorCode, Fault, MockRuntime};
+use arcp_sdk::Error;
 use serde_json::json;
 use support::mock::{client, mock, submits};
 
@@ -22,7 +22,7 @@ async fn an_inbound_frame_over_the_limit_is_refused_and_named() {
     let client = client(&mock.ws_url(), Dialect::V1_1)
         .max_frame_size(64 * 1024)
         .retry(
-            arcp::client::RetryPolicy::exponential()
+            arcp_sdk::RetryPolicy::exponential()
                 .initial_delay(Duration::from_millis(10))
                 .max_elapsed(Duration::from_secs(1)),
         )
@@ -158,7 +158,7 @@ async fn the_retry_budget_bounds_a_call_refused_every_time() {
     assert_eq!(mock.executions("echo"), 0, "nothing ran");
 }
 
-fn streaming_mock() -> arcp::mock::MockRuntimeBuilder {
+fn streaming_mock() -> arcp_mock::MockRuntimeBuilder {
     MockRuntime::builder().tool("stream", |_, ctx| async move {
         for part in ["alpha ", "beta ", "gamma"] {
             ctx.result_chunk(part, part != "gamma").await;
@@ -207,7 +207,7 @@ async fn huge_durations_do_not_overflow() {
     let client = client(&mock.ws_url(), Dialect::V1_1)
         .default_deadline(Duration::MAX)
         .retry(
-            arcp::client::RetryPolicy::exponential()
+            arcp_sdk::RetryPolicy::exponential()
                 .max_delay(Duration::MAX)
                 .max_elapsed(Duration::MAX)
                 .outcome_poll(Duration::MAX),

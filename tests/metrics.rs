@@ -10,8 +10,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use arcp::client::{ConnectionEvent, Error, IdempotencyKey, ToolOutput};
-use arcp::mock::{Dialect, ErrorCode, Fault, MockRuntime, Preset};
+use arcp_mock::{Dialect, ErrorCode, Fault, MockRuntime, Preset};
+use arcp_sdk::{ConnectionEvent, Error, IdempotencyKey, ToolOutput};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use serde_json::json;

@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use arcp::client::{Error, IdempotencyKey};
-use arcp::mock::{ConflictSignal, Dialect, ErrorCode, Fault, MockRuntime, Preset, ReplayPolicy};
+use arcp_mock::{ConflictSignal, Dialect, ErrorCode, Fault, MockRuntime, Preset, ReplayPolicy};
+use arcp_sdk::{Error, IdempotencyKey};
 use serde_json::{json, Value};
 use support::mock::{client, mock, submits};
 
@@ -20,7 +20,7 @@ async fn resend_after_completion(
     tool: &str,
     args: Value,
     key: &IdempotencyKey,
-) -> Result<arcp::client::ToolOutput, Error> {
+) -> Result<arcp_sdk::ToolOutput, Error> {
     let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
     let _ = first
         .invoke(tool, args.clone())
@@ -351,7 +351,7 @@ async fn a_refused_intent_does_not_poison_the_key() {
         .connect()
         .await
         .unwrap();
-    let call = |c: &arcp::client::Client, order: u64| {
+    let call = |c: &arcp_sdk::Client, order: u64| {
         c.invoke("refund", json!({"order": order}))
             .idempotency_key(key.clone())
             .send()

@@ -13,9 +13,9 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Error, IdempotencyKey, RetryPolicy};
-use arcp::mock::ChaosProxy;
-use arcp::mock::ReplayPolicy;
+use arcp_mock::ChaosProxy;
+use arcp_mock::ReplayPolicy;
+use arcp_sdk::{Error, IdempotencyKey, RetryPolicy};
 use serde_json::json;
 use support::targets::{Target, TargetKind};
 
@@ -386,7 +386,7 @@ for_every_target!(
 /// reconnects and speaks legacy.
 #[tokio::test]
 async fn auto_dialect_finds_each_published_runtime() {
-    use arcp::client::{Dialect, DialectChoice};
+    use arcp_sdk::{Dialect, DialectChoice};
     for (kind, expected) in [
         (TargetKind::Python, Dialect::V1_1),
         (TargetKind::Rust, Dialect::Legacy),

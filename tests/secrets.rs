@@ -7,9 +7,9 @@ mod support;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use arcp::client::{Client, Error};
-use arcp::mock::{Dialect, MockRuntime};
-use arcp::types::{Auth, Dialect as Wire, ErrorCode, ErrorReply, Frame, Message};
+use arcp_mock::{Dialect, MockRuntime};
+use arcp_sdk::{Client, Error};
+use arcp_types::{Auth, Dialect as Wire, ErrorCode, ErrorReply, Frame, Message};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::net::TcpListener;

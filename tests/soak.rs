@@ -17,8 +17,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, Error, Execution, RetryPolicy};
-use arcp::mock::{ChaosProxy, Dialect, ReplayPolicy};
+use arcp_mock::{ChaosProxy, Dialect, ReplayPolicy};
+use arcp_sdk::{Client, Error, Execution, RetryPolicy};
 use serde_json::json;
 use support::mock::mock;
 

@@ -8,8 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, Error};
-use arcp::mock::Dialect;
+use arcp_mock::Dialect;
+use arcp_sdk::{Client, Error};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::json;
 use support::mock::mock;

@@ -3,8 +3,8 @@
 
 mod support;
 
-use arcp::client::Error;
-use arcp::mock::{Dialect, Fault};
+use arcp_mock::{Dialect, Fault};
+use arcp_sdk::Error;
 use serde_json::json;
 use support::mock::{client, mock, submits};
 

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arcp::client::{
+use arcp_mock::{Dialect, Fault};
+use arcp_sdk::{
     Client, Error, Execution, IdempotencyKey, Journal, JournalEntry, JournalError,
     JournalErrorKind, JournalState, JournalWrite, MemoryJournal, PurgeReport, Retention,
 };
-use arcp::mock::{Dialect, Fault};
 use serde_json::json;
 use support::mock::{client, mock};
 
@@ -47,7 +47,7 @@ async fn a_tools_own_conflict_looking_error_ran_on_every_transport() {
                 } else {
                     format!("the tool failed with {code}")
                 };
-                Err(arcp::mock::ToolFailure::new(code.as_str(), message))
+                Err(arcp_mock::ToolFailure::new(code.as_str(), message))
             })
             .start()
             .await

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use arcp::types::{Dialect, Message};
+use arcp_types::{Dialect, Message};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcp_client::{Client, Dialect, RetryPolicy};
 use arcp_core::messages::{AuthScheme, Capabilities, ClientIdentity, Credentials};
 use arcp_core::transport::websocket::WebSocketTransport;
+use arcp_sdk::{Client, Dialect, RetryPolicy};
 use serde_json::{json, Value};
 
 use crate::stats::{self, Sample};

@@ -39,7 +39,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use arcp_client::Dialect;
+use arcp_sdk::Dialect;
 use clap::{Args, Parser, Subcommand};
 use tokio::io::{AsyncBufReadExt, BufReader};
 

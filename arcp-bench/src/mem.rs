@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcp_client::Dialect;
+use arcp_sdk::Dialect;
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
 use serde_json::json;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use arcp_client::{Client, Dialect, RetryPolicy};
+use arcp_sdk::{Client, Dialect, RetryPolicy};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::stats::{median, Sample};

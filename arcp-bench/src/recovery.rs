@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arcp_client::{Client, Dialect, Error, RetryPolicy};
 use arcp_mock::{Fault, MockRuntime, ReplayPolicy};
+use arcp_sdk::{Client, Dialect, Error, RetryPolicy};
 use serde_json::json;
 
 /// One scenario's figures.

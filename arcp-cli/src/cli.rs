@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use arcp_client::DialectChoice;
 use arcp_mock::{Dialect, ReplayPolicy};
+use arcp_sdk::DialectChoice;
 use arcp_types::IdempotencyKey;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use arcp_client::{Client, RetryPolicy};
+use arcp_sdk::{Client, RetryPolicy};
 use arcp_types::IdempotencyKey;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -76,7 +76,7 @@ pub async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutc
         retry = retry.max_attempts(n);
     }
     let mut builder = Client::builder(args.url.clone())
-        .dialect(arcp_client::DialectChoice::from(args.dialect))
+        .dialect(arcp_sdk::DialectChoice::from(args.dialect))
         .retry(retry)
         .handshake_timeout(HANDSHAKE_TIMEOUT.min(deadline))
         .connect_budget(

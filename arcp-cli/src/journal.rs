@@ -7,7 +7,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use arcp_client::{
+use arcp_sdk::{
     Client, Error, Journal, JournalEntry, JournalError, JournalErrorKind, JournalState,
     JournalWrite, Retention, SqliteJournal,
 };
@@ -153,7 +153,7 @@ async fn recover(
     path: &Path,
     url: &str,
     token: Option<&str>,
-    dialect: arcp_client::DialectChoice,
+    dialect: arcp_sdk::DialectChoice,
     json: bool,
 ) -> Result<(), Failure> {
     let mut builder = Client::builder(url).dialect(dialect).journal_path(path);

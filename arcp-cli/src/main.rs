@@ -95,8 +95,8 @@ fn init_tracing(verbose: u8) -> bool {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "off",
-        1 => "arcp_client=info,arcp_mock=info",
-        _ => "arcp_client=debug,arcp_mock=debug",
+        1 => "arcp_sdk=info,arcp_mock=info",
+        _ => "arcp_sdk=debug,arcp_mock=debug",
     };
     let (filter, logging) = match EnvFilter::try_from_default_env() {
         Ok(filter) => (filter, true),

@@ -1,6 +1,6 @@
 //! What an `arcp invoke` ended with, and the exit status each outcome maps to.
 
-use arcp_client::{Error, ToolOutput};
+use arcp_sdk::{Error, ToolOutput};
 
 /// Exit status: the call succeeded.
 pub const EXIT_OK: u8 = 0;

@@ -34,9 +34,9 @@ use crate::ws::{self, Core};
 /// Configures and connects a [`Client`].
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), arcp_client::Error> {
+/// # async fn demo() -> Result<(), arcp_sdk::Error> {
 /// use std::time::Duration;
-/// use arcp_client::{Client, RetryPolicy};
+/// use arcp_sdk::{Client, RetryPolicy};
 ///
 /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
 ///     .bearer_token("secret")
@@ -545,8 +545,8 @@ impl Client {
     /// connect, batch after batch.
     ///
     /// ```no_run
-    /// # async fn demo(journal: impl arcp_client::Journal) -> Result<(), arcp_client::Error> {
-    /// use arcp_client::Client;
+    /// # async fn demo(journal: impl arcp_sdk::Journal) -> Result<(), arcp_sdk::Error> {
+    /// use arcp_sdk::Client;
     /// // `journal`: a durable one, e.g. `SqliteJournal` (feature `sqlite`).
     /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
     ///     .journal(journal)

@@ -7,8 +7,8 @@
 //! a dropped connection never runs a side effect twice.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), arcp_client::Error> {
-//! use arcp_client::Client;
+//! # async fn demo() -> Result<(), arcp_sdk::Error> {
+//! use arcp_sdk::Client;
 //! use serde_json::json;
 //!
 //! let client = Client::builder("ws://127.0.0.1:7777/arcp")

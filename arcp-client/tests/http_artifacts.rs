@@ -6,7 +6,7 @@ mod http_support;
 
 use std::time::{Duration, Instant};
 
-use arcp_client::{ArtifactFetcher, ArtifactRef, Error};
+use arcp_sdk::{ArtifactFetcher, ArtifactRef, Error};
 use http_support::*;
 use wiremock::matchers::{header_exists, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

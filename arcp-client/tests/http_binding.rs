@@ -6,7 +6,7 @@ mod http_support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp_client::{CancelOutcome, Error, Execution, IdempotencyKey};
+use arcp_sdk::{CancelOutcome, Error, Execution, IdempotencyKey};
 use arcp_types::ErrorCode;
 use http_support::*;
 use serde_json::json;
@@ -492,7 +492,7 @@ async fn close_interrupts_calls_in_flight_and_fails_later_ones() {
 
 #[tokio::test]
 async fn bad_urls_and_tokens_fail_at_connect() {
-    let err = arcp_client::Client::builder("http://")
+    let err = arcp_sdk::Client::builder("http://")
         .connect()
         .await
         .unwrap_err();
@@ -506,7 +506,7 @@ async fn bad_urls_and_tokens_fail_at_connect() {
         ),
         "{err:?}"
     );
-    let err = arcp_client::Client::builder("http://127.0.0.1:9/arcp")
+    let err = arcp_sdk::Client::builder("http://127.0.0.1:9/arcp")
         .bearer_token("bad\ntoken")
         .connect()
         .await

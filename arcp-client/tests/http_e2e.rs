@@ -5,8 +5,8 @@ mod http_support;
 
 use std::time::Duration;
 
-use arcp_client::{Error, IdempotencyKey};
 use arcp_mock::{ErrorCode, Fault, MockRuntime, MockRuntimeBuilder, ToolFailure};
+use arcp_sdk::{Error, IdempotencyKey};
 use http_support::*;
 use serde_json::{json, Value};
 
@@ -194,7 +194,7 @@ async fn an_unknown_tool_is_refused_not_retried() {
 #[tokio::test]
 async fn credentials_are_checked() {
     let mock = mock().token(TOKEN, "alice").start().await.unwrap();
-    let wrong = arcp_client::Client::builder(mock.http_url())
+    let wrong = arcp_sdk::Client::builder(mock.http_url())
         .bearer_token("wrong")
         .connect()
         .await
@@ -253,7 +253,7 @@ async fn a_legacy_mock_serves_the_binding_with_its_own_fingerprint_rules() {
         .await
         .unwrap();
     let key = IdempotencyKey::try_from("legacy-1").unwrap();
-    let call = |client: arcp_client::Client, args: Value| {
+    let call = |client: arcp_sdk::Client, args: Value| {
         let key = key.clone();
         async move {
             client

@@ -183,7 +183,7 @@ async fn cut_every_time_is_outcome_unavailable() {
     assert!(
         matches!(
             &err,
-            arcp_client::Error::OutcomeUnavailable { attempts: 3, reason, .. } if reason.contains("cut off")
+            arcp_sdk::Error::OutcomeUnavailable { attempts: 3, reason, .. } if reason.contains("cut off")
         ),
         "{err:?}"
     );

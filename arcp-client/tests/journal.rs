@@ -7,12 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcp_client::{
+use arcp_mock::{MockRuntime, ReplayPolicy};
+use arcp_sdk::{
     Client, ClientBuilder, Error, Execution, IdempotencyKey, Journal, JournalEntry,
     JournalErrorKind, JournalOutcome, JournalState, MemoryJournal, RecoveryMode, Retention,
     RetryPolicy, SqliteJournal,
 };
-use arcp_mock::{MockRuntime, ReplayPolicy};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -223,7 +223,7 @@ async fn automatic_recovery_redrives_on_connect() {
         let j = SqliteJournal::open(&path).unwrap();
         let intent =
             format!(r#"{{"tool":"refund","arguments":{{"order":11}},"idempotency_key":"{key}"}}"#);
-        j.apply(&[arcp_client::JournalWrite::Prepare(prepared(&key, &intent))])
+        j.apply(&[arcp_sdk::JournalWrite::Prepare(prepared(&key, &intent))])
             .unwrap();
     }
     let client = builder(&mock.ws_url())
@@ -267,7 +267,7 @@ async fn a_recovered_call_refused_until_its_budget_is_spent_may_have_run() {
         let j = SqliteJournal::open(&path).unwrap();
         let intent =
             format!(r#"{{"tool":"refund","arguments":{{"order":12}},"idempotency_key":"{key}"}}"#);
-        j.apply(&[arcp_client::JournalWrite::Prepare(prepared(&key, &intent))])
+        j.apply(&[arcp_sdk::JournalWrite::Prepare(prepared(&key, &intent))])
             .unwrap();
     }
     let client = builder(&mock.ws_url())
@@ -304,12 +304,12 @@ struct FlakyReads {
 }
 
 impl Journal for FlakyReads {
-    fn apply(&self, writes: &[arcp_client::JournalWrite]) -> Result<(), arcp_client::JournalError> {
+    fn apply(&self, writes: &[arcp_sdk::JournalWrite]) -> Result<(), arcp_sdk::JournalError> {
         self.inner.apply(writes)
     }
-    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, arcp_client::JournalError> {
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, arcp_sdk::JournalError> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(arcp_client::JournalError::new(
+            return Err(arcp_sdk::JournalError::new(
                 JournalErrorKind::Io,
                 "flaky",
                 "connection reset",
@@ -317,14 +317,14 @@ impl Journal for FlakyReads {
         }
         self.inner.get(key)
     }
-    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, arcp_client::JournalError> {
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, arcp_sdk::JournalError> {
         self.inner.unfinished(limit)
     }
     fn purge(
         &self,
         retention: &Retention,
         now: std::time::SystemTime,
-    ) -> Result<arcp_client::PurgeReport, arcp_client::JournalError> {
+    ) -> Result<arcp_sdk::PurgeReport, arcp_sdk::JournalError> {
         self.inner.purge(retention, now)
     }
 }
@@ -341,8 +341,8 @@ async fn a_journal_failure_while_re_driving_a_call_leaves_it_in_doubt() {
         format!(r#"{{"tool":"refund","arguments":{{"order":13}},"idempotency_key":"{key}"}}"#);
     inner
         .apply(&[
-            arcp_client::JournalWrite::Prepare(prepared(&key, &intent)),
-            arcp_client::JournalWrite::Sent {
+            arcp_sdk::JournalWrite::Prepare(prepared(&key, &intent)),
+            arcp_sdk::JournalWrite::Sent {
                 key: key.clone(),
                 attempts: 1,
                 at: std::time::SystemTime::now(),
@@ -493,7 +493,7 @@ async fn a_journal_full_of_unfinished_calls_refuses_new_ones() {
 
 // ----- start-up errors ------------------------------------------------------------
 
-async fn connect_err(path: &Path) -> arcp_client::JournalError {
+async fn connect_err(path: &Path) -> arcp_sdk::JournalError {
     let mock = mock().await;
     match builder(&mock.ws_url()).journal_path(path).connect().await {
         Err(Error::Journal(e)) => {

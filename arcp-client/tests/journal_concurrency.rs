@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use arcp_client::{Client, Error, IdempotencyKey, JournalOutcome, RetryPolicy};
 use arcp_mock::{Fault, MockRuntime, ToolFailure};
+use arcp_sdk::{Client, Error, IdempotencyKey, JournalOutcome, RetryPolicy};
 use serde_json::{json, Value};
 
 const TASKS: usize = 8;

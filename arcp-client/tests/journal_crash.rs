@@ -25,8 +25,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arcp_client::{Client, JournalErrorKind, JournalState, RetryPolicy, SqliteJournal};
 use arcp_mock::{Fault, MockRuntime};
+use arcp_sdk::{Client, JournalErrorKind, JournalState, RetryPolicy, SqliteJournal};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Semaphore};
 
@@ -380,7 +380,7 @@ async fn crash_and_recover(point: KillPoint) {
     // After both processes: the journal file holds the call as terminal.
     let j = SqliteJournal::open(&journal).expect("the journal opens after the children exit");
     j.integrity_check().expect("consistent");
-    use arcp_client::Journal as _;
+    use arcp_sdk::Journal as _;
     let entry = j
         .get(&key.as_str().try_into().unwrap())
         .unwrap()

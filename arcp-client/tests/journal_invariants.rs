@@ -8,11 +8,11 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use arcp_client::{
+use arcp_mock::MockRuntime;
+use arcp_sdk::{
     Client, ClientBuilder, IdempotencyKey, Journal, JournalEntry, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, RetryPolicy, SqliteJournal,
 };
-use arcp_mock::MockRuntime;
 use serde_json::{json, Value};
 
 fn builder(url: &str) -> ClientBuilder {

@@ -10,11 +10,11 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use arcp_client::{
+use arcp_mock::MockRuntime;
+use arcp_sdk::{
     Client, ClientBuilder, Error, IdempotencyKey, Journal, JournalEntry, JournalErrorKind,
     JournalOutcome, JournalState, JournalWrite, PostgresJournal, PostgresOptions, RetryPolicy,
 };
-use arcp_mock::MockRuntime;
 use serde_json::{json, Value};
 use tokio_postgres::NoTls;
 
@@ -804,7 +804,7 @@ async fn retention_never_purges_a_call_a_live_worker_holds() {
     let later = std::time::SystemTime::now() + Duration::from_secs(3600);
     let report = held
         .purge(
-            &arcp_client::Retention::default().unfinished_ttl(Duration::from_secs(1)),
+            &arcp_sdk::Retention::default().unfinished_ttl(Duration::from_secs(1)),
             later,
         )
         .unwrap();

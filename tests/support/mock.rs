@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use arcp::client::{Client, ClientBuilder, RetryPolicy};
-use arcp::mock::{Dialect, MockRuntime, MockRuntimeBuilder, ToolFailure};
-use arcp::types::Envelope;
+use arcp_mock::{Dialect, MockRuntime, MockRuntimeBuilder, ToolFailure};
+use arcp_sdk::{Client, ClientBuilder, RetryPolicy};
+use arcp_types::Envelope;
 use serde_json::{json, Value};
 
 /// A mock with the tools the tests use:
@@ -81,14 +81,14 @@ macro_rules! both_dialects {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            async fn run($dialect: arcp::mock::Dialect) $body
+            async fn run($dialect: arcp_mock::Dialect) $body
             #[tokio::test]
             async fn v1_1() {
-                run(arcp::mock::Dialect::V1_1).await
+                run(arcp_mock::Dialect::V1_1).await
             }
             #[tokio::test]
             async fn legacy() {
-                run(arcp::mock::Dialect::Legacy).await
+                run(arcp_mock::Dialect::Legacy).await
             }
         }
     };

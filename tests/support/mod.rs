@@ -8,7 +8,7 @@ pub mod peers;
 pub mod targets;
 
 /// Sends the client's tracing output to the test's captured output
-/// (`RUST_LOG=arcp_client=debug cargo test -- --nocapture` to see it).
+/// (`RUST_LOG=arcp_sdk=debug cargo test -- --nocapture` to see it).
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

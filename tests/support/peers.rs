@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use arcp::client::{Client, DialectChoice, RetryPolicy};
+use arcp_sdk::{Client, DialectChoice, RetryPolicy};
 use serde_json::{json, Value};
 
 /// Which published runtime.
@@ -116,7 +116,7 @@ impl Peer {
     }
 
     /// A client builder for this peer with test-friendly budgets.
-    pub fn client(&self, url: &str) -> arcp::client::ClientBuilder {
+    pub fn client(&self, url: &str) -> arcp_sdk::ClientBuilder {
         Client::builder(url)
             .bearer_token(self.token())
             .dialect(self.dialect())

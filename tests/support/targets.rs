@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use arcp::client::{Client, ClientBuilder, DialectChoice, RetryPolicy};
-use arcp::mock::{Dialect, MockRuntime, ReplayPolicy};
+use arcp_mock::{Dialect, MockRuntime, ReplayPolicy};
+use arcp_sdk::{Client, ClientBuilder, DialectChoice, RetryPolicy};
 use serde_json::{json, Value};
 
 use super::peers::{Peer, PeerKind};

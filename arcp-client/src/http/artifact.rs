@@ -43,7 +43,7 @@ const MAX_PREALLOCATION: u64 = 1 << 20;
 /// ignored.
 ///
 /// ```
-/// use arcp_client::ArtifactRef;
+/// use arcp_sdk::ArtifactRef;
 /// use serde_json::json;
 ///
 /// let output = json!({"result_ref": {
@@ -148,8 +148,8 @@ impl ArtifactRef {
 /// without a client.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), arcp_client::Error> {
-/// use arcp_client::{ArtifactFetcher, ArtifactRef};
+/// # async fn demo() -> Result<(), arcp_sdk::Error> {
+/// use arcp_sdk::{ArtifactFetcher, ArtifactRef};
 ///
 /// let fetcher = ArtifactFetcher::builder().max_size(8 << 20).build()?;
 /// let bytes = fetcher

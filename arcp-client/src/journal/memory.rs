@@ -16,8 +16,8 @@ use super::{
 /// restarted process finds it empty. Bounded by the client's [`Retention`].
 ///
 /// ```
-/// # async fn demo() -> Result<(), arcp_client::Error> {
-/// use arcp_client::{Client, MemoryJournal};
+/// # async fn demo() -> Result<(), arcp_sdk::Error> {
+/// use arcp_sdk::{Client, MemoryJournal};
 /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
 ///     .journal(MemoryJournal::new())
 ///     .connect()

@@ -677,7 +677,7 @@ impl JournalEntry {
 ///
 /// ```
 /// use std::time::Duration;
-/// use arcp_client::Retention;
+/// use arcp_sdk::Retention;
 /// let retention = Retention::default()
 ///     .terminal_ttl(Duration::from_secs(3600))
 ///     .max_records(10_000);

@@ -145,7 +145,7 @@ impl SqliteOptions {
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use arcp_client::{Client, SqliteJournal, SqliteOptions, Synchronous};
+/// use arcp_sdk::{Client, SqliteJournal, SqliteOptions, Synchronous};
 /// let journal = SqliteJournal::open_with(
 ///     "/var/lib/myapp/arcp-journal.db",
 ///     SqliteOptions::default().synchronous(Synchronous::Normal),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use arcp_client::{Client, ClientBuilder, RetryPolicy};
+use arcp_sdk::{Client, ClientBuilder, RetryPolicy};
 use arcp_types::{
     Accepted, Dialect, Envelope, ErrorCode, ErrorReply, EventBody, Frame, JobEvent, JobResult,
     Message,

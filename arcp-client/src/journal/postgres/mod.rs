@@ -80,7 +80,7 @@ use super::{
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use arcp_client::{Client, PostgresJournal, PostgresOptions};
+/// use arcp_sdk::{Client, PostgresJournal, PostgresOptions};
 /// let journal = PostgresJournal::connect(
 ///     "postgres://arcp@db.internal/arcp",
 ///     PostgresOptions::default().lease_ttl(Duration::from_secs(15)),
