@@ -7,7 +7,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 out = os.path.join(here, "corpus", "decode")
 os.makedirs(out, exist_ok=True)
 n = 0
-for path in glob.glob(os.path.join(here, "..", "tests", "fixtures", "**", "*.jsonl"), recursive=True):
+for path in glob.glob(os.path.join(here, "..", "arcp-types", "tests", "fixtures", "**", "*.jsonl"), recursive=True):
     for line in open(path):
         try:
             record = json.loads(line)

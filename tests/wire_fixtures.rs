@@ -9,7 +9,7 @@ use arcp_types::{Dialect, Message};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("arcp-types/tests/fixtures")
 }
 
 /// Yields the raw envelopes of one capture file. Python captures log

@@ -3,7 +3,7 @@
 //! single flush.
 //!
 //! It answers each request with the three frames the published runtimes
-//! send, in their field order (captures in `tests/fixtures/`):
+//! send, in their field order (captures in `arcp-types/tests/fixtures/`):
 //! - legacy (`tool.invoke`, as the Rust runtime 2.0.0): `job.accepted`,
 //!   `job.started`, `job.completed`, each with `correlation_id`;
 //! - v1.1 (`job.submit`, as the Python runtime 1.1.3): `job.accepted` with

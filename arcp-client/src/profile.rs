@@ -83,7 +83,7 @@ struct Known {
     adjust: fn(&mut RuntimeProfile),
 }
 
-/// Observed behaviour of published runtimes (captures in `tests/fixtures/`).
+/// Observed behaviour of published runtimes (wire captures in the repository's `arcp-types/tests/fixtures/`).
 const KNOWN: &[Known] = &[
     // Rust `arcp-runtime` 2.x (legacy dialect): replays only `job.accepted`,
     // no resume (drops TCP on `session.resume`), advertises

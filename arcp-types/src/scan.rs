@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn agrees_with_serde_on_every_captured_frame() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
         let mut files = vec![
             std::path::PathBuf::from(root).join("python-runtime-1.1.3.jsonl"),
             std::path::PathBuf::from(root).join("python-runtime-1.1.3-resume.jsonl"),

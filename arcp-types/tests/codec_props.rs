@@ -516,7 +516,7 @@ fn plain_result_values_are_taken_only_when_plain() {
 
 #[test]
 fn one_pass_decoding_agrees_on_every_captured_frame() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
     let mut files = vec![std::path::PathBuf::from(root).join("python-runtime-1.1.3.jsonl")];
     files.push(std::path::PathBuf::from(root).join("python-runtime-1.1.3-resume.jsonl"));
     for entry in std::fs::read_dir(format!("{root}/rust-runtime-2.0.0")).unwrap() {

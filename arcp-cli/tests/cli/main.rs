@@ -1,6 +1,7 @@
 //! Integration tests of the `arcp` binary: against a child `arcp mock
-//! serve`, against an in-process `MockRuntime`, on bad command lines, and
-//! through a connection killer against the published runtimes.
+//! serve`, against an in-process `MockRuntime`, and on bad command lines.
+//! (`through_killer.rs`, against the published runtimes, is a test binary
+//! of its own.)
 
 mod against_mock_serve;
 mod bad_arguments;
@@ -8,4 +9,3 @@ mod help;
 mod in_process;
 mod journal;
 mod support;
-mod through_killer;

@@ -1,5 +1,5 @@
 //! The connection core on a fake clock, fed with frames captured from the
-//! Python 1.1.3 reference runtime (`tests/fixtures/`): no socket, no sleep.
+//! Python 1.1.3 reference runtime (`tests/fixtures/`, a link to arcp-types' captures): no socket, no sleep.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::error::{Error, Execution};
 use crate::request::{CallRequest, CallShared, EventsEnd};
 
-const PYTHON: &str = include_str!("../../../tests/fixtures/python-runtime-1.1.3.jsonl");
+const PYTHON: &str = include_str!("../../tests/fixtures/python-runtime-1.1.3.jsonl");
 
 /// The `n`-th frame of `kind` the Python runtime sent in the capture.
 fn captured(kind: &str, n: usize) -> Value {

@@ -308,7 +308,7 @@ pub fn error_code(frame: &Frame) -> String {
 // ----------------------------------------------------------------- captures
 
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
 }
 
 /// Envelopes the runtime sent, from one capture file (both capture formats).

@@ -9,7 +9,7 @@
 //! would serve `handle.render()` on its `/metrics` endpoint.
 //!
 //! ```sh
-//! cargo run --example metrics_prometheus
+//! cargo run -p arcp-sdk --example metrics_prometheus --features metrics
 //! ```
 
 use std::time::Duration;

@@ -6,7 +6,9 @@
 //! few seconds of its job's end; on both, no call fails on connecting and
 //! the runtime executed each call exactly once.
 //!
-//! Needs the peers from `interop/setup.sh`.
+//! Needs the peers from the repository's `interop/setup.sh` and its launcher
+//! (`tests/support/peers.rs` at the repository root), so this test is not
+//! shipped in the package (`exclude` in Cargo.toml).
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use arcp_mock::ChaosProxy;
 use serde_json::Value;
 
-#[path = "../../../tests/support/peers.rs"]
+#[path = "../../tests/support/peers.rs"]
 mod peers;
 use peers::{Peer, PeerKind};
 
