@@ -237,6 +237,7 @@ impl ClientBuilder {
     /// Largest artifact [`Client::fetch_artifact`] accepts, in bytes
     /// (default 64 MiB).
     #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn max_artifact_size(mut self, bytes: u64) -> Self {
         self.config.max_artifact_size = bytes;
         self
@@ -250,7 +251,7 @@ impl ClientBuilder {
     /// runtime). See `SqliteJournal` (feature `sqlite`) for the durable
     /// one on one host and `journal_path` for its short form, and
     /// `PostgresJournal` (feature `postgres`) for one a fleet of workers
-    /// shares; the added latency per call is in `BENCHMARKS.md`.
+    /// shares. Each adds one durable write before a call's first send.
     pub fn journal(mut self, journal: impl Journal) -> Self {
         self.journal.set_journal(Box::new(journal));
         self
@@ -262,6 +263,7 @@ impl ClientBuilder {
     /// a journal, or held by another client fails `connect` with
     /// [`Error::Journal`].
     #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub fn journal_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.journal.set_path(path.into());
         self
@@ -293,7 +295,7 @@ impl ClientBuilder {
     /// the client.
     ///
     /// An `http://` or `https://` URL selects the HTTP binding
-    /// (`docs/http-binding.md`): no connection is kept and there is no
+    /// (`docs/http-binding.md` in this package): no connection is kept and there is no
     /// handshake, so only the URL and token format are checked here; a
     /// wrong address or token shows on the first call.
     pub async fn connect(self) -> Result<Client, Error> {
@@ -469,7 +471,7 @@ impl Client {
 
     /// Starts building a call with options (key, deadline, events, cancel).
     pub fn invoke(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
-        InvokeBuilder::new(self.clone(), tool.into(), args)
+        InvokeBuilder::new(self.clone(), tool.into(), Ok(args))
     }
 
     /// What the client learned about the runtime in the last handshake:
@@ -620,6 +622,7 @@ impl Client {
     ///
     /// See [`ArtifactFetcher::fetch`].
     #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub async fn fetch_artifact(&self, artifact: &ArtifactRef) -> Result<Vec<u8>, Error> {
         let fetcher = self
             .inner

@@ -10,6 +10,9 @@ use std::time::Duration;
 use arcp_types::{ErrorCode, IdempotencyKey};
 use serde_json::Value;
 
+mod decode;
+pub use decode::ResultDecodeError;
+
 /// Whether a call's tool ran, as far as the client can prove. One rule
 /// decides it for every outcome ([`Error::execution`]):
 ///
@@ -78,6 +81,8 @@ impl fmt::Display for JobSuffix<'_> {
 /// | [`Error::Interrupted`] | maybe, at most once: the client closed while it was in flight |
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
 /// | [`Error::Cancelled`] | it was cancelled by the runtime |
+/// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
+/// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent |
 /// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`: maybe, at most once) |
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
@@ -221,8 +226,27 @@ pub enum Error {
         /// speaks neither dialect, or refused the session for good).
         retryable: bool,
     },
-    /// The call was rejected before it was sent (bad key, arguments that do
-    /// not serialize, a message over the size limit...).
+    /// A typed call ([`Client::invoke_as`](crate::Client::invoke_as),
+    /// [`Tool`](crate::Tool), [`InvokeBuilder::returning`](crate::InvokeBuilder::returning))
+    /// got a result that does not decode into the type it asked for. The
+    /// tool ran ([`Execution::Ran`]): the raw result, key and job id are in
+    /// the [`ResultDecodeError`]. Not retryable: the same key replays the
+    /// same result.
+    #[error("{0}")]
+    ResultDecode(Box<ResultDecodeError>),
+    /// A typed call's arguments do not serialize to JSON (a `Serialize`
+    /// implementation that fails, a map with keys that are not strings...):
+    /// nothing was sent; the tool did not run.
+    #[error("the arguments of tool `{tool}` do not serialize to JSON: {source}")]
+    ArgumentsEncode {
+        /// The tool the call was for.
+        tool: String,
+        /// What serde_json reported.
+        #[source]
+        source: Arc<serde_json::Error>,
+    },
+    /// The call was rejected before it was sent (bad key, a message over
+    /// the size limit...).
     #[error("invalid call: {0}")]
     InvalidCall(String),
     /// The client was closed, or its connection task stopped, before the
@@ -326,6 +350,7 @@ impl Error {
                 Execution::MayHaveRun
             }
             Error::Cancelled { .. }
+            | Error::ResultDecode(_)
             | Error::ArtifactMismatch { .. }
             | Error::ArtifactTooLarge { .. }
             | Error::ArtifactNotFound { .. }
@@ -337,6 +362,7 @@ impl Error {
             | Error::Connect { .. }
             | Error::Handshake { .. }
             | Error::InvalidCall(_)
+            | Error::ArgumentsEncode { .. }
             | Error::Closed
             | Error::Journal(_)
             | Error::Http { .. } => Execution::NotRun,
@@ -387,6 +413,8 @@ impl Error {
             Error::Connect { .. } => "CONNECT_FAILED".into(),
             Error::Handshake { .. } => "HANDSHAKE_FAILED".into(),
             Error::InvalidCall(_) => "INVALID_CALL".into(),
+            Error::ResultDecode(_) => "RESULT_DECODE_FAILED".into(),
+            Error::ArgumentsEncode { .. } => "ARGUMENTS_ENCODE_FAILED".into(),
             Error::Closed => "CLIENT_CLOSED".into(),
             Error::Internal(_) => "INTERNAL_CLIENT_ERROR".into(),
             Error::Journal(e) => e.kind.code_name().into(),
@@ -402,6 +430,7 @@ impl Error {
     pub fn attempts(&self) -> Option<u32> {
         match self {
             Error::Tool(e) => Some(e.attempts),
+            Error::ResultDecode(e) => Some(e.attempts),
             Error::DuplicateKey { attempts, .. }
             | Error::OutcomeUnavailable { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
@@ -435,6 +464,7 @@ impl Error {
     pub fn job_id(&self) -> Option<&str> {
         match self {
             Error::Tool(e) => e.job_id.as_deref(),
+            Error::ResultDecode(e) => e.job_id.as_deref(),
             Error::OutcomeUnavailable { job_id, .. }
             | Error::DeadlineExceeded { job_id, .. }
             | Error::Cancelled { job_id, .. }
@@ -447,6 +477,7 @@ impl Error {
     pub fn key(&self) -> Option<&IdempotencyKey> {
         match self {
             Error::Tool(e) => Some(&e.key),
+            Error::ResultDecode(e) => Some(&e.key),
             Error::DuplicateKey { key, .. }
             | Error::OutcomeUnavailable { key, .. }
             | Error::RetriesExhausted { key, .. }

@@ -17,21 +17,47 @@ use crate::journal::JournalEntry;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
 
-/// Builds one call: `client.invoke(tool, args)...send()`.
+/// Turns a call's result into what the caller asked for: the JSON value
+/// itself ([`keep`]), or a typed value (`crate::typed`).
+pub(crate) type Decode<Out> = fn(ToolOutput) -> Result<ToolOutput<Out>, Error>;
+
+/// The untyped result, as is.
+pub(crate) fn keep(output: ToolOutput) -> Result<ToolOutput, Error> {
+    Ok(output)
+}
+
+/// Builds one call: `client.invoke(tool, args)...send()`. `Out` is what the
+/// call's result becomes: a JSON [`Value`] by default, any
+/// `DeserializeOwned` type after [`returning`](InvokeBuilder::returning).
 #[must_use = "a call does nothing until sent and awaited"]
-#[derive(Debug)]
-pub struct InvokeBuilder {
+pub struct InvokeBuilder<Out = Value> {
     client: Client,
     tool: String,
-    arguments: Value,
+    /// The arguments, serialized once; or why they could not be.
+    arguments: Result<Value, Error>,
     key: Option<Result<IdempotencyKey, Error>>,
     deadline: Option<Duration>,
     trace_id: Option<String>,
     extra: serde_json::Map<String, Value>,
+    decode: Decode<Out>,
+}
+
+impl<Out> std::fmt::Debug for InvokeBuilder<Out> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvokeBuilder")
+            .field("tool", &self.tool)
+            .field("arguments", &self.arguments)
+            .field("key", &self.key)
+            .field("deadline", &self.deadline)
+            .field("trace_id", &self.trace_id)
+            .field("extra", &self.extra)
+            .field("returns", &std::any::type_name::<Out>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl InvokeBuilder {
-    pub(crate) fn new(client: Client, tool: String, arguments: Value) -> Self {
+    pub(crate) fn new(client: Client, tool: String, arguments: Result<Value, Error>) -> Self {
         InvokeBuilder {
             client,
             tool,
@@ -40,6 +66,23 @@ impl InvokeBuilder {
             deadline: None,
             trace_id: None,
             extra: Default::default(),
+            decode: keep,
+        }
+    }
+}
+
+impl<Out> InvokeBuilder<Out> {
+    /// The same call, its result decoded by `decode` (`crate::typed`).
+    pub(crate) fn with_decode<T>(self, decode: Decode<T>) -> InvokeBuilder<T> {
+        InvokeBuilder {
+            client: self.client,
+            tool: self.tool,
+            arguments: self.arguments,
+            key: self.key,
+            deadline: self.deadline,
+            trace_id: self.trace_id,
+            extra: self.extra,
+            decode,
         }
     }
 
@@ -105,7 +148,7 @@ impl InvokeBuilder {
 
     /// Finishes the call. Nothing is sent until the returned [`Invocation`]
     /// is first polled (awaited), as with any Rust future.
-    pub fn send(self) -> Invocation {
+    pub fn send(self) -> Invocation<Out> {
         let shared = Arc::new(CallShared::default());
         let key_supplied = self.key.is_some();
         let key = match self.key {
@@ -129,13 +172,14 @@ impl InvokeBuilder {
         let client = self.client.clone();
         // Boxed: the request moves through several futures, each of which
         // would otherwise hold its own copy in the call's state.
+        let arguments = self.arguments;
         let request = key.and_then(|key| {
             Ok(Box::new(CallRequest {
                 key,
                 trace_id: trace_id?,
                 invoke: Invoke {
                     tool: self.tool,
-                    arguments: self.arguments,
+                    arguments: arguments?,
                     idempotency_key: None,
                     extra: self.extra,
                 },
@@ -158,6 +202,7 @@ impl InvokeBuilder {
         };
         Invocation {
             future,
+            decode: self.decode,
             handle: CallHandle {
                 shared,
                 key: key_for_handle,
@@ -169,12 +214,14 @@ impl InvokeBuilder {
 
 type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send>>;
 
-/// A call in progress: await it for the outcome; meanwhile read its
+/// A call in progress: await it for the outcome (its result as `Out`: a
+/// JSON [`Value`] unless the call is typed); meanwhile read its
 /// [`events`](Invocation::events), its [`job_id`](Invocation::job_id), or
 /// [`cancel`](Invocation::cancel) it.
 #[must_use = "a call does nothing unless awaited"]
-pub struct Invocation {
+pub struct Invocation<Out = Value> {
     future: OutcomeFuture,
+    decode: Decode<Out>,
     handle: CallHandle,
 }
 
@@ -196,7 +243,7 @@ impl std::fmt::Debug for CallHandle {
     }
 }
 
-impl std::fmt::Debug for Invocation {
+impl<Out> std::fmt::Debug for Invocation<Out> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Invocation")
             .field("key", &self.handle.key)
@@ -250,6 +297,7 @@ impl Invocation {
         };
         Invocation {
             future: Box::pin(future),
+            decode: keep,
             handle: CallHandle {
                 shared,
                 key: Some(key),
@@ -257,7 +305,9 @@ impl Invocation {
             },
         }
     }
+}
 
+impl<Out> Invocation<Out> {
     /// The call's events, deduplicated by `event_seq`. Take it before
     /// awaiting the call; a second call returns an empty stream. The stream
     /// ends when the call ends. If it is not drained, events beyond the
@@ -338,10 +388,14 @@ impl CallHandle {
     }
 }
 
-impl Future for Invocation {
-    type Output = Result<ToolOutput, Error>;
+impl<Out> Future for Invocation<Out> {
+    type Output = Result<ToolOutput<Out>, Error>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.future.as_mut().poll(cx)
+        let decode = self.decode;
+        self.future
+            .as_mut()
+            .poll(cx)
+            .map(|outcome| outcome.and_then(decode))
     }
 }
 

@@ -30,11 +30,12 @@
 //! leases and fencing.
 //!
 //! It speaks both ARCP message sets in use: v1.1 (`job.submit`, ...) and the
-//! legacy `tool.invoke` set ([`DialectChoice`]). See `docs/architecture.md`
-//! for the state machine and the replay matrix.
+//! legacy `tool.invoke` set ([`DialectChoice`]). The state machine, the
+//! invariants and the replay matrix are in
+//! [`docs/architecture.md`](https://docs.rs/crate/arcp-sdk/latest/source/docs/architecture.md), which this package ships.
 //!
 //! An `http://` or `https://` URL selects the HTTP binding
-//! (`docs/http-binding.md`) instead of WebSocket: one `POST` per attempt, the
+//! ([`docs/http-binding.md`](https://docs.rs/crate/arcp-sdk/latest/source/docs/http-binding.md)) instead of WebSocket: one `POST` per attempt, the
 //! key also in the IETF `Idempotency-Key` header, the same keys, retry policy
 //! and outcomes. `Client::fetch_artifact` (or an `ArtifactFetcher`)
 //! downloads an `ArtifactRef` with a size limit and sha256 verification.
@@ -49,7 +50,7 @@
 //! - `sqlite`: `SqliteJournal` and `ClientBuilder::journal_path` (SQLite
 //!   compiled from source).
 //! - `metrics`: counters, gauges and histograms through the `metrics`
-//!   facade (names and labels in the README, "Operating it"); the
+//!   facade (names and labels in this package's README, "Metrics"); the
 //!   application installs the exporter.
 //! - `postgres`: `PostgresJournal`, the fleet journal a fleet of workers
 //!   shares in one PostgreSQL database (leases, fencing; tokio-postgres and
@@ -59,6 +60,11 @@
 // On docs.rs (every feature on), each item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+// The package README's code compiles (and runs, where it is not `no_run`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 // Leaves: import no other module of the crate.
 mod config;
@@ -81,6 +87,7 @@ mod client;
 #[cfg(feature = "http")]
 mod http;
 mod invocation;
+mod typed;
 mod ws;
 
 /// The hash map of the per-call tables (calls, keys, jobs, requests, the
@@ -91,8 +98,9 @@ pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::
 pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};
 pub use config::{DialectChoice, RetryPolicy};
-pub use error::{Error, Execution, ToolError};
+pub use error::{Error, Execution, ResultDecodeError, ToolError};
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder};
 pub use journal::{
@@ -100,10 +108,13 @@ pub use journal::{
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,
 };
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use journal::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{
     CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, InvocationEvent, ToolOutput,
 };
 pub use profile::RuntimeProfile;
+pub use typed::Tool;

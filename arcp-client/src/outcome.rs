@@ -6,12 +6,15 @@
 use arcp_types::{EventBody, IdempotencyKey, JobEvent};
 use serde_json::Value;
 
-/// The successful outcome of a call.
+/// The successful outcome of a call: the tool's result (`T`: a JSON
+/// [`Value`] for [`Client::invoke_tool`](crate::Client::invoke_tool), the
+/// type asked for in a typed call such as
+/// [`Client::invoke_as`](crate::Client::invoke_as)) and how it was obtained.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct ToolOutput {
+pub struct ToolOutput<T = Value> {
     /// The tool's result.
-    pub value: Value,
+    pub value: T,
     /// The job the runtime bound the call to, when it said.
     pub job_id: Option<String>,
     /// The call's idempotency key.
@@ -24,6 +27,21 @@ pub struct ToolOutput {
     pub attempts: u32,
     /// The W3C trace id shared by every attempt of the call.
     pub trace_id: String,
+}
+
+impl<T> ToolOutput<T> {
+    /// The same outcome with its result mapped by `f` (key, job id,
+    /// attempts, replay flag and trace id unchanged).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> ToolOutput<U> {
+        ToolOutput {
+            value: f(self.value),
+            job_id: self.job_id,
+            key: self.key,
+            replayed: self.replayed,
+            attempts: self.attempts,
+            trace_id: self.trace_id,
+        }
+    }
 }
 
 /// A non-terminal event of a call's job (progress, log, metric, result chunk, ...).

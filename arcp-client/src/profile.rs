@@ -46,7 +46,7 @@ pub struct RuntimeProfile {
 impl RuntimeProfile {
     /// The profile for the runtime that sent `welcome` on a `dialect` session.
     ///
-    /// Known runtimes get their observed behaviour (see `docs/compatibility.md`);
+    /// Known runtimes get their observed behaviour (`docs/compatibility.md` in this package);
     /// unknown ones get conservative defaults derived only from what they
     /// negotiated.
     pub fn from_welcome(dialect: Dialect, welcome: &Welcome) -> Self {

@@ -109,7 +109,7 @@
 //!   assert for example that every attempt reused the key with a
 //!   byte-identical payload under a fresh envelope id.
 //! - **HTTP**: the same runtime also serves the ARCP HTTP binding
-//!   (`docs/http-binding.md`) on a second port, [`MockRuntime::http_url`]:
+//!   (`docs/http-binding.md` in this package) on a second port, [`MockRuntime::http_url`]:
 //!   409 while a key's job runs, the stored terminal with `Arcp-Replayed:
 //!   true` after, 422 for another intent; tools, keys, counts and faults are
 //!   shared with the WebSocket side.
@@ -144,7 +144,13 @@
 //! [wiremock]: https://docs.rs/wiremock
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+// The package README's code compiles (and runs, where it is not `no_run`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 // Module order: each module imports only modules listed before it, so the
 // arrows run one way.

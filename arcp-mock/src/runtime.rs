@@ -138,7 +138,7 @@ impl MockRuntime {
     }
 
     /// `http://127.0.0.1:PORT/arcp`: the same runtime over the HTTP binding
-    /// (`docs/http-binding.md`), on a second port. One `job.submit` per
+    /// (`docs/http-binding.md` in this package), on a second port. One `job.submit` per
     /// `POST`; 409 while the key's job runs, the stored terminal with
     /// `Arcp-Replayed: true` once it finished, 422 for the key with another
     /// intent. Tools, keys, execution counts, faults and [`received`](Self::received)

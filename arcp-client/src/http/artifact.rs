@@ -58,6 +58,7 @@ const MAX_PREALLOCATION: u64 = 1 << 20;
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub struct ArtifactRef {
     /// Where the content is (`http://` or `https://` to be fetchable).
     #[serde(alias = "url")]
@@ -158,6 +159,7 @@ impl ArtifactRef {
 /// # let _ = bytes; Ok(()) }
 /// ```
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub struct ArtifactFetcher {
     inner: Arc<FetcherInner>,
 }
@@ -189,6 +191,7 @@ impl fmt::Debug for ArtifactFetcher {
 /// Configures an [`ArtifactFetcher`]. Made by [`ArtifactFetcher::builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until build() is called"]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub struct ArtifactFetcherBuilder {
     max_size: u64,
     retry: RetryPolicy,

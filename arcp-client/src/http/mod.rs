@@ -22,6 +22,7 @@ use reqwest::Url;
 use crate::config::{Config, Secret};
 use crate::error::Error;
 
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use artifact::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub(crate) use call::HttpBackend;
 

@@ -42,8 +42,10 @@ use crate::outcome::ToolOutput;
 
 pub use memory::MemoryJournal;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
 pub(crate) use writer::{JournalHandle, JournalSetup, RECOVER_BATCH};
 

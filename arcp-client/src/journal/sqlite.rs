@@ -79,6 +79,7 @@ const SELECT: &str = "SELECT key, tool, intent, trace_id, deadline_ms, state, at
 /// When a commit is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub enum Synchronous {
     /// Every commit is flushed to stable storage (`fsync`) before the call
     /// is sent: the record survives a crash of the process *and* of the
@@ -88,13 +89,14 @@ pub enum Synchronous {
     /// Commits reach the operating system before the call is sent, and are
     /// flushed at checkpoints: the record survives a crash of the process
     /// (`SIGKILL`, a panic, an OOM kill) but the last commits can be lost on
-    /// power loss. Much cheaper per call (see `BENCHMARKS.md`).
+    /// power loss. Much cheaper per call (no disk flush per commit).
     Normal,
 }
 
 /// Options of [`SqliteJournal::open_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteOptions {
     /// When a commit is durable (default [`Synchronous::Full`]).
     pub synchronous: Synchronous,
@@ -157,6 +159,7 @@ impl SqliteOptions {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteJournal {
     conn: Mutex<Connection>,
     path: PathBuf,

@@ -23,6 +23,7 @@ mod sql;
 mod writes;
 
 use errors::classify;
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use options::PostgresOptions;
 use rows::{millis, row_entry};
 use schema::{migrate, MIGRATIONS};
@@ -96,6 +97,7 @@ use super::{
 /// }
 /// # Ok(()) }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresJournal {
     /// `None` only while dropping.
     runtime: Option<tokio::runtime::Runtime>,

@@ -6,6 +6,7 @@ use std::time::Duration;
 /// Options of [`PostgresJournal::connect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresOptions {
     /// This worker's name in the journal (owner of its calls, author of its
     /// history rows). Unique per live worker; default
