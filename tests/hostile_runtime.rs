@@ -74,10 +74,7 @@ fn render(dialect: Dialect, noise: &Noise, job: &str) -> Ws {
         Noise::Garbage(s) => Ws::text(s.clone()),
         Noise::NotAnEnvelope(v) => Ws::text(v.to_string()),
         Noise::UnknownType(kind) => frame(
-            Message::Unknown(Unknown {
-                kind: kind.clone(),
-                payload: json!({"x": 1}),
-            }),
+            Message::Unknown(Unknown::new(kind.clone(), json!({"x": 1}))),
             None,
             None,
         ),
@@ -103,19 +100,11 @@ fn render(dialect: Dialect, noise: &Noise, job: &str) -> Ws {
 }
 
 fn progress() -> Message {
-    Message::Event(JobEvent {
-        kind: "progress".into(),
-        ts: None,
-        body: json!({"current": 1, "total": 2}),
-        extra: Default::default(),
-    })
+    Message::Event(JobEvent::new("progress", json!({"current": 1, "total": 2})))
 }
 
 fn result(value: Value) -> Message {
-    Message::Result(JobResult {
-        result: Some(value),
-        extra: Default::default(),
-    })
+    Message::Result(JobResult::new(Some(value)))
 }
 
 /// Serves one session: welcome, then for the first submit the script
@@ -150,11 +139,9 @@ async fn hostile_runtime(
                     let request = frame.envelope.id.clone();
                     let mut script: Vec<Ws> =
                         before.iter().map(|n| render(dialect, n, job)).collect();
-                    let mut accepted = Frame::new(Message::Accepted(Accepted {
-                        job_id: job.into(),
-                        request_id: Some(request),
-                        extra: Default::default(),
-                    }));
+                    let mut accepted = Frame::new(Message::Accepted(
+                        Accepted::new(job).with_request_id(request),
+                    ));
                     accepted.envelope.job_id = Some(job.into());
                     script.push(Ws::text(dialect.encode(&accepted)));
                     script.extend(mid.iter().map(|n| render(dialect, n, job)));

@@ -101,12 +101,7 @@ pub fn run(iters: usize) -> Vec<Row> {
     let args_text = serde_json::to_string(&args).unwrap_or_default();
     for dialect in [Dialect::Legacy, Dialect::V1_1] {
         let key = IdempotencyKey::new().to_string();
-        let invoke = Invoke {
-            tool: "echo".into(),
-            arguments: args.clone(),
-            idempotency_key: Some(key.clone()),
-            extra: Default::default(),
-        };
+        let invoke = Invoke::new("echo", args.clone()).with_idempotency_key(key.clone());
         let session = format!("sess_{}", ulid::Ulid::new());
         let trace = arcp_types::new_trace_id();
         let attempt = || {

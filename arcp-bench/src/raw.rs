@@ -27,12 +27,10 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 /// The request our client would send for one echo call, as wire text, and
 /// the byte range of its envelope id.
 pub fn template(dialect: Dialect, session: &str) -> (String, std::ops::Range<usize>) {
-    let mut frame = Frame::new(Message::Invoke(Invoke {
-        tool: "echo".into(),
-        arguments: crate::clients::echo_args(),
-        idempotency_key: Some(IdempotencyKey::new().to_string()),
-        extra: Default::default(),
-    }));
+    let mut frame = Frame::new(Message::Invoke(
+        Invoke::new("echo", crate::clients::echo_args())
+            .with_idempotency_key(IdempotencyKey::new().to_string()),
+    ));
     frame.envelope.session_id = Some(session.to_owned());
     frame.envelope.trace_id = Some(arcp_types::new_trace_id());
     let id = frame.envelope.id.clone();
@@ -46,17 +44,10 @@ fn slot_of(id: &str) -> Option<usize> {
 }
 
 async fn handshake(ws: &mut WsStream, dialect: Dialect) -> Result<String, String> {
-    let open = Frame::new(Message::Open(Open {
-        client: PeerInfo {
-            name: "raw".into(),
-            version: "0".into(),
-            extra: Default::default(),
-        },
-        auth: Auth::bearer(crate::TOKEN),
-        capabilities: serde_json::Value::Null,
-        resume: None,
-        extra: Default::default(),
-    }));
+    let open = Frame::new(Message::Open(Open::new(
+        PeerInfo::new("raw", "0"),
+        Auth::bearer(crate::TOKEN),
+    )));
     ws.send(Ws::text(dialect.encode(&open)))
         .await
         .map_err(|e| e.to_string())?;

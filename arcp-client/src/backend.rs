@@ -233,12 +233,7 @@ mod tests {
         Box::new(CallRequest {
             key: IdempotencyKey::new(),
             trace_id: TraceId::new(trace_id),
-            invoke: Invoke {
-                tool: "echo".into(),
-                arguments: serde_json::json!({"n": 1}),
-                idempotency_key: None,
-                extra: Default::default(),
-            },
+            invoke: Invoke::new("echo", serde_json::json!({"n": 1})),
             deadline: Duration::from_secs(5),
             started: Instant::now(),
             events_end: EventsEnd(shared.clone()),

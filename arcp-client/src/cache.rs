@@ -315,11 +315,8 @@ mod tests {
 
     #[test]
     fn equal_intents_meet_and_any_difference_parts_them() {
-        let invoke = |tool: &str, arguments: serde_json::Value| Invoke {
-            tool: tool.into(),
-            arguments,
-            idempotency_key: Some("k1".into()),
-            extra: Default::default(),
+        let invoke = |tool: &str, arguments: serde_json::Value| {
+            Invoke::new(tool, arguments).with_idempotency_key("k1")
         };
         let base = invoke("refund", serde_json::json!({"order": 7, "cents": 100}));
         let intent = intent_of(&base);
@@ -330,10 +327,7 @@ mod tests {
             invoke("refund", serde_json::json!({"order": 8, "cents": 100})),
             invoke("refunds", serde_json::json!({"order": 7, "cents": 100})),
             invoke("refund", serde_json::json!({"order": 7})),
-            Invoke {
-                idempotency_key: Some("k2".into()),
-                ..base.clone()
-            },
+            base.clone().with_idempotency_key("k2"),
         ] {
             assert_ne!(
                 intent_of(&other).fingerprint,

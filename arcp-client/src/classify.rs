@@ -397,14 +397,7 @@ pub(crate) fn read_result(result: JobResult, assembled: Option<Value>) -> Result
 /// A job's failure read from a `job.result` with a non-success status.
 pub(crate) fn failed_result(code: ErrorCode, message: String) -> ErrorReply {
     let retryable = code.default_retryable();
-    ErrorReply {
-        code,
-        message,
-        retryable: Some(retryable),
-        details: None,
-        request_id: None,
-        extra: Default::default(),
-    }
+    ErrorReply::new(code, message).with_retryable(retryable)
 }
 
 #[cfg(test)]
@@ -412,14 +405,7 @@ mod tests {
     use super::*;
 
     fn reply(code: ErrorCode, retryable: bool, message: &str) -> ErrorReply {
-        ErrorReply {
-            code,
-            message: message.into(),
-            retryable: Some(retryable),
-            details: None,
-            request_id: None,
-            extra: Default::default(),
-        }
+        ErrorReply::new(code, message).with_retryable(retryable)
     }
 
     /// The legacy Rust 2.0.0 runtime's conflict (captured): `job.failed`,

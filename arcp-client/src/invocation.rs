@@ -177,12 +177,7 @@ impl<Out> InvokeBuilder<Out> {
             Ok(Box::new(CallRequest {
                 key,
                 trace_id: trace_id?,
-                invoke: Invoke {
-                    tool: self.tool,
-                    arguments: arguments?,
-                    idempotency_key: None,
-                    extra: self.extra,
-                },
+                invoke: Invoke::new(self.tool, arguments?).with_extra(self.extra),
                 deadline,
                 started: Instant::now(),
                 events_end: EventsEnd(shared.clone()),

@@ -213,12 +213,10 @@ async fn credentials_are_checked() {
 async fn the_json_form_works_for_clients_that_do_not_stream() {
     // A plain HTTP client asking for application/json gets the terminal only.
     let mock = mock().start().await.unwrap();
-    let frame = arcp_types::Frame::new(arcp_types::Message::Invoke(arcp_types::Invoke {
-        tool: "refund".into(),
-        arguments: json!({"order": 9, "steps": 2}),
-        idempotency_key: Some("plain-1".into()),
-        extra: Default::default(),
-    }));
+    let frame = arcp_types::Frame::new(arcp_types::Message::Invoke(
+        arcp_types::Invoke::new("refund", json!({"order": 9, "steps": 2}))
+            .with_idempotency_key("plain-1"),
+    ));
     let body = arcp_types::Dialect::V1_1.encode(&frame);
     let http = reqwest_like_post(&mock.http_url(), &body).await;
     assert!(http.starts_with("HTTP/1.1 200"), "{http}");

@@ -116,11 +116,7 @@ async fn serve(engine: Arc<Engine>, mut stream: TcpStream, abort: oneshot::Recei
             Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
                 Auth::bearer(token.trim())
             }
-            _ => Auth {
-                scheme: "unsupported".into(),
-                token: None,
-                extra: Default::default(),
-            },
+            _ => Auth::new("unsupported", None),
         },
     };
     let key = match request.header("idempotency-key").map(parse_key) {

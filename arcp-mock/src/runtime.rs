@@ -46,19 +46,10 @@ use crate::verify::{ConnRecord, Expectation, JobRecord, VerifyError};
 /// mock.expect_executions("refund", 1);
 /// mock.inject(Fault::DropAfterAccepted);
 ///
-/// let submit = Frame::new(Message::Invoke(Invoke {
-///     tool: "refund".into(),
-///     arguments: json!({"order": 4812}),
-///     idempotency_key: Some("refund-4812".into()),
-///     extra: Default::default(),
-/// }));
-/// let hello = Frame::new(Message::Open(Open {
-///     client: PeerInfo::default(),
-///     auth: Auth::none(),
-///     capabilities: json!(null),
-///     resume: None,
-///     extra: Default::default(),
-/// }));
+/// let submit = Frame::new(Message::Invoke(
+///     Invoke::new("refund", json!({"order": 4812})).with_idempotency_key("refund-4812"),
+/// ));
+/// let hello = Frame::new(Message::Open(Open::new(PeerInfo::default(), Auth::none())));
 /// let mut outcome = None;
 /// while outcome.is_none() {
 ///     let (mut ws, _) = tokio_tungstenite::connect_async(mock.ws_url()).await?;

@@ -6,7 +6,7 @@
 mod common;
 
 use arcp_mock::{ConflictSignal, MockRuntime, ReplayPolicy};
-use arcp_types::{Cancel, Close, Dialect, Frame, Message, Object};
+use arcp_types::{Cancel, Close, Dialect, Frame, Message};
 use common::*;
 use serde_json::{json, Value};
 
@@ -216,11 +216,9 @@ async fn v1_1_cancelled_result_and_runtime_ping() {
     let (accepted, _) = client.recv_type("job.accepted").await;
     let job_id = accepted.job_id().unwrap().to_owned();
     client
-        .send(&Frame::new(Message::Cancel(Cancel {
-            job_id: job_id.clone(),
-            reason: Some("probe".into()),
-            extra: Object::new(),
-        })))
+        .send(&Frame::new(Message::Cancel(
+            Cancel::new(job_id.clone()).with_reason("probe"),
+        )))
         .await;
     let (_, cancelled) = client.recv_type("job.result").await;
     shape(
@@ -396,10 +394,9 @@ async fn legacy_session_close_cancels_and_drops() {
         .await;
     client.recv_type("job.started").await;
     client
-        .send(&Frame::new(Message::Close(Close {
-            reason: Some("bye".into()),
-            extra: Object::new(),
-        })))
+        .send(&Frame::new(Message::Close(
+            Close::default().with_reason("bye"),
+        )))
         .await;
     let seen = client.expect_drop().await;
     let cancelled = seen

@@ -27,12 +27,9 @@ fn post(body: &str, extra: &str) -> Vec<u8> {
 }
 
 fn submit(key: &str, args: serde_json::Value) -> String {
-    Dialect::V1_1.encode(&Frame::new(Message::Invoke(Invoke {
-        tool: "slow".into(),
-        arguments: args,
-        idempotency_key: Some(key.into()),
-        extra: Default::default(),
-    })))
+    Dialect::V1_1.encode(&Frame::new(Message::Invoke(
+        Invoke::new("slow", args).with_idempotency_key(key),
+    )))
 }
 
 async fn mock() -> MockRuntime {

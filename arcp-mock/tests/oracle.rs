@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use arcp_mock::{Fault, JobStatus, MockRuntime, MockRuntimeBuilder, Preset};
-use arcp_types::{Dialect, Frame, Message, Object, Subscribe};
+use arcp_types::{Dialect, Frame, Message, Subscribe};
 use common::*;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite;
@@ -20,12 +20,10 @@ async fn session(mock: &MockRuntime, token: &str) -> Client {
 }
 
 fn subscribe(job_id: &str, from: Option<u64>, history: Option<bool>) -> Frame {
-    Frame::new(Message::Subscribe(Subscribe {
-        job_id: job_id.to_owned(),
-        from_event_seq: from,
-        history,
-        extra: Object::new(),
-    }))
+    let mut sub = Subscribe::new(job_id);
+    sub.from_event_seq = from;
+    sub.history = history;
+    Frame::new(Message::Subscribe(sub))
 }
 
 fn features(welcome: &Value) -> Vec<String> {
@@ -413,11 +411,9 @@ async fn jobs_record_intent_executions_status_and_terminal_delivery() {
     let (accepted, _) = client.recv_type("job.accepted").await;
     let cancelled = accepted.job_id().unwrap().to_owned();
     client
-        .send(&Frame::new(Message::Cancel(arcp_types::Cancel {
-            job_id: cancelled.clone(),
-            reason: None,
-            extra: Object::new(),
-        })))
+        .send(&Frame::new(Message::Cancel(arcp_types::Cancel::new(
+            cancelled.clone(),
+        ))))
         .await;
     client.until_terminal(&cancelled).await;
     let status = |id: &str| mock.jobs().into_iter().find(|j| j.job_id == id).unwrap();

@@ -7,7 +7,7 @@ mod common;
 use std::time::Instant;
 
 use arcp_mock::MockRuntime;
-use arcp_types::{Ack, Cancel, Close, Dialect, Frame, Message, Object};
+use arcp_types::{Ack, Cancel, Close, Dialect, Frame, Message};
 use common::*;
 use serde_json::{json, Value};
 
@@ -153,12 +153,7 @@ async fn session_ack_trims_the_buffer_without_expiring_resume() {
     let mut first = Client::connect(&mock).await;
     first.handshake("test-token").await;
     finished_job(&mut first).await;
-    first
-        .send(&Frame::new(Message::Ack(Ack {
-            last_processed_seq: 2,
-            extra: Object::new(),
-        })))
-        .await;
+    first.send(&Frame::new(Message::Ack(Ack::new(2)))).await;
     first.expect_silence(ms(50)).await;
     let (sid, token) = (
         first.session_id.clone().unwrap(),
@@ -282,11 +277,7 @@ async fn heartbeats_answered_keep_the_connection_open() {
         let (frame, _) = client.recv().await;
         if let Message::Ping(ping) = frame.message {
             pings += 1;
-            let pong = Frame::new(Message::Pong(arcp_types::Pong {
-                ping_nonce: ping.nonce,
-                received_at: None,
-                extra: Object::new(),
-            }));
+            let pong = Frame::new(Message::Pong(arcp_types::Pong::new(ping.nonce)));
             client.send(&pong).await;
         }
     }
@@ -334,10 +325,9 @@ async fn v1_1_bad_frames_get_invalid_request_and_the_connection_stays() {
     client.recv_type("job.result").await;
     // `session.bye` / `session.close`: close frame 1000, as Python.
     client
-        .send(&Frame::new(Message::Close(Close {
-            reason: Some("probe.done".into()),
-            extra: Object::new(),
-        })))
+        .send(&Frame::new(Message::Close(
+            Close::default().with_reason("probe.done"),
+        )))
         .await;
     client.expect_close().await;
 }
@@ -410,11 +400,7 @@ async fn cancellation_in_each_dialect() {
 }
 
 fn cancel(job_id: &str) -> Frame {
-    Frame::new(Message::Cancel(Cancel {
-        job_id: job_id.to_owned(),
-        reason: Some("test".into()),
-        extra: Object::new(),
-    }))
+    Frame::new(Message::Cancel(Cancel::new(job_id).with_reason("test")))
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ pub const PROTOCOL_VERSION: &str = "1.1";
 /// types and unknown ones into `extra`, without buffering the object first
 /// (as a derived `#[serde(flatten)]` would).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Envelope {
     /// Protocol version (`"1.1"` for both published runtimes).
     pub arcp: String,

@@ -10,12 +10,9 @@
 //! use serde_json::json;
 //!
 //! let key = IdempotencyKey::new();
-//! let frame = Frame::new(Message::Invoke(Invoke {
-//!     tool: "echo".into(),
-//!     arguments: json!({"hello": "world"}),
-//!     idempotency_key: Some(key.to_string()),
-//!     extra: Default::default(),
-//! }));
+//! let frame = Frame::new(Message::Invoke(
+//!     Invoke::new("echo", json!({"hello": "world"})).with_idempotency_key(key.as_str()),
+//! ));
 //! // The same call in each dialect's own words.
 //! let v11 = Dialect::V1_1.to_envelope(&frame);
 //! assert_eq!(v11.kind, "job.submit");

@@ -5,7 +5,9 @@
 //! needs to know whether `job.submit` or `tool.invoke` is on the wire.
 //!
 //! Every payload struct keeps fields it does not model in `extra`, so decoding
-//! and re-encoding a frame loses nothing.
+//! and re-encoding a frame loses nothing. The payload structs are
+//! `#[non_exhaustive]`: build them with their constructors (`new`, `with_*`)
+//! and read or assign their public fields.
 
 use std::fmt;
 
@@ -13,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{Envelope, ErrorCode};
+
+mod build;
 
 /// A JSON object, the body of messages whose fields the client does not model.
 pub type Object = Map<String, Value>;
@@ -139,6 +143,7 @@ pub enum Message {
 
 /// `session.hello` / `session.open`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Open {
     /// Who is connecting.
     pub client: PeerInfo,
@@ -159,6 +164,7 @@ pub struct Open {
 
 /// Name and version of a client or runtime (legacy spells `name` as `kind`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PeerInfo {
     /// Implementation name.
     #[serde(default)]
@@ -173,6 +179,7 @@ pub struct PeerInfo {
 
 /// Credentials presented in [`Open`].
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Auth {
     /// `bearer` or `none`.
     pub scheme: String,
@@ -215,6 +222,7 @@ impl fmt::Debug for Auth {
 
 /// The `resume` block of a v1.1 `session.hello`.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ResumeRequest {
     /// The session to resume.
     pub session_id: String,
@@ -236,6 +244,7 @@ impl fmt::Debug for ResumeRequest {
 
 /// `session.close`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Close {
     /// Why the session is closing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +256,7 @@ pub struct Close {
 
 /// `session.ping`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Ping {
     /// Echoed back in the pong.
     #[serde(default)]
@@ -261,6 +271,7 @@ pub struct Ping {
 
 /// `session.pong`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Pong {
     /// The nonce of the ping answered.
     #[serde(default)]
@@ -275,6 +286,7 @@ pub struct Pong {
 
 /// `session.ack`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Ack {
     /// Highest event sequence processed.
     pub last_processed_seq: u64,
@@ -285,6 +297,7 @@ pub struct Ack {
 
 /// `session.welcome` / `session.accepted`.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Welcome {
     /// The session id.
     pub session_id: String,
@@ -353,6 +366,7 @@ impl fmt::Debug for Welcome {
 /// An error from the runtime: `job.error`, `job.failed`, `tool.error`,
 /// `session.error`, `session.rejected`, `nack`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ErrorReply {
     /// The error code.
     pub code: ErrorCode,
@@ -412,6 +426,7 @@ impl ErrorReply {
 
 /// `job.submit` / `tool.invoke`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Invoke {
     /// Tool (v1.1: agent) name.
     pub tool: String,
@@ -428,6 +443,7 @@ pub struct Invoke {
 
 /// `job.cancel` / `cancel`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Cancel {
     /// The job to cancel.
     pub job_id: String,
@@ -441,6 +457,7 @@ pub struct Cancel {
 
 /// `job.subscribe`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Subscribe {
     /// The job to attach to.
     pub job_id: String,
@@ -457,6 +474,7 @@ pub struct Subscribe {
 
 /// `job.accepted`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Accepted {
     /// The job the request is bound to. On a replay, the original job.
     pub job_id: String,
@@ -470,6 +488,7 @@ pub struct Accepted {
 
 /// A non-terminal job event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct JobEvent {
     /// `progress`, `log`, `metric`, `result_chunk`, `status`, ...
     pub kind: String,
@@ -486,6 +505,7 @@ pub struct JobEvent {
 
 /// Terminal success: `job.result` / `job.completed` / `tool.result`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct JobResult {
     /// The result value, when inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -508,6 +528,7 @@ crate::flat::deserialize_with_extra!(JobResult { result: "result" });
 
 /// Legacy transport receipt (`ack`); older runtimes mark a duplicate with `replay`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Receipt {
     /// Whether the acknowledged request was a replay of an earlier one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -522,6 +543,7 @@ pub struct Receipt {
 
 /// A message whose type this crate does not know.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Unknown {
     /// The wire type.
     pub kind: String,

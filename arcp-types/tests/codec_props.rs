@@ -58,24 +58,18 @@ fn error_reply() -> impl Strategy<Value = ErrorReply> {
         proptest::option::of(ident()),
         extra(),
     )
-        .prop_map(
-            |(code, message, retryable, details, request_id, extra)| ErrorReply {
-                code,
-                message,
-                retryable,
-                details,
-                request_id,
-                extra,
-            },
-        )
+        .prop_map(|(code, message, retryable, details, request_id, extra)| {
+            let mut e = ErrorReply::new(code, message).with_extra(extra);
+            e.retryable = retryable;
+            e.details = details;
+            e.request_id = request_id;
+            e
+        })
 }
 
 fn peer() -> impl Strategy<Value = PeerInfo> {
-    (ident(), ident(), extra()).prop_map(|(name, version, extra)| PeerInfo {
-        name,
-        version,
-        extra,
-    })
+    (ident(), ident(), extra())
+        .prop_map(|(name, version, extra)| PeerInfo::new(name, version).with_extra(extra))
 }
 
 fn event(legacy_plain: bool) -> impl Strategy<Value = JobEvent> {
@@ -89,19 +83,11 @@ fn event(legacy_plain: bool) -> impl Strategy<Value = JobEvent> {
     (kinds, proptest::option::of(ident()), json_value(), extra()).prop_map(
         move |(kind, ts, body, extra)| {
             if legacy_plain {
-                JobEvent {
-                    kind,
-                    ts: None,
-                    body,
-                    extra: Map::new(),
-                }
+                JobEvent::new(kind, body)
             } else {
-                JobEvent {
-                    kind,
-                    ts,
-                    body,
-                    extra,
-                }
+                let mut event = JobEvent::new(kind, body).with_extra(extra);
+                event.ts = ts;
+                event
             }
         },
     )
@@ -115,52 +101,41 @@ fn message() -> impl Strategy<Value = Message> {
             proptest::option::of(ident()),
             extra()
         )
-            .prop_map(|(tool, arguments, idempotency_key, extra)| Message::Invoke(
-                Invoke {
-                    tool,
-                    arguments,
-                    idempotency_key,
-                    extra
-                }
-            )),
+            .prop_map(|(tool, arguments, idempotency_key, extra)| {
+                let mut invoke = Invoke::new(tool, arguments).with_extra(extra);
+                invoke.idempotency_key = idempotency_key;
+                Message::Invoke(invoke)
+            }),
         (ident(), proptest::option::of(ident()), extra()).prop_map(
             |(job_id, request_id, extra)| {
-                Message::Accepted(Accepted {
-                    job_id,
-                    request_id,
-                    extra,
-                })
+                let mut accepted = Accepted::new(job_id).with_extra(extra);
+                accepted.request_id = request_id;
+                Message::Accepted(accepted)
             }
         ),
         prop_oneof![event(true), event(false)].prop_map(Message::Event),
         (proptest::option::of(json_leaf()), extra())
-            .prop_map(|(result, extra)| Message::Result(JobResult { result, extra })),
+            .prop_map(|(result, extra)| Message::Result(JobResult::new(result).with_extra(extra))),
         error_reply().prop_map(Message::Error),
         error_reply().prop_map(Message::Nack),
         (ident(), proptest::option::of(ident()), extra()).prop_map(|(nonce, sent_at, extra)| {
-            Message::Ping(Ping {
-                nonce,
-                sent_at,
-                extra,
-            })
+            let mut ping = Ping::new(nonce).with_extra(extra);
+            ping.sent_at = sent_at;
+            Message::Ping(ping)
         }),
         (ident(), proptest::option::of(ident()), extra()).prop_map(
-            |(ping_nonce, received_at, extra)| Message::Pong(Pong {
-                ping_nonce,
-                received_at,
-                extra
-            })
+            |(ping_nonce, received_at, extra)| {
+                let mut pong = Pong::new(ping_nonce).with_extra(extra);
+                pong.received_at = received_at;
+                Message::Pong(pong)
+            }
         ),
-        (any::<u64>(), extra()).prop_map(|(last_processed_seq, extra)| Message::Ack(Ack {
-            last_processed_seq,
-            extra
-        })),
+        (any::<u64>(), extra())
+            .prop_map(|(seq, extra)| Message::Ack(Ack::new(seq).with_extra(extra))),
         (ident(), proptest::option::of(ident()), extra()).prop_map(|(job_id, reason, extra)| {
-            Message::Cancel(Cancel {
-                job_id,
-                reason,
-                extra,
-            })
+            let mut cancel = Cancel::new(job_id).with_extra(extra);
+            cancel.reason = reason;
+            Message::Cancel(cancel)
         }),
         (
             ident(),
@@ -170,43 +145,31 @@ fn message() -> impl Strategy<Value = Message> {
             object()
         )
             .prop_map(|(session_id, runtime, resume_token, hb, caps)| {
-                Message::Welcome(Welcome {
-                    session_id,
-                    runtime,
-                    resume_token,
-                    resume_window_sec: None,
-                    heartbeat_interval_sec: hb,
-                    capabilities: Value::Object(caps),
-                    extra: Map::new(),
-                })
+                let mut welcome =
+                    Welcome::new(session_id, runtime).with_capabilities(Value::Object(caps));
+                welcome.resume_token = resume_token;
+                welcome.heartbeat_interval_sec = hb;
+                Message::Welcome(welcome)
             }),
         (peer(), proptest::option::of(ident()), object()).prop_map(|(client, token, caps)| {
             let auth = token.map(Auth::bearer).unwrap_or_else(Auth::none);
-            Message::Open(Open {
-                client,
-                auth,
-                capabilities: Value::Object(caps),
-                resume: None,
-                extra: Map::new(),
-            })
+            Message::Open(Open::new(client, auth).with_capabilities(Value::Object(caps)))
         }),
         (
             ident(),
             proptest::option::of(any::<u64>()),
             proptest::option::of(any::<bool>())
         )
-            .prop_map(
-                |(job_id, from_event_seq, history)| Message::Subscribe(Subscribe {
-                    job_id,
-                    from_event_seq,
-                    history,
-                    extra: Map::new()
-                })
-            ),
+            .prop_map(|(job_id, from_event_seq, history)| {
+                let mut sub = Subscribe::new(job_id);
+                sub.from_event_seq = from_event_seq;
+                sub.history = history;
+                Message::Subscribe(sub)
+            }),
         object().prop_map(Message::Started),
         object().prop_map(Message::Cancelled),
         ("x\\.[a-z]{1,8}", json_value())
-            .prop_map(|(kind, payload)| Message::Unknown(Unknown { kind, payload })),
+            .prop_map(|(kind, payload)| Message::Unknown(Unknown::new(kind, payload))),
     ]
 }
 

@@ -782,12 +782,12 @@ mod tests {
         let mut extra = serde_json::Map::new();
         extra.insert("lease_request".into(), json!({}));
         extra.insert("max_runtime_sec".into(), json!(1.0));
-        let invoke = Invoke {
-            tool: "refund".into(),
-            arguments: json!({"b": 1, "a": 1.0, "c": [0.1, 1e300, -0.0, 18446744073709551615u64, -9223372036854775808i64], "z": "é\u{1F600}\n"}),
-            idempotency_key: Some(key.to_string()),
-            extra,
-        };
+        let invoke = Invoke::new(
+            "refund",
+            json!({"b": 1, "a": 1.0, "c": [0.1, 1e300, -0.0, 18446744073709551615u64, -9223372036854775808i64], "z": "é\u{1F600}\n"}),
+        )
+        .with_idempotency_key(key.as_str())
+        .with_extra(extra);
         let e = entry(&invoke, &key);
         let back = e.invoke().unwrap();
         assert_eq!(back, invoke);
@@ -797,12 +797,7 @@ mod tests {
     #[test]
     fn intent_that_is_not_canonical_is_refused() {
         let key = IdempotencyKey::new();
-        let invoke = Invoke {
-            tool: "t".into(),
-            arguments: json!({}),
-            idempotency_key: Some(key.to_string()),
-            extra: Default::default(),
-        };
+        let invoke = Invoke::new("t", json!({})).with_idempotency_key(key.as_str());
         let mut e = entry(&invoke, &key);
         e.intent = e.intent.replace(':', " : ");
         assert_eq!(e.invoke().unwrap_err().kind, JournalErrorKind::Intent);

@@ -225,12 +225,11 @@ impl Core {
             call.phase = Phase::Accepted {
                 ladder_at: Some(later(now, wait)),
             };
-            let frame = Frame::new(Message::Subscribe(Subscribe {
-                job_id: call.job().expect("checked above"),
-                from_event_seq: Some(0),
-                history: Some(true),
-                extra: Default::default(),
-            }));
+            let frame = Frame::new(Message::Subscribe(
+                Subscribe::new(call.job().expect("checked above"))
+                    .with_from_event_seq(0)
+                    .with_history(true),
+            ));
             debug!(parent: &call.span, "subscribing to the job's stream with history");
             let request = frame.envelope.id.clone();
             call.troubles_mut().subscribe_request = Some(request.clone());

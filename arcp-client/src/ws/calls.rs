@@ -190,12 +190,7 @@ impl PreparedCall {
 
 /// What a prepared request's `invoke` is left as (allocates nothing).
 fn taken_invoke() -> Invoke {
-    Invoke {
-        tool: String::new(),
-        arguments: serde_json::Value::Null,
-        idempotency_key: None,
-        extra: Default::default(),
-    }
+    Invoke::new(String::new(), serde_json::Value::Null)
 }
 
 /// The parts of a call's state that only a call in trouble uses (a lost

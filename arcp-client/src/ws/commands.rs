@@ -42,10 +42,9 @@ impl Core {
     /// `Interrupted` (their key and job id), the others with `Closed`.
     pub(crate) fn close(&mut self, _now: Instant) {
         if matches!(self.link, Link::Up(_)) {
-            self.queue_frame(Frame::new(Message::Close(arcp_types::Close {
-                reason: Some("client closed".into()),
-                extra: Default::default(),
-            })));
+            self.queue_frame(Frame::new(Message::Close(
+                arcp_types::Close::default().with_reason("client closed"),
+            )));
         }
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
         for id in ids {
@@ -265,11 +264,9 @@ impl Core {
         if cancel.settled || cancel.request.is_some() {
             return;
         }
-        let frame = Frame::new(Message::Cancel(arcp_types::Cancel {
-            job_id,
-            reason: Some("cancelled by the caller".into()),
-            extra: Default::default(),
-        }));
+        let frame = Frame::new(Message::Cancel(
+            arcp_types::Cancel::new(job_id).with_reason("cancelled by the caller"),
+        ));
         let request = frame.envelope.id.clone();
         let seq = self.queue_frame(frame);
         self.requests

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_types::{Auth, Dialect, ErrorCode, Frame, Message, Open, PeerInfo, Pong, Welcome};
-use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::core::{DialFailure, DialPlan, Established};
@@ -151,20 +150,13 @@ async fn handshake(
     resume: Option<arcp_types::ResumeRequest>,
 ) -> Result<Welcome, Refusal> {
     let resuming = resume.is_some();
-    let open = Open {
-        client: PeerInfo {
-            name: config.client_name.clone(),
-            version: config.client_version.clone(),
-            extra: Default::default(),
-        },
-        auth: match &config.token {
-            Some(t) => Auth::bearer(t.0.clone()),
-            None => Auth::none(),
-        },
-        capabilities: Value::Null,
-        resume,
-        extra: Default::default(),
+    let client = PeerInfo::new(config.client_name.clone(), config.client_version.clone());
+    let auth = match &config.token {
+        Some(t) => Auth::bearer(t.0.clone()),
+        None => Auth::none(),
     };
+    let mut open = Open::new(client, auth);
+    open.resume = resume;
     let timeout = config.handshake_timeout;
     let exchange = async {
         write(
@@ -207,11 +199,9 @@ async fn handshake(
                     });
                 }
                 Message::Ping(p) => {
-                    let pong = Frame::new(Message::Pong(Pong {
-                        ping_nonce: p.nonce,
-                        received_at: Some(arcp_types::now_rfc3339()),
-                        extra: Default::default(),
-                    }));
+                    let pong = Frame::new(Message::Pong(
+                        Pong::new(p.nonce).with_received_at(arcp_types::now_rfc3339()),
+                    ));
                     write(writer, dialect.encode(&pong), config).await?;
                 }
                 _ => debug!("ignoring a frame before the session welcome"),

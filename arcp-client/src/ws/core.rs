@@ -385,11 +385,10 @@ impl Core {
         match action {
             LivenessAction::Dead(reason) => self.lose(Loss::Network(reason.into()), now, true),
             LivenessAction::Ping => {
-                self.queue_frame(Frame::new(Message::Ping(arcp_types::Ping {
-                    nonce: arcp_types::new_message_id(),
-                    sent_at: Some(arcp_types::now_rfc3339()),
-                    extra: Default::default(),
-                })));
+                self.queue_frame(Frame::new(Message::Ping(
+                    arcp_types::Ping::new(arcp_types::new_message_id())
+                        .with_sent_at(arcp_types::now_rfc3339()),
+                )));
             }
             LivenessAction::None => {}
         }
@@ -456,10 +455,7 @@ impl Core {
             _ => false,
         };
         if due {
-            self.queue_frame(Frame::new(Message::Ack(arcp_types::Ack {
-                last_processed_seq: seq,
-                extra: Default::default(),
-            })));
+            self.queue_frame(Frame::new(Message::Ack(arcp_types::Ack::new(seq))));
             if let Link::Up(up) = &mut self.link {
                 up.live.acked_seq = seq;
                 up.live.last_ack = now;

@@ -71,12 +71,7 @@ impl Harness {
         let request = CallRequest {
             key,
             trace_id: crate::request::TraceId::random(),
-            invoke: Invoke {
-                tool: "echo".into(),
-                arguments: args,
-                idempotency_key: None,
-                extra: Default::default(),
-            },
+            invoke: Invoke::new("echo", args),
             deadline,
             started: self.at(ms),
             events_end: EventsEnd(shared.clone()),

@@ -93,11 +93,9 @@ impl Core {
         }
         match message {
             Message::Ping(ping) => {
-                self.queue_frame(Frame::new(Message::Pong(Pong {
-                    ping_nonce: ping.nonce,
-                    received_at: Some(arcp_types::now_rfc3339()),
-                    extra: Default::default(),
-                })));
+                self.queue_frame(Frame::new(Message::Pong(
+                    Pong::new(ping.nonce).with_received_at(arcp_types::now_rfc3339()),
+                )));
             }
             Message::Accepted(accepted) => {
                 let request = (accepted.request_id.as_deref()).or(header.correlation_id.as_deref());

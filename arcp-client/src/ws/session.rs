@@ -34,11 +34,11 @@ impl Session {
         if profile.dialect != Dialect::V1_1 || !profile.supports_resume {
             return None;
         }
-        Some(ResumeRequest {
-            session_id: self.id.clone()?,
-            resume_token: self.resume_token.clone()?,
-            last_event_seq: self.last_event_seq,
-        })
+        Some(ResumeRequest::new(
+            self.id.clone()?,
+            self.resume_token.clone()?,
+            self.last_event_seq,
+        ))
     }
 
     /// Installs a welcome; returns whether the previous session was resumed.

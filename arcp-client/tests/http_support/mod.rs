@@ -41,10 +41,7 @@ fn encode(mut frame: Frame, job_id: Option<&str>) -> String {
 /// A terminal `job.result` carrying `value`.
 pub fn result(job_id: &str, value: Value) -> String {
     encode(
-        Frame::new(Message::Result(JobResult {
-            result: Some(value),
-            extra: Default::default(),
-        })),
+        Frame::new(Message::Result(JobResult::new(Some(value)))),
         Some(job_id),
     )
 }
@@ -60,23 +57,17 @@ pub fn error(job_id: Option<&str>, code: ErrorCode, retryable: bool) -> String {
 /// A `job.accepted`.
 pub fn accepted(job_id: &str) -> String {
     encode(
-        Frame::new(Message::Accepted(Accepted {
-            job_id: job_id.into(),
-            request_id: None,
-            extra: Default::default(),
-        })),
+        Frame::new(Message::Accepted(Accepted::new(job_id))),
         Some(job_id),
     )
 }
 
 /// A `job.event` of kind `progress` with a sequence number.
 pub fn progress(job_id: &str, seq: u64, current: u64, total: u64) -> String {
-    let mut frame = Frame::new(Message::Event(JobEvent {
-        kind: "progress".into(),
-        ts: None,
-        body: json!({"current": current, "total": total}),
-        extra: Default::default(),
-    }));
+    let mut frame = Frame::new(Message::Event(JobEvent::new(
+        "progress",
+        json!({"current": current, "total": total}),
+    )));
     frame.envelope.event_seq = Some(seq);
     encode(frame, Some(job_id))
 }

@@ -1,7 +1,7 @@
 //! Session-level requests both dialects answer the same way: ping, the job
 //! inventory, and the checks of a cancel.
 
-use arcp_types::{now_rfc3339, Envelope, Message, Object, Ping, Pong};
+use arcp_types::{now_rfc3339, Envelope, Message, Ping, Pong};
 use serde_json::{json, Value};
 
 use super::flavor::object;
@@ -10,11 +10,7 @@ use super::state::State;
 impl State {
     /// `session.ping`: a pong with the nonce (legacy: correlated).
     pub fn on_ping(&mut self, conn: u64, envelope: &Envelope, ping: Ping) {
-        let pong = Message::Pong(Pong {
-            ping_nonce: ping.nonce,
-            received_at: Some(now_rfc3339()),
-            extra: Object::new(),
-        });
+        let pong = Message::Pong(Pong::new(ping.nonce).with_received_at(now_rfc3339()));
         let mut frame = self.reply(conn, pong);
         self.flavor.correlate(&mut frame, &envelope.id);
         self.send(conn, frame);
@@ -22,11 +18,8 @@ impl State {
 
     /// A runtime `session.ping` on a connection (heartbeats).
     pub fn ping(&mut self, conn: u64) {
-        let ping = Message::Ping(Ping {
-            nonce: ulid::Ulid::new().to_string(),
-            sent_at: Some(now_rfc3339()),
-            extra: Object::new(),
-        });
+        let ping =
+            Message::Ping(Ping::new(ulid::Ulid::new().to_string()).with_sent_at(now_rfc3339()));
         let frame = self.reply(conn, ping);
         self.send(conn, frame);
     }

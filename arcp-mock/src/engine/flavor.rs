@@ -79,12 +79,9 @@ impl Flavor {
 
     /// A job event (v1.1 with its `ts`).
     pub fn event(self, kind: &str, body: Value) -> Message {
-        Message::Event(JobEvent {
-            kind: kind.to_owned(),
-            ts: (self == Flavor::V1_1).then(now_rfc3339),
-            body,
-            extra: Object::new(),
-        })
+        let mut event = JobEvent::new(kind, body);
+        event.ts = (self == Flavor::V1_1).then(now_rfc3339);
+        Message::Event(event)
     }
 
     /// A progress body: v1.1 `{current, total}`; legacy `{percent}`.
@@ -147,11 +144,11 @@ impl Flavor {
             })),
             Flavor::Legacy => Object::new(),
         };
-        Message::Accepted(Accepted {
-            job_id: job_id.to_owned(),
-            request_id: Some(request_id.to_owned()),
-            extra,
-        })
+        Message::Accepted(
+            Accepted::new(job_id)
+                .with_request_id(request_id)
+                .with_extra(extra),
+        )
     }
 
     /// A refusal of one request: v1.1 `job.error`, legacy `nack`.
@@ -176,7 +173,7 @@ impl Flavor {
                     extra.insert("completed_at".into(), json!(now_rfc3339()));
                 }
                 let result = (!(streamed && value.is_null())).then_some(value);
-                return Message::Result(JobResult { result, extra });
+                return Message::Result(JobResult::new(result).with_extra(extra));
             }
             Outcome::Cancelled => {
                 return Message::Cancelled(if v1_1 {
@@ -195,14 +192,11 @@ impl Flavor {
             extra.insert("final_status".into(), json!("error"));
             extra.insert("completed_at".into(), json!(now_rfc3339()));
         }
-        Message::Error(ErrorReply {
-            code: failure.code().clone(),
-            message: failure.message().to_owned(),
-            retryable: Some(failure.is_retryable()),
-            details: failure.details_value().cloned(),
-            request_id: None,
-            extra,
-        })
+        let mut error = ErrorReply::new(failure.code().clone(), failure.message())
+            .with_retryable(failure.is_retryable())
+            .with_extra(extra);
+        error.details = failure.details_value().cloned();
+        Message::Error(error)
     }
 }
 
@@ -214,14 +208,9 @@ pub(crate) fn new_id(prefix: &str) -> String {
 /// A `session.error`-style body: `retryable: false`, `details: null`, no
 /// request id (as Python sends them).
 pub(crate) fn session_error(code: ErrorCode, message: impl Into<String>) -> ErrorReply {
-    ErrorReply {
-        code,
-        message: message.into(),
-        retryable: Some(false),
-        details: Some(Value::Null),
-        request_id: None,
-        extra: Object::new(),
-    }
+    ErrorReply::new(code, message)
+        .with_retryable(false)
+        .with_details(Value::Null)
 }
 
 /// An error body naming the request it answers.
@@ -231,14 +220,9 @@ pub(crate) fn error_reply(
     retryable: bool,
     request_id: Option<&str>,
 ) -> ErrorReply {
-    ErrorReply {
-        code,
-        message: message.into(),
-        retryable: Some(retryable),
-        details: None,
-        request_id: request_id.map(str::to_owned),
-        extra: Object::new(),
-    }
+    let mut error = ErrorReply::new(code, message).with_retryable(retryable);
+    error.request_id = request_id.map(str::to_owned);
+    error
 }
 
 /// The map inside a JSON object (empty for anything else).

@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arcp_types::{
-    format_rfc3339, Cancel, Dialect, Envelope, ErrorCode, ErrorReply, Frame, Message, Object, Open,
+    format_rfc3339, Cancel, Dialect, Envelope, ErrorCode, ErrorReply, Frame, Message, Open,
     PeerInfo, Welcome,
 };
 use serde_json::json;
@@ -84,14 +84,8 @@ fn session_open(st: &mut State, conn: u64, envelope: &Envelope, open: Open) {
         Ok(principal) => principal,
         Err(message) => {
             // Rust 2.0.0 keeps the connection open after a rejection.
-            let error = ErrorReply {
-                code: ErrorCode::Unauthenticated,
-                message: message.into(),
-                retryable: None,
-                details: None,
-                request_id: Some(envelope.id.clone()),
-                extra: Object::new(),
-            };
+            let error = ErrorReply::new(ErrorCode::Unauthenticated, message)
+                .with_request_id(envelope.id.clone());
             let frame = st.flavor.frame(Message::Rejected(error));
             st.send(conn, frame);
             return;
@@ -107,24 +101,16 @@ fn session_open(st: &mut State, conn: u64, envelope: &Envelope, open: Open) {
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .unwrap_or_default();
     let lease = format_rfc3339(expires.as_secs(), expires.subsec_micros());
-    let welcome = Welcome {
-        session_id: session_id.clone(),
-        runtime: PeerInfo {
-            name: st.cfg.runtime_name.clone(),
-            version: st.cfg.runtime_version.clone(),
-            extra: object(json!({"trust_level": "trusted"})),
-        },
-        resume_token: None,
-        resume_window_sec: None,
-        heartbeat_interval_sec: None,
-        capabilities: json!({
+    let runtime = PeerInfo::new(st.cfg.runtime_name.clone(), st.cfg.runtime_version.clone())
+        .with_extra(object(json!({"trust_level": "trusted"})));
+    let welcome = Welcome::new(session_id.clone(), runtime)
+        .with_capabilities(json!({
             "streaming": true,
             "durable_jobs": true,
             "artifacts": false,
             "subscriptions": false,
-        }),
-        extra: object(json!({ "lease": { "expires_at": lease } })),
-    };
+        }))
+        .with_extra(object(json!({ "lease": { "expires_at": lease } })));
     let mut frame = st.flavor.frame(Message::Welcome(welcome));
     frame.envelope.session_id = Some(session_id);
     frame.envelope.correlation_id = Some(envelope.id.clone());

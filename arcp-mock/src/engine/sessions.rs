@@ -210,11 +210,7 @@ mod tests {
             let seq = sessions.next_seq("s").unwrap();
             sessions.buffer("s", event(seq), 2);
         }
-        let resume = |last| ResumeRequest {
-            session_id: "s".into(),
-            resume_token: String::new(),
-            last_event_seq: last,
-        };
+        let resume = |last| ResumeRequest::new("s", "", last);
         let window = Duration::from_secs(60);
         assert!(sessions.check_resume("p", &resume(1), window).is_err());
         assert!(sessions.check_resume("p", &resume(2), window).is_ok());

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arcp_types::{Accepted, ErrorCode, Frame, Invoke, Message, Object, Receipt};
+use arcp_types::{Accepted, ErrorCode, Frame, Invoke, Message, Receipt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -219,11 +219,7 @@ impl State {
         // Rust 2.0.0: accepted under a fresh job id, then failed; the key is
         // not bound, so a retry gets yet another job.
         let job_id = new_id("job");
-        let accepted = Message::Accepted(Accepted {
-            job_id: job_id.clone(),
-            request_id: Some(request_id.to_owned()),
-            extra: Object::new(),
-        });
+        let accepted = Message::Accepted(Accepted::new(job_id.clone()).with_request_id(request_id));
         let mut accepted = self.reply(conn, accepted);
         accepted.envelope.job_id = Some(job_id.clone());
         self.send_stamped(conn, accepted);
@@ -289,11 +285,7 @@ impl State {
             }
             ReplayPolicy::AcceptedOnly => self.replay_accepted(conn, request_id, key, job_id),
             ReplayPolicy::AckReplay => {
-                let receipt = Message::Receipt(Receipt {
-                    replay: true,
-                    job_id: Some(job_id.to_owned()),
-                    extra: Object::new(),
-                });
+                let receipt = Message::Receipt(Receipt::new(Some(job_id.to_owned()), true));
                 let mut frame = self.reply(conn, receipt);
                 frame.envelope.correlation_id = Some(request_id.to_owned());
                 frame.envelope.idempotency_key = Some(key.to_owned());

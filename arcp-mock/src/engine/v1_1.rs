@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use arcp_types::{
-    is_message_id, now_rfc3339, Auth, Cancel, Dialect, Envelope, ErrorCode, Frame, Message, Object,
-    Open, PeerInfo, Subscribe, Welcome, PROTOCOL_VERSION,
+    is_message_id, now_rfc3339, Auth, Cancel, Dialect, Envelope, ErrorCode, Frame, Message, Open,
+    PeerInfo, Subscribe, Welcome, PROTOCOL_VERSION,
 };
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -207,23 +207,16 @@ fn welcome(
         let millis = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
         extra.insert("heartbeat_interval_ms".into(), json!(millis));
     }
-    let welcome = Welcome {
-        session_id: session_id.to_owned(),
-        runtime: PeerInfo {
-            name: cfg.runtime_name.clone(),
-            version: cfg.runtime_version.clone(),
-            extra: Object::new(),
-        },
-        resume_token: Some(token),
-        resume_window_sec: Some(ceil_secs(cfg.resume_window)),
-        heartbeat_interval_sec: heartbeat.map(ceil_secs),
-        capabilities: json!({
+    let runtime = PeerInfo::new(cfg.runtime_name.clone(), cfg.runtime_version.clone());
+    let mut welcome = Welcome::new(session_id, runtime)
+        .with_resume(token, Some(ceil_secs(cfg.resume_window)))
+        .with_capabilities(json!({
             "encodings": ["json"],
             "features": features,
             "agents": agents,
-        }),
-        extra,
-    };
+        }))
+        .with_extra(extra);
+    welcome.heartbeat_interval_sec = heartbeat.map(ceil_secs);
     let mut frame = st.flavor.frame(Message::Welcome(welcome));
     frame.envelope.session_id = Some(session_id.to_owned());
     frame

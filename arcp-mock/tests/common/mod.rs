@@ -8,9 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use arcp_mock::{MockRuntime, MockRuntimeBuilder, ToolFailure};
-use arcp_types::{
-    Auth, Dialect, Frame, Invoke, Message, Object, Open, PeerInfo, Ping, ResumeRequest,
-};
+use arcp_types::{Auth, Dialect, Frame, Invoke, Message, Open, PeerInfo, Ping, ResumeRequest};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
@@ -206,11 +204,7 @@ impl Client {
         resume_token: &str,
         last_event_seq: u64,
     ) -> Next {
-        let resume = ResumeRequest {
-            session_id: session_id.to_owned(),
-            resume_token: resume_token.to_owned(),
-            last_event_seq,
-        };
+        let resume = ResumeRequest::new(session_id, resume_token, last_event_seq);
         self.send(&open_frame(token, Some(resume), Value::Null))
             .await;
         let next = self.next().await;
@@ -240,11 +234,7 @@ impl Client {
 
     /// Sends a ping; returns its envelope id.
     pub async fn ping(&mut self, nonce: &str) -> String {
-        let frame = Frame::new(Message::Ping(Ping {
-            nonce: nonce.to_owned(),
-            sent_at: None,
-            extra: Object::new(),
-        }));
+        let frame = Frame::new(Message::Ping(Ping::new(nonce)));
         let id = frame.envelope.id.clone();
         self.send(&frame).await;
         id
@@ -273,27 +263,17 @@ pub fn is_terminal(frame: &Frame) -> bool {
 
 /// `session.hello` / `session.open` with a bearer token.
 pub fn open_frame(token: &str, resume: Option<ResumeRequest>, capabilities: Value) -> Frame {
-    Frame::new(Message::Open(Open {
-        client: PeerInfo {
-            name: "raw-probe".into(),
-            version: "0.0.1".into(),
-            extra: Object::new(),
-        },
-        auth: Auth::bearer(token),
-        capabilities,
-        resume,
-        extra: Object::new(),
-    }))
+    let mut open = Open::new(PeerInfo::new("raw-probe", "0.0.1"), Auth::bearer(token))
+        .with_capabilities(capabilities);
+    open.resume = resume;
+    Frame::new(Message::Open(open))
 }
 
 /// `job.submit` / `tool.invoke`.
 pub fn invoke(tool: &str, args: Value, key: Option<&str>) -> Frame {
-    Frame::new(Message::Invoke(Invoke {
-        tool: tool.to_owned(),
-        arguments: args,
-        idempotency_key: key.map(str::to_owned),
-        extra: Object::new(),
-    }))
+    let mut invoke = Invoke::new(tool, args);
+    invoke.idempotency_key = key.map(str::to_owned);
+    Frame::new(Message::Invoke(invoke))
 }
 
 pub fn error_code(frame: &Frame) -> String {
