@@ -493,9 +493,7 @@ impl Client {
     /// listener made before the first call sees it too. The HTTP binding
     /// keeps no connection and reports none.
     pub fn events(&self) -> ConnectionEvents {
-        ConnectionEvents {
-            rx: self.inner.events.subscribe(),
-        }
+        ConnectionEvents::new(self.inner.events.subscribe())
     }
 
     /// What the client holds now: calls in flight, requests awaiting an

@@ -117,4 +117,8 @@ pub use outcome::{
     CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, InvocationEvent, ToolOutput,
 };
 pub use profile::RuntimeProfile;
+/// The TLS library of `wss://` connections, re-exported so that the
+/// `rustls::ClientConfig` given to [`ClientBuilder::tls_config`] comes from
+/// the version this crate uses.
+pub use rustls;
 pub use typed::Tool;

@@ -3,8 +3,13 @@
 //!
 //! A leaf: imports no other module of the crate.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use arcp_types::{EventBody, IdempotencyKey, JobEvent};
 use serde_json::Value;
+use tokio::sync::broadcast;
 
 /// The successful outcome of a call: the tool's result (`T`: a JSON
 /// [`Value`] for [`Client::invoke_tool`](crate::Client::invoke_tool), the
@@ -46,6 +51,7 @@ impl<T> ToolOutput<T> {
 
 /// A non-terminal event of a call's job (progress, log, metric, result chunk, ...).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct InvocationEvent {
     /// The session-scoped sequence number, when the runtime sent one.
     pub event_seq: Option<u64>,
@@ -177,22 +183,132 @@ pub enum ConnectionEvent {
 /// [`Client::events`](crate::Client::events). Bounded: a listener that falls
 /// behind gets [`ConnectionEvent::SlowConsumer`] instead of the events it
 /// missed, and the client never waits for it.
-#[derive(Debug)]
+///
+/// Read it with [`next`](ConnectionEvents::next), or as a
+/// [`Stream`](futures_util::Stream) (for example with
+/// `futures_util::StreamExt`); it ends once the client is gone.
 pub struct ConnectionEvents {
-    pub(crate) rx: tokio::sync::broadcast::Receiver<ConnectionEvent>,
+    state: Listen,
+}
+
+type Received = (
+    Result<ConnectionEvent, broadcast::error::RecvError>,
+    broadcast::Receiver<ConnectionEvent>,
+);
+
+/// Where the listener is: between events (holding the receiver), waiting
+/// for one (the wait owns the receiver and gives it back), or ended.
+enum Listen {
+    Idle(broadcast::Receiver<ConnectionEvent>),
+    Waiting(Pin<Box<dyn Future<Output = Received> + Send + Sync>>),
+    Ended,
 }
 
 impl ConnectionEvents {
+    pub(crate) fn new(rx: broadcast::Receiver<ConnectionEvent>) -> Self {
+        ConnectionEvents {
+            state: Listen::Idle(rx),
+        }
+    }
+
     /// The next event; `None` once the client is gone.
     pub async fn next(&mut self) -> Option<ConnectionEvent> {
-        use tokio::sync::broadcast::error::RecvError;
-        match self.rx.recv().await {
-            Ok(event) => Some(event),
-            Err(RecvError::Lagged(missed)) => Some(ConnectionEvent::SlowConsumer {
-                at: std::time::SystemTime::now(),
-                missed,
-            }),
-            Err(RecvError::Closed) => None,
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<ConnectionEvent>> {
+        use broadcast::error::RecvError;
+        loop {
+            match std::mem::replace(&mut self.state, Listen::Ended) {
+                Listen::Ended => return Poll::Ready(None),
+                Listen::Idle(mut rx) => {
+                    self.state = Listen::Waiting(Box::pin(async move {
+                        let received = rx.recv().await;
+                        (received, rx)
+                    }));
+                }
+                Listen::Waiting(mut wait) => {
+                    let Poll::Ready((received, rx)) = wait.as_mut().poll(cx) else {
+                        self.state = Listen::Waiting(wait);
+                        return Poll::Pending;
+                    };
+                    return Poll::Ready(match received {
+                        Ok(event) => {
+                            self.state = Listen::Idle(rx);
+                            Some(event)
+                        }
+                        Err(RecvError::Lagged(missed)) => {
+                            self.state = Listen::Idle(rx);
+                            Some(ConnectionEvent::SlowConsumer {
+                                at: std::time::SystemTime::now(),
+                                missed,
+                            })
+                        }
+                        Err(RecvError::Closed) => None,
+                    });
+                }
+            }
         }
+    }
+}
+
+impl futures_util::Stream for ConnectionEvents {
+    type Item = ConnectionEvent;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_event(cx)
+    }
+}
+
+impl std::fmt::Debug for ConnectionEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            Listen::Idle(_) => "idle",
+            Listen::Waiting(_) => "waiting",
+            Listen::Ended => "ended",
+        };
+        f.debug_struct("ConnectionEvents")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use std::time::SystemTime;
+
+    fn reconnecting(attempt: u32) -> ConnectionEvent {
+        ConnectionEvent::Reconnecting {
+            at: SystemTime::UNIX_EPOCH,
+            attempt,
+            delay: std::time::Duration::from_millis(10),
+        }
+    }
+
+    #[tokio::test]
+    async fn connection_events_are_a_stream_that_reports_lag_and_ends() {
+        let (tx, rx) = broadcast::channel(2);
+        let mut events = ConnectionEvents::new(rx);
+        tx.send(reconnecting(1)).unwrap();
+        assert_eq!(StreamExt::next(&mut events).await, Some(reconnecting(1)));
+        // Three more into a buffer of two: the oldest is lost, and said so.
+        for attempt in 2..=4 {
+            tx.send(reconnecting(attempt)).unwrap();
+        }
+        match StreamExt::next(&mut events).await {
+            Some(ConnectionEvent::SlowConsumer { missed, .. }) => assert_eq!(missed, 1),
+            other => panic!("expected a slow-consumer notice, got {other:?}"),
+        }
+        assert_eq!(events.next().await, Some(reconnecting(3)));
+        assert_eq!(StreamExt::next(&mut events).await, Some(reconnecting(4)));
+        // A wait in progress survives being polled and dropped half-way.
+        let pending = futures_util::FutureExt::now_or_never(StreamExt::next(&mut events));
+        assert_eq!(pending, None, "nothing was sent yet");
+        tx.send(reconnecting(5)).unwrap();
+        assert_eq!(events.next().await, Some(reconnecting(5)));
+        drop(tx);
+        assert_eq!(StreamExt::next(&mut events).await, None);
+        assert_eq!(events.next().await, None);
     }
 }

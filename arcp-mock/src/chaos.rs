@@ -359,6 +359,7 @@ impl Drop for ChaosProxyHandle {
 
 /// What a [`ChaosProxy`] has done, as returned by [`ChaosProxyHandle::report`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChaosReport {
     /// Connections accepted so far.
     pub connections: u64,
@@ -373,6 +374,7 @@ pub struct ChaosReport {
 
 /// One connection killed by a [`ChaosProxy`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Kill {
     /// Index of the connection, 0-based in accept order.
     pub connection: u64,
@@ -387,6 +389,7 @@ pub struct Kill {
 
 /// Why a [`ChaosProxy`] killed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum KillReason {
     /// The [`kill_every_frames`](ChaosProxyBuilder::kill_every_frames) threshold was reached.
     FrameSchedule,
