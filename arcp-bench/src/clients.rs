@@ -1,4 +1,4 @@
-//! The clients measured: ours (`arcp-client` from this workspace), the
+//! The clients measured: ours (`arcp-sdk`, folder `arcp-client/`), the
 //! published reference client (`arcp-client 2.0.0`, under the `ref-client`
 //! key), and the closed-loop driver that runs either at `c` calls in flight.
 

@@ -6,7 +6,8 @@
 //! come from the work itself:
 //!
 //! 1. a caller-chosen key, such as `refund-order-4812`, from your own records;
-//! 2. `IdempotencyKey::derive(namespace, tool, &args)`, a UUIDv5 over the
+//! 2. `IdempotencyKey::derive(namespace, tool, &args)` (or, for a typed
+//!    tool, `Tool::derive_key(namespace, &args)`), a UUIDv5 over the
 //!    canonical JSON of the call: the same inputs give the same key in every
 //!    process and every release of the SDK.
 //!
@@ -17,9 +18,24 @@
 //! Run it: `cargo run -p arcp-sdk --example explicit_key`
 
 use arcp_mock::MockRuntime;
-use arcp_sdk::{Client, Error};
+use arcp_sdk::{Client, Error, Tool};
 use arcp_types::IdempotencyKey;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Debug, Serialize)]
+struct Refund {
+    order: u64,
+    cents: u64,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+struct Refunded {
+    refunded: u64,
+    cents: u64,
+}
+
+const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -57,16 +73,18 @@ async fn main() -> Result<(), Error> {
     assert_eq!(submits(&mock, key.as_str()), 1);
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
 
-    // 2. A derived key, stable across restarts. Field order does not matter.
-    let args: Value = json!({"order": 4813, "cents": 1250});
-    let derived = |args: &Value| IdempotencyKey::derive("orders", "refund", args);
-    let first = client
-        .invoke("refund", args.clone())
-        .idempotency_key(derived(&args))
+    // 2. A key derived from the typed arguments, stable across restarts.
+    let args = Refund {
+        order: 4813,
+        cents: 1250,
+    };
+    let first = REFUND
+        .invoke(&client, &args)
+        .idempotency_key(REFUND.derive_key("orders", &args)?)
         .send()
         .await?;
     println!(
-        "[derived key] process 1: key {} -> {} (replayed: {})",
+        "[derived key] process 1: key {} -> {:?} (replayed: {})",
         first.key, first.value, first.replayed
     );
 
@@ -76,14 +94,23 @@ async fn main() -> Result<(), Error> {
     println!("[derived key] process 1 exits; process 2 starts and re-issues the refund");
 
     let client = connect().await?;
-    let same_args = json!({"cents": 1250, "order": 4813}); // rebuilt from scratch
-    let second = client
-        .invoke("refund", same_args.clone())
-        .idempotency_key(derived(&same_args))
+    // The same refund, rebuilt from scratch; as JSON, field order would not
+    // matter either: the key is derived from canonical JSON.
+    let same_args = Refund {
+        order: 4813,
+        cents: 1250,
+    };
+    assert_eq!(
+        REFUND.derive_key("orders", &same_args)?,
+        IdempotencyKey::derive("orders", "refund", &json!({"cents": 1250, "order": 4813}))
+    );
+    let second = REFUND
+        .invoke(&client, &same_args)
+        .idempotency_key(REFUND.derive_key("orders", &same_args)?)
         .send()
         .await?;
     println!(
-        "[derived key] process 2: key {} -> {} (replayed: {}, job {})",
+        "[derived key] process 2: key {} -> {:?} (replayed: {}, job {})",
         second.key,
         second.value,
         second.replayed,

@@ -19,8 +19,24 @@
 use std::time::{Duration, Instant};
 
 use arcp_mock::MockRuntime;
-use arcp_sdk::{Client, EventBody, RetryPolicy};
+use arcp_sdk::{Client, EventBody, RetryPolicy, Tool};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+/// The refund tool's arguments and result, as the application types them.
+#[derive(Debug, Serialize)]
+struct Refund {
+    order: u64,
+    cents: u64,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+struct Refunded {
+    refunded: u64,
+    cents: u64,
+}
+
+const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,9 +64,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     let started = Instant::now();
-    let mut call = client
-        .invoke("refund", json!({"order": 4812, "cents": 500}))
-        .send();
+    let order = Refund {
+        order: 4812,
+        cents: 500,
+    };
+    let mut call = REFUND.invoke(&client, &order).send();
     let key = call
         .key()
         .cloned()
@@ -77,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = out?;
 
     println!(
-        "client:  got {} after {:.1} s",
+        "client:  got {:?} after {:.1} s",
         out.value,
         started.elapsed().as_secs_f64()
     );
@@ -100,7 +118,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // The claim: the call survived the cut, was sent again, and ran once.
-    assert_eq!(out.value, json!({"refunded": 4812, "cents": 500}));
+    assert_eq!(
+        out.value,
+        Refunded {
+            refunded: 4812,
+            cents: 500
+        }
+    );
     assert!(mock.connections() >= 2, "the client reconnected");
     assert_eq!(mock.executions("refund"), 1, "the refund ran exactly once");
     println!("ok: one refund, despite the dropped connection");

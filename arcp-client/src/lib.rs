@@ -1,24 +1,42 @@
-//! # arcp-client
+//! # arcp-sdk
 //!
 //! A replay-aware client for the Agent Runtime Control Protocol (ARCP).
-//! `invoke_tool` gives every logical call one stable idempotency key, retries
+//! Every logical call gets one stable idempotency key; the client retries
 //! with backoff across disconnects (reconnecting and resuming the session),
 //! and accepts a replayed result or error, or `DUPLICATE_KEY`, as terminal:
 //! a dropped connection never runs a side effect twice.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), arcp_sdk::Error> {
-//! use arcp_sdk::Client;
-//! use serde_json::json;
+//! use arcp_sdk::{Client, Error, Tool};
+//! use serde::{Deserialize, Serialize};
 //!
+//! #[derive(Serialize)]
+//! struct Refund {
+//!     order: u64,
+//! }
+//!
+//! #[derive(Deserialize)]
+//! struct Refunded {
+//!     refunded: u64,
+//! }
+//!
+//! const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
+//!
+//! # async fn demo() -> Result<(), Error> {
 //! let client = Client::builder("ws://127.0.0.1:7777/arcp")
 //!     .bearer_token("secret")
 //!     .connect()
 //!     .await?;
-//! let out = client.invoke_tool("refund", json!({"order": 4812})).await?;
-//! println!("{} (attempts: {})", out.value, out.attempts);
+//! let out = REFUND.call(&client, &Refund { order: 4812 }).await?;
+//! println!("refunded {} (attempts: {})", out.value.refunded, out.attempts);
 //! # Ok(()) }
 //! ```
+//!
+//! Calls are typed ([`Tool`], [`Client::invoke_as`]: arguments from any
+//! `Serialize`, results into any `DeserializeOwned`) or JSON
+//! ([`Client::invoke_tool`], [`Client::invoke`]); a typed call is the JSON
+//! call underneath, with the same keys, retries and replays. Every error
+//! says whether the tool ran ([`Error::execution`]).
 //!
 //! Keys in memory survive network failures, not a crash of the caller's
 //! process. With a journal (`ClientBuilder::journal_path`, a SQLite file)
