@@ -30,7 +30,11 @@ async fn journal(url: &str, worker: &str, lease: Duration) -> PostgresJournal {
         url,
         PostgresOptions::default()
             .worker_id(worker)
-            .lease_ttl(lease),
+            .lease_ttl(lease)
+            // These tests are about leases, not slow links: a loaded test
+            // machine must not turn a short lease's round-trip bound into
+            // a failed write.
+            .round_trip_timeout(Duration::from_secs(2)),
     )
     .await
     .expect("open the journal")
@@ -135,16 +139,20 @@ async fn migrations_are_versioned_applied_once_and_a_newer_schema_is_refused() {
     });
     for j in futures_util::future::join_all(opens).await {
         let j = j.unwrap();
-        assert_eq!(j.schema_version().await.unwrap(), 1);
+        assert_eq!(j.schema_version().await.unwrap(), 2);
     }
-    assert_eq!(PostgresJournal::latest_schema_version(), 1);
+    assert_eq!(PostgresJournal::latest_schema_version(), 2);
     let db = sql(&url).await;
     let rows: i64 = db
         .query_one("SELECT count(*) FROM arcp_journal_schema", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(rows, 1);
+    assert_eq!(
+        rows,
+        i64::from(PostgresJournal::latest_schema_version()),
+        "one row per migration"
+    );
     db.execute(
         "INSERT INTO arcp_journal_schema (version, description) VALUES (99, 'from the future')",
         &[],
@@ -808,5 +816,85 @@ async fn retention_never_purges_a_call_a_live_worker_holds() {
     assert!(
         held.get(&key("order-31")).unwrap().is_none(),
         "a lapsed call was kept"
+    );
+}
+
+/// Invariants hold per statement: a removed record takes its history and
+/// attempts with it, and one bad row fails a many-row statement whole.
+#[tokio::test]
+async fn removal_cascades_and_a_statement_is_guarded_whole() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_secs(5)).await;
+    a.apply(&[
+        JournalWrite::Prepare(entry("k1")),
+        JournalWrite::Prepare(entry("k2")),
+        JournalWrite::Prepare(entry("k3")),
+        JournalWrite::Prepare(entry("k4")),
+        terminal("k1", json!(1)),
+        accepted("k2", "job_2"),
+    ])
+    .unwrap();
+    a.apply(&[JournalWrite::Remove { key: key("k1") }]).unwrap();
+    let db = sql(&url).await;
+    let rows = |k: &'static str| {
+        let db = &db;
+        async move {
+            let r = db
+                .query_one(
+                    "SELECT (SELECT count(*) FROM arcp_history WHERE key = $1), \
+                            (SELECT count(*) FROM arcp_attempts WHERE key = $1)",
+                    &[&k],
+                )
+                .await
+                .unwrap();
+            (r.get::<_, i64>(0), r.get::<_, i64>(1))
+        }
+    };
+    assert_eq!(rows("k1").await, (0, 0), "removed with its record");
+    assert_eq!(
+        rows("k2").await,
+        (2, 1),
+        "prepared and accepted, one attempt"
+    );
+    assert_eq!(rows("k3").await, (1, 1));
+    // k3 may move forwards, k2 may not move back: the statement fails whole.
+    let err = db
+        .execute(
+            "UPDATE arcp_calls SET state = 'sent' WHERE key IN ('k2', 'k3')",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "AR003", "{err}");
+    let message = err.as_db_error().unwrap().message();
+    assert!(message.contains("k2"), "names the row: {message}");
+    assert_eq!(
+        a.get(&key("k3")).unwrap().unwrap().state,
+        JournalState::Prepared
+    );
+    // Identity never changes, whichever column.
+    for attack in [
+        "UPDATE arcp_calls SET key = 'k9' WHERE key = 'k3'",
+        "UPDATE arcp_calls SET intent = '{}' WHERE key = 'k3'",
+    ] {
+        let err = db.execute(attack, &[]).await.unwrap_err();
+        assert_eq!(err.code().unwrap().code(), "AR003", "{attack}: {err}");
+        let message = err.as_db_error().unwrap().message();
+        assert!(message.contains("never change"), "{attack}: {message}");
+    }
+    // A many-row statement of the owner is recorded row by row.
+    db.execute(
+        "UPDATE arcp_calls SET state = 'sent', attempts = 1 WHERE key IN ('k3', 'k4')",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows("k3").await, (2, 1));
+    assert_eq!(
+        history(&db, "k4").await,
+        vec![
+            ("prepared".into(), "a".into(), 1),
+            ("sent".into(), "a".into(), 1)
+        ]
     );
 }

@@ -85,6 +85,38 @@ pub trait Journal: Send + Sync + 'static {
     /// own; the rest of the batch still applies.
     fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError>;
 
+    /// Applies `writes` as [`Journal::apply`] does and, in the same
+    /// transaction after them, records each entry of `new` whose key has no
+    /// record; returns, per entry of `new`, whether it was recorded. A key
+    /// that has a record keeps it untouched (the client then reads it and
+    /// decides). No write of `writes` concerns a key of `new`, and the keys
+    /// of `new` are distinct.
+    ///
+    /// This is how the client records a burst of new calls: a store with a
+    /// round trip per statement answers it with one insert that skips
+    /// existing keys, instead of a read before the write. Default:
+    /// [`Journal::get_many`], then [`Journal::apply`] with the absent
+    /// entries (exact for a store with one writer).
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        let keys: Vec<IdempotencyKey> = new.iter().map(|e| e.key.clone()).collect();
+        let existing: std::collections::HashSet<IdempotencyKey> =
+            self.get_many(&keys)?.into_iter().map(|e| e.key).collect();
+        let inserted: Vec<bool> = new.iter().map(|e| !existing.contains(&e.key)).collect();
+        let mut all = writes.to_vec();
+        all.extend(
+            new.iter()
+                .zip(&inserted)
+                .filter(|(_, inserted)| **inserted)
+                .map(|(e, _)| JournalWrite::Prepare(e.clone())),
+        );
+        self.apply(&all)?;
+        Ok(inserted)
+    }
+
     /// The record of `key`, if any.
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError>;
 

@@ -347,6 +347,18 @@ impl PostgresJournal {
         })
     }
 
+    /// Keeps the keys whose writes were refused for [`Journal::take_fenced`].
+    fn report_fenced(&self, fenced: Vec<IdempotencyKey>) {
+        if !fenced.is_empty() {
+            tracing::warn!(
+                journal = %self.location,
+                refused = fenced.len(),
+                "writes refused: another worker claimed these calls (this worker lost its lease)"
+            );
+            lock(&self.fenced).extend(fenced);
+        }
+    }
+
     /// Validates a row; one this code cannot have written is corruption.
     fn entry(&self, r: &tokio_postgres::Row) -> Result<JournalEntry, JournalError> {
         row_entry(&self.location, r)
@@ -369,15 +381,42 @@ impl Journal for PostgresJournal {
             tx.commit().await.map_err(|e| self.err(e))
         })?;
         *lock(&self.held) = held;
-        if !fenced.is_empty() {
-            tracing::warn!(
-                journal = %self.location,
-                refused = fenced.len(),
-                "writes refused: another worker claimed these calls (this worker lost its lease)"
-            );
-            lock(&self.fenced).extend(fenced);
-        }
+        self.report_fenced(fenced);
         Ok(())
+    }
+
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        let mut held = lock(&self.held).clone();
+        let mut fenced = Vec::new();
+        let inserted = self.block(async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(|e| self.err(e))?;
+            // The writes and the insert concern distinct keys: sent together.
+            let (applied, inserted) = tokio::join!(
+                self.apply_all(&tx, writes, &mut held, &mut fenced),
+                self.insert_absent(&tx, new),
+            );
+            applied.map_err(|e| self.err(e))?;
+            let inserted = inserted.map_err(|e| self.err(e))?;
+            tx.commit().await.map_err(|e| self.err(e))?;
+            Ok(inserted)
+        })?;
+        let inserted: Vec<bool> = new
+            .iter()
+            .map(|e| inserted.contains(e.key.as_str()))
+            .collect();
+        for (e, _) in new.iter().zip(&inserted).filter(|(_, i)| **i) {
+            if !e.state.is_terminal() {
+                held.insert(e.key.as_str().to_owned(), 1);
+            }
+        }
+        *lock(&self.held) = held;
+        self.report_fenced(fenced);
+        Ok(inserted)
     }
 
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {

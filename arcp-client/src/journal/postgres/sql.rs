@@ -40,6 +40,13 @@ pub(super) const REMOVE: &str = "DELETE FROM arcp_calls WHERE key = $1 AND (stat
 /// The set-wise forms of `INSERT` and the transitions, over arrays (one
 /// element per write; `unnest` pairs them up), each returning the keys it
 /// changed; the same fencing as the one-row forms.
+///
+/// The transitions find their rows by key (`key = ANY($2)`: one probe of the
+/// primary key each). Their fencing test is wrapped in `IS TRUE`, which no
+/// index serves: otherwise the planner, which cannot know how many elements
+/// the arrays hold, prefers the partial index of this owner's unfinished
+/// calls, and scans it whole, with an entry for every call it ever held
+/// until a vacuum removes the finished ones.
 pub(super) const INSERT_MANY: &str =
     "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, \
      state, attempts, job_id, outcome, created_ms, updated_ms, owner, generation, lease_until, \
@@ -55,13 +62,15 @@ pub(super) const SENT_MANY: &str = "UPDATE arcp_calls c SET writer = $1, writer_
      attempts = GREATEST(c.attempts, x.a), \
      state = CASE c.state WHEN 'prepared' THEN 'sent' ELSE c.state END, updated_ms = x.u \
      FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS x(k, g, a, u) \
-     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     WHERE c.key = ANY($2::text[]) AND c.key = x.k AND c.generation = x.g \
+       AND (c.owner = $1 AND c.state <> 'terminal') IS TRUE \
      RETURNING c.key";
 pub(super) const ACCEPTED_MANY: &str =
     "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
      state = 'accepted', job_id = x.j, updated_ms = x.u \
      FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bigint[]) AS x(k, g, j, u) \
-     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     WHERE c.key = ANY($2::text[]) AND c.key = x.k AND c.generation = x.g \
+       AND (c.owner = $1 AND c.state <> 'terminal') IS TRUE \
      RETURNING c.key";
 pub(super) const TERMINAL_MANY: &str =
     "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
@@ -69,13 +78,15 @@ pub(super) const TERMINAL_MANY: &str =
      attempts = GREATEST(c.attempts, x.a), updated_ms = x.u, lease_until = NULL \
      FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[]) \
           AS x(k, g, o, j, a, u) \
-     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     WHERE c.key = ANY($2::text[]) AND c.key = x.k AND c.generation = x.g \
+       AND (c.owner = $1 AND c.state <> 'terminal') IS TRUE \
      RETURNING c.key";
 pub(super) const RELEASE_MANY: &str =
     "UPDATE arcp_calls c SET writer = $1, writer_generation = x.g, \
      lease_until = clock_timestamp() \
      FROM unnest($2::text[], $3::bigint[]) AS x(k, g) \
-     WHERE c.key = x.k AND c.owner = $1 AND c.generation = x.g AND c.state <> 'terminal' \
+     WHERE c.key = ANY($2::text[]) AND c.key = x.k AND c.generation = x.g \
+       AND (c.owner = $1 AND c.state <> 'terminal') IS TRUE \
      RETURNING c.key";
 
 pub(super) const COLUMNS: &str =

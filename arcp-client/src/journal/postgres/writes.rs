@@ -9,7 +9,16 @@ use arcp_types::IdempotencyKey;
 use super::rows::{millis, state_columns, write_key, NewRows, TerminalRows, SET_WISE_FROM};
 use super::sql::*;
 use super::PostgresJournal;
-use crate::journal::{to_millis, JournalWrite};
+use crate::journal::{to_millis, JournalEntry, JournalWrite};
+
+/// A statement's rows, on its way.
+type RowsFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>>
+            + Send
+            + 'a,
+    >,
+>;
 
 /// What a guarded update found when it changed nothing.
 pub(super) enum Missed {
@@ -127,68 +136,71 @@ impl PostgresJournal {
                 (_, None) => out[i] = None,
             }
         }
-        let mut changed: HashSet<String> = HashSet::new();
-        let mut run = |rows: Vec<tokio_postgres::Row>| {
-            changed.extend(rows.iter().map(|r| r.get::<_, String>(0)));
-        };
+        // Each kind's statement, sent together (pipelined on the connection,
+        // executed in order): the segment's keys are distinct, so the order
+        // between kinds does not matter, and one round trip serves them all.
+        let (insert, sent_stmt, accepted_stmt, terminal_stmt, release_stmt) = (
+            tx.prepare_cached(INSERT_MANY),
+            tx.prepare_cached(SENT_MANY),
+            tx.prepare_cached(ACCEPTED_MANY),
+            tx.prepare_cached(TERMINAL_MANY),
+            tx.prepare_cached(RELEASE_MANY),
+        );
+        let (insert, sent_stmt, accepted_stmt, terminal_stmt, release_stmt) = tokio::try_join!(
+            insert,
+            sent_stmt,
+            accepted_stmt,
+            terminal_stmt,
+            release_stmt
+        )?;
+        type Param<'p> = &'p (dyn tokio_postgres::types::ToSql + Sync);
+        let insert_params: [Param<'_>; 13] = [
+            &new.keys,
+            &new.tools,
+            &new.intents,
+            &new.traces,
+            &new.deadlines,
+            &new.states,
+            &new.attempts,
+            &new.jobs,
+            &new.outcomes,
+            &new.created,
+            &new.updated,
+            &me,
+            &self.lease_ms,
+        ];
+        let sent_params: [Param<'_>; 5] = [&me, &sent.0, &sent.1, &sent.2, &sent.3];
+        let accepted_params: [Param<'_>; 5] =
+            [&me, &accepted.0, &accepted.1, &accepted.2, &accepted.3];
+        let terminal_params: [Param<'_>; 7] = [
+            &me,
+            &terminal.keys,
+            &terminal.generations,
+            &terminal.outcomes,
+            &terminal.jobs,
+            &terminal.attempts,
+            &terminal.at,
+        ];
+        let release_params: [Param<'_>; 3] = [&me, &release.0, &release.1];
+        let mut statements: Vec<RowsFuture<'_>> = Vec::with_capacity(5);
         if !new.keys.is_empty() {
-            let stmt = tx.prepare_cached(INSERT_MANY).await?;
-            run(tx
-                .query(
-                    &stmt,
-                    &[
-                        &new.keys,
-                        &new.tools,
-                        &new.intents,
-                        &new.traces,
-                        &new.deadlines,
-                        &new.states,
-                        &new.attempts,
-                        &new.jobs,
-                        &new.outcomes,
-                        &new.created,
-                        &new.updated,
-                        &me,
-                        &self.lease_ms,
-                    ],
-                )
-                .await?);
+            statements.push(Box::pin(tx.query(&insert, &insert_params)));
         }
         if !sent.0.is_empty() {
-            let stmt = tx.prepare_cached(SENT_MANY).await?;
-            run(tx
-                .query(&stmt, &[&me, &sent.0, &sent.1, &sent.2, &sent.3])
-                .await?);
+            statements.push(Box::pin(tx.query(&sent_stmt, &sent_params)));
         }
         if !accepted.0.is_empty() {
-            let stmt = tx.prepare_cached(ACCEPTED_MANY).await?;
-            run(tx
-                .query(
-                    &stmt,
-                    &[&me, &accepted.0, &accepted.1, &accepted.2, &accepted.3],
-                )
-                .await?);
+            statements.push(Box::pin(tx.query(&accepted_stmt, &accepted_params)));
         }
         if !terminal.keys.is_empty() {
-            let stmt = tx.prepare_cached(TERMINAL_MANY).await?;
-            run(tx
-                .query(
-                    &stmt,
-                    &[
-                        &me,
-                        &terminal.keys,
-                        &terminal.generations,
-                        &terminal.outcomes,
-                        &terminal.jobs,
-                        &terminal.attempts,
-                        &terminal.at,
-                    ],
-                )
-                .await?);
+            statements.push(Box::pin(tx.query(&terminal_stmt, &terminal_params)));
         }
         if !release.0.is_empty() {
-            let stmt = tx.prepare_cached(RELEASE_MANY).await?;
-            run(tx.query(&stmt, &[&me, &release.0, &release.1]).await?);
+            statements.push(Box::pin(tx.query(&release_stmt, &release_params)));
+        }
+        let mut changed: HashSet<String> = HashSet::new();
+        for rows in futures_util::future::try_join_all(statements).await? {
+            changed.extend(rows.iter().map(|r| r.get::<_, String>(0)));
         }
         let mut answers = Vec::with_capacity(segment.len());
         for (i, write) in segment.iter().enumerate() {
@@ -199,6 +211,45 @@ impl PostgresJournal {
             });
         }
         Ok(answers)
+    }
+
+    /// Records each of `new` whose key has no record (generation 1, owned
+    /// by this worker), in one statement; the keys it recorded.
+    pub(super) async fn insert_absent(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        new: &[JournalEntry],
+    ) -> Result<HashSet<String>, tokio_postgres::Error> {
+        if new.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let mut rows = NewRows::default();
+        for e in new {
+            rows.push(e);
+        }
+        let stmt = tx.prepare_cached(INSERT_MANY).await?;
+        let me = self.worker.as_str();
+        let inserted = tx
+            .query(
+                &stmt,
+                &[
+                    &rows.keys,
+                    &rows.tools,
+                    &rows.intents,
+                    &rows.traces,
+                    &rows.deadlines,
+                    &rows.states,
+                    &rows.attempts,
+                    &rows.jobs,
+                    &rows.outcomes,
+                    &rows.created,
+                    &rows.updated,
+                    &me,
+                    &self.lease_ms,
+                ],
+            )
+            .await?;
+        Ok(inserted.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 
     /// The one-statement form of a write, when it has one: a new record

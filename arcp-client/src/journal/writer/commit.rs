@@ -1,6 +1,7 @@
-//! A batch's commit: merge its transitions (withholding what another caller
-//! still drives), decide each prepare against its record, and write both in
-//! one transaction.
+//! A batch's commit, in three steps: merge its transitions (withholding what
+//! another caller still drives); record the new calls with the transitions
+//! in one transaction, without reading first; decide every other prepare
+//! against its record and write what it needs.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,8 +17,8 @@ use crate::journal::{
     JournalWrite,
 };
 
-/// A batch's commit: per prepare (in order) its decision and whether it
-/// wrote a record; the transaction's result and the transitions' (they may
+/// A batch's commit: per prepare (in order) its decision and whether that
+/// decision holds only if the last transaction (`result`) committed; its result and the transitions' (they may
 /// commit apart); the writes the store refused (fenced).
 pub(super) struct Committed {
     pub(super) decisions: Vec<(Result<Prepared, JournalError>, bool)>,
@@ -29,62 +30,216 @@ pub(super) struct Committed {
     pub(super) doubtful: HashSet<IdempotencyKey>,
 }
 
+/// A batch's decisions and writes, as its steps leave them.
+pub(super) struct Step {
+    /// Per prepare (in order): its decision, and whether that decision
+    /// holds only if step 3's transaction commits.
+    pub(super) decisions: Vec<Option<(Result<Prepared, JournalError>, bool)>>,
+    /// The transitions' writes not committed yet.
+    pub(super) transition_writes: Vec<JournalWrite>,
+    /// The transitions' result, once they committed apart from step 3.
+    pub(super) transitions_apart: Option<Result<(), JournalError>>,
+}
+
+/// Why step 2 committed nothing.
+pub(super) enum Failed {
+    /// The store did not answer: retry the batch.
+    Unavailable(JournalError),
+    /// The store refused the transaction.
+    Refused(JournalError),
+}
+
 impl Writer {
-    /// Decides every prepare of the batch against its record as it will be
-    /// after the batch's transitions, and commits the transitions and the
-    /// new records in one transaction. `Err`: the store was unavailable
-    /// before anything of the batch committed; the batch is to be retried
-    /// whole.
+    /// Decides every prepare of the batch and commits it with the batch's
+    /// transitions, in named steps:
+    ///
+    /// 1. [`merge_transitions`](Self::merge_transitions): the writes of the
+    ///    queued transitions, less those another caller's call still needs;
+    /// 2. [`record_new_calls`](Self::record_new_calls): the prepares of keys
+    ///    new to this batch are recorded with the transitions in one
+    ///    transaction, without reading first (a key that turns out to have a
+    ///    record is left to step 3);
+    /// 3. [`decide_the_rest`](Self::decide_the_rest): every other prepare is
+    ///    decided against its record as the batch leaves it, and the records
+    ///    to write are committed (with the transitions, if step 2 had nothing
+    ///    to record).
+    ///
+    /// `Err`: the store was unavailable; the batch is to be retried whole
+    /// (what of it committed is safe to write again).
     pub(super) fn commit(
         &mut self,
         journal: &dyn Journal,
         prepares: &[(JournalEntry, PrepareReply)],
         transitions: &HashMap<IdempotencyKey, Pending>,
     ) -> Result<Committed, JournalError> {
-        let unavailable = |e: &JournalError| e.kind == JournalErrorKind::Unavailable;
+        let (transition_writes, doubtful) = self.merge_transitions(prepares, transitions);
+        let mut step = Step {
+            decisions: (0..prepares.len()).map(|_| None).collect(),
+            transition_writes,
+            transitions_apart: None,
+        };
+        if let Err(failed) = self.record_new_calls(journal, prepares, transitions, &mut step) {
+            return match failed {
+                Failed::Unavailable(e) => Err(e),
+                // Nothing of the batch committed: every prepare fails with
+                // the store's error, and so do the transitions.
+                Failed::Refused(e) => Ok(Committed {
+                    decisions: prepares.iter().map(|_| (Err(e.clone()), false)).collect(),
+                    transitions: Err(e.clone()),
+                    result: Err(e),
+                    refused: journal.take_fenced().into_iter().collect(),
+                    doubtful,
+                }),
+            };
+        }
+        let result = self.decide_the_rest(journal, prepares, transitions, &mut step)?;
+        Ok(Committed {
+            decisions: step
+                .decisions
+                .into_iter()
+                .map(|d| d.expect("every prepare decided"))
+                .collect(),
+            transitions: step.transitions_apart.unwrap_or_else(|| result.clone()),
+            result,
+            // Writes the store refused: the calls belong to another worker.
+            refused: journal.take_fenced().into_iter().collect(),
+            doubtful,
+        })
+    }
+
+    /// Step 1: the writes of the batch's transitions. A key another caller
+    /// here still drives keeps its record: one caller's "did not run" or
+    /// release must not end or give away the call the other drives. Also
+    /// the keys whose "did not run" terminal cannot be taken as durable.
+    pub(super) fn merge_transitions(
+        &mut self,
+        prepares: &[(JournalEntry, PrepareReply)],
+        transitions: &HashMap<IdempotencyKey, Pending>,
+    ) -> (Vec<JournalWrite>, HashSet<IdempotencyKey>) {
         // A call prepared again in this batch is being driven again: its
         // queued release (from an earlier attempt) must not give it away.
         let preparing: HashSet<&IdempotencyKey> = prepares.iter().map(|(e, _)| &e.key).collect();
-        let mut transition_writes: Vec<JournalWrite> = Vec::new();
-        // Terminals whose "did not run" cannot be taken as durable.
+        let mut writes: Vec<JournalWrite> = Vec::new();
         let mut doubtful: HashSet<IdempotencyKey> = HashSet::new();
-        {
-            // A key another caller here still drives keeps its record: one
-            // caller's "did not run" or release must not end or give away
-            // the call the other drives.
-            let driving = lock(&self.shared.driving);
-            for (key, p) in transitions {
-                let driven = driving.contains_key(key);
-                for w in pending_writes(key, p) {
-                    match &w {
-                        JournalWrite::Release { .. } => {
-                            self.unsure.remove(key);
-                            if preparing.contains(key) || driven {
+        let driving = lock(&self.shared.driving);
+        for (key, p) in transitions {
+            let driven = driving.contains_key(key);
+            for w in pending_writes(key, p) {
+                match &w {
+                    JournalWrite::Release { .. } => {
+                        self.unsure.remove(key);
+                        if preparing.contains(key) || driven {
+                            continue;
+                        }
+                    }
+                    JournalWrite::Terminal { outcome, .. } => {
+                        let unsure = self.unsure.remove(key);
+                        if !outcome.answers_repeat() {
+                            if driven {
+                                doubtful.insert(key.clone());
                                 continue;
                             }
-                        }
-                        JournalWrite::Terminal { outcome, .. } => {
-                            let unsure = self.unsure.remove(key);
-                            if !outcome.answers_repeat() {
-                                if driven {
-                                    doubtful.insert(key.clone());
-                                    continue;
-                                }
-                                if unsure {
-                                    doubtful.insert(key.clone());
-                                }
+                            if unsure {
+                                doubtful.insert(key.clone());
                             }
                         }
-                        _ => {}
                     }
-                    transition_writes.push(w);
+                    _ => {}
+                }
+                writes.push(w);
+            }
+        }
+        (writes, doubtful)
+    }
+
+    /// Step 2: records the prepares of keys that appear once in the batch
+    /// and have no transition in it, with the batch's transitions, in one
+    /// transaction and without a read: a new call's record, the common
+    /// case, costs no more than the write. A key that has a record is left
+    /// undecided for step 3. Skipped when the records would not fit under
+    /// [`Retention::max_records`](crate::journal::Retention) (step 3 makes
+    /// room or refuses).
+    pub(super) fn record_new_calls(
+        &mut self,
+        journal: &dyn Journal,
+        prepares: &[(JournalEntry, PrepareReply)],
+        transitions: &HashMap<IdempotencyKey, Pending>,
+        step: &mut Step,
+    ) -> Result<(), Failed> {
+        let mut seen: HashMap<&IdempotencyKey, usize> = HashMap::new();
+        for (entry, _) in prepares {
+            *seen.entry(&entry.key).or_default() += 1;
+        }
+        let new: Vec<usize> = (0..prepares.len())
+            .filter(|&i| {
+                let key = &prepares[i].0.key;
+                seen[key] == 1 && !transitions.contains_key(key)
+            })
+            .collect();
+        let room = (self.retention.max_records as u64).saturating_sub(self.records);
+        if new.is_empty() || new.len() as u64 > room {
+            return Ok(());
+        }
+        let entries: Vec<JournalEntry> = new.iter().map(|&i| prepares[i].0.clone()).collect();
+        match journal.apply_and_insert_new(&step.transition_writes, &entries) {
+            Ok(inserted) => {
+                step.transition_writes.clear();
+                step.transitions_apart = Some(Ok(()));
+                for (&i, inserted) in new.iter().zip(inserted) {
+                    if inserted {
+                        self.records += 1;
+                        self.unsure.remove(&prepares[i].0.key);
+                        // Committed here: the decision does not wait on
+                        // step 3's transaction.
+                        step.decisions[i] = Some((Ok(Prepared::Proceed(Prior::default())), false));
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Their commit may still land (its answer may be what was
+                // lost).
+                for &i in &new {
+                    self.unsure.insert(prepares[i].0.key.clone());
+                }
+                if e.kind == JournalErrorKind::Unavailable {
+                    Err(Failed::Unavailable(e))
+                } else {
+                    warn!(
+                        error = %e,
+                        "journal commit failed: calls being prepared fail; sent/accepted/terminal \
+                         records of this batch are lost (those calls stay unfinished and a \
+                         recovery re-drives them under their keys)"
+                    );
+                    Err(Failed::Refused(e))
                 }
             }
         }
-        // The stored records of every key prepared in this batch, in one read.
+    }
+
+    /// Step 3: decides each prepare step 2 left undecided against its
+    /// record as it will be after the batch's transitions, and commits the
+    /// records to write (and the transitions, if step 2 did not). Returns
+    /// that transaction's result; `Err` when the store was unavailable (the
+    /// batch is retried whole).
+    pub(super) fn decide_the_rest(
+        &mut self,
+        journal: &dyn Journal,
+        prepares: &[(JournalEntry, PrepareReply)],
+        transitions: &HashMap<IdempotencyKey, Pending>,
+        step: &mut Step,
+    ) -> Result<Result<(), JournalError>, JournalError> {
+        let unavailable = |e: &JournalError| e.kind == JournalErrorKind::Unavailable;
+        let rest: Vec<usize> = (0..prepares.len())
+            .filter(|&i| step.decisions[i].is_none())
+            .collect();
+        if rest.is_empty() && step.transition_writes.is_empty() {
+            return Ok(Ok(()));
+        }
+        // The stored records of every key left, in one read.
         let fetched: HashMap<IdempotencyKey, JournalEntry> = {
             let mut keys: Vec<IdempotencyKey> =
-                prepares.iter().map(|(e, _)| e.key.clone()).collect();
+                rest.iter().map(|&i| prepares[i].0.key.clone()).collect();
             keys.sort_unstable();
             keys.dedup();
             if keys.is_empty() {
@@ -94,33 +249,35 @@ impl Writer {
                     Ok(found) => found.into_iter().map(|e| (e.key.clone(), e)).collect(),
                     Err(e) if unavailable(&e) => return Err(e),
                     Err(e) => {
-                        // Every prepare fails with the store's error; the
-                        // transitions still commit.
-                        let result = journal.apply(&transition_writes);
-                        return Ok(Committed {
-                            decisions: prepares.iter().map(|_| (Err(e.clone()), false)).collect(),
-                            transitions: result.clone(),
-                            result,
-                            refused: journal.take_fenced().into_iter().collect(),
-                            doubtful,
-                        });
+                        // Every prepare left fails with the store's error;
+                        // the transitions still commit.
+                        for &i in &rest {
+                            step.decisions[i] = Some((Err(e.clone()), false));
+                        }
+                        return Ok(journal.apply(&std::mem::take(&mut step.transition_writes)));
                     }
                 }
             }
         };
+        // Records read after step 2 committed the transitions already show
+        // them.
+        let pending_on_read = step.transitions_apart.is_none();
         // Each key's record as this batch leaves it, decision by decision.
         let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
-        let mut decisions = Vec::with_capacity(prepares.len());
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
         let mut purged_for_room = false;
-        let mut transitions_apart: Option<Result<(), JournalError>> = None;
-        for (entry, _) in prepares {
+        for &i in &rest {
+            let entry = &prepares[i].0;
             let current = match view.get(&entry.key) {
                 Some(current) => current.clone(),
                 None => {
                     let mut current = fetched.get(&entry.key).cloned();
-                    if let (Some(e), Some(p)) = (current.as_mut(), transitions.get(&entry.key)) {
+                    if let (true, Some(e), Some(p)) = (
+                        pending_on_read,
+                        current.as_mut(),
+                        transitions.get(&entry.key),
+                    ) {
                         for w in pending_writes(&entry.key, p) {
                             transition(e, &w);
                         }
@@ -132,7 +289,7 @@ impl Writer {
                 Ok(decided) => decided,
                 Err(e) if unavailable(&e) => return Err(e),
                 Err(e) => {
-                    decisions.push((Err(e), false));
+                    step.decisions[i] = Some((Err(e), false));
                     continue;
                 }
             };
@@ -142,11 +299,11 @@ impl Writer {
                     purged_for_room = true;
                     // Terminal outcomes still queued make their records
                     // evictable: commit them first.
-                    if !transition_writes.is_empty() {
-                        match journal.apply(&transition_writes) {
+                    if !step.transition_writes.is_empty() {
+                        match journal.apply(&step.transition_writes) {
                             Ok(()) => {
-                                transition_writes.clear();
-                                transitions_apart = Some(Ok(()));
+                                step.transition_writes.clear();
+                                step.transitions_apart = Some(Ok(()));
                             }
                             Err(e) => warn!(error = %e, "journal commit failed"),
                         }
@@ -164,7 +321,7 @@ impl Writer {
                             self.records + created
                         ),
                     );
-                    decisions.push((Err(err), false));
+                    step.decisions[i] = Some((Err(err), false));
                     continue;
                 }
                 created += 1;
@@ -173,23 +330,30 @@ impl Writer {
                 Some(record) => {
                     view.insert(entry.key.clone(), Some(record.clone()));
                     inserts.push(JournalWrite::Prepare(record));
-                    decisions.push((Ok(decision), true));
+                    step.decisions[i] = Some((Ok(decision), true));
                 }
                 None => {
                     view.insert(entry.key.clone(), current);
-                    decisions.push((Ok(decision), false));
+                    step.decisions[i] = Some((Ok(decision), false));
                 }
             }
         }
         // One transaction: transitions first (a replacing prepare wins).
-        let transition_count = transition_writes.len();
-        let mut writes = transition_writes;
+        let transition_count = step.transition_writes.len();
+        let mut writes = std::mem::take(&mut step.transition_writes);
         writes.extend(inserts);
-        let result = journal.apply(&writes);
+        let result = if writes.is_empty() {
+            Ok(())
+        } else {
+            journal.apply(&writes)
+        };
         match &result {
-            // Nothing of the transaction committed: retry it whole, except
-            // transitions that committed apart.
-            Err(e) if unavailable(e) && transitions_apart.is_none() => return Err(e.clone()),
+            // Nothing of this transaction committed: retry the batch whole.
+            // What committed apart (step 2, or the transitions before making
+            // room) is safe to write again: a transition of a record already
+            // past it changes nothing, and a call's own prepared record is
+            // decided as its own.
+            Err(e) if unavailable(e) => return Err(e.clone()),
             Ok(()) => self.records += created,
             Err(e) => warn!(
                 error = %e,
@@ -201,22 +365,19 @@ impl Writer {
         }
         // A prepare whose commit failed may still land (its answer may be
         // what was lost); one that committed is certain.
-        for ((entry, _), (decision, wrote)) in prepares.iter().zip(&decisions) {
+        for &i in &rest {
+            let Some((decision, wrote)) = &step.decisions[i] else {
+                continue;
+            };
             if *wrote || matches!(decision, Ok(Prepared::Proceed(_))) {
+                let key = &prepares[i].0.key;
                 match &result {
-                    Ok(()) => self.unsure.remove(&entry.key),
-                    Err(_) => self.unsure.insert(entry.key.clone()),
+                    Ok(()) => self.unsure.remove(key),
+                    Err(_) => self.unsure.insert(key.clone()),
                 };
             }
         }
-        Ok(Committed {
-            decisions,
-            transitions: transitions_apart.unwrap_or_else(|| result.clone()),
-            result,
-            // Writes the store refused: the calls belong to another worker.
-            refused: journal.take_fenced().into_iter().collect(),
-            doubtful,
-        })
+        Ok(result)
     }
 
     /// What to do with one prepare given the key's record: the decision,
@@ -273,3 +434,7 @@ impl Writer {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "commit_tests.rs"]
+mod tests;

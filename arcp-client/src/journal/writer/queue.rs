@@ -17,6 +17,7 @@ use crate::journal::{
 };
 
 /// What `prepare` decided.
+#[derive(Debug, PartialEq)]
 pub(super) enum Prepared {
     /// Send the call: a new record, or a record with this intent that an
     /// earlier attempt (this process's or another's) may have sent.

@@ -1,0 +1,235 @@
+//! The batch commit's steps on a memory journal that counts reads and
+//! writes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arcp_types::IdempotencyKey;
+use serde_json::json;
+use tokio::sync::{oneshot, watch, Notify};
+
+use super::super::batch::Writer;
+use super::super::queue::{PrepareReply, Prepared, Prior, Queue, Shared};
+use crate::journal::{
+    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    JournalWrite, MemoryJournal, PurgeReport, Retention,
+};
+
+/// A memory journal that counts reads and writes, and can be made
+/// unavailable.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryJournal,
+    reads: AtomicUsize,
+    writes: AtomicUsize,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Counting {
+    fn check(&self) -> Result<(), JournalError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(JournalError::new(
+                JournalErrorKind::Unavailable,
+                "test",
+                "down",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Journal for Counting {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        self.check()?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        // One transaction, no read counted: as a store that inserts
+        // only absent keys would.
+        self.check()?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        let inserted: Vec<bool> = new
+            .iter()
+            .map(|e| self.inner.get(&e.key).map(|r| r.is_none()))
+            .collect::<Result<_, _>>()?;
+        let mut all = writes.to_vec();
+        all.extend(
+            new.iter()
+                .zip(&inserted)
+                .filter(|(_, i)| **i)
+                .map(|(e, _)| JournalWrite::Prepare(e.clone())),
+        );
+        self.inner.apply(&all)?;
+        Ok(inserted)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        self.check()?;
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+fn writer(max_records: usize) -> Writer {
+    Writer {
+        journal: None,
+        shared: Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            space: Notify::new(),
+            location: "test".into(),
+            capacity: 8,
+            fenced: Mutex::new(HashSet::new()),
+            driving: Mutex::new(HashMap::new()),
+            fence: watch::Sender::new(0),
+            lease: watch::Sender::new(None),
+        }),
+        retention: Retention {
+            max_records,
+            ..Retention::default()
+        },
+        records: 0,
+        retry_delay: None,
+        unavailable_since: None,
+        unsure: HashSet::new(),
+    }
+}
+
+fn prepare(key: &IdempotencyKey, intent: &str) -> (JournalEntry, PrepareReply) {
+    let entry = JournalEntry::new(
+        key.clone(),
+        "refund",
+        intent,
+        arcp_types::new_trace_id(),
+        Duration::from_secs(5),
+    );
+    // The receiver is not needed: `commit` only decides.
+    (entry, oneshot::channel().0)
+}
+
+fn decisions(committed: &super::Committed) -> Vec<Result<&Prepared, JournalErrorKind>> {
+    committed
+        .decisions
+        .iter()
+        .map(|(d, _)| d.as_ref().map_err(|e| e.kind))
+        .collect()
+}
+
+#[test]
+fn a_burst_of_new_calls_is_recorded_in_one_write_without_a_read() {
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let keys: Vec<IdempotencyKey> = (0..5).map(|_| IdempotencyKey::new()).collect();
+    let prepares: Vec<_> = keys.iter().map(|k| prepare(k, "a")).collect();
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    let fresh = Prepared::Proceed(Prior::default());
+    assert_eq!(decisions(&committed), vec![Ok(&fresh); 5]);
+    assert!(committed.result.is_ok() && committed.transitions.is_ok());
+    assert_eq!(journal.reads.load(Ordering::SeqCst), 0);
+    assert_eq!(journal.writes.load(Ordering::SeqCst), 1);
+    assert_eq!((w.records, journal.inner.len()), (5, 5));
+}
+
+#[test]
+fn a_key_with_a_record_is_decided_against_it() {
+    let journal = Counting::default();
+    let (done, running, other) = (
+        IdempotencyKey::new(),
+        IdempotencyKey::new(),
+        IdempotencyKey::new(),
+    );
+    let mut finished = prepare(&done, "a").0;
+    finished.state = JournalState::Terminal(JournalOutcome::Ok {
+        value: json!(1),
+        job_id: None,
+        replayed: false,
+        attempts: 1,
+    });
+    journal
+        .inner
+        .apply(&[
+            JournalWrite::Prepare(finished),
+            JournalWrite::Prepare(prepare(&running, "b").0),
+        ])
+        .unwrap();
+    let mut w = writer(100);
+    let prepares = vec![
+        prepare(&done, "a"),
+        prepare(&running, "other intent"),
+        prepare(&other, "c"),
+    ];
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    let d = decisions(&committed);
+    assert!(matches!(d[0], Ok(Prepared::Answer(_))), "{:?}", d[0]);
+    assert!(matches!(d[1], Ok(Prepared::Conflict(_))), "{:?}", d[1]);
+    assert_eq!(d[2], Ok(&Prepared::Proceed(Prior::default())));
+    // The fresh insert, then one read of the two that had records.
+    assert_eq!(journal.writes.load(Ordering::SeqCst), 1);
+    assert_eq!(journal.reads.load(Ordering::SeqCst), 2);
+    assert_eq!(journal.inner.len(), 3);
+}
+
+#[test]
+fn a_key_prepared_twice_in_a_batch_is_one_record_and_the_second_is_in_doubt() {
+    let journal = Counting::default();
+    let key = IdempotencyKey::new();
+    let mut w = writer(100);
+    let prepares = vec![prepare(&key, "a"), prepare(&key, "a")];
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    let d = decisions(&committed);
+    assert_eq!(d[0], Ok(&Prepared::Proceed(Prior::default())));
+    assert!(
+        matches!(d[1], Ok(Prepared::Proceed(Prior { in_doubt: true, .. }))),
+        "{:?}",
+        d[1]
+    );
+    assert_eq!((w.records, journal.inner.len()), (1, 1));
+}
+
+#[test]
+fn new_calls_that_would_not_fit_are_refused_one_by_one() {
+    let journal = Counting::default();
+    let mut w = writer(2);
+    let keys: Vec<IdempotencyKey> = (0..3).map(|_| IdempotencyKey::new()).collect();
+    let prepares: Vec<_> = keys.iter().map(|k| prepare(k, "a")).collect();
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    let d = decisions(&committed);
+    assert!(d[0].is_ok() && d[1].is_ok(), "{d:?}");
+    assert_eq!(d[2], Err(JournalErrorKind::Full));
+    assert_eq!((w.records, journal.inner.len()), (2, 2));
+}
+
+#[test]
+fn an_unavailable_store_retries_the_batch_and_leaves_its_keys_unsure() {
+    let journal = Counting::default();
+    journal.down.store(true, Ordering::SeqCst);
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    let prepares = vec![prepare(&key, "a")];
+    let err = w
+        .commit(&journal, &prepares, &HashMap::new())
+        .err()
+        .expect("unavailable");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable);
+    assert!(w.unsure.contains(&key));
+    // Back: the retried batch commits, and the key is sure again.
+    journal.down.store(false, Ordering::SeqCst);
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    assert_eq!(
+        decisions(&committed),
+        vec![Ok(&Prepared::Proceed(Prior::default()))]
+    );
+    assert!(!w.unsure.contains(&key));
+}
