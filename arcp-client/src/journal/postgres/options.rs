@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::PostgresJournal;
+#[cfg(doc)]
+use crate::journal::JournalErrorKind;
+
 /// Options of [`PostgresJournal::connect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -6,10 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use arcp_types::IdempotencyKey;
 
-use super::rows::{millis, state_columns, write_key, NewRows, TerminalRows, SET_WISE_FROM};
+use super::rows::{write_key, NewRows, TerminalRows, SET_WISE_FROM};
 use super::sql::*;
 use super::PostgresJournal;
-use crate::journal::{to_millis, JournalEntry, JournalWrite};
+use crate::journal::rows::{duration_to_millis, state_columns, to_millis};
+use crate::journal::{JournalEntry, JournalWrite};
 
 /// A statement's rows, on its way.
 type RowsFuture<'a> = std::pin::Pin<
@@ -275,7 +276,7 @@ impl PostgresJournal {
                         &e.tool,
                         &e.intent,
                         &e.trace_id,
-                        &millis(e.deadline),
+                        &duration_to_millis(e.deadline),
                         &state,
                         &i64::from(e.attempts),
                         &job_id,
@@ -407,7 +408,7 @@ impl PostgresJournal {
                             &e.tool,
                             &e.intent,
                             &e.trace_id,
-                            &millis(e.deadline),
+                            &duration_to_millis(e.deadline),
                             &state,
                             &i64::from(e.attempts),
                             &job_id,

@@ -8,9 +8,9 @@ use std::collections::{HashMap, HashSet};
 use arcp_types::IdempotencyKey;
 use tracing::warn;
 
-use super::batch::Writer;
 use super::lock;
 use super::queue::{pending_writes, Pending, PrepareReply, Prepared, Prior};
+use super::state::Writer;
 use crate::journal::memory::transition;
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,

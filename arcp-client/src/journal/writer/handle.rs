@@ -11,8 +11,8 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
-use super::batch::Writer;
 use super::queue::{Prepared, Queue, Request, Shared};
+use super::state::Writer;
 use super::{lock, CLOSE_TIMEOUT};
 use crate::cache::Outcome;
 use crate::error::{Error, Execution};

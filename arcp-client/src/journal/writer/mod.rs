@@ -22,6 +22,7 @@ mod batch;
 mod commit;
 mod handle;
 mod queue;
+mod state;
 
 use std::fmt;
 #[cfg(feature = "sqlite")]

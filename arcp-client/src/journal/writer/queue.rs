@@ -11,9 +11,9 @@ use tokio::sync::{oneshot, watch, Notify};
 use tracing::warn;
 
 use super::lock;
+use crate::journal::rows::to_millis;
 use crate::journal::{
-    to_millis, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    JournalWrite,
+    JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, JournalWrite,
 };
 
 /// What `prepare` decided.
