@@ -28,6 +28,7 @@ use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent, ConnectionEven
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
+use crate::sync::lock;
 use crate::telemetry::{self, Answered};
 use crate::ws::{self, Core};
 
@@ -378,7 +379,7 @@ fn http_backend(
     profile: &Mutex<Option<RuntimeProfile>>,
 ) -> Result<Backend, Error> {
     let backend = HttpBackend::new(config.clone())?;
-    *profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.profile());
+    *lock(profile) = Some(backend.profile());
     Ok(Backend::Http(Arc::new(backend)))
 }
 
@@ -477,11 +478,7 @@ impl Client {
     /// What the client learned about the runtime in the last handshake:
     /// `None` until a lazily connected client has connected.
     pub fn runtime(&self) -> Option<RuntimeProfile> {
-        self.inner
-            .profile
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.inner.profile).clone()
     }
 
     /// Connection events from now on: connected (runtime, dialect, session,

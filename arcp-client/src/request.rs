@@ -17,6 +17,7 @@ use arcp_types::{IdempotencyKey, Invoke};
 use tokio::sync::{mpsc, Notify};
 
 use crate::outcome::InvocationEvent;
+use crate::sync::lock;
 use crate::telemetry::Answered;
 
 /// Where a transport reports a call's progress (the journal, when one is
@@ -242,7 +243,7 @@ impl CallShared {
 
     /// Starts watching the call's events, unless it already ended.
     pub(crate) fn watch(&self, capacity: usize) -> Option<mpsc::Receiver<InvocationEvent>> {
-        let mut slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(&self.events);
         match *slot {
             EventSlot::Unwatched => {
                 let (tx, rx) = mpsc::channel(capacity);
@@ -256,16 +257,13 @@ impl CallShared {
     /// Whether someone watches the call's events (a decoder keeps an
     /// event's body only then).
     pub(crate) fn is_watched(&self) -> bool {
-        matches!(
-            *self.events.lock().unwrap_or_else(|e| e.into_inner()),
-            EventSlot::Watched(_)
-        )
+        matches!(*lock(&self.events), EventSlot::Watched(_))
     }
 
     /// Hands an event to the watcher, if any. Returns false when it was
     /// dropped because the watcher's buffer is full.
     pub(crate) fn deliver(&self, event: &InvocationEvent) -> bool {
-        let slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = lock(&self.events);
         match &*slot {
             // Copied only for a watcher: most calls' events are not watched.
             EventSlot::Watched(tx) => !matches!(
@@ -278,7 +276,7 @@ impl CallShared {
 
     /// The call ended: its event stream ends, and `accepted()` returns.
     pub(crate) fn end(&self) {
-        *self.events.lock().unwrap_or_else(|e| e.into_inner()) = EventSlot::Ended;
+        *lock(&self.events) = EventSlot::Ended;
         self.ended.store(true, Ordering::Release);
         self.changed.notify_waiters();
     }

@@ -13,6 +13,7 @@ use crate::classify::Ending;
 use crate::error::Error;
 use crate::outcome::ConnectionEvent;
 use crate::retry::later;
+use crate::sync::lock;
 use crate::telemetry::{self};
 
 use super::core::{
@@ -59,7 +60,7 @@ impl Core {
             resumed,
             "session established"
         );
-        *self.profile_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(profile.clone());
+        *lock(&self.profile_out) = Some(profile.clone());
         let live = Liveness::new(&self.config, &profile, &est.welcome, now);
         let window = if self.ready.is_some() {
             self.config.max_in_flight

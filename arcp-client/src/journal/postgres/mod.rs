@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use arcp_types::IdempotencyKey;
@@ -32,6 +32,7 @@ use super::rows::{duration_to_millis, to_millis};
 #[cfg(doc)]
 use super::JournalErrorKind;
 use super::{Journal, JournalEntry, JournalError, JournalWrite, PurgeReport, Retention};
+use crate::sync::lock;
 
 /// A [`Journal`] in a PostgreSQL database that a fleet of workers shares:
 /// any worker finishes a dead worker's calls, and each tool still runs once.
@@ -134,11 +135,6 @@ impl Drop for PostgresJournal {
             rt.shutdown_background();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Critical sections only swap plain collections: still consistent.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl PostgresJournal {

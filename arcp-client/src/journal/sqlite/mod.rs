@@ -28,6 +28,7 @@ use super::rows::{duration_to_millis, to_millis};
 use super::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport, Retention,
 };
+use crate::sync::lock;
 
 /// A [`Journal`] in one SQLite file (bundled SQLite: nothing to install).
 ///
@@ -117,7 +118,7 @@ impl SqliteJournal {
     fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the connection leaves at worst an open
         // transaction, which SQLite rolls back: the file stays consistent.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.conn)
     }
 
     fn err(&self, e: rusqlite::Error) -> JournalError {

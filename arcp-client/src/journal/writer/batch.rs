@@ -12,10 +12,11 @@ use tracing::{debug, warn};
 use super::commit::Committed;
 use super::queue::{DurableReply, Pending, PrepareReply, Prepared, Request, Shared};
 use super::state::Writer;
-use super::{lock, CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
+use super::{CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport, Retention,
 };
+use crate::sync::{lock, wait_timeout};
 
 /// One batch taken from the queue.
 pub(super) struct Batch {
@@ -57,12 +58,7 @@ impl Writer {
                     if now >= wake_at {
                         break;
                     }
-                    q = self
-                        .shared
-                        .wake
-                        .wait_timeout(q, wake_at - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0);
+                    q = wait_timeout(&self.shared.wake, q, wake_at - now);
                 }
                 // Only transitions queued: nobody waits for them, so let
                 // them ride on the next commit a prepare needs anyway (one
@@ -73,12 +69,7 @@ impl Writer {
                     if now >= linger_until {
                         break;
                     }
-                    q = self
-                        .shared
-                        .wake
-                        .wait_timeout(q, linger_until - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0);
+                    q = wait_timeout(&self.shared.wake, q, linger_until - now);
                 }
                 let batch = Batch {
                     prepares: std::mem::take(&mut q.prepares),
@@ -129,12 +120,7 @@ impl Writer {
             if now >= until {
                 break;
             }
-            q = self
-                .shared
-                .wake
-                .wait_timeout(q, until - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
+            q = wait_timeout(&self.shared.wake, q, until - now);
         }
     }
 

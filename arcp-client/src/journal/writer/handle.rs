@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::queue::{Prepared, Queue, Request, Shared};
 use super::state::Writer;
-use super::{lock, CLOSE_TIMEOUT};
+use super::CLOSE_TIMEOUT;
 use crate::cache::Outcome;
 use crate::error::{Error, Execution};
 use crate::journal::{
@@ -21,6 +21,7 @@ use crate::journal::{
     RecoveryMode, Retention,
 };
 use crate::request::{CallRecorder, CallRequest};
+use crate::sync::lock;
 
 /// The connection task's hook: records `sent` and `accepted` without
 /// blocking (a short lock, a map insert, a wake-up).

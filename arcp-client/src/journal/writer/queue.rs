@@ -10,11 +10,11 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::warn;
 
-use super::lock;
 use crate::journal::rows::to_millis;
 use crate::journal::{
     JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, JournalWrite,
 };
+use crate::sync::lock;
 
 /// What `prepare` decided.
 #[derive(Debug, PartialEq)]

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
-use super::lock;
 use super::queue::Shared;
 use crate::journal::{Journal, Retention};
+use crate::sync::lock;
 
 /// The writer thread's state.
 pub(super) struct Writer {
