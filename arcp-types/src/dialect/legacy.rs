@@ -283,7 +283,7 @@ impl<'de> serde::Deserialize<'de> for Completed {
                 mut map: A,
             ) -> Result<Completed, A::Error> {
                 let (mut value, mut result, mut extra) = (None, None, Object::new());
-                while let Some(key) = map.next_key::<crate::flat::Key<'de>>()? {
+                while let Some(key) = map.next_key::<crate::extra_fields::Key<'de>>()? {
                     match key.as_str() {
                         // `Value` reads `null` as `Value::Null`: present.
                         "value" => value = Some(map.next_value::<Value>()?),
