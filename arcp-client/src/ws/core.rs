@@ -183,7 +183,8 @@ pub(crate) struct Core {
     /// writing a request allocates only its shared id and its text.
     pub(super) message_id: String,
     pub(super) timestamp: String,
-    /// The dialect callers encode their requests for ([`PreparedCall`]):
+    /// The dialect callers encode their requests for
+    /// ([`PreparedCall`](crate::request::PreparedCall)):
     /// the configured one, or the first session's (a client keeps it).
     pub(super) dialect: Arc<OnceLock<Dialect>>,
     /// Outcomes of calls finished in this turn, not yet handed out

@@ -31,6 +31,5 @@ mod link;
 mod session;
 mod transport;
 
-pub(crate) use self::calls::PreparedCall;
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;
