@@ -17,15 +17,12 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
-use super::attribution::RequestId;
+use super::ids::RequestId;
 use crate::cache::Settled;
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
 use crate::request::{CallShared, EventsEnd, Outgoing, TraceId};
 use crate::retry::Schedule;
-
-/// A call's id inside one connection core.
-pub(crate) type CallId = u64;
 
 /// One caller awaiting the call (a repeated call with the same key and
 /// intent joins the first one).

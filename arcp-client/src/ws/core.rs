@@ -32,7 +32,8 @@ use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome
 use tokio::sync::oneshot;
 
 use super::attribution::Requests;
-use super::calls::{Call, CallId};
+use super::calls::Call;
+use super::ids::CallId;
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
 use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};

@@ -14,9 +14,10 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::assembly::Assembly;
-use super::attribution::{ReqKind, RequestId};
-use super::calls::{CallId, Phase};
+use super::attribution::ReqKind;
+use super::calls::Phase;
 use super::core::{touch, Core, Link, Loss};
+use super::ids::{CallId, RequestId};
 use crate::cache::Settled;
 use crate::classify::{
     classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,

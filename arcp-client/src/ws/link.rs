@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::calls::{CallId, Phase};
+use super::calls::Phase;
+use super::ids::CallId;
 use super::session::Liveness;
 use crate::classify::Ending;
 use crate::error::Error;

@@ -26,6 +26,7 @@ mod core;
 #[cfg(test)]
 mod core_tests;
 mod driver;
+mod ids;
 mod inbound;
 mod link;
 mod session;
