@@ -510,7 +510,7 @@ pub(super) fn with_context(error: Error, context: &str) -> Error {
 }
 
 /// Marks the time of any inbound frame on the live link.
-pub(super) fn touch(link: &mut Link, now: Instant) {
+pub(super) fn note_inbound(link: &mut Link, now: Instant) {
     if let Link::Up(up) = link {
         up.live.last_inbound = now;
     }

@@ -18,7 +18,7 @@ use crate::sync::lock;
 use crate::telemetry::{self};
 
 use super::core::{
-    touch, with_context, Core, DialFailure, Established, Link, Loss, Up, WINDOW_AFTER_LOSS,
+    note_inbound, with_context, Core, DialFailure, Established, Link, Loss, Up, WINDOW_AFTER_LOSS,
 };
 
 impl Core {
@@ -204,7 +204,7 @@ impl Core {
 
     /// A frame that carries no message (a WebSocket ping or pong) arrived.
     pub(crate) fn on_activity(&mut self, now: Instant) {
-        touch(&mut self.link, now);
+        note_inbound(&mut self.link, now);
     }
 
     /// The driver reports frames written up to transmit seq `upto`.

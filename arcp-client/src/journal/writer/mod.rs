@@ -145,7 +145,7 @@ mod tests {
     use arcp_types::IdempotencyKey;
     use tokio::sync::{watch, Notify};
 
-    use super::handle::Driving;
+    use super::handle::DriveGuard;
     use super::queue::{Pending, Queue, Shared};
     use crate::sync::lock;
 
@@ -163,9 +163,9 @@ mod tests {
         })
     }
 
-    fn drive(shared: &Arc<Shared>, key: &IdempotencyKey) -> Driving {
+    fn drive(shared: &Arc<Shared>, key: &IdempotencyKey) -> DriveGuard {
         *lock(&shared.driving).entry(key.clone()).or_default() += 1;
-        Driving {
+        DriveGuard {
             shared: shared.clone(),
             key: key.clone(),
         }

@@ -198,10 +198,10 @@ impl Shared {
 
     /// Marks `keys` as owned elsewhere and wakes their drivers. Only keys a
     /// driver here drives are kept: the set holds nothing once they stop
-    /// ([`Driving`]'s drop prunes it).
+    /// ([`DriveGuard`]'s drop prunes it).
     pub(super) fn fence(&self, keys: Vec<IdempotencyKey>) {
         let fenced = {
-            // In the order `Driving::drop` takes them: a driver that stops
+            // In the order `DriveGuard::drop` takes them: a driver that stops
             // meanwhile prunes what this adds.
             let driving = lock(&self.driving);
             let keys: Vec<IdempotencyKey> = keys
