@@ -14,6 +14,14 @@
 //! journal, with leases and fencing; the server's own durability settings
 //! apply). Without it the PostgreSQL row is left out, with a note.
 //!
+//! Each store's floor is measured in the same rounds: the cheapest durable
+//! write a program can make to it (one row inserted and committed: a
+//! SQLite transaction with `synchronous=FULL`, a PostgreSQL autocommit
+//! `INSERT`, one round trip), so the added latency reads against what one
+//! commit costs on this machine at this moment. The concurrent phase runs
+//! in rounds too, each client in turn, so a slow spell of the machine
+//! falls on all of them.
+//!
 //! Run it: `cargo bench --bench journal` (release mode). Options:
 //! `-- --calls N` (sequential calls per client, default 3000),
 //! `ARCP_BENCH_DIR=/path` (where the journal files go, default the temp dir).
@@ -31,12 +39,26 @@ use serde_json::{json, Value};
 const ROUND: usize = 100;
 const CONCURRENCY: usize = 64;
 const CONCURRENT_CALLS: usize = 6400;
+/// The concurrent phase in this many rounds, the clients taking turns.
+const CONCURRENT_ROUNDS: usize = 4;
 
 struct Subject {
     name: &'static str,
     client: Client,
     samples: Vec<Duration>,
-    throughput: f64,
+    /// Time spent in the concurrent phase, over its rounds.
+    concurrent: Duration,
+    /// The store's commit floor, compared with this client's added median.
+    floor: Option<&'static str>,
+}
+
+type WriteFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// One durable write to a store, timed: its commit floor.
+struct Floor {
+    name: &'static str,
+    samples: Vec<Duration>,
+    write: Box<dyn FnMut(usize) -> WriteFuture>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +100,8 @@ async fn main() {
                 .journal(open("full.db", Synchronous::Full))
                 .connect()
                 .await,
-        ),
+        )
+        .floor(SQLITE_FLOOR),
         Subject::new(
             "SQLite, synchronous=NORMAL",
             connect()
@@ -87,6 +110,7 @@ async fn main() {
                 .await,
         ),
     ];
+    let mut floors = vec![sqlite_floor(&dir.path().join("floor.db"))];
     match std::env::var("ARCP_BENCH_POSTGRES_URL") {
         Ok(url) => {
             let journal = PostgresJournal::connect(
@@ -95,10 +119,14 @@ async fn main() {
             )
             .await
             .expect("open the PostgreSQL journal");
-            subjects.push(Subject::new(
-                "PostgreSQL (fleet journal: lease, fencing, history)",
-                connect().journal(journal).connect().await,
-            ));
+            subjects.push(
+                Subject::new(
+                    "PostgreSQL (fleet journal: lease, fencing, history)",
+                    connect().journal(journal).connect().await,
+                )
+                .floor(POSTGRES_FLOOR),
+            );
+            floors.push(postgres_floor(&url).await);
         }
         Err(_) => println!(
             "(PostgreSQL left out: set ARCP_BENCH_POSTGRES_URL to a database to measure it)"
@@ -109,6 +137,11 @@ async fn main() {
     for s in &mut subjects {
         for i in 0..200 {
             call(&s.client, i).await;
+        }
+    }
+    for f in &mut floors {
+        for i in 0..200 {
+            (f.write)(i).await;
         }
     }
     // Sequential: one call at a time, interleaved in rounds.
@@ -122,24 +155,34 @@ async fn main() {
                 s.samples.push(start.elapsed());
             }
         }
+        for f in &mut floors {
+            for i in 0..n {
+                let start = Instant::now();
+                (f.write)(1_000_000 + done + i).await;
+                f.samples.push(start.elapsed());
+            }
+        }
         done += n;
     }
-    // Concurrent: CONCURRENCY calls in flight at a time.
-    for s in &mut subjects {
-        let start = Instant::now();
-        let mut tasks = Vec::new();
-        for t in 0..CONCURRENCY {
-            let client = s.client.clone();
-            tasks.push(tokio::spawn(async move {
-                for i in 0..CONCURRENT_CALLS / CONCURRENCY {
-                    call(&client, t * 1_000_000 + i).await;
-                }
-            }));
+    // Concurrent: CONCURRENCY calls in flight at a time, in rounds.
+    let per_task = CONCURRENT_CALLS / CONCURRENCY / CONCURRENT_ROUNDS;
+    for round in 0..CONCURRENT_ROUNDS {
+        for s in &mut subjects {
+            let start = Instant::now();
+            let mut tasks = Vec::new();
+            for t in 0..CONCURRENCY {
+                let client = s.client.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..per_task {
+                        call(&client, (round + 1) * 10_000_000 + t * 10_000 + i).await;
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.expect("task");
+            }
+            s.concurrent += start.elapsed();
         }
-        for t in tasks {
-            t.await.expect("task");
-        }
-        s.throughput = CONCURRENT_CALLS as f64 / start.elapsed().as_secs_f64();
     }
     for s in &subjects {
         s.client.close().await;
@@ -157,22 +200,47 @@ async fn main() {
         "| client | median | p99 | added median | added p99 | calls/s ({CONCURRENCY} in flight) |"
     );
     println!("|---|---|---|---|---|---|");
+    let no_journal_rate = rate(&subjects[0]);
     for s in &subjects {
         let median = percentile(&s.samples, 0.50);
         let p99 = percentile(&s.samples, 0.99);
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {:.0} ({:.2}x) |",
             s.name,
             us(median),
             us(p99),
             added(median, base_median),
             added(p99, base_p99),
-            s.throughput
+            rate(s),
+            rate(s) / no_journal_rate
+        );
+    }
+    println!();
+    println!("Each store's commit floor, measured in the same rounds:");
+    println!();
+    println!("| journal | added median | the store's floor | floor median | added / floor |");
+    println!("|---|---|---|---|---|");
+    for s in &subjects {
+        let Some(floor) = s
+            .floor
+            .and_then(|name| floors.iter().find(|f| f.name == name))
+        else {
+            continue;
+        };
+        let added_median = percentile(&s.samples, 0.50).as_secs_f64() - base_median.as_secs_f64();
+        let floor_median = percentile(&floor.samples, 0.50);
+        println!(
+            "| {} | {:+.0} µs | {} | {} | {:.2}x |",
+            s.name,
+            added_median * 1e6,
+            floor.name,
+            us(floor_median),
+            added_median / floor_median.as_secs_f64()
         );
     }
     assert_eq!(
         mock.total_executions() as usize,
-        subjects.len() * (200 + calls + CONCURRENT_CALLS)
+        subjects.len() * (200 + calls + per_task * CONCURRENCY * CONCURRENT_ROUNDS)
     );
 }
 
@@ -182,8 +250,81 @@ impl Subject {
             name,
             client: client.expect("connect"),
             samples: Vec::new(),
-            throughput: 0.0,
+            concurrent: Duration::ZERO,
+            floor: None,
         }
+    }
+
+    fn floor(mut self, name: &'static str) -> Subject {
+        self.floor = Some(name);
+        self
+    }
+}
+
+/// Calls per second in the concurrent phase.
+fn rate(s: &Subject) -> f64 {
+    let calls =
+        (CONCURRENT_CALLS / CONCURRENCY / CONCURRENT_ROUNDS) * CONCURRENCY * CONCURRENT_ROUNDS;
+    calls as f64 / s.concurrent.as_secs_f64()
+}
+
+const SQLITE_FLOOR: &str = "SQLite: one row, one transaction, synchronous=FULL";
+const POSTGRES_FLOOR: &str = "PostgreSQL: one autocommit INSERT (one round trip)";
+
+/// SQLite's floor: a row inserted in its own transaction, in WAL mode with
+/// `synchronous=FULL`, as the journal opens its file.
+fn sqlite_floor(path: &std::path::Path) -> Floor {
+    let db = rusqlite::Connection::open(path).expect("open the floor's file");
+    db.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+        .expect("WAL");
+    db.execute_batch("PRAGMA synchronous = FULL; CREATE TABLE floor (x INTEGER)")
+        .expect("the floor's table");
+    let db = std::sync::Arc::new(std::sync::Mutex::new(db));
+    Floor {
+        name: SQLITE_FLOOR,
+        samples: Vec::new(),
+        write: Box::new(move |i| {
+            let db = db.clone();
+            Box::pin(async move {
+                db.lock()
+                    .unwrap()
+                    .execute("INSERT INTO floor (x) VALUES (?1)", [i as i64])
+                    .expect("insert");
+            })
+        }),
+    }
+}
+
+/// PostgreSQL's floor: one `INSERT` in autocommit, a prepared statement on
+/// its own connection: one round trip that waits for the commit's flush.
+async fn postgres_floor(url: &str) -> Floor {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect for the floor");
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS arcp_bench_floor; CREATE TABLE arcp_bench_floor (x bigint)",
+        )
+        .await
+        .expect("the floor's table");
+    let insert = client
+        .prepare("INSERT INTO arcp_bench_floor (x) VALUES ($1)")
+        .await
+        .expect("prepare");
+    let client = std::sync::Arc::new(client);
+    Floor {
+        name: POSTGRES_FLOOR,
+        samples: Vec::new(),
+        write: Box::new(move |i| {
+            let (client, insert) = (client.clone(), insert.clone());
+            Box::pin(async move {
+                client
+                    .execute(&insert, &[&(i as i64)])
+                    .await
+                    .expect("insert");
+            })
+        }),
     }
 }
 

@@ -898,3 +898,34 @@ async fn removal_cascades_and_a_statement_is_guarded_whole() {
         ]
     );
 }
+
+/// A batch with several writes per key keeps each key's order, however the
+/// store groups them: six calls prepared, sent, accepted and ended in one
+/// batch each read terminal with their history in order.
+#[tokio::test]
+async fn a_batch_keeps_each_keys_order() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_secs(5)).await;
+    let keys: Vec<String> = (0..6).map(|i| format!("order-{i}")).collect();
+    let mut writes = Vec::new();
+    for k in &keys {
+        writes.push(JournalWrite::Prepare(entry(k)));
+    }
+    for k in &keys {
+        writes.push(sent(k, 1));
+    }
+    for k in &keys {
+        writes.push(accepted(k, &format!("job-{k}")));
+        writes.push(terminal(k, json!(k)));
+    }
+    a.apply(&writes).unwrap();
+    let db = sql(&url).await;
+    for k in &keys {
+        assert_eq!(
+            a.get(&key(k)).unwrap().unwrap().state,
+            JournalState::Terminal(ok(json!(k)))
+        );
+        let events: Vec<String> = history(&db, k).await.into_iter().map(|h| h.0).collect();
+        assert_eq!(events, ["prepared", "sent", "accepted", "terminal"], "{k}");
+    }
+}

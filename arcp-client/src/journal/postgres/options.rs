@@ -3,12 +3,7 @@
 
 use std::time::Duration;
 
-#[cfg(doc)]
-use super::PostgresJournal;
-#[cfg(doc)]
-use crate::journal::JournalErrorKind;
-
-/// Options of [`PostgresJournal::connect`].
+/// Options of [`PostgresJournal::connect`](crate::PostgresJournal::connect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -36,7 +31,7 @@ pub struct PostgresOptions {
     /// The client-side bound on one database round trip (a checkout and its
     /// statements; one that must open a connection first gets
     /// `connect_timeout` more): past it the operation fails with
-    /// [`JournalErrorKind::Unavailable`] and the pool's idle connections
+    /// [`JournalErrorKind::Unavailable`](crate::JournalErrorKind::Unavailable) and the pool's idle connections
     /// are dropped, so a link that accepts and then hangs (a middlebox
     /// black-holing packets) costs at most this much, and a dead
     /// connection is replaced. `None` (the default): a quarter of the

@@ -33,12 +33,16 @@ pub(super) enum Unchanged {
 }
 
 impl PostgresJournal {
-    /// The batch inside its transaction. Consecutive writes on distinct
-    /// keys are pipelined (sent together on the connection, executed in
-    /// order): the common case, a new record or a transition of a call this
-    /// worker holds, is one statement each and one round trip per segment.
-    /// A write whose fast statement changed nothing (a key that exists, a
-    /// call not held) then takes the full path of [`Self::apply_one`].
+    /// The batch inside its transaction, in layers: a key's first write is
+    /// in the first layer, its second in the second, and so on (writes on
+    /// distinct keys are independent, so only each key's own order
+    /// matters). A layer's writes are sent together (pipelined on the
+    /// connection, executed in order): the common case, a new record or a
+    /// transition of a call this worker holds, is one statement per kind of
+    /// write and one round trip per layer, however many calls the batch
+    /// holds. A write whose fast statement changed nothing (a key that
+    /// exists, a call not held) then takes the full path of
+    /// [`Self::apply_one`].
     pub(super) async fn apply_all(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
@@ -46,14 +50,17 @@ impl PostgresJournal {
         held: &mut HashMap<String, i64>,
         fenced: &mut Vec<IdempotencyKey>,
     ) -> Result<(), tokio_postgres::Error> {
-        let mut start = 0;
-        while start < writes.len() {
-            let mut keys = HashSet::new();
-            let mut end = start;
-            while end < writes.len() && keys.insert(write_key(&writes[end])) {
-                end += 1;
+        let mut layers: Vec<Vec<&JournalWrite>> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(writes.len());
+        for write in writes {
+            let layer = seen.entry(write_key(write)).or_insert(0);
+            if *layer == layers.len() {
+                layers.push(Vec::new());
             }
-            let segment = &writes[start..end];
+            layers[*layer].push(write);
+            *layer += 1;
+        }
+        for segment in &layers {
             let tried = if segment.len() >= SET_WISE_FROM {
                 self.set_wise(tx, segment, held).await?
             } else {
@@ -61,7 +68,7 @@ impl PostgresJournal {
                 futures_util::future::join_all(segment.iter().map(|w| self.fast_path(tx, w, held)))
                     .await
             };
-            for (write, tried) in segment.iter().zip(tried) {
+            for (&write, tried) in segment.iter().zip(tried) {
                 match (tried?, write) {
                     (Some(1), JournalWrite::Prepare(e)) => {
                         if e.state.is_terminal() {
@@ -81,7 +88,6 @@ impl PostgresJournal {
                     _ => self.apply_one(tx, write, held, fenced).await?,
                 }
             }
-            start = end;
         }
         Ok(())
     }
@@ -95,7 +101,7 @@ impl PostgresJournal {
     pub(super) async fn set_wise(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
-        segment: &[JournalWrite],
+        segment: &[&JournalWrite],
         held: &HashMap<String, i64>,
     ) -> Result<Vec<Result<Option<u64>, tokio_postgres::Error>>, tokio_postgres::Error> {
         let me = self.worker.as_str();
@@ -107,7 +113,7 @@ impl PostgresJournal {
         let mut terminal: TerminalRows = Default::default();
         let mut release: (Vec<&str>, Vec<i64>) = Default::default();
         let mut one_by_one = Vec::new();
-        for (i, write) in segment.iter().enumerate() {
+        for (i, &write) in segment.iter().enumerate() {
             let generation = held.get(write_key(write)).copied();
             match (write, generation) {
                 (JournalWrite::Prepare(e), _) => new.push(e),
