@@ -35,7 +35,7 @@ use super::schedule::{lock, Config, Shared};
 /// connection, and the probabilistic decision for the *k*-th frame of a
 /// connection is a pure function of `(seed, i, k)`. Same seed + same traffic
 /// (for instance request/response traffic, where the order of frames on a
-/// connection is fixed) therefore yields the same [`Kill`]s. Only
+/// connection is fixed) therefore yields the same [`Kill`](crate::Kill)s. Only
 /// [`ChaosProxyBuilder::max_kills`], which is global, couples connections.
 ///
 /// Kills happen only at frame boundaries after the upgrade: the frame that

@@ -1,6 +1,6 @@
 //! What a proxy did: [`ChaosReport`] and its [`Kill`]s.
 
-/// What a [`ChaosProxy`] has done, as returned by [`ChaosProxyHandle::report`].
+/// What a [`ChaosProxy`](crate::ChaosProxy) has done, as returned by [`ChaosProxyHandle::report`](crate::ChaosProxyHandle::report).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ChaosReport {
@@ -15,7 +15,7 @@ pub struct ChaosReport {
     pub bytes_forwarded: u64,
 }
 
-/// One connection killed by a [`ChaosProxy`].
+/// One connection killed by a [`ChaosProxy`](crate::ChaosProxy).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Kill {
@@ -30,16 +30,16 @@ pub struct Kill {
     pub reason: KillReason,
 }
 
-/// Why a [`ChaosProxy`] killed a connection.
+/// Why a [`ChaosProxy`](crate::ChaosProxy) killed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum KillReason {
-    /// The [`kill_every_frames`](ChaosProxyBuilder::kill_every_frames) threshold was reached.
+    /// The [`kill_every_frames`](crate::ChaosProxyBuilder::kill_every_frames) threshold was reached.
     FrameSchedule,
-    /// The [`kill_every_bytes`](ChaosProxyBuilder::kill_every_bytes) threshold was reached.
+    /// The [`kill_every_bytes`](crate::ChaosProxyBuilder::kill_every_bytes) threshold was reached.
     ByteSchedule,
-    /// The per-frame [`kill_probability`](ChaosProxyBuilder::kill_probability) draw hit.
+    /// The per-frame [`kill_probability`](crate::ChaosProxyBuilder::kill_probability) draw hit.
     Probability,
-    /// [`ChaosProxyHandle::kill_all`] was called.
+    /// [`ChaosProxyHandle::kill_all`](crate::ChaosProxyHandle::kill_all) was called.
     Manual,
 }
