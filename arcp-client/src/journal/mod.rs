@@ -21,13 +21,14 @@
 //! call owned by one worker under a lease and a fencing generation) and
 //! [`MemoryJournal`] (for tests, and for in-process lookups without
 //! durability). Any store can implement [`Journal`].
-
 //!
 //! One file per concern: [`Journal`] (`store.rs`) is the contract a store
 //! implements; `entry.rs`, `outcome.rs` and `write.rs` hold the records it
-//! stores and the writes it applies; `retention.rs` the purge policy;
-//! `rows.rs` the column rules the SQL stores share; `writer/` the thread
-//! that batches the client's writes and the handle the client holds.
+//! stores and the writes it applies; `retention.rs` the purge policy and
+//! `recovery.rs` the recovery mode; `rows.rs` the column rules the SQL
+//! stores share; `memory.rs`, `sqlite/` and `postgres/` the stores;
+//! `writer/` the thread that batches the client's writes and the handle
+//! the client holds.
 
 mod entry;
 mod memory;
