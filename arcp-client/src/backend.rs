@@ -13,8 +13,9 @@ use crate::error::Error;
 #[cfg(feature = "http")]
 use crate::http::HttpBackend;
 use crate::outcome::{CancelOutcome, ClientStats};
+use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
-use crate::ws::{Command, PreparedCall};
+use crate::ws::Command;
 
 /// A client's transport.
 pub(crate) enum Backend {

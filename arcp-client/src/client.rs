@@ -22,12 +22,12 @@ use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef, HttpBackend};
-use crate::invocation::{Invocation, InvokeBuilder};
 use crate::journal::{Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention};
 use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
+use crate::sync::lock;
 use crate::telemetry::{self, Answered};
 use crate::ws::{self, Core};
 
@@ -378,7 +378,7 @@ fn http_backend(
     profile: &Mutex<Option<RuntimeProfile>>,
 ) -> Result<Backend, Error> {
     let backend = HttpBackend::new(config.clone())?;
-    *profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(backend.profile());
+    *lock(profile) = Some(backend.profile());
     Ok(Backend::Http(Arc::new(backend)))
 }
 
@@ -469,19 +469,10 @@ impl Client {
         self.invoke(tool, args).send().await
     }
 
-    /// Starts building a call with options (key, deadline, events, cancel).
-    pub fn invoke(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
-        InvokeBuilder::new(self.clone(), tool.into(), Ok(args))
-    }
-
     /// What the client learned about the runtime in the last handshake:
     /// `None` until a lazily connected client has connected.
     pub fn runtime(&self) -> Option<RuntimeProfile> {
-        self.inner
-            .profile
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.inner.profile).clone()
     }
 
     /// Connection events from now on: connected (runtime, dialect, session,
@@ -518,55 +509,13 @@ impl Client {
         }
     }
 
-    /// Re-drives every call the journal holds as unfinished (a call whose
-    /// process crashed, or whose outcome was unavailable), with its recorded
-    /// key, intent (byte-identical) and trace id, and its recorded deadline
-    /// counted again from now. Await the returned invocations for their
-    /// outcomes; the runtime deduplicates by key, so a call that already ran
-    /// is not run again.
-    ///
-    /// The journal decides which unfinished calls are this client's to
-    /// re-drive ([`Journal::claim`]): never one this client is driving right
-    /// now, so calling `recover` again while recovered calls run hands out
-    /// nothing twice. A journal shared by a fleet (`PostgresJournal`) hands
-    /// out only the calls whose owner's lease lapsed, each to one worker.
-    ///
-    /// A recovered call may already have run (its record of a send can lag
-    /// the send), so it never reports "did not run": refused until its
-    /// budget is spent, or failed by the journal, it ends with its outcome
-    /// unknown and its record stays unfinished. An invocation dropped
-    /// without being awaited gives its claim back (another worker of a
-    /// fleet may take it at once).
-    ///
-    /// Claims at most 256 calls at a time (a fleet's other workers take
-    /// the rest): call it again, once those are under way, for more. Returns
-    /// an empty list without a journal, or when nothing is left to claim.
-    /// With [`RecoveryMode::Automatic`] the client does this itself on
-    /// connect, batch after batch.
-    ///
-    /// ```no_run
-    /// # async fn demo(journal: impl arcp_sdk::Journal) -> Result<(), arcp_sdk::Error> {
-    /// use arcp_sdk::Client;
-    /// // `journal`: a durable one, e.g. `SqliteJournal` (feature `sqlite`).
-    /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
-    ///     .journal(journal)
-    ///     .connect()
-    ///     .await?;
-    /// for call in client.recover().await? {
-    ///     let key = call.key().cloned();
-    ///     println!("{key:?}: {:?}", call.await);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn recover(&self) -> Result<Vec<Invocation>, Error> {
+    /// The unfinished calls the journal hands this client to re-drive
+    /// ([`Client::recover`]); none without a journal.
+    pub(crate) async fn claim_unfinished(&self) -> Result<Vec<JournalEntry>, Error> {
         let Some(journal) = &self.inner.journal else {
             return Ok(Vec::new());
         };
-        let entries = journal.unfinished().await?;
-        Ok(entries
-            .into_iter()
-            .map(|entry| Invocation::recovered(self.clone(), entry))
-            .collect())
+        journal.unfinished().await
     }
 
     /// Nobody here drives `key` any more: its record stays unfinished, and

@@ -142,15 +142,15 @@ impl fmt::Debug for Secret {
     }
 }
 
-impl Secret {
-    /// Removes the secret from text a runtime sent back (a careless or
-    /// hostile runtime may echo it), so it never reaches errors or logs.
-    pub(crate) fn redact(&self, text: String) -> String {
-        if !self.0.is_empty() && text.contains(self.0.as_str()) {
-            text.replace(self.0.as_str(), "<redacted>")
-        } else {
-            text
+/// Removes the bearer token from text a runtime or server sent back (a
+/// careless or hostile one may echo it), so it never reaches errors or logs.
+/// The one redactor of both transports.
+pub(crate) fn redact(text: String, token: Option<&Secret>) -> String {
+    match token {
+        Some(t) if !t.0.is_empty() && text.contains(t.0.as_str()) => {
+            text.replace(t.0.as_str(), "<redacted>")
         }
+        _ => text,
     }
 }
 
@@ -264,12 +264,9 @@ impl Config {
         }
     }
 
-    /// Removes the bearer token from text a runtime sent back.
+    /// Removes the bearer token from text a runtime sent back ([`redact`]).
     pub(crate) fn redact(&self, text: String) -> String {
-        match &self.token {
-            Some(token) => token.redact(text),
-            None => text,
-        }
+        redact(text, self.token.as_ref())
     }
 }
 

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::sync::lock;
+
 use arcp_types::IdempotencyKey;
 
 /// The fate the callers of a key in flight at once share.
@@ -35,7 +37,7 @@ impl LiveKeys {
     /// Counts a caller of `key` in: the fate it shares with the key's
     /// callers in flight.
     pub(crate) fn join(&self, key: &IdempotencyKey) -> Arc<KeyFate> {
-        let mut live = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut live = lock(&self.0);
         let fate = live.entry(key.clone()).or_default().clone();
         if fate.callers.fetch_add(1, Ordering::Relaxed) > 0 {
             fate.shared.store(true, Ordering::Relaxed);
@@ -45,7 +47,7 @@ impl LiveKeys {
 
     /// Counts a caller of `key` out.
     pub(crate) fn leave(&self, key: &IdempotencyKey, fate: &Arc<KeyFate>) {
-        let mut live = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut live = lock(&self.0);
         let last = fate.callers.fetch_sub(1, Ordering::Relaxed) == 1;
         if last && live.get(key).is_some_and(|f| Arc::ptr_eq(f, fate)) {
             live.remove(key);

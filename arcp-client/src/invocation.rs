@@ -1,4 +1,6 @@
-//! One logical call: the builder, the awaitable handle and its events.
+//! One logical call: the builder, the awaitable handle and its events, and
+//! the [`Client`] methods that hand them out (here, beside what they
+//! return, so that the client module needs nothing of this one).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +18,8 @@ use crate::error::Error;
 use crate::journal::JournalEntry;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
+#[cfg(doc)]
+use crate::{Journal, RecoveryMode};
 
 /// Turns a call's result into what the caller asked for: the JSON value
 /// itself ([`keep`]), or a typed value (`crate::typed`).
@@ -24,6 +28,63 @@ pub(crate) type Decode<Out> = fn(ToolOutput) -> Result<ToolOutput<Out>, Error>;
 /// The untyped result, as is.
 pub(crate) fn keep(output: ToolOutput) -> Result<ToolOutput, Error> {
     Ok(output)
+}
+
+/// Starting calls: the builder of a new call, and the calls a journal
+/// holds as unfinished.
+impl Client {
+    /// Starts building a call with options (key, deadline, events, cancel).
+    pub fn invoke(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
+        InvokeBuilder::new(self.clone(), tool.into(), Ok(args))
+    }
+
+    /// Re-drives every call the journal holds as unfinished (a call whose
+    /// process crashed, or whose outcome was unavailable), with its recorded
+    /// key, intent (byte-identical) and trace id, and its recorded deadline
+    /// counted again from now. Await the returned invocations for their
+    /// outcomes; the runtime deduplicates by key, so a call that already ran
+    /// is not run again.
+    ///
+    /// The journal decides which unfinished calls are this client's to
+    /// re-drive ([`Journal::claim`]): never one this client is driving right
+    /// now, so calling `recover` again while recovered calls run hands out
+    /// nothing twice. A journal shared by a fleet (`PostgresJournal`) hands
+    /// out only the calls whose owner's lease lapsed, each to one worker.
+    ///
+    /// A recovered call may already have run (its record of a send can lag
+    /// the send), so it never reports "did not run": refused until its
+    /// budget is spent, or failed by the journal, it ends with its outcome
+    /// unknown and its record stays unfinished. An invocation dropped
+    /// without being awaited gives its claim back (another worker of a
+    /// fleet may take it at once).
+    ///
+    /// Claims at most 256 calls at a time (a fleet's other workers take
+    /// the rest): call it again, once those are under way, for more. Returns
+    /// an empty list without a journal, or when nothing is left to claim.
+    /// With [`RecoveryMode::Automatic`] the client does this itself on
+    /// connect, batch after batch.
+    ///
+    /// ```no_run
+    /// # async fn demo(journal: impl arcp_sdk::Journal) -> Result<(), arcp_sdk::Error> {
+    /// use arcp_sdk::Client;
+    /// // `journal`: a durable one, e.g. `SqliteJournal` (feature `sqlite`).
+    /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
+    ///     .journal(journal)
+    ///     .connect()
+    ///     .await?;
+    /// for call in client.recover().await? {
+    ///     let key = call.key().cloned();
+    ///     println!("{key:?}: {:?}", call.await);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn recover(&self) -> Result<Vec<Invocation>, Error> {
+        let entries = self.claim_unfinished().await?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| Invocation::recovered(self.clone(), entry))
+            .collect())
+    }
 }
 
 /// Builds one call: `client.invoke(tool, args)...send()`. `Out` is what the

@@ -84,11 +84,12 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-// Leaves: import no other module of the crate.
+// Leaves: import no other module of the crate (but `sync`, the first).
 mod config;
 mod error;
 mod fate;
 mod outcome;
+mod sync;
 // Metrics (empty without the `metrics` feature).
 mod telemetry;
 // A call's intent and the pure rules.

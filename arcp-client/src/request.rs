@@ -1,6 +1,8 @@
 //! One call's intent as handed to a transport, and the state it shares with
 //! its [`Invocation`](crate::Invocation) handle: job id, acceptance, whether
 //! a request went out, and the event stream.
+//! [`PreparedCall`] is the per-call work done on the caller's task before
+//! the hand-over, and [`Outgoing`] what the call sends.
 //!
 //! The "sent" and "abandoned" marks form a small protocol between the
 //! transport and the caller's future, so that a caller whose deadline fires
@@ -13,10 +15,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arcp_types::{IdempotencyKey, Invoke};
+use arcp_types::{DecodeError, Dialect, EncodedRequest, IdempotencyKey, Invoke};
 use tokio::sync::{mpsc, Notify};
 
+use crate::cache::{intent_of, Intent};
 use crate::outcome::InvocationEvent;
+use crate::sync::lock;
 use crate::telemetry::Answered;
 
 /// Where a transport reports a call's progress (the journal, when one is
@@ -111,9 +115,9 @@ pub(crate) struct CallRequest {
     /// `false` for a key generated for this call, which no runtime has seen.
     pub(crate) key_supplied: bool,
     /// The WebSocket transport's per-call work, done on the caller's task
-    /// before the call is handed over (see [`PreparedCall`](crate::ws::PreparedCall));
+    /// before the call is handed over (see [`PreparedCall`]);
     /// `None` until then.
-    pub(crate) prepared: Option<crate::ws::PreparedCall>,
+    pub(crate) prepared: Option<PreparedCall>,
 }
 
 impl CallRequest {
@@ -242,7 +246,7 @@ impl CallShared {
 
     /// Starts watching the call's events, unless it already ended.
     pub(crate) fn watch(&self, capacity: usize) -> Option<mpsc::Receiver<InvocationEvent>> {
-        let mut slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(&self.events);
         match *slot {
             EventSlot::Unwatched => {
                 let (tx, rx) = mpsc::channel(capacity);
@@ -256,16 +260,13 @@ impl CallShared {
     /// Whether someone watches the call's events (a decoder keeps an
     /// event's body only then).
     pub(crate) fn is_watched(&self) -> bool {
-        matches!(
-            *self.events.lock().unwrap_or_else(|e| e.into_inner()),
-            EventSlot::Watched(_)
-        )
+        matches!(*lock(&self.events), EventSlot::Watched(_))
     }
 
     /// Hands an event to the watcher, if any. Returns false when it was
     /// dropped because the watcher's buffer is full.
     pub(crate) fn deliver(&self, event: &InvocationEvent) -> bool {
-        let slot = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = lock(&self.events);
         match &*slot {
             // Copied only for a watcher: most calls' events are not watched.
             EventSlot::Watched(tx) => !matches!(
@@ -278,7 +279,7 @@ impl CallShared {
 
     /// The call ended: its event stream ends, and `accepted()` returns.
     pub(crate) fn end(&self) {
-        *self.events.lock().unwrap_or_else(|e| e.into_inner()) = EventSlot::Ended;
+        *lock(&self.events) = EventSlot::Ended;
         self.ended.store(true, Ordering::Release);
         self.changed.notify_waiters();
     }
@@ -296,9 +297,83 @@ impl Drop for EventsEnd {
     }
 }
 
+/// What a call sends: its request until the first attempt, then only the
+/// request's payload encoded for the connection's dialect. Keeping both
+/// held the caller's arguments for the whole life of the call.
+pub(crate) enum Outgoing {
+    Request(Box<Invoke>),
+    Encoded(EncodedRequest),
+}
+
+impl Outgoing {
+    /// Encodes the request for `dialect` unless it already is. Re-encoding
+    /// for the other dialect starts from the request decoded back from its
+    /// bytes; a client keeps the dialect of its first session, so that is a
+    /// safeguard (an option named like one of the other dialect's payload
+    /// fields would not survive it).
+    pub(crate) fn prepare(&mut self, dialect: Dialect) -> Result<(), DecodeError> {
+        let encoded = match self {
+            Outgoing::Encoded(e) if e.dialect() == dialect => return Ok(()),
+            Outgoing::Encoded(e) => dialect.encode_invoke(&e.to_invoke()?),
+            Outgoing::Request(invoke) => dialect.encode_invoke(invoke),
+        };
+        *self = Outgoing::Encoded(encoded);
+        Ok(())
+    }
+
+    /// The encoded payload, once [`prepare`](Self::prepare)d.
+    pub(crate) fn encoded(&self) -> Option<&EncodedRequest> {
+        match self {
+            Outgoing::Encoded(e) => Some(e),
+            Outgoing::Request(_) => None,
+        }
+    }
+}
+
+/// The per-call work that needs no connection, done on the caller's task
+/// before the call is handed to the connection task: the intent's
+/// fingerprint and size, the trace id, the tracing span, and the request
+/// encoded for the dialect the client speaks (once it knows it). The
+/// connection task serves every call in turn, so what a caller does here
+/// is off everyone's critical path; a call handed over without it (or
+/// encoded for another dialect) is prepared there instead, the same way.
+pub(crate) struct PreparedCall {
+    pub(crate) intent: Intent,
+    pub(crate) trace_id: TraceId,
+    pub(crate) outgoing: Outgoing,
+    pub(crate) span: tracing::Span,
+}
+
+impl PreparedCall {
+    /// Prepares `req` (sealed: its key is in the intent), encoding it for
+    /// `dialect` when given. Takes the request's `invoke`: from here on the
+    /// call sends `outgoing`.
+    pub(crate) fn new(req: &mut CallRequest, dialect: Option<Dialect>) -> Self {
+        let intent = intent_of(&req.invoke);
+        let span = req.span("ws");
+        let invoke = std::mem::replace(&mut req.invoke, taken_invoke());
+        let outgoing = match dialect {
+            Some(dialect) => Outgoing::Encoded(dialect.encode_invoke(&invoke)),
+            None => Outgoing::Request(Box::new(invoke)),
+        };
+        PreparedCall {
+            intent,
+            trace_id: req.trace_id.clone(),
+            outgoing,
+            span,
+        }
+    }
+}
+
+/// What a prepared request's `invoke` is left as (allocates nothing).
+fn taken_invoke() -> Invoke {
+    Invoke::new(String::new(), serde_json::Value::Null)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn trace_ids_are_written_back_as_given() {
@@ -348,5 +423,32 @@ mod tests {
         tokio::task::yield_now().await;
         shared.end();
         assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    #[test]
+    fn a_request_re_encoded_for_the_other_dialect_is_the_same_request() {
+        let invoke: Invoke = serde_json::from_value(json!({
+            "tool": "refund", "arguments": {"order": 4812, "note": "é\"x"},
+            "idempotency_key": "k-1", "max_runtime_sec": 9
+        }))
+        .unwrap();
+        for (first, then) in [
+            (Dialect::V1_1, Dialect::Legacy),
+            (Dialect::Legacy, Dialect::V1_1),
+        ] {
+            let mut outgoing = Outgoing::Request(Box::new(invoke.clone()));
+            outgoing.prepare(first).unwrap();
+            let bytes = outgoing.encoded().unwrap().payload().to_owned();
+            assert_eq!(bytes, first.encode_invoke(&invoke).payload());
+            // The request itself is gone; only its bytes are kept.
+            assert!(matches!(outgoing, Outgoing::Encoded(_)));
+            outgoing.prepare(then).unwrap();
+            let direct = then.encode_invoke(&invoke);
+            let encoded = outgoing.encoded().unwrap();
+            assert_eq!(encoded.dialect(), then);
+            assert_eq!(encoded.payload(), direct.payload(), "{first} -> {then}");
+            let header = arcp_types::Header::outgoing("msg_1", "2026-01-01T00:00:00.000000Z");
+            assert_eq!(encoded.frame_with(&header), direct.frame_with(&header));
+        }
     }
 }

@@ -302,7 +302,7 @@ impl<'a> Header<'a> {
 /// Appends `s` as a JSON string: copied as it is when nothing in it needs
 /// escaping (ids, timestamps, keys), else escaped by serde_json.
 fn json_string(out: &mut String, s: &str) {
-    if crate::scan::first_special(s.as_bytes()).is_some() {
+    if crate::json_escape::first_special(s.as_bytes()).is_some() {
         // A string always serializes.
         out.push_str(&serde_json::to_string(s).unwrap_or_default());
     } else {

@@ -515,16 +515,16 @@ pub struct JobResult {
     pub extra: Object,
 }
 
-crate::flat::deserialize_with_extra!(Accepted {
+crate::extra_fields::deserialize_with_extra!(Accepted {
     job_id: "job_id" required,
     request_id: "request_id",
 });
-crate::flat::deserialize_with_extra!(JobEvent {
+crate::extra_fields::deserialize_with_extra!(JobEvent {
     kind: "kind" required,
     ts: "ts",
     body: "body",
 });
-crate::flat::deserialize_with_extra!(JobResult { result: "result" });
+crate::extra_fields::deserialize_with_extra!(JobResult { result: "result" });
 
 /// Legacy transport receipt (`ack`); older runtimes mark a duplicate with `replay`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -233,14 +233,7 @@ fn truncate(text: &str) -> String {
 }
 
 /// Removes the bearer token from text a server sent back.
-pub(crate) fn redact(text: String, token: Option<&Secret>) -> String {
-    match token {
-        Some(t) if !t.0.is_empty() && text.contains(t.0.as_str()) => {
-            text.replace(t.0.as_str(), "<redacted>")
-        }
-        _ => text,
-    }
-}
+pub(crate) use crate::config::redact;
 
 /// A URI fit for errors and logs: no user info, and the query replaced
 /// (presigned URLs carry credentials there).

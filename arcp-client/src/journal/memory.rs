@@ -8,6 +8,8 @@ use std::time::SystemTime;
 
 use arcp_types::IdempotencyKey;
 
+use crate::sync::lock;
+
 use super::{
     Journal, JournalEntry, JournalError, JournalState, JournalWrite, PurgeReport, Retention,
 };
@@ -48,7 +50,7 @@ impl MemoryJournal {
     fn lock(&self) -> MutexGuard<'_, HashMap<IdempotencyKey, JournalEntry>> {
         // A panic while holding the lock cannot leave a half-applied batch
         // (see `apply`), so a poisoned map is still consistent.
-        self.records.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.records)
     }
 }
 

@@ -18,9 +18,8 @@
 //! draw (`DUPLICATE_KEY`) is the oldest submit's all the same.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use super::calls::CallId;
+use super::ids::{CallId, RequestId};
 use crate::FastMap;
 
 /// What kind of request.
@@ -55,10 +54,6 @@ struct Entry {
 /// Cancels of calls that ended are remembered (by send order) while they
 /// may still draw an unnamed error, up to this many.
 const MAX_ORPHAN_CANCELS: usize = 64;
-
-/// A request's envelope id, shared by the call that sent it and both
-/// indexes here (one allocation per request).
-pub(crate) type RequestId = Arc<str>;
 
 /// Outstanding requests by id, and in send order.
 #[derive(Debug, Default)]

@@ -8,8 +8,9 @@ use std::time::Instant;
 use arcp_types::{Frame, Header, Message, Subscribe};
 use tracing::{debug, info, warn};
 
-use super::attribution::{ReqKind, RequestId};
-use super::calls::{Call, CallId, Phase};
+use super::attribution::ReqKind;
+use super::calls::{Call, Phase};
+use super::ids::{CallId, RequestId};
 use crate::cache::{Outcome, Settled};
 use crate::classify::{give_up, Ending};
 use crate::error::{Error, Execution};

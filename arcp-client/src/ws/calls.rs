@@ -13,19 +13,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arcp_types::{DecodeError, Dialect, EncodedRequest, IdempotencyKey, Invoke};
+use arcp_types::IdempotencyKey;
 use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
-use super::attribution::RequestId;
-use crate::cache::{intent_of, Intent, Settled};
+use super::ids::RequestId;
+use crate::cache::Settled;
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
-use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
+use crate::request::{CallShared, EventsEnd, Outgoing, TraceId};
 use crate::retry::Schedule;
-
-/// A call's id inside one connection core.
-pub(crate) type CallId = u64;
 
 /// One caller awaiting the call (a repeated call with the same key and
 /// intent joins the first one).
@@ -118,79 +115,6 @@ pub(crate) struct Call {
     /// The instant and generation of the call's armed timer.
     pub(crate) timer: Option<Instant>,
     pub(crate) timer_gen: u32,
-}
-
-/// What a call sends: its request until the first attempt, then only the
-/// request's payload encoded for the connection's dialect. Keeping both
-/// held the caller's arguments for the whole life of the call.
-pub(crate) enum Outgoing {
-    Request(Box<Invoke>),
-    Encoded(EncodedRequest),
-}
-
-impl Outgoing {
-    /// Encodes the request for `dialect` unless it already is. Re-encoding
-    /// for the other dialect starts from the request decoded back from its
-    /// bytes; a client keeps the dialect of its first session, so that is a
-    /// safeguard (an option named like one of the other dialect's payload
-    /// fields would not survive it).
-    pub(crate) fn prepare(&mut self, dialect: Dialect) -> Result<(), DecodeError> {
-        let encoded = match self {
-            Outgoing::Encoded(e) if e.dialect() == dialect => return Ok(()),
-            Outgoing::Encoded(e) => dialect.encode_invoke(&e.to_invoke()?),
-            Outgoing::Request(invoke) => dialect.encode_invoke(invoke),
-        };
-        *self = Outgoing::Encoded(encoded);
-        Ok(())
-    }
-
-    /// The encoded payload, once [`prepare`](Self::prepare)d.
-    pub(crate) fn encoded(&self) -> Option<&EncodedRequest> {
-        match self {
-            Outgoing::Encoded(e) => Some(e),
-            Outgoing::Request(_) => None,
-        }
-    }
-}
-
-/// The per-call work that needs no connection, done on the caller's task
-/// before the call is handed to the connection task: the intent's
-/// fingerprint and size, the trace id, the tracing span, and the request
-/// encoded for the dialect the client speaks (once it knows it). The
-/// connection task serves every call in turn, so what a caller does here
-/// is off everyone's critical path; a call handed over without it (or
-/// encoded for another dialect) is prepared there instead, the same way.
-pub(crate) struct PreparedCall {
-    pub(crate) intent: Intent,
-    pub(crate) trace_id: TraceId,
-    pub(crate) outgoing: Outgoing,
-    pub(crate) span: tracing::Span,
-}
-
-impl PreparedCall {
-    /// Prepares `req` (sealed: its key is in the intent), encoding it for
-    /// `dialect` when given. Takes the request's `invoke`: from here on the
-    /// call sends `outgoing`.
-    pub(crate) fn new(req: &mut CallRequest, dialect: Option<Dialect>) -> Self {
-        let intent = intent_of(&req.invoke);
-        let span = req.span("ws");
-        let invoke = std::mem::replace(&mut req.invoke, taken_invoke());
-        let outgoing = match dialect {
-            Some(dialect) => Outgoing::Encoded(dialect.encode_invoke(&invoke)),
-            None => Outgoing::Request(Box::new(invoke)),
-        };
-        PreparedCall {
-            intent,
-            trace_id: req.trace_id.clone(),
-            outgoing,
-            span,
-        }
-    }
-}
-
-/// What a prepared request's `invoke` is left as (allocates nothing).
-fn taken_invoke() -> Invoke {
-    Invoke::new(String::new(), serde_json::Value::Null)
 }
 
 /// The parts of a call's state that only a call in trouble uses (a lost
@@ -362,39 +286,3 @@ impl Call {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_request_re_encoded_for_the_other_dialect_is_the_same_request() {
-        let invoke: Invoke = serde_json::from_value(json!({
-            "tool": "refund", "arguments": {"order": 4812, "note": "é\"x"},
-            "idempotency_key": "k-1", "max_runtime_sec": 9
-        }))
-        .unwrap();
-        for (first, then) in [
-            (Dialect::V1_1, Dialect::Legacy),
-            (Dialect::Legacy, Dialect::V1_1),
-        ] {
-            let mut outgoing = Outgoing::Request(Box::new(invoke.clone()));
-            outgoing.prepare(first).unwrap();
-            let bytes = outgoing.encoded().unwrap().payload().to_owned();
-            assert_eq!(bytes, first.encode_invoke(&invoke).payload());
-            // The request itself is gone; only its bytes are kept.
-            assert!(matches!(outgoing, Outgoing::Encoded(_)));
-            outgoing.prepare(then).unwrap();
-            let direct = then.encode_invoke(&invoke);
-            let encoded = outgoing.encoded().unwrap();
-            assert_eq!(encoded.dialect(), then);
-            assert_eq!(encoded.payload(), direct.payload(), "{first} -> {then}");
-            let header = arcp_types::Header::outgoing("msg_1", "2026-01-01T00:00:00.000000Z");
-            assert_eq!(encoded.frame_with(&header), direct.frame_with(&header));
-        }
-    }
-}
-
-#[cfg(test)]
-mod trace_id_tests {}

@@ -9,12 +9,14 @@ use arcp_types::{Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 use tracing::info;
 
-use super::attribution::{ReqKind, RequestId};
-use super::calls::{Call, CallId, CancelState, Phase, PreparedCall, Waiter};
+use super::attribution::ReqKind;
+use super::calls::{Call, CancelState, Phase, Waiter};
+use super::ids::{CallId, RequestId};
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::{Ending, Exposure};
 use crate::error::Error;
 use crate::outcome::CancelOutcome;
+use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::later;
 use crate::telemetry::Answered;

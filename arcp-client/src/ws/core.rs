@@ -32,7 +32,8 @@ use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome
 use tokio::sync::oneshot;
 
 use super::attribution::Requests;
-use super::calls::{Call, CallId};
+use super::calls::Call;
+use super::ids::CallId;
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
 use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};
@@ -183,7 +184,8 @@ pub(crate) struct Core {
     /// writing a request allocates only its shared id and its text.
     pub(super) message_id: String,
     pub(super) timestamp: String,
-    /// The dialect callers encode their requests for ([`PreparedCall`]):
+    /// The dialect callers encode their requests for
+    /// ([`PreparedCall`](crate::request::PreparedCall)):
     /// the configured one, or the first session's (a client keeps it).
     pub(super) dialect: Arc<OnceLock<Dialect>>,
     /// Outcomes of calls finished in this turn, not yet handed out
@@ -508,7 +510,7 @@ pub(super) fn with_context(error: Error, context: &str) -> Error {
 }
 
 /// Marks the time of any inbound frame on the live link.
-pub(super) fn touch(link: &mut Link, now: Instant) {
+pub(super) fn note_inbound(link: &mut Link, now: Instant) {
     if let Link::Up(up) = link {
         up.live.last_inbound = now;
     }

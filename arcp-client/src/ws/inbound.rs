@@ -14,9 +14,10 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::assembly::Assembly;
-use super::attribution::{ReqKind, RequestId};
-use super::calls::{CallId, Phase};
-use super::core::{touch, Core, Link, Loss};
+use super::attribution::ReqKind;
+use super::calls::Phase;
+use super::core::{note_inbound, Core, Link, Loss};
+use super::ids::{CallId, RequestId};
 use crate::cache::Settled;
 use crate::classify::{
     classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
@@ -73,7 +74,7 @@ impl Core {
                 }
             }
             Err(e) => {
-                touch(&mut self.link, now);
+                note_inbound(&mut self.link, now);
                 warn!(error = %e, "skipping a frame that does not decode");
             }
         }
@@ -353,7 +354,7 @@ impl Core {
     /// What every frame does on arrival: it proves the connection alive and
     /// advances the session's event sequence. False once the link is not up.
     fn frame_arrived(&mut self, header: &Header<'_>, now: Instant) -> bool {
-        touch(&mut self.link, now);
+        note_inbound(&mut self.link, now);
         if !matches!(self.link, Link::Up(_)) {
             return false;
         }

@@ -7,16 +7,18 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::calls::{CallId, Phase};
+use super::calls::Phase;
+use super::ids::CallId;
 use super::session::Liveness;
 use crate::classify::Ending;
 use crate::error::Error;
 use crate::outcome::ConnectionEvent;
 use crate::retry::later;
+use crate::sync::lock;
 use crate::telemetry::{self};
 
 use super::core::{
-    touch, with_context, Core, DialFailure, Established, Link, Loss, Up, WINDOW_AFTER_LOSS,
+    note_inbound, with_context, Core, DialFailure, Established, Link, Loss, Up, WINDOW_AFTER_LOSS,
 };
 
 impl Core {
@@ -59,7 +61,7 @@ impl Core {
             resumed,
             "session established"
         );
-        *self.profile_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(profile.clone());
+        *lock(&self.profile_out) = Some(profile.clone());
         let live = Liveness::new(&self.config, &profile, &est.welcome, now);
         let window = if self.ready.is_some() {
             self.config.max_in_flight
@@ -202,7 +204,7 @@ impl Core {
 
     /// A frame that carries no message (a WebSocket ping or pong) arrived.
     pub(crate) fn on_activity(&mut self, now: Instant) {
-        touch(&mut self.link, now);
+        note_inbound(&mut self.link, now);
     }
 
     /// The driver reports frames written up to transmit seq `upto`.

@@ -26,11 +26,11 @@ mod core;
 #[cfg(test)]
 mod core_tests;
 mod driver;
+mod ids;
 mod inbound;
 mod link;
 mod session;
 mod transport;
 
-pub(crate) use self::calls::PreparedCall;
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;

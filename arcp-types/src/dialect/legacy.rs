@@ -13,8 +13,8 @@ use std::borrow::Cow;
 use serde_json::{json, Value};
 
 use super::{
-    from_payload, lean, object_payload, rename, rename_in, to_payload, DecodeError, Head, Keep,
-    Payload,
+    from_payload, object_payload, outcome_readers, rename, rename_in, to_payload, DecodeError,
+    Head, Keep, Payload,
 };
 use crate::message::*;
 use crate::Envelope;
@@ -33,7 +33,7 @@ pub(super) fn decode(
     // A legacy event's payload is its body.
     let event = |kind: &str, payload: Payload<'_>| -> Result<Message, DecodeError> {
         let body = match keep {
-            Keep::Outcome => lean::legacy_event_body(kind, || payload.into_value(k))?,
+            Keep::Outcome => outcome_readers::legacy_event_body(kind, || payload.into_value(k))?,
             _ => payload.into_value(k)?,
         };
         Ok(Message::Event(JobEvent {
@@ -81,7 +81,7 @@ pub(super) fn decode(
         }
         "job.accepted" => {
             let mut accepted: Accepted = match keep {
-                Keep::Outcome => from_payload::<lean::LeanAccepted>(k, payload)?.0,
+                Keep::Outcome => from_payload::<outcome_readers::LeanAccepted>(k, payload)?.0,
                 _ => from_payload(k, payload)?,
             };
             accepted.request_id = accepted.request_id.or_else(correlation);
@@ -96,14 +96,14 @@ pub(super) fn decode(
         "log" => event("log", payload)?,
         "job.result_chunk" => event("result_chunk", payload)?,
         "job.event" => Message::Event(match keep {
-            Keep::Outcome => from_payload::<lean::LeanEvent>(k, payload)?.0,
+            Keep::Outcome => from_payload::<outcome_readers::LeanEvent>(k, payload)?.0,
             _ => from_payload(k, payload)?,
         }),
         "job.completed" => {
             let completed: Completed = from_payload(k, payload)?;
             let mut result = completed.into_result();
             if keep == Keep::Outcome {
-                lean::keep_result_fields(&mut result);
+                outcome_readers::keep_result_fields(&mut result);
             }
             Message::Result(result)
         }
@@ -111,7 +111,7 @@ pub(super) fn decode(
         "tool.result" => {
             let mut result = from_payload(k, payload)?;
             if keep == Keep::Outcome {
-                lean::keep_result_fields(&mut result);
+                outcome_readers::keep_result_fields(&mut result);
             }
             Message::Result(result)
         }
@@ -283,7 +283,7 @@ impl<'de> serde::Deserialize<'de> for Completed {
                 mut map: A,
             ) -> Result<Completed, A::Error> {
                 let (mut value, mut result, mut extra) = (None, None, Object::new());
-                while let Some(key) = map.next_key::<crate::flat::Key<'de>>()? {
+                while let Some(key) = map.next_key::<crate::extra_fields::Key<'de>>()? {
                     match key.as_str() {
                         // `Value` reads `null` as `Value::Null`: present.
                         "value" => value = Some(map.next_value::<Value>()?),

@@ -20,8 +20,8 @@
 //!   with `"capabilities": {}` (a programmatic [`Open`](crate::Open) with null
 //!   capabilities gets the dialect's defaults instead).
 
-mod lean;
 mod legacy;
+mod outcome_readers;
 mod v1_1;
 
 use std::fmt;
@@ -155,10 +155,12 @@ impl Dialect {
     ) -> Option<&'a serde_json::value::RawValue> {
         let payload = payload?;
         match (self, &*header.kind) {
-            (Dialect::V1_1, "job.result") => lean::plain_result_value(payload, "result", None),
+            (Dialect::V1_1, "job.result") => {
+                outcome_readers::plain_result_value(payload, "result", None)
+            }
             // `value` is the legacy name; `result` counts only without it.
             (Dialect::Legacy, "job.completed") => {
-                lean::plain_result_value(payload, "value", Some("result"))
+                outcome_readers::plain_result_value(payload, "value", Some("result"))
             }
             _ => None,
         }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::lean::{lean_or_full, LeanAccepted, LeanEvent, LeanResult};
+use super::outcome_readers::{lean_or_full, LeanAccepted, LeanEvent, LeanResult};
 use super::{
     decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Keep, Payload,
 };

@@ -3,8 +3,9 @@
 //! but this instance does not hold it (a restart under the same id).
 
 use super::sql::COLUMNS;
-use super::{lock, PostgresJournal};
+use super::PostgresJournal;
 use crate::journal::{JournalEntry, JournalError};
+use crate::sync::lock;
 
 impl PostgresJournal {
     /// Claims up to `limit` claimable calls (`only`: just this key). A call

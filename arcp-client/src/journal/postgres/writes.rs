@@ -6,10 +6,11 @@ use std::collections::{HashMap, HashSet};
 
 use arcp_types::IdempotencyKey;
 
-use super::rows::{millis, state_columns, write_key, NewRows, TerminalRows, SET_WISE_FROM};
+use super::rows::{write_key, NewRows, TerminalRows, SET_WISE_FROM};
 use super::sql::*;
 use super::PostgresJournal;
-use crate::journal::{to_millis, JournalEntry, JournalWrite};
+use crate::journal::rows::{duration_to_millis, state_columns, to_millis};
+use crate::journal::{JournalEntry, JournalWrite};
 
 /// A statement's rows, on its way.
 type RowsFuture<'a> = std::pin::Pin<
@@ -21,7 +22,7 @@ type RowsFuture<'a> = std::pin::Pin<
 >;
 
 /// What a guarded update found when it changed nothing.
-pub(super) enum Missed {
+pub(super) enum Unchanged {
     /// No record: the write is ignored (as for every journal).
     Gone,
     /// The record is terminal at this worker's own generation: a late
@@ -281,7 +282,7 @@ impl PostgresJournal {
                         &e.tool,
                         &e.intent,
                         &e.trace_id,
-                        &millis(e.deadline),
+                        &duration_to_millis(e.deadline),
                         &state,
                         &i64::from(e.attempts),
                         &job_id,
@@ -413,7 +414,7 @@ impl PostgresJournal {
                             &e.tool,
                             &e.intent,
                             &e.trace_id,
-                            &millis(e.deadline),
+                            &duration_to_millis(e.deadline),
                             &state,
                             &i64::from(e.attempts),
                             &job_id,
@@ -520,21 +521,21 @@ impl PostgresJournal {
                 return Ok(true);
             }
         }
-        match self.missed(tx, key, held.get(k).copied()).await? {
-            Missed::Gone | Missed::Finished => {}
-            Missed::Fenced => fenced.push(key.clone()),
+        match self.why_unchanged(tx, key, held.get(k).copied()).await? {
+            Unchanged::Gone | Unchanged::Finished => {}
+            Unchanged::Fenced => fenced.push(key.clone()),
         }
         held.remove(k);
         Ok(false)
     }
 
     /// Why a guarded update changed nothing.
-    pub(super) async fn missed(
+    pub(super) async fn why_unchanged(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
         key: &IdempotencyKey,
         generation: Option<i64>,
-    ) -> Result<Missed, tokio_postgres::Error> {
+    ) -> Result<Unchanged, tokio_postgres::Error> {
         let row = tx
             .query_opt(
                 "SELECT state, owner, generation FROM arcp_calls WHERE key = $1",
@@ -542,7 +543,7 @@ impl PostgresJournal {
             )
             .await?;
         Ok(match row {
-            None => Missed::Gone,
+            None => Unchanged::Gone,
             Some(row) => {
                 let (state, owner, current): (String, String, i64) =
                     (row.get(0), row.get(1), row.get(2));
@@ -551,9 +552,9 @@ impl PostgresJournal {
                     && state == "terminal"
                     && generation.is_none_or(|g| g == current)
                 {
-                    Missed::Finished
+                    Unchanged::Finished
                 } else {
-                    Missed::Fenced
+                    Unchanged::Fenced
                 }
             }
         })

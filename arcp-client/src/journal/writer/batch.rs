@@ -3,7 +3,6 @@
 //! one transaction), answer, requeue, serve.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
@@ -12,47 +11,12 @@ use tracing::{debug, warn};
 
 use super::commit::Committed;
 use super::queue::{DurableReply, Pending, PrepareReply, Prepared, Request, Shared};
-use super::{lock, CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
+use super::state::Writer;
+use super::{CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport, Retention,
 };
-
-/// The writer thread's state.
-pub(super) struct Writer {
-    /// `None` once closed.
-    pub(super) journal: Option<Box<dyn Journal>>,
-    pub(super) shared: Arc<Shared>,
-    pub(super) retention: Retention,
-    /// Records in the journal (from the last purge, plus inserts since).
-    pub(super) records: u64,
-    /// Set while the store is unavailable: how long to wait before the
-    /// next try.
-    pub(super) retry_delay: Option<Duration>,
-    /// Since when the store has been unavailable.
-    pub(super) unavailable_since: Option<Instant>,
-    /// Keys whose prepare was in a commit whose fate is unknown (the store
-    /// did not answer): their record may land late, so a "did not run"
-    /// terminal for them is never taken as durable. Pruned when the key's
-    /// prepare commits, or its call ends (terminal or release).
-    pub(super) unsure: HashSet<IdempotencyKey>,
-}
-
-impl Drop for Writer {
-    /// However the writer ends (even by a panic in a `Journal`
-    /// implementation), nothing waits on it forever: queued work is
-    /// dropped, which fails each waiter with `JOURNAL_CLOSED`.
-    fn drop(&mut self) {
-        let leftover = {
-            let mut q = lock(&self.shared.queue);
-            let leftover = std::mem::take(&mut *q);
-            q.stopped = true;
-            q.closing = true;
-            leftover
-        };
-        drop(leftover);
-        self.shared.space.notify_waiters();
-    }
-}
+use crate::sync::{lock, wait_timeout};
 
 /// One batch taken from the queue.
 pub(super) struct Batch {
@@ -94,12 +58,7 @@ impl Writer {
                     if now >= wake_at {
                         break;
                     }
-                    q = self
-                        .shared
-                        .wake
-                        .wait_timeout(q, wake_at - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0);
+                    q = wait_timeout(&self.shared.wake, q, wake_at - now);
                 }
                 // Only transitions queued: nobody waits for them, so let
                 // them ride on the next commit a prepare needs anyway (one
@@ -110,12 +69,7 @@ impl Writer {
                     if now >= linger_until {
                         break;
                     }
-                    q = self
-                        .shared
-                        .wake
-                        .wait_timeout(q, linger_until - now)
-                        .map(|(g, _)| g)
-                        .unwrap_or_else(|e| e.into_inner().0);
+                    q = wait_timeout(&self.shared.wake, q, linger_until - now);
                 }
                 let batch = Batch {
                     prepares: std::mem::take(&mut q.prepares),
@@ -166,12 +120,7 @@ impl Writer {
             if now >= until {
                 break;
             }
-            q = self
-                .shared
-                .wake
-                .wait_timeout(q, until - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
+            q = wait_timeout(&self.shared.wake, q, until - now);
         }
     }
 

@@ -8,14 +8,14 @@ use std::collections::{HashMap, HashSet};
 use arcp_types::IdempotencyKey;
 use tracing::warn;
 
-use super::batch::Writer;
-use super::lock;
 use super::queue::{pending_writes, Pending, PrepareReply, Prepared, Prior};
+use super::state::Writer;
 use crate::journal::memory::transition;
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite,
 };
+use crate::sync::lock;
 
 /// A batch's commit: per prepare (in order) its decision and whether that
 /// decision holds only if the last transaction (`result`) committed; its result and the transitions' (they may

@@ -10,8 +10,8 @@ use arcp_types::IdempotencyKey;
 use serde_json::json;
 use tokio::sync::{oneshot, watch, Notify};
 
-use super::super::batch::Writer;
 use super::super::queue::{PrepareReply, Prepared, Prior, Queue, Shared};
+use super::super::state::Writer;
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, Retention,

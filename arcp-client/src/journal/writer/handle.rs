@@ -11,9 +11,9 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
-use super::batch::Writer;
 use super::queue::{Prepared, Queue, Request, Shared};
-use super::{lock, CLOSE_TIMEOUT};
+use super::state::Writer;
+use super::CLOSE_TIMEOUT;
 use crate::cache::Outcome;
 use crate::error::{Error, Execution};
 use crate::journal::{
@@ -21,6 +21,7 @@ use crate::journal::{
     RecoveryMode, Retention,
 };
 use crate::request::{CallRecorder, CallRequest};
+use crate::sync::lock;
 
 /// The connection task's hook: records `sent` and `accepted` without
 /// blocking (a short lock, a map insert, a wake-up).
@@ -140,7 +141,7 @@ impl JournalHandle {
         &self,
         request: &mut CallRequest,
         max_frame_size: usize,
-    ) -> Result<Result<Driving, Outcome>, Error> {
+    ) -> Result<Result<DriveGuard, Outcome>, Error> {
         // The intent exactly as the transport will send it.
         request.seal();
         let intent = serde_json::to_string(&request.invoke)
@@ -212,12 +213,12 @@ impl JournalHandle {
     }
 
     /// The call will be sent: attach the recorder and count it as driven.
-    pub(super) fn drive(&self, request: &mut CallRequest) -> Driving {
+    pub(super) fn drive(&self, request: &mut CallRequest) -> DriveGuard {
         request.recorder = Some(Box::new(Recorder(self.shared.clone())));
         *lock(&self.shared.driving)
             .entry(request.key.clone())
             .or_default() += 1;
-        Driving {
+        DriveGuard {
             shared: self.shared.clone(),
             key: request.key.clone(),
         }
@@ -414,12 +415,12 @@ impl JournalHandle {
 
 /// A call this client drives: while it lives, `recover` does not hand the
 /// call out again (dropped when the call ends, however it ends).
-pub(crate) struct Driving {
+pub(crate) struct DriveGuard {
     pub(super) shared: Arc<Shared>,
     pub(super) key: IdempotencyKey,
 }
 
-impl Drop for Driving {
+impl Drop for DriveGuard {
     fn drop(&mut self) {
         let mut driving = lock(&self.shared.driving);
         if let Some(n) = driving.get_mut(&self.key) {

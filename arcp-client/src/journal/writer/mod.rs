@@ -22,17 +22,19 @@ mod batch;
 mod commit;
 mod handle;
 mod queue;
+mod state;
 
 use std::fmt;
 #[cfg(feature = "sqlite")]
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[cfg(feature = "sqlite")]
 use super::SqliteJournal;
 use super::{Journal, JournalError, JournalErrorKind, RecoveryMode, Retention};
 use crate::error::Error;
+use crate::sync::lock;
 
 pub(crate) use handle::JournalHandle;
 
@@ -120,12 +122,6 @@ impl JournalSetup {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here only moves values in or out of plain
-    // collections, so a poisoned lock still guards consistent data.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The first wait before retrying a batch the store could not take, and
 /// the longest (the wait doubles in between).
 pub(super) const RETRY_FIRST: Duration = Duration::from_millis(20);
@@ -149,9 +145,9 @@ mod tests {
     use arcp_types::IdempotencyKey;
     use tokio::sync::{watch, Notify};
 
-    use super::handle::Driving;
-    use super::lock;
+    use super::handle::DriveGuard;
     use super::queue::{Pending, Queue, Shared};
+    use crate::sync::lock;
 
     fn shared() -> Arc<Shared> {
         Arc::new(Shared {
@@ -167,9 +163,9 @@ mod tests {
         })
     }
 
-    fn drive(shared: &Arc<Shared>, key: &IdempotencyKey) -> Driving {
+    fn drive(shared: &Arc<Shared>, key: &IdempotencyKey) -> DriveGuard {
         *lock(&shared.driving).entry(key.clone()).or_default() += 1;
-        Driving {
+        DriveGuard {
             shared: shared.clone(),
             key: key.clone(),
         }

@@ -10,11 +10,11 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::warn;
 
-use super::lock;
+use crate::journal::rows::to_millis;
 use crate::journal::{
-    to_millis, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    JournalWrite,
+    JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, JournalWrite,
 };
+use crate::sync::lock;
 
 /// What `prepare` decided.
 #[derive(Debug, PartialEq)]
@@ -198,10 +198,10 @@ impl Shared {
 
     /// Marks `keys` as owned elsewhere and wakes their drivers. Only keys a
     /// driver here drives are kept: the set holds nothing once they stop
-    /// ([`Driving`]'s drop prunes it).
+    /// ([`DriveGuard`]'s drop prunes it).
     pub(super) fn fence(&self, keys: Vec<IdempotencyKey>) {
         let fenced = {
-            // In the order `Driving::drop` takes them: a driver that stops
+            // In the order `DriveGuard::drop` takes them: a driver that stops
             // meanwhile prunes what this adds.
             let driving = lock(&self.driving);
             let keys: Vec<IdempotencyKey> = keys

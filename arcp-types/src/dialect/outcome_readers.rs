@@ -7,7 +7,7 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::flat::Key;
+use crate::extra_fields::Key;
 use crate::message::{Accepted, JobEvent, JobResult, Object};
 
 /// The kind of event whose body a receiver needs even when nobody watches

@@ -22,8 +22,8 @@ macro_rules! deserialize_with_extra {
                         mut map: A,
                     ) -> Result<$ty, A::Error> {
                         $(let mut $field = None;)*
-                        let mut extra = $crate::message::Object::new();
-                        while let Some(key) = map.next_key::<$crate::flat::Key<'de>>()? {
+                        let mut extra = serde_json::Map::new();
+                        while let Some(key) = map.next_key::<$crate::extra_fields::Key<'de>>()? {
                             match key.as_str() {
                                 $($name => {
                                     if $field.is_some() {
@@ -38,7 +38,7 @@ macro_rules! deserialize_with_extra {
                             }
                         }
                         Ok($ty {
-                            $($field: $crate::flat::deserialize_with_extra!(@take $field, $name $($required)?),)*
+                            $($field: $crate::extra_fields::deserialize_with_extra!(@take $field, $name $($required)?),)*
                             extra,
                         })
                     }

@@ -1,0 +1,145 @@
+//! The file's schema: the table, the triggers that guard it, and the
+//! checks that recognise an ARCP journal (or create one in an empty
+//! database) before anything is written.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::errors::classify;
+use crate::journal::{JournalError, JournalErrorKind};
+
+/// `PRAGMA application_id` of an ARCP journal: "ARCP" in ASCII.
+const APPLICATION_ID: i64 = 0x4152_4350;
+/// `PRAGMA user_version`: the schema this code reads and writes.
+const SCHEMA_VERSION: i64 = 1;
+/// The WAL file is truncated back to this size after checkpoints.
+pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
+
+const SCHEMA: &str = "
+CREATE TABLE arcp_calls (
+    key         TEXT    NOT NULL PRIMARY KEY,
+    tool        TEXT    NOT NULL,
+    intent      TEXT    NOT NULL,
+    trace_id    TEXT    NOT NULL,
+    deadline_ms INTEGER NOT NULL,
+    state       TEXT    NOT NULL CHECK (state IN ('prepared', 'sent', 'accepted', 'terminal')),
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    job_id      TEXT,
+    outcome     TEXT,
+    created_ms  INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL,
+    CHECK (state != 'accepted' OR job_id IS NOT NULL),
+    CHECK ((state = 'terminal') = (outcome IS NOT NULL))
+);
+CREATE INDEX arcp_calls_by_state ON arcp_calls (state, updated_ms);
+";
+
+/// The invariants the file itself enforces, whoever writes to it: a
+/// terminal record is final, and a record never moves backwards. Created on
+/// every read-write open (`IF NOT EXISTS`), so journals written by earlier
+/// versions get them too; they change no column (the schema version stays).
+pub(super) const GUARDS: &str = "
+CREATE TRIGGER IF NOT EXISTS arcp_calls_terminal_is_final
+BEFORE UPDATE ON arcp_calls WHEN OLD.state = 'terminal'
+BEGIN
+    SELECT RAISE(ABORT, 'arcp journal: a terminal record is final');
+END;
+CREATE TRIGGER IF NOT EXISTS arcp_calls_forward_only
+BEFORE UPDATE ON arcp_calls
+WHEN (OLD.state = 'sent' AND NEW.state = 'prepared')
+  OR (OLD.state = 'accepted' AND NEW.state IN ('prepared', 'sent'))
+  OR NEW.attempts < OLD.attempts
+BEGIN
+    SELECT RAISE(ABORT, 'arcp journal: a record never moves backwards');
+END;
+";
+
+/// The columns of `arcp_calls`, in order, to recognise the schema.
+const COLUMNS: [&str; 11] = [
+    "key",
+    "tool",
+    "intent",
+    "trace_id",
+    "deadline_ms",
+    "state",
+    "attempts",
+    "job_id",
+    "outcome",
+    "created_ms",
+    "updated_ms",
+];
+
+/// The schema check of [`check_or_create_schema`] without the create: an
+/// empty file is not a journal.
+pub(super) fn check_schema_read_only(
+    conn: &Connection,
+    location: &str,
+) -> Result<(), JournalError> {
+    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)
+        .map_err(|e| classify(location, e))?;
+    let app: i64 = tx
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| classify(location, e))?;
+    if app == 0 {
+        return Err(JournalError::new(
+            JournalErrorKind::Schema,
+            location,
+            "the file is not an ARCP journal (no journal was ever written to it)",
+        ));
+    }
+    check_or_create_schema(&tx, location)
+}
+
+/// Recognises an ARCP journal, or creates one in an empty database.
+pub(super) fn check_or_create_schema(
+    tx: &rusqlite::Transaction<'_>,
+    location: &str,
+) -> Result<(), JournalError> {
+    let err = |e: rusqlite::Error| classify(location, e);
+    let schema = |message: String| JournalError::new(JournalErrorKind::Schema, location, message);
+    let app: i64 = tx
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(err)?;
+    let version: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err)?;
+    let tables: Vec<String> = {
+        let mut stmt = tx
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .map_err(err)?;
+        let names = stmt.query_map([], |r| r.get(0)).map_err(err)?;
+        names.collect::<Result<_, _>>().map_err(err)?
+    };
+    if app == 0 && version == 0 && tables.is_empty() {
+        tx.execute_batch(SCHEMA).map_err(err)?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(err)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(err)?;
+        return Ok(());
+    }
+    if app != APPLICATION_ID {
+        return Err(schema(format!(
+            "the file is a SQLite database of something else (application_id {app:#x}, \
+             tables {tables:?}), not an ARCP journal; it was left untouched"
+        )));
+    }
+    if version != SCHEMA_VERSION {
+        return Err(schema(format!(
+            "journal schema version {version}; this version of arcp-client reads version \
+             {SCHEMA_VERSION}"
+        )));
+    }
+    let columns: Vec<String> = {
+        let mut stmt = tx
+            .prepare("SELECT name FROM pragma_table_info('arcp_calls') ORDER BY cid")
+            .map_err(err)?;
+        let names = stmt.query_map([], |r| r.get(0)).map_err(err)?;
+        names.collect::<Result<_, _>>().map_err(err)?
+    };
+    if columns != COLUMNS {
+        return Err(schema(format!(
+            "table arcp_calls has columns {columns:?}; expected {COLUMNS:?}"
+        )));
+    }
+    Ok(())
+}
