@@ -159,14 +159,14 @@ pub(crate) fn header_is_true(headers: &HeaderMap, name: &str) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
 }
 
-/// The media type of a response, lowercased, without parameters.
-pub(crate) fn media_type(headers: &HeaderMap) -> String {
+/// Whether a response's media type (without parameters, in any case) is
+/// `wanted` (given in lower case).
+pub(crate) fn has_media_type(headers: &HeaderMap, wanted: &str) -> bool {
     headers
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .unwrap_or_default()
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(wanted))
 }
 
 /// Why a body could not be read whole.
