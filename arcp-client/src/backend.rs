@@ -121,7 +121,7 @@ impl Backend {
                     })
                 });
                 outcome.map(|mut out| {
-                    out.trace_id = trace_id.to_string();
+                    out.trace_id = trace_id.text();
                     out
                 })
             }

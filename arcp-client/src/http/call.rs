@@ -20,10 +20,11 @@ use std::time::{Duration, Instant, SystemTime};
 use arcp_types::{
     Dialect, EncodedRequest, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Keep, Message,
 };
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
 use serde_json::value::RawValue;
 
+use futures_util::FutureExt;
 use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
@@ -32,7 +33,7 @@ use super::{
     idempotency_key_header, read_capped, redact, retry_after, ReadError, ERROR_BODY_LIMIT,
     IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{conflict, intent_of, Cached, Intent, Outcome, OutcomeCache, Settled};
+use crate::cache::{conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, Settled};
 use crate::classify::{
     classify_error, failed_result, give_up, read_result, tool_error, Ended, Ending, ErrorVerdict,
     Exposure, ResultReading,
@@ -119,7 +120,10 @@ impl HttpBackend {
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut req: CallRequest) -> Result<ToolOutput, Error> {
         req.seal();
-        let Intent { fingerprint, size } = intent_of(&req.invoke);
+        // The intent is encoded once: every attempt sends these bytes, and
+        // the outcome cache tells intents apart by them.
+        let encoded = Dialect::V1_1.encode_invoke(&req.invoke);
+        let Intent { fingerprint, size } = intent_of_payload(encoded.payload());
         let now = Instant::now();
         let cached = self.cache().get(&req.key, fingerprint, now);
         match cached {
@@ -127,7 +131,7 @@ impl HttpBackend {
                 req.shared.set_answered(Answered::Cache);
                 // The trace is the caller's, as on the WebSocket transport.
                 return outcome.into_outcome().map(|mut out| {
-                    out.trace_id = req.trace_id.to_string();
+                    out.trace_id = req.trace_id.text();
                     out
                 });
             }
@@ -150,7 +154,7 @@ impl HttpBackend {
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
-        let mut call = Call::new(self, req, key_header);
+        let mut call = Call::new(self, req, key_header, encoded);
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
         if let Some(job) = prior_job {
@@ -268,8 +272,12 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(backend: &'a HttpBackend, req: CallRequest, key_header: HeaderValue) -> Self {
-        let encoded = Dialect::V1_1.encode_invoke(&req.invoke);
+    fn new(
+        backend: &'a HttpBackend,
+        req: CallRequest,
+        key_header: HeaderValue,
+        encoded: EncodedRequest,
+    ) -> Self {
         Call {
             backend,
             req,
@@ -388,9 +396,12 @@ impl<'a> Call<'a> {
             .backend
             .http
             .post(self.backend.endpoint.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, ACCEPT_BOTH)
-            .header(IDEMPOTENCY_KEY_HEADER, self.key_header.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH))
+            .header(
+                HeaderName::from_static(IDEMPOTENCY_KEY_HEADER),
+                self.key_header.clone(),
+            )
             .body(body);
         if let Some(auth) = &self.backend.auth {
             request = request.header(AUTHORIZATION, auth.clone());
@@ -565,6 +576,21 @@ impl<'a> Call<'a> {
     /// chunk are read where they are; only a line cut between chunks is
     /// put together in a buffer.
     async fn read_stream(&mut self, mut response: reqwest::Response, replayed: bool) -> Next {
+        let next = self.read_lines(&mut response, replayed).await;
+        // What follows the terminal (the stream's end, normally in the
+        // same read) is read if it is already there: the connection then
+        // goes back to the pool now, ready for the next call. What is not
+        // there yet is left to the HTTP client, which drains or closes.
+        for _ in 0..4 {
+            match response.chunk().now_or_never() {
+                Some(Ok(Some(_))) => {}
+                _ => break,
+            }
+        }
+        next
+    }
+
+    async fn read_lines(&mut self, response: &mut reqwest::Response, replayed: bool) -> Next {
         let limit = self.config().max_frame_size;
         let mut partial: Vec<u8> = Vec::new();
         loop {
@@ -672,12 +698,19 @@ impl<'a> Call<'a> {
         replayed: bool,
     ) -> Result<Option<Next>, arcp_types::DecodeError> {
         let dialect = Dialect::V1_1;
-        let (header, payload) = dialect.decode_header(text)?;
         let keep = if self.req.shared.is_watched() {
             Keep::All
         } else {
             Keep::Outcome
         };
+        // An event nobody watches changes nothing (this binding assembles
+        // no result from events): it is not decoded. (Not counted either:
+        // should a watcher come later, a re-sent stream may show it events
+        // it has not seen, never one twice.)
+        if keep == Keep::Outcome && arcp_types::peek_kind(text) == Some("job.event") {
+            return Ok(None);
+        }
+        let (header, payload) = dialect.decode_header(text)?;
         if keep == Keep::Outcome {
             if let Some(value) = dialect.plain_result_value(&header, payload) {
                 return Ok(Some(Next::Done(
@@ -733,14 +766,21 @@ impl<'a> Call<'a> {
         self.bound = true;
     }
 
-    fn on_event(&mut self, header: &Header<'_>, event: JobEvent) {
-        // `event_seq` is per job in the binding, so a stream re-sent on a
-        // later attempt is deduplicated too.
-        if let Some(seq) = header.event_seq {
+    /// Whether an event is new: `event_seq` is per job in the binding, so
+    /// a stream re-sent on a later attempt is deduplicated too.
+    fn seen_event(&mut self, event_seq: Option<u64>) -> bool {
+        if let Some(seq) = event_seq {
             if self.last_event_seq.is_some_and(|last| last >= seq) {
-                return;
+                return false;
             }
             self.last_event_seq = Some(seq);
+        }
+        true
+    }
+
+    fn on_event(&mut self, header: &Header<'_>, event: JobEvent) {
+        if !self.seen_event(header.event_seq) {
+            return;
         }
         let event = InvocationEvent {
             event_seq: header.event_seq,
@@ -770,7 +810,7 @@ impl<'a> Call<'a> {
             key: self.req.key.clone(),
             replayed,
             attempts: self.attempts,
-            trace_id: self.req.trace_id.to_string(),
+            trace_id: self.req.trace_id.text(),
         })
     }
 
@@ -799,7 +839,7 @@ impl<'a> Call<'a> {
             key,
             replayed,
             attempts: self.attempts,
-            trace_id: self.req.trace_id.to_string(),
+            trace_id: self.req.trace_id.text(),
         })
     }
 

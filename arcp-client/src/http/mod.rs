@@ -128,7 +128,8 @@ pub(crate) fn idempotency_key_header(key: &str) -> Result<HeaderValue, Error> {
         quoted.push(c);
     }
     quoted.push('"');
-    HeaderValue::from_str(&quoted).map_err(|_| {
+    // From the string itself: its buffer becomes the header's, uncopied.
+    HeaderValue::try_from(quoted).map_err(|_| {
         Error::InvalidCall(format!(
             "idempotency key {key:?} cannot be sent as an HTTP header"
         ))
