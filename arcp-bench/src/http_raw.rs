@@ -38,12 +38,9 @@ struct Inner {
 /// as wire text, and where its envelope id is.
 pub fn template(tool: &str) -> (String, String, std::ops::Range<usize>) {
     let key = IdempotencyKey::new().to_string();
-    let mut frame = Frame::new(Message::Invoke(Invoke {
-        tool: tool.into(),
-        arguments: crate::clients::echo_args(),
-        idempotency_key: Some(key.clone()),
-        extra: Default::default(),
-    }));
+    let mut frame = Frame::new(Message::Invoke(
+        Invoke::new(tool, crate::clients::echo_args()).with_idempotency_key(key.clone()),
+    ));
     frame.envelope.trace_id = Some(arcp_types::new_trace_id());
     let id = frame.envelope.id.clone();
     let text = Dialect::V1_1.encode(&frame);
