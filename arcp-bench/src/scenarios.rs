@@ -43,7 +43,7 @@ impl Driver {
     pub fn name(self) -> &'static str {
         match self {
             Driver::RawWebSocket => "raw tokio-tungstenite",
-            Driver::Ours => "ours (arcp-client 0.1)",
+            Driver::Ours => "ours (arcp-sdk 0.1)",
             Driver::OursAsDocumented => "ours, driven as the README shows",
             Driver::Reference => "reference arcp-client 2.0.0",
             Driver::RawReqwest => "raw reqwest",
