@@ -36,7 +36,8 @@ pub fn serve(port: u16) -> std::io::Result<()> {
         .build()?;
     rt.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
-        crate::announce(listener.local_addr()?.port());
+        let port = listener.local_addr()?.port();
+        crate::servers::announce(&format!("ws://127.0.0.1:{port}/arcp"));
         loop {
             let (tcp, _) = match listener.accept().await {
                 Ok(x) => x,

@@ -6,6 +6,10 @@
 //! outcome cache), then `calls` more calls at c=64 for the growth and
 //! allocation rates, then `in_flight` calls of the server's `hold` tool,
 //! measured once every one of them is accepted, then released.
+//!
+//! Over HTTP each call in flight holds a connection of its own (HTTP/1.1
+//! has one request at a time per connection): our client is measured
+//! there next to plain reqwest doing the same calls.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,6 +70,7 @@ pub fn run(args: Args) -> Result<(), String> {
         match args.client.as_str() {
             "ours" => ours(&args).await,
             "ref" => reference(&args).await,
+            "reqwest" => reqwest(&args).await,
             other => Err(format!("unknown client {other}")),
         }
     })?;
@@ -229,6 +234,68 @@ async fn reference(args: &Args) -> Result<serde_json::Value, String> {
     drop(calls);
     settle().await;
     let h2 = alloc::counters();
+    Ok(report(
+        args,
+        Phases {
+            growth: (g0, r0, g1, r1),
+            in_flight: (h0, hr0, h1, hr1, h2),
+            hold_secs,
+        },
+    ))
+}
+
+/// Plain reqwest over the HTTP binding (`http_raw.rs`): the same phases.
+async fn reqwest(args: &Args) -> Result<serde_json::Value, String> {
+    let echo = crate::http_raw::RawHttp::new(&args.url, "echo")?;
+    let call = {
+        let echo = echo.clone();
+        move || {
+            let echo = echo.clone();
+            async move { echo.call().await }
+        }
+    };
+    run_n(args.warm, 64, call.clone()).await?;
+    settle().await;
+    let (g0, r0) = (alloc::counters(), alloc::rss());
+    run_n(args.calls, 64, call.clone()).await?;
+    settle().await;
+    let (g1, r1) = (alloc::counters(), alloc::rss());
+
+    let hold = crate::http_raw::RawHttp::new(&args.url, "hold")?;
+    let (h0, hr0) = (alloc::counters(), alloc::rss());
+    let started = Instant::now();
+    // A held call is accepted once its response's head (written with
+    // `job.accepted`) is in.
+    let mut calls = FuturesUnordered::new();
+    for _ in 0..args.in_flight {
+        let hold = hold.clone();
+        calls.push(tokio::spawn(async move { hold.send().await }));
+    }
+    let mut responses = Vec::with_capacity(args.in_flight);
+    while let Some(r) = calls.next().await {
+        responses.push(r.map_err(|e| e.to_string())??);
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("held calls were not all accepted within 60 s".into());
+        }
+    }
+    drop(calls);
+    let hold_secs = started.elapsed().as_secs_f64();
+    let (h1, hr1) = (alloc::counters(), alloc::rss());
+    let release = crate::http_raw::RawHttp::new(&args.url, "release")?;
+    release.call().await?;
+    let mut bodies = FuturesUnordered::new();
+    for response in responses {
+        bodies.push(crate::http_raw::RawHttp::finish(response));
+    }
+    while let Some(r) = bodies.next().await {
+        r?;
+    }
+    drop(bodies);
+    settle().await;
+    // Measured with the clients alive, as ours is: their pools keep the
+    // connections the held calls opened, idle, as ours does.
+    let h2 = alloc::counters();
+    drop((hold, release));
     Ok(report(
         args,
         Phases {

@@ -110,8 +110,8 @@ async fn run_ours(
     client.close().await;
     Ok(Figures {
         calls_per_sec: sample.throughput(),
-        p50_us: sample.pct_us(0.50),
-        p99_us: sample.pct_us(0.99),
+        p50_us: sample.pct_us(50.0),
+        p99_us: sample.pct_us(99.0),
         cpu_us_per_call: sample.client_cpu_us(),
         errors: sample.errors,
     })

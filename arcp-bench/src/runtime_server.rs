@@ -48,7 +48,8 @@ pub fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
             .build()
             .await?;
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
-        crate::announce(listener.local_addr()?.port());
+        let port = listener.local_addr()?.port();
+        crate::servers::announce(&format!("ws://127.0.0.1:{port}/arcp"));
         loop {
             let (tcp, _) = match listener.accept().await {
                 Ok(x) => x,

@@ -31,10 +31,10 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// Whether the transport answers each call by its own deadline, so the
-    /// caller need not run a timer: the connection task does (its timers
-    /// are one heap for every call); the HTTP binding does not.
-    pub(crate) fn keeps_deadlines(&self) -> bool {
+    /// Whether the transport joins the callers of one key itself, as soon
+    /// as a call is handed to it: the connection task does; the HTTP
+    /// binding runs each caller's attempts apart.
+    pub(crate) fn joins_callers(&self) -> bool {
         matches!(self, Backend::Ws { .. })
     }
 
@@ -79,7 +79,7 @@ impl Backend {
                     Ok(()) => None,
                     Err(mpsc::error::TrySendError::Full(command)) => {
                         // Bounded by the call's deadline: the caller may run
-                        // no timer of its own (`keeps_deadlines`).
+                        // no timer of its own (`Client::dispatch`).
                         let send = tokio::time::timeout_at(deadline_at.into(), tx.send(*command));
                         Some(Box::pin(send))
                     }
@@ -122,7 +122,7 @@ impl Backend {
                     })
                 });
                 outcome.map(|mut out| {
-                    out.trace_id = trace_id.to_string();
+                    out.trace_id = trace_id.text();
                     out
                 })
             }

@@ -106,6 +106,19 @@ pub(crate) fn intent_of(invoke: &Invoke) -> Intent {
     }
 }
 
+/// The [`Intent`] of a request from its payload encoded once
+/// ([`arcp_types::EncodedRequest`]): the same payload text is the same
+/// intent (the encoding is a function of the intent). For a transport that
+/// keeps only encoded requests in its cache; a fingerprint is compared only
+/// with others made the same way.
+pub(crate) fn intent_of_payload(payload: &str) -> Intent {
+    use std::hash::BuildHasher;
+    Intent {
+        fingerprint: foldhash::quality::FixedState::with_seed(INTENT_SEED).hash_one(payload),
+        size: payload.len(),
+    }
+}
+
 /// Any constant: it only has to be the same for every call of a process.
 const INTENT_SEED: u64 = 0x6172_6370_696e_7465;
 

@@ -6,13 +6,14 @@
 //!
 //! A leaf: imports no other module of the crate.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
 
 use arcp_types::IdempotencyKey;
+
+use crate::FastMap;
 
 /// The fate the callers of a key in flight at once share.
 #[derive(Debug, Default)]
@@ -31,7 +32,7 @@ impl KeyFate {
 
 /// The keys with callers in flight.
 #[derive(Debug, Default)]
-pub(crate) struct LiveKeys(Mutex<HashMap<IdempotencyKey, Arc<KeyFate>>>);
+pub(crate) struct LiveKeys(Mutex<FastMap<IdempotencyKey, Arc<KeyFate>>>);
 
 impl LiveKeys {
     /// Counts a caller of `key` in: the fate it shares with the key's

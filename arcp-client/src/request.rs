@@ -84,6 +84,13 @@ impl TraceId {
     }
 }
 
+impl TraceId {
+    /// The id as an owned string, sized to fit.
+    pub(crate) fn text(&self) -> String {
+        self.write(&mut [0; 32]).to_owned()
+    }
+}
+
 impl std::fmt::Display for TraceId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.write(&mut [0; 32]))

@@ -188,3 +188,49 @@ async fn cut_every_time_is_outcome_unavailable() {
         "{err:?}"
     );
 }
+
+/// A stream sent in chunks of `size` bytes, cut anywhere: inside a line,
+/// between a line and its newline, between lines.
+fn chunked(content: &str, size: usize) -> Vec<u8> {
+    let mut out =
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for piece in content.as_bytes().chunks(size) {
+        out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        out.extend_from_slice(piece);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+#[tokio::test]
+async fn ndjson_lines_cut_between_chunks_are_read_whole() {
+    let content = ndjson(&[
+        accepted("job_9"),
+        progress("job_9", 1, 1, 2),
+        progress("job_9", 2, 2, 2),
+        result("job_9", json!({"refunded": 4812})),
+    ]);
+    for size in [1, 7, 64, content.find('\n').unwrap(), content.len()] {
+        for watched in [false, true] {
+            let (url, seen) = serve(vec![chunked(&content, size)]).await;
+            let client = client(&url).connect().await.unwrap();
+            let mut call = client.invoke("refund", json!({"order": 4812})).send();
+            let events = watched.then(|| call.events());
+            let handle = call.handle();
+            let out = call.await.unwrap();
+            assert_eq!(out.value, json!({"refunded": 4812}), "chunks of {size}");
+            assert_eq!((out.attempts, out.replayed), (1, false));
+            assert_eq!(handle.job_id().as_deref(), Some("job_9"));
+            if let Some(mut events) = events {
+                let mut seqs = Vec::new();
+                while let Some(e) = events.next().await {
+                    seqs.push(e.event_seq);
+                }
+                assert_eq!(seqs, [Some(1), Some(2)], "chunks of {size}");
+            }
+            check_attempts(&seen.lock().unwrap(), 1);
+        }
+    }
+}

@@ -52,3 +52,4 @@ pub use ids::{
 };
 pub use key::{canonical_json, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use message::*;
+pub use scan::peek_kind;

@@ -95,6 +95,35 @@ pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<&RawValue>)>
     Some((header, slots.payload))
 }
 
+/// A frame's `type`, read without the rest of it, when only fields with
+/// plain string values come before it, as runtimes write envelopes
+/// (`{"arcp":"1.1","id":"..","type":"job.event",..`); `None` when anything
+/// else comes first. Nothing after `type` is looked at, so the frame may
+/// still be invalid: this tells a receiver what a frame would be if it
+/// decodes (to leave one it has no use for undecoded), never that it does.
+pub fn peek_kind(text: &str) -> Option<&str> {
+    let mut s = Scanner {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    s.skip_ws();
+    s.eat(b'{')?;
+    loop {
+        s.skip_ws();
+        let key = s.plain_string()?;
+        s.skip_ws();
+        s.eat(b':')?;
+        s.skip_ws();
+        let value = s.plain_string()?;
+        if key == "type" {
+            return Some(value);
+        }
+        s.skip_ws();
+        s.eat(b',')?;
+    }
+}
+
 /// Each field as read: `Some(None)` is an explicit `null`.
 #[derive(Default)]
 struct Slots<'a> {
@@ -228,6 +257,29 @@ mod tests {
 
     use super::*;
     use crate::envelope::Envelope;
+
+    #[test]
+    fn peek_kind_reads_a_leading_type_and_nothing_else() {
+        let event = r#"{"arcp":"1.1","id":"01J","type":"job.event","job_id":"job_1","payload":{"kind":"log"}}"#;
+        assert_eq!(peek_kind(event), Some("job.event"));
+        assert_eq!(
+            peek_kind(" { \"type\" : \"job.result\" }"),
+            Some("job.result")
+        );
+        // A `type` inside the payload is not the envelope's.
+        let result =
+            r#"{"arcp":"1.1","id":"01J","payload":{"type":"job.event"},"type":"job.result"}"#;
+        assert_eq!(peek_kind(result), None);
+        // Not plain before it (a number, an escape): not read.
+        assert_eq!(peek_kind(r#"{"event_seq":1,"type":"job.event"}"#), None);
+        assert_eq!(peek_kind(r#"{"id":"a\"b","type":"job.event"}"#), None);
+        assert_eq!(peek_kind(r#"{"type":"job.\u0065vent"}"#), None);
+        assert_eq!(peek_kind(r#"{"arcp":"1.1"}"#), None);
+        assert_eq!(peek_kind("not json"), None);
+        // Where it reads one, the full decoding agrees.
+        let frame = crate::Dialect::V1_1.decode(event).unwrap();
+        assert_eq!(frame.envelope.kind, "job.event");
+    }
 
     /// The scanner either declines or reads exactly what serde reads.
     fn agrees(text: &str) -> Result<bool, TestCaseError> {

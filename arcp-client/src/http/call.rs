@@ -13,22 +13,27 @@
 //!           OutcomeUnavailable (when the job may exist); the deadline bounds it all
 //! ```
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use arcp_types::{Dialect, Envelope, ErrorCode, ErrorReply, Frame, JobEvent, JobResult, Message};
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use arcp_types::{
+    Dialect, EncodedRequest, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Keep, Message,
+};
+use reqwest::header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Url;
+use serde_json::value::RawValue;
 
+use futures_util::FutureExt;
 use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use super::{
-    bearer_header, body_detail, describe, endpoint, header_is_true, http_client,
-    idempotency_key_header, media_type, read_capped, redact, retry_after, ReadError,
-    ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
+    bearer_header, body_detail, describe, endpoint, has_media_type, header_is_true, http_client,
+    idempotency_key_header, read_capped, redact, retry_after, ReadError, ERROR_BODY_LIMIT,
+    IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
-use crate::cache::{conflict, intent_of, Cached, Intent, Outcome, OutcomeCache, Settled};
+use crate::cache::{conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, Settled};
 use crate::classify::{
     classify_error, failed_result, give_up, read_result, tool_error, Ended, Ending, ErrorVerdict,
     Exposure, ResultReading,
@@ -115,7 +120,10 @@ impl HttpBackend {
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut req: CallRequest) -> Result<ToolOutput, Error> {
         req.seal();
-        let Intent { fingerprint, size } = intent_of(&req.invoke);
+        // The intent is encoded once: every attempt sends these bytes, and
+        // the outcome cache tells intents apart by them.
+        let encoded = Dialect::V1_1.encode_invoke(&req.invoke);
+        let Intent { fingerprint, size } = intent_of_payload(encoded.payload());
         let now = Instant::now();
         let cached = self.cache().get(&req.key, fingerprint, now);
         match cached {
@@ -123,7 +131,7 @@ impl HttpBackend {
                 req.shared.set_answered(Answered::Cache);
                 // The trace is the caller's, as on the WebSocket transport.
                 return outcome.into_outcome().map(|mut out| {
-                    out.trace_id = req.trace_id.to_string();
+                    out.trace_id = req.trace_id.text();
                     out
                 });
             }
@@ -146,11 +154,11 @@ impl HttpBackend {
         let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
-        let mut call = Call::new(self, req, key_header);
+        let mut call = Call::new(self, req, key_header, encoded);
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
         if let Some(job) = prior_job {
-            call.bind(job);
+            call.bind(&job);
         }
         enum End {
             Done(Outcome),
@@ -185,11 +193,19 @@ impl HttpBackend {
         if call.dropped_events > 0 {
             warn!(parent: &span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
-        // The cache admits only the key's own outcome (`cache::admits`).
-        let settled = Settled::from(outcome);
+        // The cache admits only the key's own outcome (`cache::admits`); a
+        // value kept as text is shared with it, and parsed here once.
+        let value_text = match &outcome {
+            Ok(_) => call.value_text.take(),
+            Err(_) => None,
+        };
+        let settled = Settled {
+            outcome,
+            value_text,
+        };
         self.cache()
             .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
-        settled.outcome
+        settled.into_outcome()
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, OutcomeCache> {
@@ -225,6 +241,15 @@ struct Call<'a> {
     backend: &'a HttpBackend,
     req: CallRequest,
     key_header: HeaderValue,
+    /// The intent's payload, encoded once: every attempt sends these bytes
+    /// under a fresh envelope header.
+    encoded: EncodedRequest,
+    /// The current attempt's envelope id and timestamp (buffers reused).
+    message_id: String,
+    timestamp: String,
+    /// A plainly successful result's value, kept as its wire text: parsed
+    /// once for the caller, and shared (not copied) by the outcome cache.
+    value_text: Option<Arc<str>>,
     /// Requests sent (a request that never connected is not counted).
     attempts: u32,
     job_id: Option<String>,
@@ -247,11 +272,20 @@ struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(backend: &'a HttpBackend, req: CallRequest, key_header: HeaderValue) -> Self {
+    fn new(
+        backend: &'a HttpBackend,
+        req: CallRequest,
+        key_header: HeaderValue,
+        encoded: EncodedRequest,
+    ) -> Self {
         Call {
             backend,
             req,
             key_header,
+            encoded,
+            message_id: String::with_capacity(32),
+            timestamp: String::with_capacity(32),
+            value_text: None,
             attempts: 0,
             job_id: None,
             bound: false,
@@ -342,13 +376,16 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Sends the request once: the same intent (one `Invoke` value, so a
-    /// byte-identical payload) under a fresh envelope id.
+    /// Sends the request once: the same intent (its payload encoded once,
+    /// so byte-identical) under a fresh envelope id and timestamp.
     async fn attempt(&mut self) -> Next {
-        let mut frame = Frame::new(Message::Invoke(self.req.invoke.clone()));
-        frame.envelope.trace_id = Some(self.req.trace_id.to_string());
-        let request_id = frame.envelope.id.clone();
-        let body = Dialect::V1_1.encode(&frame);
+        arcp_types::write_new_message_id(&mut self.message_id);
+        arcp_types::write_now_rfc3339(&mut self.timestamp);
+        let mut header = Header::outgoing(&self.message_id, &self.timestamp);
+        let mut trace = [0; 32];
+        header.trace_id = Some(Cow::Borrowed(self.req.trace_id.write(&mut trace)));
+        // The body is this string's buffer: reqwest takes it without a copy.
+        let body = self.encoded.frame_with(&header);
         // An earlier attempt bound the job: what comes back is a stored
         // outcome even without the replay header. (After an attempt that was
         // merely lost, the answer may as well be a first execution.)
@@ -359,14 +396,17 @@ impl<'a> Call<'a> {
             .backend
             .http
             .post(self.backend.endpoint.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, ACCEPT_BOTH)
-            .header(IDEMPOTENCY_KEY_HEADER, self.key_header.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH))
+            .header(
+                HeaderName::from_static(IDEMPOTENCY_KEY_HEADER),
+                self.key_header.clone(),
+            )
             .body(body);
         if let Some(auth) = &self.backend.auth {
             request = request.header(AUTHORIZATION, auth.clone());
         }
-        debug!(attempt = self.attempts, %request_id, "request sent");
+        debug!(attempt = self.attempts, request_id = %self.message_id, "request sent");
         // From here until an answer, the request may reach the runtime.
         self.in_flight = true;
         let next = self.send(request, earlier).await;
@@ -401,7 +441,7 @@ impl<'a> Call<'a> {
         let headers = response.headers();
         let replayed = earlier || header_is_true(headers, REPLAYED_HEADER);
         let floor = retry_after(headers, SystemTime::now());
-        let stream = media_type(headers) == NDJSON;
+        let stream = has_media_type(headers, NDJSON);
         match status {
             200..=299 if stream => self.read_stream(response, replayed).await,
             200..=299 => self.read_single(response, replayed).await,
@@ -449,12 +489,12 @@ impl<'a> Call<'a> {
                     .await
                     .unwrap_or_default();
                 // An ARCP error envelope is the runtime's answer, whatever the status.
-                if let Some(frame) = std::str::from_utf8(&body)
+                if let Some((header, message)) = std::str::from_utf8(&body)
                     .ok()
-                    .and_then(|text| Dialect::V1_1.decode(text).ok())
-                    .filter(|f| is_error(&f.message))
+                    .and_then(|text| Dialect::V1_1.decode_borrowed(text).ok())
+                    .filter(|(_, message)| is_error(message))
                 {
-                    if let Some(next) = self.on_frame(frame, replayed) {
+                    if let Some(next) = self.on_frame(&header, message, replayed) {
                         return next;
                     }
                 }
@@ -515,14 +555,12 @@ impl<'a> Call<'a> {
                 };
             }
         };
-        let frame = std::str::from_utf8(&body)
+        let read = std::str::from_utf8(&body)
             .map_err(|e| e.to_string())
-            .and_then(|text| Dialect::V1_1.decode(text).map_err(|e| e.to_string()));
-        match frame {
-            Ok(frame) => match self.on_frame(frame, replayed) {
-                Some(next) => next,
-                None => self.no_terminal("the response held no terminal envelope"),
-            },
+            .and_then(|text| self.on_text(text, replayed).map_err(|e| e.to_string()));
+        match read {
+            Ok(Some(next)) => next,
+            Ok(None) => self.no_terminal("the response held no terminal envelope"),
             Err(e) => {
                 self.uncertain = true;
                 Next::Lost {
@@ -534,34 +572,60 @@ impl<'a> Call<'a> {
     }
 
     /// `application/x-ndjson`: envelopes, one per line, up to the terminal.
-    /// A line is bounded by the frame size limit.
+    /// A line is bounded by the frame size limit. Lines whole within a
+    /// chunk are read where they are; only a line cut between chunks is
+    /// put together in a buffer.
     async fn read_stream(&mut self, mut response: reqwest::Response, replayed: bool) -> Next {
+        let next = self.read_lines(&mut response, replayed).await;
+        // What follows the terminal (the stream's end, normally in the
+        // same read) is read if it is already there: the connection then
+        // goes back to the pool now, ready for the next call. What is not
+        // there yet is left to the HTTP client, which drains or closes.
+        for _ in 0..4 {
+            match response.chunk().now_or_never() {
+                Some(Ok(Some(_))) => {}
+                _ => break,
+            }
+        }
+        next
+    }
+
+    async fn read_lines(&mut self, response: &mut reqwest::Response, replayed: bool) -> Next {
         let limit = self.config().max_frame_size;
-        let mut buffer: Vec<u8> = Vec::new();
-        let mut scanned = 0;
+        let mut partial: Vec<u8> = Vec::new();
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
-                    buffer.extend_from_slice(&chunk);
-                    while let Some(end) = buffer[scanned..].iter().position(|&b| b == b'\n') {
-                        let line: Vec<u8> = buffer.drain(..scanned + end + 1).collect();
-                        scanned = 0;
+                    let mut rest: &[u8] = &chunk;
+                    if !partial.is_empty() {
+                        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                            partial.extend_from_slice(rest);
+                            if partial.len() > limit {
+                                return self.line_too_long(limit);
+                            }
+                            continue;
+                        };
+                        partial.extend_from_slice(&rest[..end]);
+                        rest = &rest[end + 1..];
+                        let line = std::mem::take(&mut partial);
                         if let Some(next) = self.on_line(&line, replayed) {
                             return next;
                         }
                     }
-                    scanned = buffer.len();
-                    if buffer.len() > limit {
-                        self.uncertain = true;
-                        return Next::Lost {
-                            floor: None,
-                            reason: format!("an NDJSON line is over the {limit}-byte frame limit"),
-                        };
+                    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+                        if let Some(next) = self.on_line(&rest[..end], replayed) {
+                            return next;
+                        }
+                        rest = &rest[end + 1..];
+                    }
+                    partial.extend_from_slice(rest);
+                    if partial.len() > limit {
+                        return self.line_too_long(limit);
                     }
                 }
                 Ok(None) => {
                     // The last line may lack its newline.
-                    if let Some(next) = self.on_line(&buffer, replayed) {
+                    if let Some(next) = self.on_line(&partial, replayed) {
                         return next;
                     }
                     return self
@@ -575,6 +639,14 @@ impl<'a> Call<'a> {
                     };
                 }
             }
+        }
+    }
+
+    fn line_too_long(&mut self, limit: usize) -> Next {
+        self.uncertain = true;
+        Next::Lost {
+            floor: None,
+            reason: format!("an NDJSON line is over the {limit}-byte frame limit"),
         }
     }
 
@@ -606,8 +678,8 @@ impl<'a> Call<'a> {
         if text.is_empty() {
             return None;
         }
-        match Dialect::V1_1.decode(text) {
-            Ok(frame) => self.on_frame(frame, replayed),
+        match self.on_text(text, replayed) {
+            Ok(next) => next,
             Err(e) => {
                 warn!(error = %e, "skipping an NDJSON line that does not decode");
                 None
@@ -615,25 +687,57 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// One envelope of the answer. Returns the call's next step when the
+    /// One envelope's text, decoded for what the call needs: in full when
+    /// someone watches the call's events, else only what decides the
+    /// outcome ([`Keep::Outcome`], as over WebSocket), a plainly successful
+    /// result's value kept as text. Returns the call's next step when the
     /// envelope ends the attempt.
-    fn on_frame(&mut self, frame: Frame, replayed: bool) -> Option<Next> {
-        let Frame { envelope, message } = frame;
+    fn on_text(
+        &mut self,
+        text: &str,
+        replayed: bool,
+    ) -> Result<Option<Next>, arcp_types::DecodeError> {
+        let dialect = Dialect::V1_1;
+        let keep = if self.req.shared.is_watched() {
+            Keep::All
+        } else {
+            Keep::Outcome
+        };
+        // An event nobody watches changes nothing (this binding assembles
+        // no result from events): it is not decoded. (Not counted either:
+        // should a watcher come later, a re-sent stream may show it events
+        // it has not seen, never one twice.)
+        if keep == Keep::Outcome && arcp_types::peek_kind(text) == Some("job.event") {
+            return Ok(None);
+        }
+        let (header, payload) = dialect.decode_header(text)?;
+        if keep == Keep::Outcome {
+            if let Some(value) = dialect.plain_result_value(&header, payload) {
+                return Ok(Some(Next::Done(
+                    self.on_plain_result(&header, value, replayed),
+                )));
+            }
+        }
+        let message = dialect.decode_payload(&header, payload, keep)?;
+        Ok(self.on_frame(&header, message, replayed))
+    }
+
+    /// One decoded envelope of the answer. Returns the call's next step
+    /// when the envelope ends the attempt.
+    fn on_frame(&mut self, header: &Header<'_>, message: Message, replayed: bool) -> Option<Next> {
         match message {
             Message::Accepted(accepted) => {
-                self.bind(accepted.job_id);
+                self.bind(&accepted.job_id);
                 self.accepted_now = true;
                 None
             }
             Message::Event(event) => {
-                self.on_event(&envelope, event);
+                self.on_event(header, event);
                 None
             }
-            Message::Result(result) => {
-                Some(Next::Done(self.on_result(&envelope, result, replayed)))
-            }
+            Message::Result(result) => Some(Next::Done(self.on_result(header, result, replayed))),
             Message::Cancelled(_) => {
-                if let Some(job) = envelope.job_id.clone() {
+                if let Some(job) = header.job_id.as_deref() {
                     self.bind(job);
                 }
                 Some(Next::Done(Err(Error::Cancelled {
@@ -645,7 +749,7 @@ impl<'a> Call<'a> {
             Message::Error(e)
             | Message::SessionError(e)
             | Message::Nack(e)
-            | Message::Rejected(e) => Some(self.on_error(&envelope, e, replayed)),
+            | Message::Rejected(e) => Some(self.on_error(header, e, replayed)),
             other => {
                 debug!(message = ?std::mem::discriminant(&other), "ignoring an unexpected envelope");
                 None
@@ -654,27 +758,32 @@ impl<'a> Call<'a> {
     }
 
     /// Records the job the runtime bound the key to.
-    fn bind(&mut self, job_id: String) {
-        if self.job_id.as_deref() != Some(job_id.as_str()) {
-            self.req
-                .shared
-                .set_job(&std::sync::Arc::from(job_id.as_str()));
-            self.job_id = Some(job_id);
+    fn bind(&mut self, job_id: &str) {
+        if self.job_id.as_deref() != Some(job_id) {
+            self.req.shared.set_job(&Arc::from(job_id));
+            self.job_id = Some(job_id.to_owned());
         }
         self.bound = true;
     }
 
-    fn on_event(&mut self, envelope: &Envelope, event: JobEvent) {
-        // `event_seq` is per job in the binding, so a stream re-sent on a
-        // later attempt is deduplicated too.
-        if let Some(seq) = envelope.event_seq {
+    /// Whether an event is new: `event_seq` is per job in the binding, so
+    /// a stream re-sent on a later attempt is deduplicated too.
+    fn seen_event(&mut self, event_seq: Option<u64>) -> bool {
+        if let Some(seq) = event_seq {
             if self.last_event_seq.is_some_and(|last| last >= seq) {
-                return;
+                return false;
             }
             self.last_event_seq = Some(seq);
         }
+        true
+    }
+
+    fn on_event(&mut self, header: &Header<'_>, event: JobEvent) {
+        if !self.seen_event(header.event_seq) {
+            return;
+        }
         let event = InvocationEvent {
-            event_seq: envelope.event_seq,
+            event_seq: header.event_seq,
             event,
         };
         if !self.req.shared.deliver(&event) {
@@ -682,8 +791,31 @@ impl<'a> Call<'a> {
         }
     }
 
-    fn on_result(&mut self, envelope: &Envelope, result: JobResult, replayed: bool) -> Outcome {
-        if let Some(job) = envelope.job_id.clone() {
+    /// A plainly successful result ([`Dialect::plain_result_value`]): what
+    /// [`on_result`](Self::on_result) makes of it, its value left as text
+    /// for the caller to parse once.
+    fn on_plain_result(
+        &mut self,
+        header: &Header<'_>,
+        value: &RawValue,
+        replayed: bool,
+    ) -> Outcome {
+        if let Some(job) = header.job_id.as_deref() {
+            self.bind(job);
+        }
+        self.value_text = Some(Arc::from(value.get()));
+        Ok(ToolOutput {
+            value: serde_json::Value::Null,
+            job_id: self.job_id.clone(),
+            key: self.req.key.clone(),
+            replayed,
+            attempts: self.attempts,
+            trace_id: self.req.trace_id.text(),
+        })
+    }
+
+    fn on_result(&mut self, header: &Header<'_>, result: JobResult, replayed: bool) -> Outcome {
+        if let Some(job) = header.job_id.as_deref() {
             self.bind(job);
         }
         let key = self.req.key.clone();
@@ -707,13 +839,13 @@ impl<'a> Call<'a> {
             key,
             replayed,
             attempts: self.attempts,
-            trace_id: self.req.trace_id.to_string(),
+            trace_id: self.req.trace_id.text(),
         })
     }
 
-    fn on_error(&mut self, envelope: &Envelope, mut e: ErrorReply, replayed: bool) -> Next {
+    fn on_error(&mut self, header: &Header<'_>, mut e: ErrorReply, replayed: bool) -> Next {
         e.message = self.redact(std::mem::take(&mut e.message));
-        let names_job = envelope.job_id.is_some();
+        let names_job = header.job_id.is_some();
         let verdict = classify_error(&e, names_job, self.accepted_now);
         // Only the runtime's refusal of the request itself says anything of
         // the credentials or the key; a job's own error is the tool's.
@@ -736,7 +868,7 @@ impl<'a> Call<'a> {
                 reason: format!("{}: {}", e.code, e.message),
             },
             verdict => {
-                if let Some(job) = envelope.job_id.clone() {
+                if let Some(job) = header.job_id.as_deref() {
                     self.bind(job);
                 }
                 // A job's error with no acceptance before it on this

@@ -128,7 +128,8 @@ pub(crate) fn idempotency_key_header(key: &str) -> Result<HeaderValue, Error> {
         quoted.push(c);
     }
     quoted.push('"');
-    HeaderValue::from_str(&quoted).map_err(|_| {
+    // From the string itself: its buffer becomes the header's, uncopied.
+    HeaderValue::try_from(quoted).map_err(|_| {
         Error::InvalidCall(format!(
             "idempotency key {key:?} cannot be sent as an HTTP header"
         ))
@@ -159,14 +160,14 @@ pub(crate) fn header_is_true(headers: &HeaderMap, name: &str) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true") || v.trim() == "1")
 }
 
-/// The media type of a response, lowercased, without parameters.
-pub(crate) fn media_type(headers: &HeaderMap) -> String {
+/// Whether a response's media type (without parameters, in any case) is
+/// `wanted` (given in lower case).
+pub(crate) fn has_media_type(headers: &HeaderMap, wanted: &str) -> bool {
     headers
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase())
-        .unwrap_or_default()
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(wanted))
 }
 
 /// Why a body could not be read whole.

@@ -81,7 +81,7 @@ pub(super) fn decode(
         }
         "job.accepted" => {
             let mut accepted: Accepted = match keep {
-                Keep::Outcome => from_payload::<outcome_readers::LeanAccepted>(k, payload)?.0,
+                Keep::Outcome => outcome_readers::accepted(k, payload)?,
                 _ => from_payload(k, payload)?,
             };
             accepted.request_id = accepted.request_id.or_else(correlation);
@@ -96,7 +96,7 @@ pub(super) fn decode(
         "log" => event("log", payload)?,
         "job.result_chunk" => event("result_chunk", payload)?,
         "job.event" => Message::Event(match keep {
-            Keep::Outcome => from_payload::<outcome_readers::LeanEvent>(k, payload)?.0,
+            Keep::Outcome => outcome_readers::event(k, payload)?,
             _ => from_payload(k, payload)?,
         }),
         "job.completed" => {

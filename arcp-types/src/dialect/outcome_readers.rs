@@ -2,17 +2,270 @@
 //! every call receives, read for what deciding its outcome needs. Fields
 //! skipped here are still checked to be JSON (the envelope parse did that)
 //! but are not built: no string, map or tree is allocated for them.
+//!
+//! A payload read from a frame's text is JSON already checked (a
+//! `RawValue`), so the readers first walk it without serde ([`Walk`]):
+//! one pass that skips what it does not read instead of parsing it again.
+//! The walk declines anything it would have to judge rather than skip (an
+//! escape where it reads, a duplicate field, a number that might not fit,
+//! deep nesting, another shape); serde's reader then decides, so the walk
+//! only ever gives what serde's would (`codec_props` checks both).
 
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use serde_json::value::RawValue;
+
+use super::{from_payload, DecodeError, Payload};
 use crate::extra_fields::Key;
 use crate::message::{Accepted, JobEvent, JobResult, Object};
+use crate::json_escape::first_special;
 
 /// The kind of event whose body a receiver needs even when nobody watches
 /// the call: its chunks make up the result.
 const RESULT_CHUNK: &str = "result_chunk";
+
+/// Nesting the walk follows; deeper payloads go to serde (whose own limit
+/// is 128 levels).
+const WALK_DEPTH: usize = 64;
+
+/// A walk over JSON known to be valid. Every method returns `None` to
+/// decline (see the module docs); the walk is then abandoned.
+struct Walk<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+    /// Decline strings with escapes and numbers with an exponent or many
+    /// digits even where they are skipped (for a reader whose serde
+    /// counterpart builds every value, and so can refuse one).
+    strict: bool,
+}
+
+impl<'a> Walk<'a> {
+    fn new(text: &'a str, strict: bool) -> Self {
+        Walk {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+            strict,
+        }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, want: u8) -> Option<()> {
+        (self.peek()? == want).then(|| self.at += 1)
+    }
+
+    /// A string without escapes, borrowed.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let len = first_special(&self.bytes[start..])?;
+        if self.bytes[start + len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        // Both ends are ASCII bytes of valid UTF-8: char boundaries.
+        self.text.get(start..start + len)
+    }
+
+    /// `null` (`Some(true)`) or not (`Some(false)`, nothing consumed).
+    fn null(&mut self) -> Option<bool> {
+        if self.peek()? == b'n' {
+            self.at += 4;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// Skips one value, returning its text.
+    fn skip(&mut self, depth: usize) -> Option<&'a str> {
+        let first = self.peek()?;
+        let start = self.at;
+        match first {
+            b'"' => {
+                self.at += 1;
+                loop {
+                    let n = first_special(&self.bytes[self.at..])?;
+                    self.at += n;
+                    if self.bytes[self.at] == b'"' {
+                        self.at += 1;
+                        break;
+                    }
+                    // A backslash: it and the byte it escapes.
+                    if self.strict {
+                        return None;
+                    }
+                    self.at += 2;
+                }
+            }
+            b'{' | b'[' => {
+                if depth >= WALK_DEPTH {
+                    return None;
+                }
+                let close = if first == b'{' { b'}' } else { b']' };
+                self.at += 1;
+                if self.peek()? == close {
+                    self.at += 1;
+                } else {
+                    loop {
+                        if first == b'{' {
+                            self.skip(depth + 1)?;
+                            self.eat(b':')?;
+                        }
+                        self.skip(depth + 1)?;
+                        match self.peek()? {
+                            b',' => self.at += 1,
+                            b if b == close => {
+                                self.at += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+            }
+            b't' => self.at += 4,
+            b'f' => self.at += 5,
+            b'n' => self.at += 4,
+            _ => {
+                let len = self.bytes[start..]
+                    .iter()
+                    .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                    .unwrap_or(self.bytes.len() - start);
+                let number = &self.bytes[start..start + len];
+                if len == 0
+                    || (self.strict && (len > 40 || number.iter().any(|b| b | 0x20 == b'e')))
+                {
+                    return None;
+                }
+                self.at += len;
+            }
+        }
+        self.text.get(start..self.at)
+    }
+
+    /// The members of an object, each handed to `member` with its name,
+    /// which must consume the value; then the end of the text.
+    fn object(&mut self, mut member: impl FnMut(&'a str, &mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+        } else {
+            loop {
+                let name = self.plain_string()?;
+                self.eat(b':')?;
+                member(name, self)?;
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.ws();
+        (self.at == self.bytes.len()).then_some(())
+    }
+}
+
+/// A payload as the readers take it: the checked text of a frame's
+/// payload, when it has one.
+fn raw_text<'a>(payload: &Payload<'a>) -> Option<&'a str> {
+    match payload {
+        Payload::Raw(Some(raw)) => Some(raw.get()),
+        _ => None,
+    }
+}
+
+/// An acceptance read for [`Keep::Outcome`]: by the walk, else by serde.
+pub(super) fn accepted(kind: &str, payload: Payload<'_>) -> Result<Accepted, DecodeError> {
+    if let Some(accepted) = raw_text(&payload).and_then(walk_accepted) {
+        return Ok(accepted);
+    }
+    Ok(from_payload::<LeanAccepted>(kind, payload)?.0)
+}
+
+fn walk_accepted(text: &str) -> Option<Accepted> {
+    let (mut job_id, mut request_id) = (None, None::<Option<&str>>);
+    Walk::new(text, false).object(|name, w| {
+        match name {
+            "job_id" if job_id.is_none() => job_id = Some(w.plain_string()?),
+            "request_id" if request_id.is_none() => {
+                request_id = Some(if w.null()? {
+                    None
+                } else {
+                    Some(w.plain_string()?)
+                });
+            }
+            "job_id" | "request_id" => return None,
+            _ => {
+                w.skip(0)?;
+            }
+        }
+        Some(())
+    })?;
+    Some(Accepted {
+        job_id: job_id?.to_owned(),
+        request_id: request_id.flatten().map(str::to_owned),
+        extra: Object::new(),
+    })
+}
+
+/// An event read for [`Keep::Outcome`]: by the walk, else by serde.
+pub(super) fn event(kind: &str, payload: Payload<'_>) -> Result<JobEvent, DecodeError> {
+    if let Some(event) = raw_text(&payload).and_then(walk_event) {
+        return Ok(event);
+    }
+    Ok(from_payload::<LeanEvent>(kind, payload)?.0)
+}
+
+fn walk_event(text: &str) -> Option<JobEvent> {
+    let (mut kind, mut ts, mut body) = (None::<&str>, None::<Option<&str>>, false);
+    Walk::new(text, false).object(|name, w| {
+        match name {
+            "kind" if kind.is_none() => kind = Some(w.plain_string()?),
+            "ts" if ts.is_none() => {
+                ts = Some(if w.null()? {
+                    None
+                } else {
+                    Some(w.plain_string()?)
+                });
+            }
+            // A body is skipped only once the kind says it is not a
+            // result chunk (whose body serde builds).
+            "body" if !body && kind.is_some_and(|k| k != RESULT_CHUNK) => {
+                body = true;
+                w.skip(0)?;
+            }
+            "kind" | "ts" | "body" => return None,
+            _ => {
+                w.skip(0)?;
+            }
+        }
+        Some(())
+    })?;
+    let kind = kind.filter(|k| *k != RESULT_CHUNK)?;
+    Some(JobEvent {
+        kind: kind.to_owned(),
+        ts: ts.flatten().map(str::to_owned),
+        body: Value::Null,
+        extra: Object::new(),
+    })
+}
 
 /// An acceptance with its unmodelled fields skipped.
 pub(super) struct LeanAccepted(pub(super) Accepted);
@@ -198,11 +451,54 @@ pub(super) fn legacy_event_body(
 /// Anything else (no value, another status, a repeated field, a payload
 /// that is not an object) is `None`: the caller decodes the frame instead.
 pub(super) fn plain_result_value<'a>(
-    payload: &'a serde_json::value::RawValue,
+    payload: &'a RawValue,
     value_field: &str,
     fallback_field: Option<&str>,
-) -> Option<&'a serde_json::value::RawValue> {
-    use serde_json::value::RawValue;
+) -> Option<&'a RawValue> {
+    match walk_plain_result(payload.get(), value_field, fallback_field) {
+        // The value's text is a whole value of checked JSON: borrowed as
+        // a raw value again (this checks only the value).
+        Some(Some(value)) => serde_json::from_str(value).ok(),
+        Some(None) => None,
+        None => serde_plain_result_value(payload, value_field, fallback_field),
+    }
+}
+
+/// [`plain_result_value`] by the walk: `Some(answer)`, or `None` when the
+/// walk declines. Strict: serde's reader builds every value of the payload
+/// (a number out of range refuses it), so the walk declines any string
+/// with an escape and any number with an exponent.
+fn walk_plain_result<'a>(
+    text: &'a str,
+    value_field: &str,
+    fallback_field: Option<&str>,
+) -> Option<Option<&'a str>> {
+    let (mut value, mut fallback) = (None::<&str>, None::<&str>);
+    let mut plain = true;
+    Walk::new(text, true).object(|name, w| {
+        if name == value_field {
+            plain &= value.is_none();
+            value = Some(w.skip(0)?);
+        } else if Some(name) == fallback_field {
+            plain &= fallback.is_none();
+            fallback = Some(w.skip(0)?);
+        } else if name == "final_status" {
+            plain &= w.skip(0)? == "\"success\"";
+        } else {
+            w.skip(0)?;
+        }
+        Some(())
+    })?;
+    let chosen = value.or(fallback).filter(|v| *v != "null");
+    Some(chosen.filter(|_| plain))
+}
+
+/// [`plain_result_value`] by serde.
+fn serde_plain_result_value<'a>(
+    payload: &'a RawValue,
+    value_field: &str,
+    fallback_field: Option<&str>,
+) -> Option<&'a RawValue> {
     struct V<'f> {
         value_field: &'f str,
         fallback_field: Option<&'f str>,
@@ -301,5 +597,87 @@ impl<'de> Deserialize<'de> for Checked {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the walk reads a payload, serde's reader reads the same;
+    /// where serde's refuses it, the walk declines.
+    #[test]
+    fn the_walk_reads_what_serde_reads_or_declines() {
+        let accepted = [
+            (
+                r#"{"job_id":"j1","agent":"echo","lease":{"a":[1,{"b":null}]},"request_id":"m1"}"#,
+                true,
+            ),
+            (r#"{"request_id":null,"x":"a\"b\\c","job_id":"j1"}"#, true),
+            (r#"{ "job_id" : "j1" , "n" : -1.5e3 }"#, true),
+            (r#"{"job_id":"j\u0031"}"#, false),
+            (r#"{"job\u005fid":"j1"}"#, false),
+            (r#"{"job_id":"j1","job_id":"j2"}"#, false),
+            (r#"{"job_id":7}"#, false),
+            (r#"{"agent":"echo"}"#, false),
+            (r#"[1]"#, false),
+        ];
+        for (text, walked) in accepted {
+            let walk = walk_accepted(text);
+            assert_eq!(walk.is_some(), walked, "{text}");
+            let serde = serde_json::from_str::<LeanAccepted>(text).map(|a| a.0);
+            if let Some(walk) = walk {
+                assert_eq!(Ok(walk), serde.map_err(|e| e.to_string()), "{text}");
+            }
+        }
+        let events = [
+            (
+                r#"{"kind":"log","ts":"t","body":{"level":"info","m":[1,2]}}"#,
+                true,
+            ),
+            (
+                r#"{"kind":"progress","body":"x","ts":null,"extra":true}"#,
+                true,
+            ),
+            (r#"{"body":{},"kind":"log"}"#, false),
+            (r#"{"kind":"result_chunk","body":{"data":"x"}}"#, false),
+            (r#"{"kind":"log","kind":"log"}"#, false),
+            (r#"{"ts":"t"}"#, false),
+        ];
+        for (text, walked) in events {
+            let walk = walk_event(text);
+            assert_eq!(walk.is_some(), walked, "{text}");
+            if let Some(walk) = walk {
+                let serde = serde_json::from_str::<LeanEvent>(text).unwrap().0;
+                assert_eq!(walk, serde, "{text}");
+            }
+        }
+        let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+        assert!(walk_accepted(&format!(r#"{{"job_id":"j","x":{deep}}}"#)).is_none());
+        let results = [
+            (
+                r#"{"final_status":"success","result":{"a":[1,2.5]},"completed_at":"t"}"#,
+                Some(Some(r#"{"a":[1,2.5]}"#)),
+            ),
+            (r#"{"result":null}"#, Some(None)),
+            (r#"{"final_status":"error","result":1}"#, Some(None)),
+            (r#"{"result":1,"result":2}"#, Some(None)),
+            // Serde's reader builds every value: the walk leaves these to it.
+            (r#"{"result":1,"x":1e400}"#, None),
+            (r#"{"result":"a\nb"}"#, None),
+        ];
+        for (text, expected) in results {
+            let walk = walk_plain_result(text, "result", None);
+            assert_eq!(walk, expected, "{text}");
+            let raw: &RawValue = serde_json::from_str(text).unwrap();
+            let serde = serde_plain_result_value(raw, "result", None).map(RawValue::get);
+            if let Some(walk) = walk {
+                assert_eq!(walk, serde, "{text}");
+            }
+            assert_eq!(
+                plain_result_value(raw, "result", None).map(RawValue::get),
+                serde
+            );
+        }
     }
 }

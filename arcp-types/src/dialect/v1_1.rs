@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde_json::{json, Value};
 
-use super::outcome_readers::{lean_or_full, LeanAccepted, LeanEvent, LeanResult};
+use super::outcome_readers::{self, lean_or_full, LeanResult};
 use super::{
     decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Keep, Payload,
 };
@@ -45,11 +45,11 @@ pub(super) fn decode(
             Message::Invoke(from_payload(k, payload)?)
         }
         "job.accepted" => Message::Accepted(match keep {
-            Keep::Outcome => from_payload::<LeanAccepted>(k, payload)?.0,
+            Keep::Outcome => outcome_readers::accepted(k, payload)?,
             _ => from_payload(k, payload)?,
         }),
         "job.event" => Message::Event(match keep {
-            Keep::Outcome => from_payload::<LeanEvent>(k, payload)?.0,
+            Keep::Outcome => outcome_readers::event(k, payload)?,
             _ => from_payload(k, payload)?,
         }),
         "job.result" => job_result(k, payload, keep)?,

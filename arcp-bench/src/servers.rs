@@ -1,0 +1,134 @@
+//! The servers, each in a process of its own (this binary re-executed as
+//! `arcp-bench serve KIND`), so that the client's CPU figure is the client's
+//! alone and the server's is read from its threads.
+
+use std::io::Write as _;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Which server a scenario calls.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ServerKind {
+    /// The minimal fast WebSocket server (`fast_server.rs`): both dialects.
+    FastWebSocket,
+    /// The published `arcp-runtime 2.0.0`, as its `arcp serve` runs it.
+    ReferenceRuntime,
+    /// The minimal fast server of the HTTP binding (`http_server.rs`).
+    FastHttp,
+}
+
+impl ServerKind {
+    /// The `arcp-bench serve` argument.
+    pub fn serve_arg(self) -> &'static str {
+        match self {
+            ServerKind::FastWebSocket => "fast",
+            ServerKind::ReferenceRuntime => "runtime",
+            ServerKind::FastHttp => "http",
+        }
+    }
+
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::FastWebSocket => "fast server",
+            ServerKind::ReferenceRuntime => "arcp-runtime 2.0.0",
+            ServerKind::FastHttp => "fast HTTP server",
+        }
+    }
+}
+
+/// Serves `kind` in this process (the `serve` subcommand).
+pub fn serve(kind: &str, port: u16) -> Result<(), String> {
+    match kind {
+        "fast" => crate::fast_server::serve(port).map_err(|e| e.to_string()),
+        "http" => crate::http_server::serve(port).map_err(|e| e.to_string()),
+        "runtime" => crate::runtime_server::serve(port).map_err(|e| e.to_string()),
+        other => Err(format!("unknown server {other:?}: fast, http or runtime")),
+    }
+}
+
+/// Prints the line the parent waits for, once a server listens.
+pub fn announce(url: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "ARCP_URL={url}");
+    let _ = out.flush();
+}
+
+/// A server process, killed when dropped.
+pub struct Server {
+    _child: tokio::process::Child,
+    pub kind: ServerKind,
+    pub url: String,
+    pub pid: u32,
+}
+
+/// Starts a server process and waits for its URL.
+pub async fn spawn(kind: ServerKind) -> Result<Server, String> {
+    let name = kind.serve_arg();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = tokio::process::Command::new(exe)
+        .args(["serve", name])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start the {name} server: {e}"))?;
+    let pid = child.id().unwrap_or(0);
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .map_err(|_| format!("the {name} server did not start within 20 s"))?
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("the {name} server exited"))?;
+    let url = line
+        .strip_prefix("ARCP_URL=")
+        .ok_or_else(|| format!("unexpected line from the {name} server: {line}"))?
+        .to_owned();
+    Ok(Server {
+        _child: child,
+        kind,
+        url,
+        pid,
+    })
+}
+
+/// The servers of one run, started on first use.
+#[derive(Default)]
+pub struct Servers {
+    started: Vec<Server>,
+}
+
+impl Servers {
+    /// The server of `kind`, started now if it is not running yet.
+    pub async fn get(&mut self, kind: ServerKind) -> Result<&Server, String> {
+        if let Some(i) = self.started.iter().position(|s| s.kind == kind) {
+            return Ok(&self.started[i]);
+        }
+        let server = spawn(kind).await?;
+        self.started.push(server);
+        Ok(self.started.last().expect("just pushed"))
+    }
+
+    /// Starts every server of `kinds` (before a round, so that none starts
+    /// in the middle of one).
+    pub async fn start_all(
+        &mut self,
+        kinds: impl IntoIterator<Item = ServerKind>,
+    ) -> Result<(), String> {
+        for kind in kinds {
+            self.get(kind).await?;
+        }
+        Ok(())
+    }
+
+    /// The server of `kind`; it must have been started.
+    pub fn running(&self, kind: ServerKind) -> Result<&Server, String> {
+        self.started
+            .iter()
+            .find(|s| s.kind == kind)
+            .ok_or_else(|| format!("the {} is not running", kind.name()))
+    }
+}
