@@ -21,6 +21,7 @@ use arcp_types::IdempotencyKey;
 use rusqlite::{Connection, OptionalExtension};
 
 use errors::classify;
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use options::{SqliteOptions, Synchronous};
 use statements::{apply_one, SELECT};
 
