@@ -19,8 +19,8 @@ use serde_json::value::RawValue;
 
 use super::{from_payload, DecodeError, Payload};
 use crate::extra_fields::Key;
-use crate::message::{Accepted, JobEvent, JobResult, Object};
 use crate::json_escape::first_special;
+use crate::message::{Accepted, JobEvent, JobResult, Object};
 
 /// The kind of event whose body a receiver needs even when nobody watches
 /// the call: its chunks make up the result.
