@@ -111,6 +111,7 @@ pub(crate) fn intent_of(invoke: &Invoke) -> Intent {
 /// intent (the encoding is a function of the intent). For a transport that
 /// keeps only encoded requests in its cache; a fingerprint is compared only
 /// with others made the same way.
+#[cfg(feature = "http")]
 pub(crate) fn intent_of_payload(payload: &str) -> Intent {
     use std::hash::BuildHasher;
     Intent {
