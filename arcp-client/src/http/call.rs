@@ -577,14 +577,22 @@ impl<'a> Call<'a> {
     /// put together in a buffer.
     async fn read_stream(&mut self, mut response: reqwest::Response, replayed: bool) -> Next {
         let next = self.read_lines(&mut response, replayed).await;
-        // What follows the terminal (the stream's end, normally in the
-        // same read) is read if it is already there: the connection then
-        // goes back to the pool now, ready for the next call. What is not
-        // there yet is left to the HTTP client, which drains or closes.
-        for _ in 0..4 {
+        // What follows the terminal (the stream's end, sent with it) is
+        // read when it comes at once: the connection then goes back to the
+        // pool before this caller's next call looks for one (else the pool
+        // opens another connection). The HTTP client's connection task
+        // reads it: it gets two turns at most. What has not come by then is
+        // left to the HTTP client, which drains or closes the connection.
+        let (mut reads, mut turns) = (0, 0);
+        while reads < 8 {
             match response.chunk().now_or_never() {
-                Some(Ok(Some(_))) => {}
-                _ => break,
+                Some(Ok(Some(_))) => reads += 1,
+                Some(_) => break,
+                None if turns < 2 => {
+                    turns += 1;
+                    tokio::task::yield_now().await;
+                }
+                None => break,
             }
         }
         next
