@@ -1,0 +1,400 @@
+//! Reading an attempt's answer: one envelope (`application/json`) or a
+//! stream of them (`application/x-ndjson`), each decoded for what the call
+//! needs, up to the attempt's next step.
+
+use std::sync::Arc;
+
+use arcp_types::{Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Keep, Message};
+use futures_util::FutureExt;
+use serde_json::value::RawValue;
+use tracing::{debug, warn};
+
+use super::{Call, Next};
+use crate::cache::Outcome;
+use crate::classify::{
+    classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
+};
+use crate::error::Error;
+use crate::http::{describe, read_capped, ReadError};
+use crate::outcome::{InvocationEvent, ToolOutput};
+
+impl Call<'_> {
+    /// `application/json`: one envelope, normally the terminal.
+    pub(super) async fn read_single(
+        &mut self,
+        mut response: reqwest::Response,
+        replayed: bool,
+    ) -> Next {
+        let limit = self.config().max_frame_size;
+        let body = match read_capped(&mut response, limit).await {
+            Ok(body) => body,
+            Err(ReadError::Transport(e)) => {
+                self.uncertain = true;
+                return Next::Lost {
+                    floor: None,
+                    reason: format!("the response was cut off: {e}"),
+                };
+            }
+            Err(ReadError::TooLarge) => {
+                self.uncertain = true;
+                return Next::Lost {
+                    floor: None,
+                    reason: format!("the response is over the {limit}-byte frame limit"),
+                };
+            }
+        };
+        let read = std::str::from_utf8(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|text| self.on_text(text, replayed).map_err(|e| e.to_string()));
+        match read {
+            Ok(Some(next)) => next,
+            Ok(None) => self.no_terminal("the response held no terminal envelope"),
+            Err(e) => {
+                self.uncertain = true;
+                Next::Lost {
+                    floor: None,
+                    reason: format!("the response is not an ARCP envelope: {e}"),
+                }
+            }
+        }
+    }
+
+    /// `application/x-ndjson`: envelopes, one per line, up to the terminal.
+    /// A line is bounded by the frame size limit. Lines whole within a
+    /// chunk are read where they are; only a line cut between chunks is
+    /// put together in a buffer.
+    pub(super) async fn read_stream(
+        &mut self,
+        mut response: reqwest::Response,
+        replayed: bool,
+    ) -> Next {
+        let next = self.read_lines(&mut response, replayed).await;
+        // What follows the terminal (the stream's end, sent with it) is
+        // read when it comes at once: the connection then goes back to the
+        // pool before this caller's next call looks for one (else the pool
+        // opens another connection). The HTTP client's connection task
+        // reads it: it gets two turns at most. What has not come by then is
+        // left to the HTTP client, which drains or closes the connection.
+        let (mut reads, mut turns) = (0, 0);
+        while reads < 8 {
+            match response.chunk().now_or_never() {
+                Some(Ok(Some(_))) => reads += 1,
+                Some(_) => break,
+                None if turns < 2 => {
+                    turns += 1;
+                    tokio::task::yield_now().await;
+                }
+                None => break,
+            }
+        }
+        next
+    }
+
+    async fn read_lines(&mut self, response: &mut reqwest::Response, replayed: bool) -> Next {
+        let limit = self.config().max_frame_size;
+        let mut partial: Vec<u8> = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let mut rest: &[u8] = &chunk;
+                    if !partial.is_empty() {
+                        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                            partial.extend_from_slice(rest);
+                            if partial.len() > limit {
+                                return self.line_too_long(limit);
+                            }
+                            continue;
+                        };
+                        partial.extend_from_slice(&rest[..end]);
+                        rest = &rest[end + 1..];
+                        let line = std::mem::take(&mut partial);
+                        if let Some(next) = self.on_line(&line, replayed) {
+                            return next;
+                        }
+                    }
+                    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+                        if let Some(next) = self.on_line(&rest[..end], replayed) {
+                            return next;
+                        }
+                        rest = &rest[end + 1..];
+                    }
+                    partial.extend_from_slice(rest);
+                    if partial.len() > limit {
+                        return self.line_too_long(limit);
+                    }
+                }
+                Ok(None) => {
+                    // The last line may lack its newline.
+                    if let Some(next) = self.on_line(&partial, replayed) {
+                        return next;
+                    }
+                    return self
+                        .no_terminal("the response stream ended before a terminal envelope");
+                }
+                Err(e) => {
+                    self.uncertain = true;
+                    return Next::Lost {
+                        floor: None,
+                        reason: format!("the response stream broke: {}", describe(&e)),
+                    };
+                }
+            }
+        }
+    }
+
+    fn line_too_long(&mut self, limit: usize) -> Next {
+        self.uncertain = true;
+        Next::Lost {
+            floor: None,
+            reason: format!("an NDJSON line is over the {limit}-byte frame limit"),
+        }
+    }
+
+    /// A complete response without a terminal: accepted only (the key is
+    /// bound; ask again later), or nothing usable (treated as lost).
+    fn no_terminal(&mut self, reason: &str) -> Next {
+        if self.accepted_now {
+            Next::Pending {
+                floor: None,
+                reason: format!("{reason}: the runtime answered with job.accepted only"),
+            }
+        } else {
+            self.uncertain = true;
+            Next::Lost {
+                floor: None,
+                reason: reason.to_owned(),
+            }
+        }
+    }
+
+    fn on_line(&mut self, line: &[u8], replayed: bool) -> Option<Next> {
+        let text = match std::str::from_utf8(line) {
+            Ok(text) => text.trim(),
+            Err(_) => {
+                warn!("skipping an NDJSON line that is not UTF-8");
+                return None;
+            }
+        };
+        if text.is_empty() {
+            return None;
+        }
+        match self.on_text(text, replayed) {
+            Ok(next) => next,
+            Err(e) => {
+                warn!(error = %e, "skipping an NDJSON line that does not decode");
+                None
+            }
+        }
+    }
+
+    /// One envelope's text, decoded for what the call needs: in full when
+    /// someone watches the call's events, else only what decides the
+    /// outcome ([`Keep::Outcome`], as over WebSocket), a plainly successful
+    /// result's value kept as text. Returns the call's next step when the
+    /// envelope ends the attempt.
+    fn on_text(
+        &mut self,
+        text: &str,
+        replayed: bool,
+    ) -> Result<Option<Next>, arcp_types::DecodeError> {
+        let dialect = Dialect::V1_1;
+        let keep = if self.req.shared.is_watched() {
+            Keep::All
+        } else {
+            Keep::Outcome
+        };
+        // An event nobody watches changes nothing (this binding assembles
+        // no result from events): it is not decoded. (Not counted either:
+        // should a watcher come later, a re-sent stream may show it events
+        // it has not seen, never one twice.)
+        if keep == Keep::Outcome && arcp_types::peek_kind(text) == Some("job.event") {
+            return Ok(None);
+        }
+        let (header, payload) = dialect.decode_header(text)?;
+        if keep == Keep::Outcome {
+            if let Some(value) = dialect.plain_result_value(&header, payload) {
+                return Ok(Some(Next::Done(
+                    self.on_plain_result(&header, value, replayed),
+                )));
+            }
+        }
+        let message = dialect.decode_payload(&header, payload, keep)?;
+        Ok(self.on_frame(&header, message, replayed))
+    }
+
+    /// One decoded envelope of the answer. Returns the call's next step
+    /// when the envelope ends the attempt.
+    pub(super) fn on_frame(
+        &mut self,
+        header: &Header<'_>,
+        message: Message,
+        replayed: bool,
+    ) -> Option<Next> {
+        match message {
+            Message::Accepted(accepted) => {
+                self.bind(&accepted.job_id);
+                self.accepted_now = true;
+                None
+            }
+            Message::Event(event) => {
+                self.on_event(header, event);
+                None
+            }
+            Message::Result(result) => Some(Next::Done(self.on_result(header, result, replayed))),
+            Message::Cancelled(_) => {
+                if let Some(job) = header.job_id.as_deref() {
+                    self.bind(job);
+                }
+                Some(Next::Done(Err(Error::Cancelled {
+                    key: self.req.key.clone(),
+                    job_id: self.job_id.clone(),
+                    attempts: 0,
+                })))
+            }
+            Message::Error(e)
+            | Message::SessionError(e)
+            | Message::Nack(e)
+            | Message::Rejected(e) => Some(self.on_error(header, e, replayed)),
+            other => {
+                debug!(message = ?std::mem::discriminant(&other), "ignoring an unexpected envelope");
+                None
+            }
+        }
+    }
+
+    /// Records the job the runtime bound the key to.
+    pub(super) fn bind(&mut self, job_id: &str) {
+        if self.job_id.as_deref() != Some(job_id) {
+            self.req.shared.set_job(&Arc::from(job_id));
+            self.job_id = Some(job_id.to_owned());
+        }
+        self.bound = true;
+    }
+
+    /// Whether an event is new: `event_seq` is per job in the binding, so
+    /// a stream re-sent on a later attempt is deduplicated too.
+    fn seen_event(&mut self, event_seq: Option<u64>) -> bool {
+        if let Some(seq) = event_seq {
+            if self.last_event_seq.is_some_and(|last| last >= seq) {
+                return false;
+            }
+            self.last_event_seq = Some(seq);
+        }
+        true
+    }
+
+    fn on_event(&mut self, header: &Header<'_>, event: JobEvent) {
+        if !self.seen_event(header.event_seq) {
+            return;
+        }
+        let event = InvocationEvent {
+            event_seq: header.event_seq,
+            event,
+        };
+        if !self.req.shared.deliver(&event) {
+            self.dropped_events += 1;
+        }
+    }
+
+    /// A plainly successful result ([`Dialect::plain_result_value`]): what
+    /// [`on_result`](Self::on_result) makes of it, its value left as text
+    /// for the caller to parse once.
+    fn on_plain_result(
+        &mut self,
+        header: &Header<'_>,
+        value: &RawValue,
+        replayed: bool,
+    ) -> Outcome {
+        if let Some(job) = header.job_id.as_deref() {
+            self.bind(job);
+        }
+        self.value_text = Some(Arc::from(value.get()));
+        Ok(ToolOutput {
+            value: serde_json::Value::Null,
+            job_id: self.job_id.clone(),
+            key: self.req.key.clone(),
+            replayed,
+            attempts: self.attempts,
+            trace_id: self.req.trace_id.text(),
+        })
+    }
+
+    fn on_result(&mut self, header: &Header<'_>, result: JobResult, replayed: bool) -> Outcome {
+        if let Some(job) = header.job_id.as_deref() {
+            self.bind(job);
+        }
+        let key = self.req.key.clone();
+        let value = match read_result(result, None) {
+            ResultReading::Value(value) => value,
+            ResultReading::Failed { code, message } => {
+                let e = failed_result(code, self.redact(message));
+                return Err(tool_error(
+                    &key,
+                    self.job_id.clone(),
+                    e,
+                    &ErrorVerdict::JobFailed,
+                    self.exposure(),
+                    replayed,
+                ));
+            }
+        };
+        Ok(ToolOutput {
+            value,
+            job_id: self.job_id.clone(),
+            key,
+            replayed,
+            attempts: self.attempts,
+            trace_id: self.req.trace_id.text(),
+        })
+    }
+
+    fn on_error(&mut self, header: &Header<'_>, mut e: ErrorReply, replayed: bool) -> Next {
+        e.message = self.redact(std::mem::take(&mut e.message));
+        let names_job = header.job_id.is_some();
+        let verdict = classify_error(&e, names_job, self.accepted_now);
+        // Only the runtime's refusal of the request itself says anything of
+        // the credentials or the key; a job's own error is the tool's.
+        let refusal = !matches!(verdict, ErrorVerdict::JobFailed);
+        if refusal {
+            // This request was answered: it ran nothing.
+            self.in_flight = false;
+        }
+        if refusal && e.code == ErrorCode::Unauthenticated {
+            return Next::Done(Err(self.end(Ending::Unauthenticated { message: e.message })));
+        }
+        match verdict {
+            ErrorVerdict::DuplicateKey => {
+                Next::Done(Err(self.end(Ending::DuplicateKey { message: e.message })))
+            }
+            // Refused before acceptance, transiently: no job was created by
+            // this attempt; retry with the same key.
+            ErrorVerdict::Transient { floor } => Next::Transient {
+                floor,
+                reason: format!("{}: {}", e.code, e.message),
+            },
+            verdict => {
+                if let Some(job) = header.job_id.as_deref() {
+                    self.bind(job);
+                }
+                // A job's error with no acceptance before it on this
+                // attempt is a stored outcome.
+                let replayed = replayed || (names_job && !self.accepted_now);
+                Next::Done(Err(tool_error(
+                    &self.req.key,
+                    self.job_id.clone(),
+                    e,
+                    &verdict,
+                    self.exposure(),
+                    replayed,
+                )))
+            }
+        }
+    }
+}
+
+pub(super) fn is_error(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::Error(_) | Message::SessionError(_) | Message::Nack(_) | Message::Rejected(_)
+    )
+}
