@@ -4,8 +4,8 @@
 //! ratios taken in the same run.
 //!
 //! ```text
-//! cargo run --release -p arcp-bench                 # full run (~7 min), markdown on stdout
-//! cargo run --release -p arcp-bench -- --quick      # sanity run, about a minute
+//! cargo run --release -p arcp-bench                 # full run (~11 min), markdown on stdout
+//! cargo run --release -p arcp-bench -- --quick      # sanity run, under a minute
 //! cargo run --release -p arcp-bench -- --sections http --rounds 3
 //! ```
 //!
