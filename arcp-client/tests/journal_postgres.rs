@@ -929,3 +929,58 @@ async fn a_batch_keeps_each_keys_order() {
         assert_eq!(events, ["prepared", "sent", "accepted", "terminal"], "{k}");
     }
 }
+
+/// The common batch (transitions of held calls and new records) is sent in
+/// one round trip, `BEGIN` to `COMMIT`, before any answer is read: a
+/// statement the database refuses must still leave nothing of the batch
+/// behind, and the same batch commits whole once the refusal is lifted.
+#[tokio::test]
+async fn a_batch_sent_at_once_commits_whole_or_not_at_all() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_secs(5)).await;
+    a.apply(&[
+        JournalWrite::Prepare(entry("once-1")),
+        JournalWrite::Prepare(entry("once-2")),
+    ])
+    .unwrap();
+    let db = sql(&url).await;
+    db.batch_execute(
+        "CREATE FUNCTION refuse_once_2() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.key = 'once-2' THEN RAISE EXCEPTION 'refused by the test'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_once_2 BEFORE UPDATE ON arcp_calls \
+         FOR EACH ROW EXECUTE FUNCTION refuse_once_2();",
+    )
+    .await
+    .unwrap();
+    let writes = [terminal("once-1", json!(1)), terminal("once-2", json!(2))];
+    let new = [entry("once-3")];
+    let refused = a.apply_and_insert_new(&writes, &new);
+    assert!(refused.is_err(), "the refusal is the batch's: {refused:?}");
+    assert_eq!(
+        a.get(&key("once-1")).unwrap().unwrap().state,
+        JournalState::Prepared,
+        "the terminal sent before the refused one was rolled back"
+    );
+    assert!(
+        a.get(&key("once-3")).unwrap().is_none(),
+        "the new record sent after it was rolled back"
+    );
+    assert!(a.take_fenced().is_empty(), "a refusal is not a fence");
+
+    db.batch_execute("DROP TRIGGER refuse_once_2 ON arcp_calls")
+        .await
+        .unwrap();
+    assert_eq!(a.apply_and_insert_new(&writes, &new).unwrap(), vec![true]);
+    for (k, v) in [("once-1", 1), ("once-2", 2)] {
+        assert_eq!(
+            a.get(&key(k)).unwrap().unwrap().state,
+            JournalState::Terminal(ok(json!(v)))
+        );
+    }
+    assert_eq!(
+        a.get(&key("once-3")).unwrap().unwrap().state,
+        JournalState::Prepared
+    );
+    assert!(a.take_fenced().is_empty());
+}

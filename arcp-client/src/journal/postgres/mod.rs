@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use arcp_types::IdempotencyKey;
 use deadpool_postgres::{GenericClient, Pool};
 
+mod at_once;
 mod bridge;
 mod connect;
 mod errors;
@@ -18,9 +19,11 @@ mod leases;
 mod options;
 mod rows;
 mod schema;
+mod set_wise;
 mod sql;
 mod writes;
 
+use at_once::rides_at_once;
 use errors::classify;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use options::PostgresOptions;
@@ -228,19 +231,7 @@ impl Journal for PostgresJournal {
         if writes.is_empty() {
             return Ok(());
         }
-        let mut held = lock(&self.held).clone();
-        let mut fenced = Vec::new();
-        self.block(async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(|e| self.err(e))?;
-            self.apply_all(&tx, writes, &mut held, &mut fenced)
-                .await
-                .map_err(|e| self.err(e))?;
-            tx.commit().await.map_err(|e| self.err(e))
-        })?;
-        *lock(&self.held) = held;
-        self.report_fenced(fenced);
-        Ok(())
+        self.apply_and_insert_new(writes, &[]).map(|_| ())
     }
 
     fn apply_and_insert_new(
@@ -252,6 +243,12 @@ impl Journal for PostgresJournal {
         let mut fenced = Vec::new();
         let inserted = self.block(async {
             let mut client = self.client().await?;
+            if writes.iter().all(rides_at_once) {
+                return self
+                    .commit_at_once(&client, writes, new, &mut held, &mut fenced)
+                    .await
+                    .map_err(|e| self.err(e));
+            }
             let tx = client.transaction().await.map_err(|e| self.err(e))?;
             // The writes and the insert concern distinct keys: sent together.
             let (applied, inserted) = tokio::join!(

@@ -7,10 +7,6 @@ use super::errors::classify;
 use crate::journal::rows::{duration_to_millis, outcome_text, state_columns, to_millis, StoredRow};
 use crate::journal::{JournalEntry, JournalError, JournalOutcome, JournalWrite};
 
-/// A segment of this many writes or more goes set-wise (fewer: one
-/// pipelined statement each, which costs no more).
-pub(super) const SET_WISE_FROM: usize = 4;
-
 /// The columns of new records, for [`INSERT_MANY`].
 #[derive(Default)]
 pub(super) struct NewRows {
