@@ -23,7 +23,7 @@ use rusqlite::{Connection, OptionalExtension};
 use errors::classify;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use options::{SqliteOptions, Synchronous};
-use statements::{apply_one, SELECT};
+use statements::{apply_one, insert_absent, SELECT};
 
 use super::rows::{duration_to_millis, to_millis};
 use super::{
@@ -73,10 +73,16 @@ impl SqliteJournal {
     /// Up to `limit` records of every state, the most recently changed
     /// first.
     pub fn list(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.select_limited(
+            &format!("{SELECT} ORDER BY updated_ms DESC, key LIMIT ?1"),
+            limit,
+        )
+    }
+
+    /// The records `sql` selects with `limit` as its one parameter.
+    fn select_limited(&self, sql: &str, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
         let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(&format!("{SELECT} ORDER BY updated_ms DESC, key LIMIT ?1"))
-            .map_err(|e| self.err(e))?;
+        let mut stmt = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt
             .query_map([limit], rows::read)
@@ -140,6 +146,27 @@ impl Journal for SqliteJournal {
         tx.commit().map_err(|e| self.err(e))
     }
 
+    /// One transaction, no read: each new record is inserted unless its key
+    /// has one (`ON CONFLICT DO NOTHING`), which also says which were.
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        for write in writes {
+            apply_one(&tx, write).map_err(|e| self.err(e))?;
+        }
+        let inserted = new
+            .iter()
+            .map(|e| insert_absent(&tx, e))
+            .collect::<rusqlite::Result<Vec<bool>>>()
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(inserted)
+    }
+
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
         let conn = self.lock();
         let mut stmt = conn
@@ -153,21 +180,10 @@ impl Journal for SqliteJournal {
     }
 
     fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "{SELECT} WHERE state != 'terminal' ORDER BY created_ms, key LIMIT ?1"
-            ))
-            .map_err(|e| self.err(e))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = stmt
-            .query_map([limit], rows::read)
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row.map_err(|e| self.err(e))?.into_entry(&self.location)?);
-        }
-        Ok(out)
+        self.select_limited(
+            &format!("{SELECT} WHERE state != 'terminal' ORDER BY created_ms, key LIMIT ?1"),
+            limit,
+        )
     }
 
     fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
@@ -241,6 +257,32 @@ mod tests {
             created_at: now,
             updated_at: now,
         }
+    }
+
+    #[test]
+    fn new_calls_are_recorded_without_replacing_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = SqliteJournal::open(dir.path().join("j.db")).unwrap();
+        let (old, new) = (entry("k-old"), entry("k-new"));
+        j.apply(&[JournalWrite::Prepare(old.clone())]).unwrap();
+        let ended = JournalWrite::Sent {
+            key: old.key.clone(),
+            attempts: 2,
+            at: SystemTime::now(),
+        };
+        let mut again = old.clone();
+        again.tool = "other".into();
+        let inserted = j
+            .apply_and_insert_new(&[ended], &[again, new.clone()])
+            .unwrap();
+        assert_eq!(inserted, vec![false, true]);
+        let kept = j.get(&old.key).unwrap().unwrap();
+        assert_eq!((kept.tool.as_str(), kept.attempts), ("t", 2));
+        assert_eq!(kept.state, JournalState::Sent, "the batch's write applied");
+        assert_eq!(
+            j.get(&new.key).unwrap().unwrap().state,
+            JournalState::Prepared
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use rusqlite::params;
 
 use crate::journal::rows::{duration_to_millis, outcome_text, state_columns, to_millis};
-use crate::journal::JournalWrite;
+use crate::journal::{JournalEntry, JournalWrite};
 
 pub(super) const SELECT: &str =
     "SELECT key, tool, intent, trace_id, deadline_ms, state, attempts, job_id, \
@@ -18,25 +18,7 @@ pub(super) fn apply_one(
 ) -> rusqlite::Result<()> {
     match write {
         JournalWrite::Prepare(e) => {
-            let (state, job_id, outcome) = state_columns(&e.state);
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, \
-                 state, attempts, job_id, outcome, created_ms, updated_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )?
-            .execute(params![
-                e.key.as_str(),
-                e.tool,
-                e.intent,
-                e.trace_id,
-                duration_to_millis(e.deadline),
-                state,
-                e.attempts,
-                job_id,
-                outcome,
-                to_millis(e.created_at),
-                to_millis(e.updated_at),
-            ])?;
+            insert(tx, "INSERT OR REPLACE", e, "")?;
         }
         JournalWrite::Sent { key, attempts, at } => {
             tx.prepare_cached(
@@ -76,4 +58,40 @@ pub(super) fn apply_one(
         JournalWrite::Release { .. } => {}
     }
     Ok(())
+}
+
+/// Records `e` unless its key has a record; whether it did.
+pub(super) fn insert_absent(
+    tx: &rusqlite::Transaction<'_>,
+    e: &JournalEntry,
+) -> rusqlite::Result<bool> {
+    Ok(insert(tx, "INSERT", e, " ON CONFLICT (key) DO NOTHING")? == 1)
+}
+
+/// `verb` (an `INSERT` form) of `e`'s columns, then `tail`; rows changed.
+fn insert(
+    tx: &rusqlite::Transaction<'_>,
+    verb: &str,
+    e: &JournalEntry,
+    tail: &str,
+) -> rusqlite::Result<usize> {
+    let (state, job_id, outcome) = state_columns(&e.state);
+    tx.prepare_cached(&format!(
+        "{verb} INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, attempts, \
+         job_id, outcome, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11){tail}"
+    ))?
+    .execute(params![
+        e.key.as_str(),
+        e.tool,
+        e.intent,
+        e.trace_id,
+        duration_to_millis(e.deadline),
+        state,
+        e.attempts,
+        job_id,
+        outcome,
+        to_millis(e.created_at),
+        to_millis(e.updated_at),
+    ])
 }
