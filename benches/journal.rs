@@ -48,6 +48,9 @@ struct Subject {
     samples: Vec<Duration>,
     /// Time spent in the concurrent phase, over its rounds.
     concurrent: Duration,
+    /// The machine's busy CPU time in the concurrent phase (every process:
+    /// the store's server too), where the system reports it.
+    busy: Option<Duration>,
     /// The store's commit floor, compared with this client's added median.
     floor: Option<&'static str>,
 }
@@ -169,6 +172,7 @@ async fn main() {
     for round in 0..CONCURRENT_ROUNDS {
         for s in &mut subjects {
             let start = Instant::now();
+            let busy_before = machine_busy();
             let mut tasks = Vec::new();
             for t in 0..CONCURRENCY {
                 let client = s.client.clone();
@@ -182,6 +186,11 @@ async fn main() {
                 t.await.expect("task");
             }
             s.concurrent += start.elapsed();
+            s.busy = match (s.busy, busy_before, machine_busy()) {
+                (Some(sum), Some(before), Some(after)) => Some(sum + (after - before)),
+                (None, Some(before), Some(after)) if round == 0 => Some(after - before),
+                _ => None,
+            };
         }
     }
     for s in &subjects {
@@ -197,22 +206,30 @@ async fn main() {
     );
     println!();
     println!(
-        "| client | median | p99 | added median | added p99 | calls/s ({CONCURRENCY} in flight) |"
+        "| client | median | p99 | added median | added p99 | calls/s ({CONCURRENCY} in flight) \
+         | CPU per call | CPU busy |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let no_journal_rate = rate(&subjects[0]);
     for s in &subjects {
         let median = percentile(&s.samples, 0.50);
         let p99 = percentile(&s.samples, 0.99);
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} ({:.2}x) |",
+            "| {} | {} | {} | {} | {} | {:.0} ({:.2}x) | {} | {} |",
             s.name,
             us(median),
             us(p99),
             added(median, base_median),
             added(p99, base_p99),
             rate(s),
-            rate(s) / no_journal_rate
+            rate(s) / no_journal_rate,
+            s.busy
+                .map_or("-".into(), |b| us(b / concurrent_calls() as u32)),
+            s.busy.map_or("-".into(), |b| format!(
+                "{:.2} of {} cores",
+                b.as_secs_f64() / s.concurrent.as_secs_f64(),
+                std::thread::available_parallelism().map_or(0, |n| n.get())
+            )),
         );
     }
     println!();
@@ -251,6 +268,7 @@ impl Subject {
             client: client.expect("connect"),
             samples: Vec::new(),
             concurrent: Duration::ZERO,
+            busy: None,
             floor: None,
         }
     }
@@ -261,11 +279,37 @@ impl Subject {
     }
 }
 
+/// Calls made in the concurrent phase.
+fn concurrent_calls() -> usize {
+    (CONCURRENT_CALLS / CONCURRENCY / CONCURRENT_ROUNDS) * CONCURRENCY * CONCURRENT_ROUNDS
+}
+
 /// Calls per second in the concurrent phase.
 fn rate(s: &Subject) -> f64 {
-    let calls =
-        (CONCURRENT_CALLS / CONCURRENCY / CONCURRENT_ROUNDS) * CONCURRENCY * CONCURRENT_ROUNDS;
-    calls as f64 / s.concurrent.as_secs_f64()
+    concurrent_calls() as f64 / s.concurrent.as_secs_f64()
+}
+
+/// CPU time the whole machine has spent busy (not idle, not waiting for
+/// I/O) since boot, from `/proc/stat` (Linux); `None` elsewhere. Read
+/// around a phase, it counts every process's share: the bench's and a
+/// database server's.
+fn machine_busy() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = cpu
+        .split_whitespace()
+        .map(|t| t.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time, after
+    // these, is counted in user already)
+    let busy: u64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
+        .map(|(_, t)| t)
+        .sum();
+    // The kernel counts in USER_HZ, 100 per second on every Linux ABI.
+    Some(Duration::from_millis(busy * 10))
 }
 
 const SQLITE_FLOOR: &str = "SQLite: one row, one transaction, synchronous=FULL";

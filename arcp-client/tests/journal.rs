@@ -665,3 +665,125 @@ async fn a_journal_instance_survives_a_failed_connect_and_serves_one_client() {
     }
     drop(mock);
 }
+
+/// A journal that keeps every write it is given, in order.
+struct Recording {
+    inner: MemoryJournal,
+    writes: Arc<std::sync::Mutex<Vec<arcp_sdk::JournalWrite>>>,
+}
+
+impl Journal for Recording {
+    fn apply(&self, writes: &[arcp_sdk::JournalWrite]) -> Result<(), arcp_sdk::JournalError> {
+        self.writes.lock().unwrap().extend_from_slice(writes);
+        self.inner.apply(writes)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, arcp_sdk::JournalError> {
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, arcp_sdk::JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(
+        &self,
+        retention: &Retention,
+        now: std::time::SystemTime,
+    ) -> Result<arcp_sdk::PurgeReport, arcp_sdk::JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+/// The kinds of write `log` holds for `key`, in order.
+fn writes_of(log: &[arcp_sdk::JournalWrite], key: &IdempotencyKey) -> Vec<&'static str> {
+    use arcp_sdk::JournalWrite as W;
+    log.iter()
+        .filter_map(|w| match w {
+            W::Prepare(e) if &e.key == key => Some("prepare"),
+            W::Sent { key: k, .. } if k == key => Some("sent"),
+            W::Accepted { key: k, .. } if k == key => Some("accepted"),
+            W::Terminal { key: k, .. } if k == key => Some("terminal"),
+            W::Release { key: k } if k == key => Some("release"),
+            W::Remove { key: k } if k == key => Some("remove"),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A call that ends soon after it was sent records its sent and accepted
+/// marks in its terminal write (one change of the record, not three); a
+/// call that runs longer has them recorded while it runs, with the job it
+/// was bound to.
+#[tokio::test]
+async fn a_calls_marks_ride_in_its_end_unless_it_runs_long() {
+    let mock = MockRuntime::builder()
+        .tool("fast", |args: Value, _ctx| async move { Ok(args) })
+        .tool("slow", |args: Value, _ctx| async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            Ok(args)
+        })
+        .start()
+        .await
+        .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = builder(&mock.ws_url())
+        .journal(Recording {
+            inner: MemoryJournal::new(),
+            writes: log.clone(),
+        })
+        .connect()
+        .await
+        .unwrap();
+
+    // Calls in flight together: batches are committed back to back, so a
+    // mark is never far from a commit it could ride in.
+    let mut fast = Vec::new();
+    for round in 0..4 {
+        let calls = (0..32).map(|i| {
+            let client = client.clone();
+            async move {
+                let args = json!({ "round": round, "i": i });
+                client.invoke("fast", args).send().await.unwrap().key
+            }
+        });
+        fast.extend(futures_util::future::join_all(calls).await);
+    }
+    let slow = {
+        let client = client.clone();
+        tokio::spawn(async move { client.invoke("slow", json!({})).send().await })
+    };
+    // Well past the marks' delay, well before the slow call ends.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let running = log.lock().unwrap().clone();
+    let slow = slow.await.unwrap().unwrap();
+    client.close().await;
+
+    let log = log.lock().unwrap().clone();
+    let merged = fast
+        .iter()
+        .filter(|k| writes_of(&log, k) == ["prepare", "terminal"])
+        .count();
+    // A fast call here takes a few milliseconds at most; a loaded machine
+    // may stall one now and then past the delay.
+    assert!(
+        merged * 10 >= fast.len() * 8,
+        "{merged} of {} fast calls wrote one change",
+        fast.len()
+    );
+    for k in &fast {
+        let kinds = writes_of(&log, k);
+        assert_eq!(kinds.first(), Some(&"prepare"), "{k}: {kinds:?}");
+        assert_eq!(kinds.last(), Some(&"terminal"), "{k}: {kinds:?}");
+    }
+    assert_eq!(
+        writes_of(&running, &slow.key),
+        ["prepare", "sent", "accepted"],
+        "the slow call's marks, recorded while it ran"
+    );
+    let job = running.iter().find_map(|w| match w {
+        arcp_sdk::JournalWrite::Accepted { key, job_id, .. } if key == &slow.key => {
+            Some(job_id.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(job.as_deref(), slow.job_id.as_deref());
+    assert_eq!(writes_of(&log, &slow.key).last(), Some(&"terminal"));
+}

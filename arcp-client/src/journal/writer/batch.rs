@@ -49,31 +49,49 @@ impl Writer {
         loop {
             let (batch, closing) = {
                 let mut q = lock(&self.shared.queue);
+                // Sleep until there is something to commit: a prepare or a
+                // request (someone waits), a transition due, a renewal or
+                // a purge.
+                let mut due = false;
                 loop {
-                    if !q.is_empty() || q.closing {
+                    if !q.prepares.is_empty() || !q.requests.is_empty() || q.closing {
                         break;
                     }
                     let now = Instant::now();
-                    let wake_at = next_renew.map_or(next_purge, |r| r.min(next_purge));
+                    let next_due = q.next_due(now);
+                    if next_due.is_some_and(|at| at <= now) {
+                        due = true;
+                        break;
+                    }
+                    let wake_at = [Some(next_purge), next_renew, next_due]
+                        .into_iter()
+                        .flatten()
+                        .min()
+                        .unwrap_or(next_purge);
                     if now >= wake_at {
                         break;
                     }
+                    q.asleep_until = Some(wake_at);
                     q = wait_timeout(&self.shared.wake, q, wake_at - now);
+                    q.asleep_until = None;
                 }
-                // Only transitions queued: nobody waits for them, so let
-                // them ride on the next commit a prepare needs anyway (one
-                // fsync for both) if one comes soon.
+                // Only transitions due: nobody waits for them, so let them
+                // ride on the next commit a prepare needs anyway (one fsync
+                // for both) if one comes soon.
                 let linger_until = Instant::now() + TRANSITION_LINGER;
-                while q.prepares.is_empty() && q.requests.is_empty() && !q.closing {
+                while due && q.prepares.is_empty() && q.requests.is_empty() && !q.closing {
                     let now = Instant::now();
                     if now >= linger_until {
                         break;
                     }
+                    q.asleep_until = Some(linger_until);
                     q = wait_timeout(&self.shared.wake, q, linger_until - now);
+                    q.asleep_until = None;
                 }
+                let all = q.closing || !q.requests.is_empty();
                 let batch = Batch {
                     prepares: std::mem::take(&mut q.prepares),
-                    transitions: std::mem::take(&mut q.transitions),
+                    transitions: q.take_transitions(Instant::now(), all),
                     durable: std::mem::take(&mut q.durable),
                     requests: std::mem::take(&mut q.requests),
                 };

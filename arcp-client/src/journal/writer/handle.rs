@@ -171,8 +171,8 @@ impl JournalHandle {
                 return Err(Error::Journal(self.shared.closed_error()));
             }
             q.prepares.push((entry, tx));
+            self.shared.wake_writer(q, None);
         }
-        self.shared.wake.notify_one();
         let decision = rx
             .await
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
@@ -269,8 +269,7 @@ impl JournalHandle {
                         q.durable.push((key.clone(), tx));
                         rx
                     });
-                    drop(q);
-                    self.shared.wake.notify_one();
+                    self.shared.wake_writer(q, None);
                     break durable;
                 }
             }

@@ -136,6 +136,15 @@ pub(super) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long transitions alone wait for a prepare to share its commit.
 pub(super) const TRANSITION_LINGER: Duration = Duration::from_millis(5);
 
+/// How long a call's sent and accepted marks wait for its end before they
+/// are committed on their own. A call that ends sooner (most do) records
+/// them in its terminal write; one that runs longer has them recorded this
+/// long after they happened. Nothing waits on them: the record says "may
+/// have run" from its prepare on, so a crash inside the delay loses only
+/// the job id a recovery would have resumed by (it re-sends the key, and
+/// the runtime deduplicates it).
+pub(super) const MARK_DELAY: Duration = Duration::from_millis(50);
+
 #[cfg(test)]
 mod tests {
     use std::collections::{HashMap, HashSet};
@@ -200,12 +209,14 @@ mod tests {
             accepted: Some(("job_1".into(), at)),
             terminal: None,
             released: true,
+            since: None,
         };
         let newer = Pending {
             sent: Some((2, at)),
             accepted: None,
             terminal: None,
             released: false,
+            since: None,
         };
         let merged = older.then(newer);
         assert_eq!(merged.sent.map(|s| s.0), Some(3), "the higher count");

@@ -10,6 +10,7 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::warn;
 
+use super::MARK_DELAY;
 use crate::journal::rows::to_millis;
 use crate::journal::{
     JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, JournalWrite,
@@ -46,6 +47,10 @@ pub(super) struct Pending {
     pub(super) terminal: Option<(JournalOutcome, SystemTime)>,
     /// The client stopped driving the call without an outcome.
     pub(super) released: bool,
+    /// When the oldest of these transitions was noted: sent and accepted
+    /// marks wait up to [`MARK_DELAY`] from then for the call's end, so a
+    /// call that ends soon writes one record change instead of three.
+    pub(super) since: Option<Instant>,
 }
 
 impl Pending {
@@ -59,7 +64,27 @@ impl Pending {
             released: newer.released || (self.released && newer.terminal.is_none()),
             accepted: newer.accepted.or(self.accepted),
             terminal: newer.terminal.or(self.terminal),
+            since: match (self.since, newer.since) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
         }
+    }
+
+    /// By when these transitions must be committed: at once for an end
+    /// (a terminal, a release), else [`MARK_DELAY`] after the oldest mark.
+    pub(super) fn due(&self) -> Option<Instant> {
+        if self.terminal.is_some() || self.released {
+            return None;
+        }
+        self.since
+            .map(|since| crate::retry::later(since, MARK_DELAY))
+    }
+
+    /// Whether these transitions are to be committed with a batch taken
+    /// at `now`.
+    pub(super) fn is_due(&self, now: Instant) -> bool {
+        self.due().is_none_or(|due| due <= now)
     }
 
     /// The writes these transitions make. A terminal write carries the
@@ -130,6 +155,8 @@ pub(super) type DurableReply = oneshot::Sender<Result<(), JournalError>>;
 #[derive(Default)]
 pub(super) struct Queue {
     pub(super) prepares: Vec<(JournalEntry, PrepareReply)>,
+    /// Transitions per key, merged; each committed once
+    /// [due](Pending::is_due) (or with a batch that reads or closes).
     pub(super) transitions: HashMap<IdempotencyKey, Pending>,
     /// Callers waiting for their terminal write to be durable.
     pub(super) durable: Vec<(IdempotencyKey, DurableReply)>,
@@ -138,11 +165,38 @@ pub(super) struct Queue {
     pub(super) closing: bool,
     /// The writer stopped; nothing is accepted any more.
     pub(super) stopped: bool,
+    /// Until when the writer sleeps, while it does: a producer wakes it
+    /// only if it would not wake in time by itself (each wake is a system
+    /// call, and a call notes up to three transitions).
+    pub(super) asleep_until: Option<Instant>,
 }
 
 impl Queue {
-    pub(super) fn is_empty(&self) -> bool {
-        self.prepares.is_empty() && self.transitions.is_empty() && self.requests.is_empty()
+    /// The earliest instant a queued transition is due (`now` if one is).
+    pub(super) fn next_due(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for p in self.transitions.values() {
+            let due = p.due().map_or(now, |d| d.max(now));
+            if due == now {
+                return Some(now);
+            }
+            next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        next
+    }
+
+    /// The transitions a batch taken at `now` commits: every one when
+    /// `all` (a read must see what was noted before it, a close leaves
+    /// nothing behind), else those due.
+    pub(super) fn take_transitions(
+        &mut self,
+        now: Instant,
+        all: bool,
+    ) -> HashMap<IdempotencyKey, Pending> {
+        if all {
+            return std::mem::take(&mut self.transitions);
+        }
+        self.transitions.extract_if(|_, p| p.is_due(now)).collect()
     }
 }
 
@@ -184,16 +238,23 @@ impl Shared {
         if q.stopped {
             return;
         }
-        match q.transitions.get_mut(key) {
-            Some(p) => f(p),
-            None => {
-                let mut p = Pending::default();
-                f(&mut p);
-                q.transitions.insert(key.clone(), p);
-            }
-        }
+        let p = q.transitions.entry(key.clone()).or_default();
+        f(p);
+        p.since.get_or_insert_with(Instant::now);
+        let due = p.due();
+        self.wake_writer(q, due);
+    }
+
+    /// Wakes the writer if it sleeps past `due` (`None`: now), releasing
+    /// the queue first.
+    pub(super) fn wake_writer(&self, q: std::sync::MutexGuard<'_, Queue>, due: Option<Instant>) {
+        let wake = q
+            .asleep_until
+            .is_some_and(|until| due.is_none_or(|due| until > due));
         drop(q);
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
     }
 
     /// Marks `keys` as owned elsewhere and wakes their drivers. Only keys a
@@ -229,8 +290,7 @@ impl Shared {
             return Err(self.closed_error());
         }
         q.requests.push(request);
-        drop(q);
-        self.wake.notify_one();
+        self.wake_writer(q, None);
         Ok(())
     }
 }
