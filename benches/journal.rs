@@ -24,7 +24,9 @@
 //!
 //! Run it: `cargo bench --bench journal` (release mode). Options:
 //! `-- --calls N` (sequential calls per client, default 3000),
-//! `ARCP_BENCH_DIR=/path` (where the journal files go, default the temp dir).
+//! `ARCP_BENCH_DIR=/path` (where the journal files go, default the temp dir),
+//! `ARCP_BENCH_ONLY=text` (only the no-journal client and those whose name
+//! holds `text`: to profile one store).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -113,6 +115,14 @@ async fn main() {
                 .await,
         ),
     ];
+    // Profiling one store: keep the baseline and the subjects named so.
+    if let Ok(only) = std::env::var("ARCP_BENCH_ONLY") {
+        let mut i = 0;
+        subjects.retain(|s| {
+            i += 1;
+            i == 1 || s.name.contains(only.as_str())
+        });
+    }
     let mut floors = vec![sqlite_floor(&dir.path().join("floor.db"))];
     match std::env::var("ARCP_BENCH_POSTGRES_URL") {
         Ok(url) => {
