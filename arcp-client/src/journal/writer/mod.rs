@@ -8,7 +8,8 @@
 //! - `sent` and `accepted` come from the connection task through a
 //!   [`Recorder`]: a short lock and a map insert, never a wait. They are
 //!   merged per key (latest wins), so their memory is bounded by the calls
-//!   in flight, and committed with the next batch.
+//!   in flight, and wait up to [`MARK_DELAY`] for the call's terminal to
+//!   ride in (most calls end sooner: one record change instead of three).
 //! - `terminal` is queued by the caller's task after the outcome arrives;
 //!   it waits only when the writer is far behind (bounded memory).
 //! - lookups, listings and removals are queued behind the writes, so they
