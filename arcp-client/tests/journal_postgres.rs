@@ -139,9 +139,9 @@ async fn migrations_are_versioned_applied_once_and_a_newer_schema_is_refused() {
     });
     for j in futures_util::future::join_all(opens).await {
         let j = j.unwrap();
-        assert_eq!(j.schema_version().await.unwrap(), 2);
+        assert_eq!(j.schema_version().await.unwrap(), 3);
     }
-    assert_eq!(PostgresJournal::latest_schema_version(), 2);
+    assert_eq!(PostgresJournal::latest_schema_version(), 3);
     let db = sql(&url).await;
     let rows: i64 = db
         .query_one("SELECT count(*) FROM arcp_journal_schema", &[])

@@ -54,7 +54,7 @@ use crate::sync::lock;
 /// further. The runtime deduplicates the key, so the call the new owner
 /// re-sends runs once.
 ///
-/// **Invariants held by the database** (schema version 1, applied by
+/// **Invariants held by the database** (its schema's migrations, applied by
 /// [`PostgresJournal::connect`] under an advisory lock): a terminal record
 /// is final (trigger); one active attempt per call (partial unique index on
 /// `arcp_attempts`); state and attempt counts never move backwards, and
