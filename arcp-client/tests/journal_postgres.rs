@@ -410,15 +410,15 @@ async fn a_worker_that_lost_its_lease_is_fenced_out() {
     // claimed it, so its lease is renewed).
     assert_eq!(a.renew().unwrap(), vec![key("k1")]);
     assert_eq!(a.held(), vec![(key("k2"), 1)]);
-    // Its late writes are refused and reported; the rest of the batch
-    // applies.
+    // Its late writes are refused and reported (the key once); the rest of
+    // the batch applies.
     a.apply(&[
         accepted("k1", "stale"),
         terminal("k1", json!("stale")),
         sent("k2", 1),
     ])
     .unwrap();
-    assert_eq!(a.take_fenced(), vec![key("k1"), key("k1")]);
+    assert_eq!(a.take_fenced(), vec![key("k1")]);
     assert_eq!(
         a.get(&key("k1")).unwrap().unwrap().state,
         JournalState::Sent
@@ -983,4 +983,73 @@ async fn a_batch_sent_at_once_commits_whole_or_not_at_all() {
         JournalState::Prepared
     );
     assert!(a.take_fenced().is_empty());
+}
+
+/// A batch sent at once commits, then reads why a write changed nothing. A
+/// failure of that read (here a lock timeout, `55P03`) must not be taken for
+/// "the store refused the batch, nothing of it committed": its prepares
+/// would be told they did not run though their records committed (and a
+/// recovery would send them). It is reported as the store unavailable, so
+/// the batch is retried (idempotent) and its callers wait within their
+/// deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_the_commit_is_not_taken_for_nothing_committed() {
+    let url = postgres_or_skip!();
+    let db = sql(&url).await;
+    db.batch_execute(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = 200', \
+         current_database()); END $$;",
+    )
+    .await
+    .unwrap();
+    let lease = Duration::from_secs(3);
+    let a = Arc::new(journal(&url, "a", lease).await);
+    let b = journal(&url, "b", lease).await;
+    b.apply(&[JournalWrite::Prepare(entry("b-owned"))]).unwrap();
+    // The commit of the next batch takes half a second (a deferred trigger).
+    db.batch_execute(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON arcp_calls \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();",
+    )
+    .await
+    .unwrap();
+    // A late mark of a call `a` does not hold (no statement; read after the
+    // commit), and a new call.
+    let batch = {
+        let a = a.clone();
+        tokio::task::spawn_blocking(move || {
+            a.apply_and_insert_new(&[sent("b-owned", 1)], &[entry("new-1")])
+        })
+    };
+    // Someone takes the table right after that commit, for a second.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    db.batch_execute("SET lock_timeout = 0; BEGIN; LOCK TABLE arcp_calls IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    db.batch_execute("COMMIT").await.unwrap();
+    let result = batch.await.unwrap();
+
+    let err = result.expect_err("the read after the commit failed");
+    assert!(
+        a.get(&key("new-1")).unwrap().is_some(),
+        "the batch committed"
+    );
+    assert_eq!(
+        err.kind,
+        JournalErrorKind::Unavailable,
+        "an error after COMMIT reported as {:?} ({err}): the writer would take it as \
+         nothing committed",
+        err.kind
+    );
+    // The writer retries the batch: the new record is decided as its own.
+    let retried = a.apply_and_insert_new(&[sent("b-owned", 1)], &[entry("new-1")]);
+    assert_eq!(retried.unwrap(), vec![false], "recorded by the first try");
+    assert_eq!(
+        a.take_fenced(),
+        vec![key("b-owned")],
+        "b's call: fenced, once"
+    );
 }

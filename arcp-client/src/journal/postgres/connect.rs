@@ -104,6 +104,13 @@ impl PostgresJournal {
         if !server_options.contains("enable_seqscan") {
             server_options.push_str(" -c enable_seqscan=off");
         }
+        // A query no index serves (a listing's sort) still scans, costed by
+        // the setting above past every JIT threshold (before PostgreSQL 18):
+        // compiling it would cost a quarter of a second each time, and none
+        // of these small lookups gains from JIT.
+        if !server_options.contains("jit") {
+            server_options.push_str(" -c jit=off");
+        }
         config.options(server_options.trim());
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(10));

@@ -246,8 +246,7 @@ impl Journal for PostgresJournal {
             if writes.iter().all(rides_at_once) {
                 return self
                     .commit_at_once(&client, writes, new, &mut held, &mut fenced)
-                    .await
-                    .map_err(|e| self.err(e));
+                    .await;
             }
             let tx = client.transaction().await.map_err(|e| self.err(e))?;
             // The writes and the insert concern distinct keys: sent together.

@@ -301,21 +301,31 @@ impl PostgresJournal {
                 &[&key.as_str()],
             )
             .await?;
-        Ok(match row {
+        let now: Option<(String, String, i64)> = row.map(|r| (r.get(0), r.get(1), r.get(2)));
+        Ok(self.why_unchanged_of(
+            now.as_ref().map(|(s, o, g)| (s.as_str(), o.as_str(), *g)),
+            generation,
+        ))
+    }
+
+    /// Why a guarded update under `generation` changed nothing, from the
+    /// record as it is now (state, owner, generation), if any.
+    pub(super) fn why_unchanged_of(
+        &self,
+        now: Option<(&str, &str, i64)>,
+        generation: Option<i64>,
+    ) -> Unchanged {
+        match now {
             None => Unchanged::Gone,
-            Some(row) => {
-                let (state, owner, current): (String, String, i64) =
-                    (row.get(0), row.get(1), row.get(2));
-                // This worker's own late transition of a call it finished.
+            // This worker's own late transition of a call it finished.
+            Some((state, owner, current))
                 if owner == self.worker
                     && state == "terminal"
-                    && generation.is_none_or(|g| g == current)
-                {
-                    Unchanged::Finished
-                } else {
-                    Unchanged::Fenced
-                }
+                    && generation.is_none_or(|g| g == current) =>
+            {
+                Unchanged::Finished
             }
-        })
+            Some(_) => Unchanged::Fenced,
+        }
     }
 }

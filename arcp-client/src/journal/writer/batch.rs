@@ -89,6 +89,8 @@ impl Writer {
                     q.asleep_until = None;
                 }
                 let all = q.closing || !q.requests.is_empty();
+                // `durable` is taken whole: each waiter's terminal was queued
+                // with it, under this lock, and a terminal is always due.
                 let batch = Batch {
                     prepares: std::mem::take(&mut q.prepares),
                     transitions: q.take_transitions(Instant::now(), all),
