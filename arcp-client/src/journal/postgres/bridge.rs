@@ -62,7 +62,9 @@ impl PostgresJournal {
     /// this thread, bounded by the round-trip timeout: past it `f` is
     /// dropped (its connection with it) and every idle pooled connection
     /// too (a link that hangs hangs them all), and the operation fails with
-    /// [`JournalErrorKind::Unavailable`].
+    /// [`JournalErrorKind::Unavailable`]. What was sent may still commit
+    /// (a batch sent at once carries its `COMMIT`): the caller counts the
+    /// operation's fate as unknown.
     pub(super) fn block<T: Send>(
         &self,
         f: impl Future<Output = Result<T, JournalError>> + Send,
