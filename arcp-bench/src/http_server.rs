@@ -44,7 +44,7 @@ pub fn serve(port: u16) -> std::io::Result<()> {
     rt.block_on(async move {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let port = listener.local_addr()?.port();
-        crate::servers::announce(&format!("http://127.0.0.1:{port}/arcp"));
+        crate::ready_line::announce(&format!("http://127.0.0.1:{port}/arcp"));
         // Bumped by each `release`: every held call then completes.
         let releases = Arc::new(watch::Sender::new(0u64));
         loop {

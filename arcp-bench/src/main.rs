@@ -27,6 +27,7 @@
 //!   per allocation, everywhere else).
 //!
 //! Modules by job: `cli` (options and plan), `servers` (server processes),
+//! `ready_line` (the line a server prints once it listens),
 //! `scenarios` (the scenario tables and one measured window), `run` (the
 //! sections), `report` (the markdown); the drivers (`clients`, `raw`,
 //! `http_raw`, `documented_driver`), the servers (`fast_server`,
@@ -45,6 +46,7 @@ mod http_server;
 mod mem;
 mod python_peer;
 mod raw;
+mod ready_line;
 mod recovery;
 mod report;
 mod run;

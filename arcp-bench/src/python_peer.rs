@@ -10,6 +10,7 @@ use std::time::Duration;
 use arcp_sdk::{Client, Dialect, RetryPolicy};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::ready_line;
 use crate::stats::{median, Sample};
 
 /// The token the interop server maps to a principal.
@@ -52,15 +53,8 @@ pub async fn run(rounds: usize, warmup: Duration, window: Duration) -> Result<Re
         .map_err(|e| format!("cannot start the Python runtime: {e}"))?;
     let stdout = server.stdout.take().ok_or("no stdout")?;
     let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .map_err(|_| "the Python runtime did not start within 30 s".to_owned())?
-        .map_err(|e| e.to_string())?
-        .ok_or("the Python runtime exited")?;
-    let url = line
-        .strip_prefix("ARCP_URL=")
-        .ok_or_else(|| format!("unexpected line from the Python runtime: {line}"))?
-        .to_owned();
+    let url =
+        ready_line::await_url(&mut lines, "the Python runtime", Duration::from_secs(30)).await?;
     let script = root.join("arcp-bench/python/client_bench.py");
     let mut results = Vec::new();
     for c in [1usize, 64] {

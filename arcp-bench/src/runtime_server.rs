@@ -49,7 +49,7 @@ pub fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let port = listener.local_addr()?.port();
-        crate::servers::announce(&format!("ws://127.0.0.1:{port}/arcp"));
+        crate::ready_line::announce(&format!("ws://127.0.0.1:{port}/arcp"));
         loop {
             let (tcp, _) = match listener.accept().await {
                 Ok(x) => x,

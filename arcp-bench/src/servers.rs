@@ -2,11 +2,12 @@
 //! `arcp-bench serve KIND`), so that the client's CPU figure is the client's
 //! alone and the server's is read from its threads.
 
-use std::io::Write as _;
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::ready_line;
 
 /// Which server a scenario calls.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -49,13 +50,6 @@ pub fn serve(kind: &str, port: u16) -> Result<(), String> {
     }
 }
 
-/// Prints the line the parent waits for, once a server listens.
-pub fn announce(url: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "ARCP_URL={url}");
-    let _ = out.flush();
-}
-
 /// A server process, killed when dropped.
 pub struct Server {
     _child: tokio::process::Child,
@@ -78,15 +72,8 @@ pub async fn spawn(kind: ServerKind) -> Result<Server, String> {
     let pid = child.id().unwrap_or(0);
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .map_err(|_| format!("the {name} server did not start within 20 s"))?
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("the {name} server exited"))?;
-    let url = line
-        .strip_prefix("ARCP_URL=")
-        .ok_or_else(|| format!("unexpected line from the {name} server: {line}"))?
-        .to_owned();
+    let server = format!("the {name} server");
+    let url = ready_line::await_url(&mut lines, &server, Duration::from_secs(20)).await?;
     Ok(Server {
         _child: child,
         kind,
