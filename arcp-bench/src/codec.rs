@@ -5,7 +5,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use arcp_types::{Dialect, Frame, IdempotencyKey, Invoke, Keep, Message};
+use arcp_types::{Dialect, Frame, IdempotencyKey, Invoke, Message, PayloadScope};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -211,12 +211,12 @@ pub fn run(iters: usize) -> Vec<Row> {
         });
         rows.push(Row {
             dialect,
-            what: "replies: decode_header + decode_payload(Keep::Outcome), as the client reads an unwatched call's".into(),
+            what: "replies: decode_header + decode_payload(PayloadScope::OutcomeOnly), as the client reads an unwatched call's".into(),
             bytes: total,
             ns: time(iters, || {
                 for r in &replies {
                     if let Ok((header, payload)) = dialect.decode_header(black_box(r)) {
-                        black_box(dialect.decode_payload(&header, payload, Keep::Outcome).ok());
+                        black_box(dialect.decode_payload(&header, payload, PayloadScope::OutcomeOnly).ok());
                         black_box(header);
                     }
                 }

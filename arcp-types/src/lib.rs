@@ -42,7 +42,7 @@ mod key;
 mod message;
 mod scan;
 
-pub use dialect::{DecodeError, Dialect, EncodedRequest, Keep};
+pub use dialect::{DecodeError, Dialect, EncodedRequest, PayloadScope};
 pub use envelope::{Envelope, Header, PROTOCOL_VERSION};
 pub use error_code::ErrorCode;
 pub use events::EventBody;

@@ -329,7 +329,7 @@ fn agree(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
     lean_agrees(dialect, text)
 }
 
-/// A frame decoded with [`Keep::Outcome`] is the full decoding minus what
+/// A frame decoded with [`PayloadScope::OutcomeOnly`] is the full decoding minus what
 /// that mode documents it skips; it never refuses a frame the full
 /// decoding accepts.
 fn lean_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
@@ -339,7 +339,7 @@ fn lean_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
     };
     let (header, payload) = dialect.decode_header(text).unwrap();
     let lean = dialect
-        .decode_payload(&header, payload, Keep::Outcome)
+        .decode_payload(&header, payload, PayloadScope::OutcomeOnly)
         .map_err(|e| TestCaseError::fail(format!("{dialect}: lean refused {e}: {text}")))?;
     let expected = match full.1 {
         Message::Accepted(mut a) => {
@@ -378,7 +378,7 @@ fn plain_value_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError>
     };
     let value: Value = serde_json::from_str(raw.get()).unwrap();
     // What the client would decode instead (nobody watches the call).
-    match dialect.decode_payload(&header, payload, Keep::Outcome) {
+    match dialect.decode_payload(&header, payload, PayloadScope::OutcomeOnly) {
         Ok(Message::Result(r)) => {
             prop_assert_eq!(r.result.as_ref(), Some(&value), "{} {}", dialect, text)
         }

@@ -4,7 +4,7 @@
 //! the value the decoding the client would otherwise use reads.
 #![no_main]
 
-use arcp_types::{Dialect, Keep, Message};
+use arcp_types::{Dialect, PayloadScope, Message};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
             if let Some(raw) = dialect.plain_result_value(&header, payload) {
                 let value: serde_json::Value =
                     serde_json::from_str(raw.get()).expect("a plain value parses");
-                match dialect.decode_payload(&header, payload, Keep::Outcome) {
+                match dialect.decode_payload(&header, payload, PayloadScope::OutcomeOnly) {
                     Ok(Message::Result(r)) => assert_eq!(r.result, Some(value), "{dialect}"),
                     other => panic!("{dialect}: plain value, decoded {other:?}"),
                 }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arcp_types::{ErrorReply, Frame, Header, JobEvent, JobResult, Keep, Message, Pong};
+use arcp_types::{ErrorReply, Frame, Header, JobEvent, JobResult, Message, PayloadScope, Pong};
 use serde_json::Value;
 use tracing::{debug, warn};
 
@@ -45,7 +45,7 @@ enum ResultBody<'a> {
 impl Core {
     /// A text frame from the live connection. The header is read first: a
     /// frame for a call nobody watches is decoded only for what deciding
-    /// its outcome needs ([`Keep::Outcome`]), so the fields and event
+    /// its outcome needs ([`PayloadScope::OutcomeOnly`]), so the fields and event
     /// bodies only a watcher reads are never built; and a plainly
     /// successful result for such a call is not decoded at all: its value
     /// goes to the caller as text (see [`Settled`]).
@@ -55,18 +55,18 @@ impl Core {
         };
         let dialect = up.dialect;
         let decoded = dialect.decode_header(text).and_then(|(header, payload)| {
-            let keep = self.keep_for(&header);
-            if keep == Keep::Outcome {
+            let scope = self.scope_for(&header);
+            if scope == PayloadScope::OutcomeOnly {
                 if let Some(value) = dialect.plain_result_value(&header, payload) {
-                    return Ok((header, Read::PlainResult(value), keep));
+                    return Ok((header, Read::PlainResult(value), scope));
                 }
             }
-            let message = dialect.decode_payload(&header, payload, keep)?;
-            Ok((header, Read::Message(message), keep))
+            let message = dialect.decode_payload(&header, payload, scope)?;
+            Ok((header, Read::Message(message), scope))
         });
         match decoded {
-            Ok((header, Read::Message(message), keep)) => {
-                self.handle_frame(&header, message, keep, now)
+            Ok((header, Read::Message(message), scope)) => {
+                self.handle_frame(&header, message, scope, now)
             }
             Ok((header, Read::PlainResult(value), _)) => {
                 if self.frame_arrived(&header, now) {
@@ -86,7 +86,7 @@ impl Core {
         &mut self,
         header: &Header<'_>,
         message: Message,
-        keep: Keep,
+        scope: PayloadScope,
         now: Instant,
     ) {
         if !self.frame_arrived(header, now) {
@@ -109,7 +109,7 @@ impl Core {
                 let request = header.correlation_id.as_deref();
                 self.on_accepted(header, request, job, true, now);
             }
-            Message::Event(event) => self.on_event(header, event, keep, now),
+            Message::Event(event) => self.on_event(header, event, scope, now),
             Message::Result(result) => self.on_result(header, ResultBody::Decoded(result), now),
             Message::Cancelled(_) => {
                 if let Some(id) = self.call_for(header, header.correlation_id.as_deref()) {
@@ -276,19 +276,25 @@ impl Core {
 
     /// What of a frame's payload to keep: all of it when the call it names
     /// has a watcher.
-    fn keep_for(&self, header: &Header<'_>) -> Keep {
+    fn scope_for(&self, header: &Header<'_>) -> PayloadScope {
         let watched = self
             .call_for(header, header.correlation_id.as_deref())
             .and_then(|id| self.calls.get(&id))
             .is_some_and(|call| call.waiters.iter().any(|w| w.shared.is_watched()));
         if watched {
-            Keep::All
+            PayloadScope::All
         } else {
-            Keep::Outcome
+            PayloadScope::OutcomeOnly
         }
     }
 
-    fn on_event(&mut self, header: &Header<'_>, event: JobEvent, keep: Keep, now: Instant) {
+    fn on_event(
+        &mut self,
+        header: &Header<'_>,
+        event: JobEvent,
+        scope: PayloadScope,
+        now: Instant,
+    ) {
         let Some(id) = self.call_for(header, None) else {
             debug!(job_id = ?header.job_id, "an event for a job no call is waiting on; dropped");
             return;
@@ -335,7 +341,7 @@ impl Core {
         }
         // Decoded without its body: nobody watched when it arrived (a
         // watcher that came since starts with the next event).
-        if keep != Keep::All {
+        if scope != PayloadScope::All {
             self.rearm(id, now);
             return;
         }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::{
     from_payload, object_payload, outcome_readers, rename, rename_in, to_payload, DecodeError,
-    Head, Keep, Payload,
+    Head, Payload, PayloadScope,
 };
 use crate::message::*;
 use crate::Envelope;
@@ -22,7 +22,7 @@ use crate::Envelope;
 pub(super) fn decode(
     head: Head<'_>,
     payload: Payload<'_>,
-    keep: Keep,
+    scope: PayloadScope,
 ) -> Result<Message, DecodeError> {
     let k = head.kind;
     let correlation = || head.correlation_id.map(str::to_owned);
@@ -32,8 +32,10 @@ pub(super) fn decode(
     };
     // A legacy event's payload is its body.
     let event = |kind: &str, payload: Payload<'_>| -> Result<Message, DecodeError> {
-        let body = match keep {
-            Keep::Outcome => outcome_readers::legacy_event_body(kind, || payload.into_value(k))?,
+        let body = match scope {
+            PayloadScope::OutcomeOnly => {
+                outcome_readers::legacy_event_body(kind, || payload.into_value(k))?
+            }
             _ => payload.into_value(k)?,
         };
         Ok(Message::Event(JobEvent {
@@ -80,29 +82,29 @@ pub(super) fn decode(
             Message::Invoke(invoke)
         }
         "job.accepted" => {
-            let mut accepted: Accepted = match keep {
-                Keep::Outcome => outcome_readers::accepted(k, payload)?,
+            let mut accepted: Accepted = match scope {
+                PayloadScope::OutcomeOnly => outcome_readers::accepted(k, payload)?,
                 _ => from_payload(k, payload)?,
             };
             accepted.request_id = accepted.request_id.or_else(correlation);
             Message::Accepted(accepted)
         }
-        "job.started" => Message::Started(match keep {
-            Keep::Outcome => Object::new(),
+        "job.started" => Message::Started(match scope {
+            PayloadScope::OutcomeOnly => Object::new(),
             _ => object_payload(k, payload)?,
         }),
         "job.progress" => event("progress", payload)?,
         "metric" => event("metric", payload)?,
         "log" => event("log", payload)?,
         "job.result_chunk" => event("result_chunk", payload)?,
-        "job.event" => Message::Event(match keep {
-            Keep::Outcome => outcome_readers::event(k, payload)?,
+        "job.event" => Message::Event(match scope {
+            PayloadScope::OutcomeOnly => outcome_readers::event(k, payload)?,
             _ => from_payload(k, payload)?,
         }),
         "job.completed" => {
             let completed: Completed = from_payload(k, payload)?;
             let mut result = completed.into_result();
-            if keep == Keep::Outcome {
+            if scope == PayloadScope::OutcomeOnly {
                 outcome_readers::keep_result_fields(&mut result);
             }
             Message::Result(result)
@@ -110,7 +112,7 @@ pub(super) fn decode(
         // An alias of `job.completed` (rare): read in full, then trimmed.
         "tool.result" => {
             let mut result = from_payload(k, payload)?;
-            if keep == Keep::Outcome {
+            if scope == PayloadScope::OutcomeOnly {
                 outcome_readers::keep_result_fields(&mut result);
             }
             Message::Result(result)

@@ -73,7 +73,7 @@ pub enum DecodeError {
 /// How much of a payload [`Dialect::decode_payload`] keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum Keep {
+pub enum PayloadScope {
     /// Everything: lossless, as [`Dialect::decode`].
     #[default]
     All,
@@ -88,7 +88,7 @@ pub enum Keep {
     /// and describe it). Every other message is decoded in full.
     /// Skipped fields are not built, so they cost no allocation; they are
     /// not checked beyond being JSON.
-    Outcome,
+    OutcomeOnly,
 }
 
 impl Dialect {
@@ -110,7 +110,7 @@ impl Dialect {
     /// the header copies nothing.
     pub fn decode_borrowed(self, text: &str) -> Result<(Header<'_>, Message), DecodeError> {
         let (header, raw) = self.decode_header(text)?;
-        let message = self.decode_payload(&header, raw, Keep::All)?;
+        let message = self.decode_payload(&header, raw, PayloadScope::All)?;
         Ok((header, message))
     }
 
@@ -129,14 +129,14 @@ impl Dialect {
     }
 
     /// The second half: the payload of the frame whose header is `header`,
-    /// read into the type its `type` names, keeping what `keep` says.
+    /// read into the type its `type` names, keeping what `scope` says.
     pub fn decode_payload(
         self,
         header: &Header<'_>,
         payload: Option<&serde_json::value::RawValue>,
-        keep: Keep,
+        scope: PayloadScope,
     ) -> Result<Message, DecodeError> {
-        self.decode_message(Head::of(header), Payload::Raw(payload), keep)
+        self.decode_message(Head::of(header), Payload::Raw(payload), scope)
     }
 
     /// For a receiver that hands a call's value on without reading it (the
@@ -169,7 +169,8 @@ impl Dialect {
     /// Decodes an already parsed envelope (its `payload` tree included).
     pub fn decode_envelope(self, mut envelope: Envelope) -> Result<Frame, DecodeError> {
         let payload = Payload::Tree(std::mem::take(&mut envelope.payload));
-        let message = self.decode_message(Head::of_envelope(&envelope), payload, Keep::All)?;
+        let message =
+            self.decode_message(Head::of_envelope(&envelope), payload, PayloadScope::All)?;
         Ok(Frame { envelope, message })
     }
 
@@ -177,11 +178,11 @@ impl Dialect {
         self,
         head: Head<'_>,
         payload: Payload<'_>,
-        keep: Keep,
+        scope: PayloadScope,
     ) -> Result<Message, DecodeError> {
         match self {
-            Dialect::V1_1 => v1_1::decode(head, payload, keep),
-            Dialect::Legacy => legacy::decode(head, payload, keep),
+            Dialect::V1_1 => v1_1::decode(head, payload, scope),
+            Dialect::Legacy => legacy::decode(head, payload, scope),
         }
     }
 
@@ -245,10 +246,11 @@ impl EncodedRequest {
             correlation_id: None,
             idempotency_key: self.envelope_key.as_deref(),
         };
-        match self
-            .dialect
-            .decode_message(head, Payload::Raw(Some(&self.payload)), Keep::All)?
-        {
+        match self.dialect.decode_message(
+            head,
+            Payload::Raw(Some(&self.payload)),
+            PayloadScope::All,
+        )? {
             Message::Invoke(invoke) => Ok(invoke),
             // The payload was encoded as a request just above.
             other => Err(DecodeError::Payload {

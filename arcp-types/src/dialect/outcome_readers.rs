@@ -1,4 +1,4 @@
-//! Payload readers for [`Keep::Outcome`](super::Keep::Outcome): the replies
+//! Payload readers for [`PayloadScope::OutcomeOnly`](super::PayloadScope::OutcomeOnly): the replies
 //! every call receives, read for what deciding its outcome needs. Fields
 //! skipped here are still checked to be JSON (the envelope parse did that)
 //! but are not built: no string, map or tree is allocated for them.
@@ -191,7 +191,7 @@ fn raw_text<'a>(payload: &Payload<'a>) -> Option<&'a str> {
     }
 }
 
-/// An acceptance read for [`Keep::Outcome`]: by the walk, else by serde.
+/// An acceptance read for [`PayloadScope::OutcomeOnly`]: by the walk, else by serde.
 pub(super) fn accepted(kind: &str, payload: Payload<'_>) -> Result<Accepted, DecodeError> {
     if let Some(accepted) = raw_text(&payload).and_then(walk_accepted) {
         return Ok(accepted);
@@ -225,7 +225,7 @@ fn walk_accepted(text: &str) -> Option<Accepted> {
     })
 }
 
-/// An event read for [`Keep::Outcome`]: by the walk, else by serde.
+/// An event read for [`PayloadScope::OutcomeOnly`]: by the walk, else by serde.
 pub(super) fn event(kind: &str, payload: Payload<'_>) -> Result<JobEvent, DecodeError> {
     if let Some(event) = raw_text(&payload).and_then(walk_event) {
         return Ok(event);

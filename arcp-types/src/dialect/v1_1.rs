@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 
 use super::outcome_readers::{self, lean_or_full, LeanResult};
 use super::{
-    decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Keep, Payload,
+    decode_open, from_payload, object_payload, rename, to_payload, DecodeError, Head, Payload,
+    PayloadScope,
 };
 use crate::message::*;
 use crate::Envelope;
@@ -24,7 +25,7 @@ const DEFAULT_FEATURES: &[&str] = &[
 pub(super) fn decode(
     head: Head<'_>,
     payload: Payload<'_>,
-    keep: Keep,
+    scope: PayloadScope,
 ) -> Result<Message, DecodeError> {
     let k = head.kind;
     let message = match k {
@@ -44,15 +45,15 @@ pub(super) fn decode(
             rename(&mut payload, "input", "arguments");
             Message::Invoke(from_payload(k, payload)?)
         }
-        "job.accepted" => Message::Accepted(match keep {
-            Keep::Outcome => outcome_readers::accepted(k, payload)?,
+        "job.accepted" => Message::Accepted(match scope {
+            PayloadScope::OutcomeOnly => outcome_readers::accepted(k, payload)?,
             _ => from_payload(k, payload)?,
         }),
-        "job.event" => Message::Event(match keep {
-            Keep::Outcome => outcome_readers::event(k, payload)?,
+        "job.event" => Message::Event(match scope {
+            PayloadScope::OutcomeOnly => outcome_readers::event(k, payload)?,
             _ => from_payload(k, payload)?,
         }),
-        "job.result" => job_result(k, payload, keep)?,
+        "job.result" => job_result(k, payload, scope)?,
         "job.error" => Message::Error(from_payload(k, payload)?),
         "job.cancel" => {
             let mut body = object_payload(k, payload)?;
@@ -81,7 +82,7 @@ pub(super) fn decode(
 /// A `job.result`: its `final_status` picks the variant (the encoder
 /// writes it back); `error` / `timed_out` stay on the result for the
 /// caller to read.
-fn job_result(k: &str, payload: Payload<'_>, keep: Keep) -> Result<Message, DecodeError> {
+fn job_result(k: &str, payload: Payload<'_>, scope: PayloadScope) -> Result<Message, DecodeError> {
     let cancelled =
         |extra: &Object| extra.get("final_status").and_then(Value::as_str) == Some("cancelled");
     // A successful (or unnamed) status is implied by the variant.
@@ -101,8 +102,8 @@ fn job_result(k: &str, payload: Payload<'_>, keep: Keep) -> Result<Message, Deco
         // The common case in one parse; a cancelled job's body (rare) is
         // read again from the same text, verbatim.
         Payload::Raw(raw) => {
-            let mut result: JobResult = match keep {
-                Keep::Outcome => lean_or_full(
+            let mut result: JobResult = match scope {
+                PayloadScope::OutcomeOnly => lean_or_full(
                     || Ok(from_payload::<LeanResult>(k, Payload::Raw(raw))?.0),
                     || from_payload(k, Payload::Raw(raw)),
                 )?,

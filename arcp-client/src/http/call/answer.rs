@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use arcp_types::{Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Keep, Message};
+use arcp_types::{
+    Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope,
+};
 use futures_util::FutureExt;
 use serde_json::value::RawValue;
 use tracing::{debug, warn};
@@ -189,7 +191,7 @@ impl Call<'_> {
 
     /// One envelope's text, decoded for what the call needs: in full when
     /// someone watches the call's events, else only what decides the
-    /// outcome ([`Keep::Outcome`], as over WebSocket), a plainly successful
+    /// outcome ([`PayloadScope::OutcomeOnly`], as over WebSocket), a plainly successful
     /// result's value kept as text. Returns the call's next step when the
     /// envelope ends the attempt.
     fn on_text(
@@ -198,27 +200,27 @@ impl Call<'_> {
         replayed: bool,
     ) -> Result<Option<Next>, arcp_types::DecodeError> {
         let dialect = Dialect::V1_1;
-        let keep = if self.req.shared.is_watched() {
-            Keep::All
+        let scope = if self.req.shared.is_watched() {
+            PayloadScope::All
         } else {
-            Keep::Outcome
+            PayloadScope::OutcomeOnly
         };
         // An event nobody watches changes nothing (this binding assembles
         // no result from events): it is not decoded. (Not counted either:
         // should a watcher come later, a re-sent stream may show it events
         // it has not seen, never one twice.)
-        if keep == Keep::Outcome && arcp_types::peek_kind(text) == Some("job.event") {
+        if scope == PayloadScope::OutcomeOnly && arcp_types::peek_kind(text) == Some("job.event") {
             return Ok(None);
         }
         let (header, payload) = dialect.decode_header(text)?;
-        if keep == Keep::Outcome {
+        if scope == PayloadScope::OutcomeOnly {
             if let Some(value) = dialect.plain_result_value(&header, payload) {
                 return Ok(Some(Next::Done(
                     self.on_plain_result(&header, value, replayed),
                 )));
             }
         }
-        let message = dialect.decode_payload(&header, payload, keep)?;
+        let message = dialect.decode_payload(&header, payload, scope)?;
         Ok(self.on_frame(&header, message, replayed))
     }
 
