@@ -71,7 +71,7 @@ impl Backend {
                 // commands as calls may be in flight): that future is boxed,
                 // so it takes no room in every call's state.
                 let deadline = request.deadline;
-                let deadline_at = crate::retry::later(request.started, deadline);
+                let deadline_at = crate::retry::saturating_deadline(request.started, deadline);
                 // Nothing the command holds may live across an await in this
                 // future (it would be sized for a whole request): the rare
                 // wait for room is boxed with the command inside it.

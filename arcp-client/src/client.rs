@@ -26,7 +26,7 @@ use crate::journal::{Journal, JournalEntry, JournalHandle, JournalSetup, Recover
 use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self, Answered};
 use crate::ws::{self, Core};
@@ -615,7 +615,8 @@ impl Client {
         // say an earlier process never sent it: only a key generated for
         // this call is known to be new.
         let key_may_be_known = in_doubt || request.key_supplied;
-        let deadline_at = tokio::time::Instant::from_std(later(request.started, deadline));
+        let deadline_at =
+            tokio::time::Instant::from_std(saturating_deadline(request.started, deadline));
         let mut guard = AbandonOnDrop {
             client: self,
             key: key.clone(),

@@ -1,7 +1,8 @@
 //! The retry schedule: capped exponential backoff with full jitter.
 //!
 //! Classification (what is retried) is `classify.rs`; this module only
-//! decides *when* and *how often*.
+//! decides *when* and *how often*, and how far ahead an instant may be
+//! pushed without overflowing (`saturating_deadline`).
 
 use std::time::{Duration, Instant};
 
@@ -73,12 +74,16 @@ impl std::fmt::Debug for Schedule {
 
 /// `at + d`, or a time far enough ahead to mean "never" when a huge
 /// user-given duration would overflow (no panic on `Duration::MAX`).
-pub(crate) fn later(at: Instant, d: Duration) -> Instant {
+pub(crate) fn saturating_deadline(at: Instant, d: Duration) -> Instant {
     const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
     at.checked_add(d.min(FAR))
         .or_else(|| at.checked_add(Duration::from_secs(86_400)))
         .unwrap_or(at)
 }
+
+/// The former name of [`saturating_deadline`], still used by the journal's
+/// writer (`journal/writer/`); to go once those files move to the new name.
+pub(crate) use self::saturating_deadline as later;
 
 #[cfg(test)]
 mod tests {
@@ -106,11 +111,11 @@ mod tests {
     }
 
     #[test]
-    fn later_never_overflows() {
+    fn a_saturating_deadline_never_overflows() {
         let now = Instant::now();
-        assert!(later(now, Duration::MAX) > now);
+        assert!(saturating_deadline(now, Duration::MAX) > now);
         assert_eq!(
-            later(now, Duration::from_secs(1)),
+            saturating_deadline(now, Duration::from_secs(1)),
             now + Duration::from_secs(1)
         );
     }

@@ -25,7 +25,7 @@ use super::{
 use crate::config::RetryPolicy;
 use crate::config::{Config, Secret};
 use crate::error::Error;
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 
 /// Default limit on an artifact's size: 64 MiB.
 pub(crate) use crate::config::DEFAULT_MAX_ARTIFACT_SIZE;
@@ -373,7 +373,7 @@ impl ArtifactFetcher {
             });
         }
         let timeout = self.inner.timeout;
-        let deadline = tokio::time::Instant::from_std(later(Instant::now(), timeout));
+        let deadline = tokio::time::Instant::from_std(saturating_deadline(Instant::now(), timeout));
         let fetch = self.fetch_with_retries(&url, &shown, artifact, expected);
         match tokio::time::timeout_at(deadline, fetch).await {
             Ok(outcome) => outcome,
@@ -409,12 +409,12 @@ impl ArtifactFetcher {
                     } => (status, floor, message),
                 };
             let now = Instant::now();
-            let budget_at = *budget_at.get_or_insert(later(now, retry.max_elapsed));
+            let budget_at = *budget_at.get_or_insert(saturating_deadline(now, retry.max_elapsed));
             let delay = schedule
                 .get_or_insert_with(|| retry.schedule())
                 .next_delay(floor);
             tracing::debug!(uri = %shown, attempt = attempts, ?delay, %message, "artifact fetch failed; retrying");
-            if attempts >= retry.max_attempts || later(now, delay) > budget_at {
+            if attempts >= retry.max_attempts || saturating_deadline(now, delay) > budget_at {
                 return Err(Error::ArtifactFetch {
                     uri: shown.to_owned(),
                     status,

@@ -38,7 +38,7 @@ use crate::error::Error;
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
 use crate::request::CallRequest;
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 use crate::retry::Schedule;
 use crate::telemetry::Answered;
 
@@ -146,7 +146,8 @@ impl HttpBackend {
         }
         let span = req.span("http");
         let deadline = req.deadline;
-        let deadline_at = tokio::time::Instant::from_std(later(req.started, req.deadline));
+        let deadline_at =
+            tokio::time::Instant::from_std(saturating_deadline(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
         let mut call = Call::new(self, req, key_header, encoded);
@@ -325,13 +326,15 @@ impl<'a> Call<'a> {
             };
             let now = Instant::now();
             let max_elapsed = self.backend.config.retry.max_elapsed;
-            let budget_at = *self.budget_at.get_or_insert(later(now, max_elapsed));
+            let budget_at = *self
+                .budget_at
+                .get_or_insert(saturating_deadline(now, max_elapsed));
             debug!(attempt = self.attempts, ?delay, %reason, "retrying with the same key");
             self.last_error = Some(reason);
             if self.attempts >= self.backend.config.retry.max_attempts {
                 return Err(self.give_up("retry budget exhausted"));
             }
-            if later(now, delay) > budget_at {
+            if saturating_deadline(now, delay) > budget_at {
                 return Err(self.give_up(&format!(
                     "the next attempt ({delay:?} from now) falls after the retry budget"
                 )));

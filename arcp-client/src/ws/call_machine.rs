@@ -15,7 +15,7 @@ use crate::cache::{Outcome, Settled};
 use crate::classify::{give_up, Ending};
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 
 use super::core::{Core, Link};
 
@@ -224,7 +224,7 @@ impl Core {
         if subscribe {
             call.troubles_mut().subscribed_on = generation;
             call.phase = Phase::Accepted {
-                ladder_at: Some(later(now, wait)),
+                ladder_at: Some(saturating_deadline(now, wait)),
             };
             let frame = Frame::new(Message::Subscribe(
                 Subscribe::new(call.job().expect("checked above"))

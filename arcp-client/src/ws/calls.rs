@@ -230,7 +230,7 @@ impl Call {
     /// long call that fails late still gets its whole budget.
     pub(crate) fn start_recovery(&mut self, now: Instant, max_elapsed: std::time::Duration) {
         if self.budget_at.is_none() {
-            self.budget_at = Some(crate::retry::later(now, max_elapsed));
+            self.budget_at = Some(crate::retry::saturating_deadline(now, max_elapsed));
         }
     }
 

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 use crate::telemetry::Answered;
 
 use super::core::{Command, Core, Link};
@@ -68,7 +68,7 @@ impl Core {
         let waiter = Waiter {
             reply,
             shared: req.shared.clone(),
-            deadline_at: later(req.started, req.deadline),
+            deadline_at: saturating_deadline(req.started, req.deadline),
             deadline: req.deadline,
             _events_end: req.events_end,
         };
@@ -117,7 +117,9 @@ impl Core {
                     waiter.shared.mark_sent();
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
-                    call.deadline_at = call.deadline_at.max(later(req.started, req.deadline));
+                    call.deadline_at = call
+                        .deadline_at
+                        .max(saturating_deadline(req.started, req.deadline));
                     call.deadline = call.deadline.max(req.deadline);
                     call.waiters.push(waiter);
                     // Its outcome is recorded on the first caller's span.
@@ -167,7 +169,7 @@ impl Core {
             },
             replayed: false,
             troubles: None,
-            deadline_at: later(req.started, req.deadline),
+            deadline_at: saturating_deadline(req.started, req.deadline),
             deadline: req.deadline,
             budget_at: None,
             backoff: None,
@@ -227,7 +229,7 @@ impl Core {
             });
             return;
         }
-        let until = later(now, self.config.cancel_timeout);
+        let until = saturating_deadline(now, self.config.cancel_timeout);
         let call = self.calls.get_mut(&id).expect("looked up above");
         match &mut call.cancel {
             Some(cancel) if cancel.settled => {

@@ -41,7 +41,7 @@ use crate::error::Error;
 use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::{later, Schedule};
+use crate::retry::{saturating_deadline, Schedule};
 use crate::FastMap;
 
 /// Requests from client handles. Nearly every one is an `Invoke`: the
@@ -204,7 +204,7 @@ impl Core {
         events: tokio::sync::broadcast::Sender<ConnectionEvent>,
         now: Instant,
     ) -> Self {
-        let budget = later(now, config.connect_budget);
+        let budget = saturating_deadline(now, config.connect_budget);
         let config_dialect = match config.dialect {
             DialectChoice::V1_1 => Some(Dialect::V1_1),
             DialectChoice::Legacy => Some(Dialect::Legacy),
@@ -341,7 +341,7 @@ impl Core {
                     min(t);
                 }
                 if !up.window_queue.is_empty() {
-                    min(later(Instant::now(), WINDOW_RECHECK));
+                    min(saturating_deadline(Instant::now(), WINDOW_RECHECK));
                 }
                 if up.profile.accepts_ack && self.session.last_event_seq > up.live.acked_seq {
                     min(up.live.last_ack + ACK_EVERY);

@@ -24,7 +24,7 @@ use crate::classify::{
 };
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 use crate::telemetry;
 
 /// A frame as `on_text` reads it (one at a time, on the stack: the
@@ -257,7 +257,7 @@ impl Core {
                 .ladder
                 .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                 .next_ceiling();
-            Some(later(now, wait))
+            Some(saturating_deadline(now, wait))
         } else {
             None
         };
@@ -314,7 +314,7 @@ impl Core {
                 .get_or_insert_with(|| Box::new(retry.ladder()))
                 .current();
             call.phase = Phase::Accepted {
-                ladder_at: Some(later(now, wait)),
+                ladder_at: Some(saturating_deadline(now, wait)),
             };
         }
         if let Some(seq) = header.event_seq {
@@ -534,7 +534,7 @@ impl Core {
                 call.start_recovery(now, self.config.retry.max_elapsed);
                 debug!(parent: &call.span, code = %e.code, ?delay, "transient refusal; retrying with the same key");
                 call.phase = Phase::Queued {
-                    not_before: later(now, delay),
+                    not_before: saturating_deadline(now, delay),
                 };
                 self.rearm(id, now);
             }

@@ -13,7 +13,7 @@ use super::session::Liveness;
 use crate::classify::Ending;
 use crate::error::Error;
 use crate::outcome::ConnectionEvent;
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self};
 
@@ -98,7 +98,7 @@ impl Core {
                         .next_ceiling()
                         .max(ladder_first);
                     call.phase = Phase::Accepted {
-                        ladder_at: Some(later(now, wait)),
+                        ladder_at: Some(saturating_deadline(now, wait)),
                     };
                 } else if !profile.replays_terminal && !profile.supports_subscribe {
                     // Nothing carries the job to this session: one
@@ -158,7 +158,7 @@ impl Core {
             }
         }
         if let Some((_, budget)) = &self.ready {
-            if later(now, delay) >= *budget && !ever {
+            if saturating_deadline(now, delay) >= *budget && !ever {
                 let budget = self.config.connect_budget;
                 self.fail_ready(with_context(
                     failure.error,
@@ -171,7 +171,7 @@ impl Core {
             Link::Closed
         } else {
             Link::Down {
-                next_dial: later(now, delay),
+                next_dial: saturating_deadline(now, delay),
             }
         };
         for id in ids {
@@ -262,7 +262,7 @@ impl Core {
                 .next_delay(None)
         };
         self.link = Link::Down {
-            next_dial: later(now, delay),
+            next_dial: saturating_deadline(now, delay),
         };
         if !self.calls.is_empty() {
             telemetry::reconnecting();

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::profile::RuntimeProfile;
-use crate::retry::later;
+use crate::retry::saturating_deadline;
 
 /// The session across connections.
 #[derive(Debug, Default)]
@@ -125,11 +125,17 @@ impl Liveness {
         let mut at: Option<Instant> = None;
         let mut min = |t: Instant| at = Some(at.map_or(t, |a: Instant| a.min(t)));
         if let Some(interval) = self.heartbeat {
-            min(later(self.last_outbound, interval));
-            min(later(self.last_inbound, interval.saturating_mul(2)));
+            min(saturating_deadline(self.last_outbound, interval));
+            min(saturating_deadline(
+                self.last_inbound,
+                interval.saturating_mul(2),
+            ));
         }
         if let Some(since) = self.awaiting_since {
-            min(later(since.max(self.last_inbound), response_timeout));
+            min(saturating_deadline(
+                since.max(self.last_inbound),
+                response_timeout,
+            ));
         }
         at
     }
