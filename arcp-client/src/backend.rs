@@ -12,9 +12,10 @@ use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::error::Error;
 #[cfg(feature = "http")]
 use crate::http::HttpBackend;
-use crate::outcome::{CancelOutcome, ClientStats};
+use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
+use crate::stats::ClientStats;
 use crate::ws::Command;
 
 /// A client's transport.

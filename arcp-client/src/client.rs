@@ -18,15 +18,17 @@ use crate::backend::Backend;
 use crate::cache::Outcome;
 use crate::classify::{give_up, not_recorded, shared_fate, Ended, Ending, Exposure};
 use crate::config::{is_http_url, Config, DialectChoice, RetryPolicy, Secret};
+use crate::connection_events::{ConnectionEvent, ConnectionEvents};
 use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef, HttpBackend};
 use crate::journal::{Journal, JournalEntry, JournalHandle, JournalSetup, RecoveryMode, Retention};
-use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, ToolOutput};
+use crate::outcome::{CancelOutcome, ToolOutput};
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::saturating_deadline;
+use crate::stats::ClientStats;
 use crate::sync::lock;
 use crate::telemetry::{self, Answered};
 use crate::ws::{self, Core};

@@ -86,9 +86,11 @@ struct ReadmeDoctests;
 
 // Leaves: import no other module of the crate (but `sync`, the first).
 mod config;
+mod connection_events;
 mod error;
 mod fate;
 mod outcome;
+mod stats;
 mod sync;
 // Metrics (empty without the `metrics` feature).
 mod telemetry;
@@ -117,6 +119,7 @@ pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::
 pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};
 pub use config::{DialectChoice, RetryPolicy};
+pub use connection_events::{ConnectionEvent, ConnectionEvents};
 pub use error::{Error, Execution, ResultDecodeError, ToolError};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -132,12 +135,11 @@ pub use journal::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
-pub use outcome::{
-    CancelOutcome, ClientStats, ConnectionEvent, ConnectionEvents, InvocationEvent, ToolOutput,
-};
+pub use outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 pub use profile::RuntimeProfile;
 /// The TLS library of `wss://` connections, re-exported so that the
 /// `rustls::ClientConfig` given to [`ClientBuilder::tls_config`] comes from
 /// the version this crate uses.
 pub use rustls;
+pub use stats::ClientStats;
 pub use typed::Tool;

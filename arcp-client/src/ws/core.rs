@@ -37,11 +37,13 @@ use super::ids::CallId;
 use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
 use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};
+use crate::connection_events::ConnectionEvent;
 use crate::error::Error;
-use crate::outcome::{CancelOutcome, ClientStats, ConnectionEvent};
+use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::{saturating_deadline, Schedule};
+use crate::stats::ClientStats;
 use crate::FastMap;
 
 /// Requests from client handles. Nearly every one is an `Invoke`: the
