@@ -1,0 +1,441 @@
+//! `ClientBuilder`: a client's configuration, and connecting it (the
+//! backend for the URL's scheme, the first session when asked, the
+//! journal).
+
+#[cfg(feature = "sqlite")]
+use std::path::PathBuf;
+#[cfg(feature = "http")]
+use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::backend::Backend;
+use crate::config::{is_http_url, Config, DialectChoice, RetryPolicy, Secret};
+use crate::error::Error;
+use crate::fate::LiveKeys;
+#[cfg(feature = "http")]
+use crate::http::HttpBackend;
+use crate::journal::{Journal, JournalSetup, RecoveryMode, Retention};
+use crate::profile::RuntimeProfile;
+#[cfg(feature = "http")]
+use crate::sync::lock;
+use crate::ws::{self, Core};
+
+use super::{Client, Inner};
+
+/// Configures and connects a [`Client`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), arcp_sdk::Error> {
+/// use std::time::Duration;
+/// use arcp_sdk::{Client, RetryPolicy};
+///
+/// let client = Client::builder("ws://127.0.0.1:7777/arcp")
+///     .bearer_token("secret")
+///     .retry(RetryPolicy::exponential().max_attempts(8).max_delay(Duration::from_secs(5)))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// Every wait has its own knob: [`connect_timeout`](Self::connect_timeout)
+/// (one dial), [`handshake_timeout`](Self::handshake_timeout) (the welcome),
+/// [`connect_budget`](Self::connect_budget) (how long `connect()` retries),
+/// [`write_timeout`](Self::write_timeout), [`response_timeout`](Self::response_timeout)
+/// (a silent runtime), [`cancel_timeout`](Self::cancel_timeout), and each
+/// call's deadline ([`default_deadline`](Self::default_deadline)).
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until connect() is awaited"]
+pub struct ClientBuilder {
+    config: Config,
+    journal: JournalSetup,
+}
+
+impl ClientBuilder {
+    pub(super) fn new(url: impl Into<String>) -> Self {
+        ClientBuilder {
+            config: Config::new(url.into()),
+            journal: JournalSetup::default(),
+        }
+    }
+
+    /// Authenticate with this bearer token. It is never logged or printed.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.config.token = Some(Secret(token.into()));
+        self
+    }
+
+    /// Which message set to speak (default [`DialectChoice::V1_1`]); accepts
+    /// an [`arcp_types::Dialect`] too.
+    pub fn dialect(mut self, dialect: impl Into<DialectChoice>) -> Self {
+        self.config.dialect = dialect.into();
+        self
+    }
+
+    /// The retry schedule and budget (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// How long the runtime may take to answer the session hello with its
+    /// welcome, per connection (default 10 s). A timeout is transient: the
+    /// client dials again.
+    pub fn handshake_timeout(mut self, d: Duration) -> Self {
+        self.config.handshake_timeout = d;
+        self
+    }
+
+    /// How long one TCP connect plus TLS and WebSocket upgrade may take
+    /// (default 10 s). A timeout is transient: the client dials again.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.config.connect_timeout = d;
+        self
+    }
+
+    /// How long [`connect`](ClientBuilder::connect) keeps dialing through
+    /// transient failures (resets, timeouts, HTTP 5xx or 429) before it
+    /// gives up (default 30 s). Definitive failures (refused credentials,
+    /// an untrusted certificate, a bad URL, a runtime that speaks neither
+    /// dialect) fail at once.
+    pub fn connect_budget(mut self, d: Duration) -> Self {
+        self.config.connect_budget = d;
+        self
+    }
+
+    /// A write to the connection that makes no progress this long means the
+    /// connection is dead (default 5 s).
+    pub fn write_timeout(mut self, d: Duration) -> Self {
+        self.config.write_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// With requests outstanding, a runtime that sends nothing at all this
+    /// long is taken for a dead connection (default 10 s): runtimes accept
+    /// a request at once, so silence means a stalled link.
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.config.response_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long [`cancel`](crate::CallHandle::cancel) waits for the
+    /// runtime's confirmation before reporting
+    /// [`CancelOutcome::Dispatched`](crate::CancelOutcome::Dispatched) (or
+    /// `NotDispatched` when it could not even be written) (default 2 s).
+    pub fn cancel_timeout(mut self, d: Duration) -> Self {
+        self.config.cancel_timeout = d;
+        self
+    }
+
+    /// Deadline of calls that do not set one (default 5 minutes).
+    pub fn default_deadline(mut self, d: Duration) -> Self {
+        self.config.default_deadline = d;
+        self
+    }
+
+    /// Name and version announced in the handshake.
+    pub fn client_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.config.client_name = name.into();
+        self.config.client_version = version.into();
+        self
+    }
+
+    /// How many calls may be in flight at once (default 1024). Further
+    /// calls wait for a slot (back-pressure) instead of queueing unboundedly.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.config.max_in_flight = n.max(1);
+        self
+    }
+
+    /// Overrides the heartbeat interval the runtime negotiates. The
+    /// connection is declared dead after two intervals without any frame.
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.config.heartbeat = Some(d.max(Duration::from_millis(10)));
+        self
+    }
+
+    /// Liveness probe interval for runtimes that answer pings but negotiate
+    /// no heartbeat (default 15 s).
+    pub fn keepalive_interval(mut self, d: Duration) -> Self {
+        self.config.keepalive = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Largest frame accepted or sent, in bytes (default 16 MiB).
+    pub fn max_frame_size(mut self, bytes: usize) -> Self {
+        self.config.max_frame_size = bytes.max(1024);
+        self
+    }
+
+    /// Largest result reassembled from `result_chunk` events, in bytes
+    /// (default 64 MiB). A bigger streamed result is returned as its
+    /// reference (`result_id`, ...) instead of its value.
+    pub fn max_result_size(mut self, bytes: usize) -> Self {
+        self.config.max_result_size = bytes;
+        self
+    }
+
+    /// Events buffered per call for [`crate::Invocation::events`] (default 256).
+    pub fn event_buffer(mut self, n: usize) -> Self {
+        self.config.event_buffer = n.max(1);
+        self
+    }
+
+    /// Capacity and time-to-live of the cache of terminal outcomes by key
+    /// (default 1024 entries, 10 minutes). A repeated call with a cached key
+    /// is answered locally, even against runtimes that replay only
+    /// `job.accepted`. A capacity of 0 disables the cache.
+    pub fn outcome_cache(mut self, capacity: usize, ttl: Duration) -> Self {
+        self.config.outcome_cache_capacity = capacity;
+        self.config.outcome_cache_ttl = ttl;
+        self
+    }
+
+    /// Trusts this certificate (DER) as a root for `wss://`, in addition to
+    /// the bundled web PKI roots: for a runtime with a private CA or a
+    /// self-signed certificate.
+    pub fn add_root_certificate_der(mut self, der: impl Into<Vec<u8>>) -> Self {
+        self.config
+            .tls
+            .extra_roots
+            .push(rustls_pki_types::CertificateDer::from(der.into()));
+        self
+    }
+
+    /// Trusts every certificate in this PEM text as a root for `wss://`.
+    /// Fails with [`Error::InvalidCall`] naming the problem if the text holds
+    /// no valid certificate.
+    pub fn add_root_certificates_pem(mut self, pem: &str) -> Result<Self, Error> {
+        use rustls_pki_types::pem::PemObject;
+        let certs: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::InvalidCall(format!("root certificate PEM is invalid: {e}")))?;
+        if certs.is_empty() {
+            return Err(Error::InvalidCall(
+                "root certificate PEM holds no certificate".into(),
+            ));
+        }
+        self.config.tls.extra_roots.extend(certs);
+        Ok(self)
+    }
+
+    /// Uses this rustls configuration for `wss://` as is (roots, client
+    /// certificates, protocol versions); overrides the other TLS settings.
+    pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Self {
+        self.config.tls.config = Some(config);
+        self
+    }
+
+    /// Largest artifact [`Client::fetch_artifact`] accepts, in bytes
+    /// (default 64 MiB).
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn max_artifact_size(mut self, bytes: u64) -> Self {
+        self.config.max_artifact_size = bytes;
+        self
+    }
+
+    /// Records every call in `journal` before it is sent (prepared before
+    /// send), so that a restarted process can resume calls the crashed one
+    /// left unfinished ([`Client::recover`]) and read their outcomes
+    /// ([`Client::lookup`]). One journal serves one client, through a
+    /// dedicated writer thread (journal I/O never runs on the async
+    /// runtime). See `SqliteJournal` (feature `sqlite`) for the durable
+    /// one on one host and `journal_path` for its short form, and
+    /// `PostgresJournal` (feature `postgres`) for one a fleet of workers
+    /// shares. Each adds one durable write before a call's first send.
+    pub fn journal(mut self, journal: impl Journal) -> Self {
+        self.journal.set_journal(Box::new(journal));
+        self
+    }
+
+    /// Journals calls in the SQLite file at `path` (created if absent),
+    /// opened by [`connect`](ClientBuilder::connect) with default
+    /// [`SqliteOptions`](crate::SqliteOptions). A file that is corrupt, not
+    /// a journal, or held by another client fails `connect` with
+    /// [`Error::Journal`].
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub fn journal_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.journal.set_path(path.into());
+        self
+    }
+
+    /// How long the journal keeps records, and how many (default
+    /// [`Retention::default`]: terminal records 24 hours, at most 100 000).
+    pub fn journal_retention(mut self, retention: Retention) -> Self {
+        self.journal.set_retention(retention);
+        self
+    }
+
+    /// Whether unfinished journaled calls are re-driven automatically on
+    /// connect, or only when [`Client::recover`] is called (the default).
+    pub fn recovery(mut self, mode: RecoveryMode) -> Self {
+        self.journal.set_recovery(mode);
+        self
+    }
+
+    /// Connects and completes the session handshake, riding out a flaky
+    /// network: transient failures of the TCP connect, the upgrade or the
+    /// handshake are retried with the retry policy's backoff for up to
+    /// [`connect_budget`](Self::connect_budget). Definitive ones fail at
+    /// once with an error that names what failed: [`Error::Unauthenticated`],
+    /// [`Error::Connect`] with `retryable: false` (bad URL, untrusted
+    /// certificate, an HTTP status that is not transient), or
+    /// [`Error::Handshake`] with `retryable: false` (a runtime that answered
+    /// but speaks neither dialect). Later connection losses are handled by
+    /// the client.
+    ///
+    /// An `http://` or `https://` URL selects the HTTP binding
+    /// (`docs/http-binding.md` in this package): no connection is kept and there is no
+    /// handshake, so only the URL and token format are checked here; a
+    /// wrong address or token shows on the first call.
+    pub async fn connect(self) -> Result<Client, Error> {
+        Ok(self.start(true).await?.started())
+    }
+
+    /// Returns a client at once, without connecting (as tonic's
+    /// `connect_lazy`): the first call dials, and every call waits for the
+    /// connection within its own deadline. Fails only on a configuration
+    /// that can never work (a bad URL, an invalid token) or a journal that
+    /// cannot be opened. Must be called within a Tokio runtime.
+    pub async fn connect_lazy(self) -> Result<Client, Error> {
+        Ok(self.start(false).await?.started())
+    }
+
+    /// Starts the backend, waits for the first session when `wait_ready`,
+    /// then opens the journal (so a failed connect leaves the journal to
+    /// the next attempt).
+    async fn start(self, wait_ready: bool) -> Result<Client, Error> {
+        let config = Arc::new(self.config);
+        let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
+        let profile = Arc::new(Mutex::new(None));
+        let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
+        let backend = if is_http_url(&config.url) {
+            http_backend(&config, &profile)?
+        } else {
+            check_ws_url(&config.url)?;
+            let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
+            let (ready_tx, ready_rx) = oneshot::channel();
+            let ready = wait_ready.then_some(ready_tx);
+            let core = Core::new(
+                config.clone(),
+                ready,
+                profile.clone(),
+                events.clone(),
+                Instant::now(),
+            );
+            let dialect = core.dialect_hint();
+            tokio::spawn(ws::run(config.clone(), rx, core));
+            let backend = Backend::Ws { tx, dialect };
+            if wait_ready {
+                let first = ready_rx.await.unwrap_or(Err(Error::Closed));
+                if let Err(e) = first {
+                    backend.close().await;
+                    return Err(e);
+                }
+            }
+            backend
+        };
+        // A corrupt, foreign or locked journal fails here (and the backend
+        // closes with the client).
+        let journal = match self.journal.open(config.max_in_flight).await {
+            Ok(journal) => journal,
+            Err(e) => {
+                backend.close().await;
+                return Err(e);
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                in_flight,
+                config,
+                backend,
+                profile,
+                #[cfg(feature = "http")]
+                artifacts: OnceLock::new(),
+                journal,
+                live_keys: LiveKeys::default(),
+                events,
+            }),
+        })
+    }
+}
+
+/// The HTTP binding's backend; its runtime profile is known without a
+/// handshake.
+#[cfg(feature = "http")]
+fn http_backend(
+    config: &Arc<Config>,
+    profile: &Mutex<Option<RuntimeProfile>>,
+) -> Result<Backend, Error> {
+    let backend = HttpBackend::new(config.clone())?;
+    *lock(profile) = Some(backend.profile());
+    Ok(Backend::Http(Arc::new(backend)))
+}
+
+/// Without the `http` feature an `http(s)://` URL can never work: say which
+/// feature is missing rather than "unsupported scheme".
+#[cfg(not(feature = "http"))]
+fn http_backend(
+    config: &Arc<Config>,
+    _profile: &Mutex<Option<RuntimeProfile>>,
+) -> Result<Backend, Error> {
+    Err(Error::Connect {
+        url: config.url.clone(),
+        message: "this build of arcp-client has no HTTP binding: enable its `http` feature \
+                  (or use a ws:// or wss:// URL)"
+            .into(),
+        retryable: false,
+    })
+}
+
+/// Connection events kept for a listener that has not read them yet.
+const EVENT_CAPACITY: usize = 64;
+
+/// A WebSocket URL that can never work fails at once, not after retries.
+fn check_ws_url(url: &str) -> Result<(), Error> {
+    let bad = |message: String| Error::Connect {
+        url: url.to_owned(),
+        message,
+        retryable: false,
+    };
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        bad("the URL has no scheme (expected ws://, wss://, http:// or https://)".into())
+    })?;
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "ws" | "wss") {
+        return Err(bad(format!(
+            "unsupported URL scheme {scheme:?} (expected ws://, wss://, http:// or https://)"
+        )));
+    }
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(bad("the URL has no host".into()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_that_can_never_work_are_refused_at_once() {
+        for url in ["127.0.0.1:7777", "ftp://x/arcp", "ws://", "ws:///arcp"] {
+            let e = check_ws_url(url).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Connect {
+                        retryable: false,
+                        ..
+                    }
+                ),
+                "{url}: {e}"
+            );
+        }
+        assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
+        assert!(check_ws_url("WSS://example.com").is_ok());
+    }
+}

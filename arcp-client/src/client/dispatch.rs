@@ -1,0 +1,230 @@
+//! One call's path from the handle to the backend: its deadline over every
+//! wait (the in-flight slot, the journal's prepare, every attempt), the
+//! journal's records before and after, and the fate it shares with other
+//! callers of its key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp_types::IdempotencyKey;
+
+use crate::cache::Outcome;
+use crate::classify::{give_up, not_recorded, shared_fate, Ended, Ending, Exposure};
+use crate::error::{Error, Execution, JournalErrorKind};
+use crate::fate::{KeyFate, LiveKeys};
+use crate::journal::JournalHandle;
+use crate::request::{CallRequest, CallShared};
+use crate::retry::saturating_deadline;
+use crate::telemetry::{self, Answered};
+
+use super::Client;
+
+impl Client {
+    /// Runs a call to its outcome within its deadline: the in-flight slot,
+    /// the journal's prepare and every attempt all count against it. With a
+    /// journal, the call is recorded durably before it is handed on
+    /// (prepared before send) and its outcome recorded after.
+    pub(crate) async fn dispatch(&self, mut request: Box<CallRequest>) -> Outcome {
+        request.seal();
+        telemetry::call_started();
+        let key = request.key.clone();
+        let shared = request.shared.clone();
+        let deadline = request.deadline;
+        let request_started = request.started;
+        let in_doubt = request.in_doubt;
+        // A journal that fails before it could read the key's record cannot
+        // say an earlier process never sent it: only a key generated for
+        // this call is known to be new.
+        let key_may_be_known = in_doubt || request.key_supplied;
+        let deadline_at =
+            tokio::time::Instant::from_std(saturating_deadline(request.started, deadline));
+        let mut guard = AbandonOnDrop {
+            client: self,
+            key: key.clone(),
+            shared: shared.clone(),
+            armed: true,
+        };
+        // Both transports hold every caller to its own deadline (the
+        // connection task in one heap of timers for every call, the HTTP
+        // binding in its attempt loop, which knows what each attempt
+        // exposed); a call that needs no other wait (no journal, a free
+        // in-flight slot) runs no timer here. Anything else is bounded here.
+        let direct = self.inner.journal.is_none();
+        let untimed = match direct {
+            // Borrowed, not owned: no shared reference count to bump.
+            true => self.inner.in_flight.try_acquire().ok(),
+            false => None,
+        };
+        // Callers of one key share their fate from here: the transport
+        // joins them only later (after the journal's record), or never
+        // (HTTP). The WebSocket transport alone joins them at once.
+        let joined_at_once = self.inner.journal.is_none() && self.inner.backend.joins_callers();
+        let fate = (!joined_at_once).then(|| KeyFateGuard::join(&self.inner.live_keys, &key));
+        let timed = match untimed {
+            Some(_permit) => Ok(self.inner.backend.invoke(request).await),
+            None => tokio::time::timeout_at(deadline_at, self.run_call(request)).await,
+        };
+        let outcome = match timed {
+            Ok(outcome) => {
+                guard.armed = false;
+                outcome
+            }
+            Err(_) => {
+                let job_id = shared.job_id();
+                let exposure = Exposure {
+                    bound: job_id.is_some(),
+                    in_doubt: shared.abandon() || in_doubt,
+                };
+                let call = Ended {
+                    key: &key,
+                    job_id: job_id.as_deref(),
+                    exposure,
+                    attempts: shared.attempts(),
+                    last_error: None,
+                };
+                Err(give_up(call, Ending::Deadline(deadline)))
+            }
+        };
+        // A journal that fails while driving a call an earlier process may
+        // have sent cannot say "did not run": the outcome is unknown, and
+        // the record (if any) stays as it was for the next recovery.
+        let outcome = match outcome {
+            Err(Error::Journal(e)) if key_may_be_known && e.kind != JournalErrorKind::Fenced => {
+                Err(Error::OutcomeUnavailable {
+                    key: key.clone(),
+                    job_id: shared.job_id(),
+                    reason: format!(
+                        "the journal failed, and an earlier process may have sent a call with \
+                         this key ({e})"
+                    ),
+                    attempts: shared.attempts(),
+                    permanent: false,
+                })
+            }
+            other => other,
+        };
+        telemetry::call_ended(
+            outcome.as_ref().map(|out| out.replayed),
+            request_started.elapsed(),
+            shared.attempts(),
+            shared.answered(),
+        );
+        let mut outcome = outcome;
+        // An outcome the journal itself answered (the key's stored
+        // outcome, or a conflict with its record) is not written back.
+        let journal = self
+            .inner
+            .journal
+            .as_ref()
+            .filter(|_| shared.answered() != Answered::Journal);
+        if let Some(journal) = journal {
+            // "Did not run" is said only once the journal records it
+            // durably; a call ending at its deadline gets a short grace.
+            let durable_by = deadline_at.max(tokio::time::Instant::now() + DURABLE_GRACE);
+            // Boxed: only journaled calls pay for this future's size.
+            let recorded = Box::pin(journal.finish_call(&key, &outcome, durable_by)).await;
+            if let (Err(why), Err(e)) = (recorded, &outcome) {
+                if e.execution() == Execution::NotRun {
+                    outcome = Err(not_recorded(&key, e, &why, shared.job_id()));
+                }
+            }
+        }
+        // Another caller of this key ran alongside, up to the moment this
+        // one is answered: it may have run the tool.
+        match (outcome, fate) {
+            (Err(e), Some(fate)) if fate.0.is_shared() => {
+                Err(shared_fate(e, &key, shared.job_id()))
+            }
+            (outcome, _) => outcome,
+        }
+    }
+
+    async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
+        let _permit = self
+            .inner
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::Closed)?;
+        if let Some(journal) = &self.inner.journal {
+            let max_frame_size = self.inner.config.max_frame_size;
+            // Boxed: only journaled calls pay for these futures' size.
+            return Box::pin(self.run_journaled(journal, request, max_frame_size)).await;
+        }
+        self.inner.backend.invoke(request).await
+    }
+
+    /// A journaled call: prepared before it is sent, and stopped if a
+    /// shared journal gives it to another worker while this one drives it
+    /// (this worker froze past its lease); the new owner finishes it.
+    async fn run_journaled(
+        &self,
+        journal: &JournalHandle,
+        mut request: Box<CallRequest>,
+        max_frame_size: usize,
+    ) -> Outcome {
+        let _driving = match journal.prepare_call(&mut request, max_frame_size).await? {
+            Ok(driving) => driving,
+            Err(answer) => {
+                request.shared.set_answered(Answered::Journal);
+                return answer;
+            }
+        };
+        let key = request.key.clone();
+        let shared = request.shared.clone();
+        tokio::select! {
+            outcome = self.inner.backend.invoke(request) => outcome,
+            () = journal.fenced(&key) => {
+                shared.abandon();
+                self.inner.backend.abandon(key.clone(), shared);
+                Err(journal.fenced_error(&key))
+            }
+        }
+    }
+}
+
+/// How long past its deadline a call that did not run waits for the journal
+/// to record that durably (else it says it may have run).
+const DURABLE_GRACE: Duration = Duration::from_millis(50);
+
+/// A caller's place among the callers of its key in flight; leaves when
+/// dropped (however the call ends, or if its future is dropped).
+struct KeyFateGuard<'a>(Arc<KeyFate>, &'a LiveKeys, IdempotencyKey);
+
+impl<'a> KeyFateGuard<'a> {
+    fn join(live: &'a LiveKeys, key: &IdempotencyKey) -> Self {
+        KeyFateGuard(live.join(key), live, key.clone())
+    }
+}
+
+impl Drop for KeyFateGuard<'_> {
+    fn drop(&mut self) {
+        self.1.leave(&self.2, &self.0);
+    }
+}
+
+/// Tells the backend a caller gave up (deadline, or a dropped future), so
+/// it forgets the call once nobody waits on it.
+struct AbandonOnDrop<'a> {
+    client: &'a Client,
+    key: IdempotencyKey,
+    shared: Arc<CallShared>,
+    armed: bool,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.abandon();
+            self.client
+                .inner
+                .backend
+                .abandon(self.key.clone(), self.shared.clone());
+            // Nobody drives the call here any more: it stays unfinished,
+            // and a shared journal lets another worker claim it at once.
+            if let Some(journal) = &self.client.inner.journal {
+                journal.release(&self.key);
+            }
+        }
+    }
+}
