@@ -8,12 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_types::{ErrorCode, IdempotencyKey};
-use serde_json::Value;
 
 mod decode;
 mod execution;
+mod journal;
+mod tool;
 pub use decode::ResultDecodeError;
 pub use execution::Execution;
+pub use journal::{JournalError, JournalErrorKind};
+pub use tool::ToolError;
 
 /// " (job J)" when the job is known, else nothing: for messages.
 struct JobSuffix<'a>(&'a Option<String>);
@@ -447,137 +450,6 @@ impl Error {
             | Error::Interrupted { key, .. }
             | Error::RequestRejected { key, .. } => Some(key),
             _ => None,
-        }
-    }
-}
-
-/// A terminal error reported by the runtime for one call.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{code}: {message}")]
-#[non_exhaustive]
-pub struct ToolError {
-    /// The wire code.
-    pub code: ErrorCode,
-    /// The runtime's message.
-    pub message: String,
-    /// Whether the runtime says a *new* call (a new key) may succeed. The
-    /// same key would get this error replayed.
-    pub retryable: bool,
-    /// Structured details, if any.
-    pub details: Option<Value>,
-    /// Whether the runtime's answer shows it was a stored outcome: a
-    /// terminal with no `job.accepted` before it on the attempt, a frame of
-    /// another session, an acceptance the runtime marked as a replay, or an
-    /// answer from the client's outcome cache or journal.
-    pub replayed: bool,
-    /// The job, when the runtime bound the call to one.
-    pub job_id: Option<String>,
-    /// The call's key.
-    pub key: IdempotencyKey,
-    /// Requests sent for this call.
-    pub attempts: u32,
-    /// Whether the tool ran: [`Execution::Ran`] for an error of the call's
-    /// job; [`Execution::NotRun`] for a refusal before acceptance (no job)
-    /// when no earlier attempt may have reached the runtime.
-    pub execution: Execution,
-}
-
-/// What kind of journal failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum JournalErrorKind {
-    /// The file is not a SQLite database, or is damaged.
-    Corrupt,
-    /// The file is a database, but not an ARCP journal of a schema this
-    /// version reads.
-    Schema,
-    /// Another client (in this or another process) holds the journal.
-    Locked,
-    /// The journal holds `max_records` unfinished calls.
-    Full,
-    /// Reading or writing failed (disk full, permissions, ...).
-    Io,
-    /// The journal was closed with its client.
-    Closed,
-    /// A recorded intent cannot be re-sent byte-identically.
-    Intent,
-    /// Another worker owns the call (a shared journal): this one lost its
-    /// lease and the call was claimed, or a live worker drives it. This
-    /// worker stops driving it; the owner finishes it. The tool may have
-    /// run ([`Execution::MayHaveRun`]).
-    Fenced,
-    /// The journal's store could not be reached, or did not answer in time
-    /// (a database restarting, a network link that went silent). The
-    /// client retries the write while the call's deadline allows, so a
-    /// brief outage costs latency, not failures.
-    Unavailable,
-}
-
-impl JournalErrorKind {
-    /// A stable upper-case name, used in [`Error::code_name`].
-    pub fn code_name(&self) -> &'static str {
-        match self {
-            JournalErrorKind::Corrupt => "JOURNAL_CORRUPT",
-            JournalErrorKind::Schema => "JOURNAL_SCHEMA",
-            JournalErrorKind::Locked => "JOURNAL_LOCKED",
-            JournalErrorKind::Full => "JOURNAL_FULL",
-            JournalErrorKind::Io => "JOURNAL_IO",
-            JournalErrorKind::Closed => "JOURNAL_CLOSED",
-            JournalErrorKind::Intent => "JOURNAL_INTENT",
-            JournalErrorKind::Fenced => "JOURNAL_FENCED",
-            JournalErrorKind::Unavailable => "JOURNAL_UNAVAILABLE",
-        }
-    }
-}
-
-impl fmt::Display for JournalErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            JournalErrorKind::Corrupt => "corrupt",
-            JournalErrorKind::Schema => "not a journal of a known schema",
-            JournalErrorKind::Locked => "locked",
-            JournalErrorKind::Full => "full",
-            JournalErrorKind::Io => "I/O error",
-            JournalErrorKind::Closed => "closed",
-            JournalErrorKind::Intent => "unusable intent",
-            JournalErrorKind::Fenced => "owned by another worker",
-            JournalErrorKind::Unavailable => "unavailable",
-        })
-    }
-}
-
-/// A journal failure: what kind, where, and what the store said.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("journal {location}: {kind}: {message}")]
-#[non_exhaustive]
-pub struct JournalError {
-    /// What kind of failure.
-    pub kind: JournalErrorKind,
-    /// Where the journal lives (a path, `memory`, ...).
-    pub location: String,
-    /// What failed, in words.
-    pub message: String,
-}
-
-impl From<JournalError> for Error {
-    /// [`Error::Journal`]: lets `?` carry a journal failure (opening a
-    /// journal, for instance) out of a function returning [`Error`].
-    fn from(e: JournalError) -> Self {
-        Error::Journal(e)
-    }
-}
-
-impl JournalError {
-    /// A journal error (for [`Journal`](crate::Journal) implementations).
-    pub fn new(
-        kind: JournalErrorKind,
-        location: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        JournalError {
-            kind,
-            location: location.into(),
-            message: message.into(),
         }
     }
 }

@@ -1,0 +1,106 @@
+//! [`JournalError`]: a journal's failure (what kind, where, what the store
+//! said), and how `?` carries it into the client's [`Error`].
+
+use std::fmt;
+
+use super::Error;
+
+/// What kind of journal failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JournalErrorKind {
+    /// The file is not a SQLite database, or is damaged.
+    Corrupt,
+    /// The file is a database, but not an ARCP journal of a schema this
+    /// version reads.
+    Schema,
+    /// Another client (in this or another process) holds the journal.
+    Locked,
+    /// The journal holds `max_records` unfinished calls.
+    Full,
+    /// Reading or writing failed (disk full, permissions, ...).
+    Io,
+    /// The journal was closed with its client.
+    Closed,
+    /// A recorded intent cannot be re-sent byte-identically.
+    Intent,
+    /// Another worker owns the call (a shared journal): this one lost its
+    /// lease and the call was claimed, or a live worker drives it. This
+    /// worker stops driving it; the owner finishes it. The tool may have
+    /// run ([`Execution::MayHaveRun`](crate::Execution::MayHaveRun)).
+    Fenced,
+    /// The journal's store could not be reached, or did not answer in time
+    /// (a database restarting, a network link that went silent). The
+    /// client retries the write while the call's deadline allows, so a
+    /// brief outage costs latency, not failures.
+    Unavailable,
+}
+
+impl JournalErrorKind {
+    /// A stable upper-case name, used in [`Error::code_name`].
+    pub fn code_name(&self) -> &'static str {
+        match self {
+            JournalErrorKind::Corrupt => "JOURNAL_CORRUPT",
+            JournalErrorKind::Schema => "JOURNAL_SCHEMA",
+            JournalErrorKind::Locked => "JOURNAL_LOCKED",
+            JournalErrorKind::Full => "JOURNAL_FULL",
+            JournalErrorKind::Io => "JOURNAL_IO",
+            JournalErrorKind::Closed => "JOURNAL_CLOSED",
+            JournalErrorKind::Intent => "JOURNAL_INTENT",
+            JournalErrorKind::Fenced => "JOURNAL_FENCED",
+            JournalErrorKind::Unavailable => "JOURNAL_UNAVAILABLE",
+        }
+    }
+}
+
+impl fmt::Display for JournalErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JournalErrorKind::Corrupt => "corrupt",
+            JournalErrorKind::Schema => "not a journal of a known schema",
+            JournalErrorKind::Locked => "locked",
+            JournalErrorKind::Full => "full",
+            JournalErrorKind::Io => "I/O error",
+            JournalErrorKind::Closed => "closed",
+            JournalErrorKind::Intent => "unusable intent",
+            JournalErrorKind::Fenced => "owned by another worker",
+            JournalErrorKind::Unavailable => "unavailable",
+        })
+    }
+}
+
+/// A journal failure: what kind, where, and what the store said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal {location}: {kind}: {message}")]
+#[non_exhaustive]
+pub struct JournalError {
+    /// What kind of failure.
+    pub kind: JournalErrorKind,
+    /// Where the journal lives (a path, `memory`, ...).
+    pub location: String,
+    /// What failed, in words.
+    pub message: String,
+}
+
+impl From<JournalError> for Error {
+    /// [`Error::Journal`]: lets `?` carry a journal failure (opening a
+    /// journal, for instance) out of a function returning [`Error`].
+    fn from(e: JournalError) -> Self {
+        Error::Journal(e)
+    }
+}
+
+impl JournalError {
+    /// A journal error (for [`Journal`](crate::Journal) implementations).
+    pub fn new(
+        kind: JournalErrorKind,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        JournalError {
+            kind,
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
