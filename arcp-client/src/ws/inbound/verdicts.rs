@@ -1,0 +1,214 @@
+//! The answers that can end a call: a terminal result, and an error
+//! (attributed to the request it answers, then classified). Where a
+//! WebSocket call's outcome is decided from the runtime's frames; the rule
+//! itself is `classify.rs`, and ending the call is `call_machine.rs`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arcp_types::{ErrorReply, Header};
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use super::{owned, unindex_job, ResultBody};
+use crate::cache::Settled;
+use crate::classify::{
+    classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
+};
+use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::retry::saturating_deadline;
+use crate::ws::attribution::ReqKind;
+use crate::ws::calls::Phase;
+use crate::ws::core::Core;
+use crate::ws::ids::{CallId, RequestId};
+
+impl Core {
+    /// A terminal result: the call it names ends with it.
+    pub(super) fn on_result(&mut self, header: &Header<'_>, result: ResultBody<'_>, now: Instant) {
+        let Some(id) = self.call_for(header, header.correlation_id.as_deref()) else {
+            debug!(job_id = ?header.job_id, "a result for a job no call is waiting on; dropped");
+            return;
+        };
+        let foreign = self.is_foreign(header);
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        // A terminal with no acceptance before it on this attempt is a
+        // stored outcome re-sent (runtimes accept a fresh job before it runs).
+        let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        if let Some(job) = &header.job_id {
+            let (_, replaced) = call.bind(job);
+            unindex_job(&mut self.by_job, id, replaced);
+        }
+        let replayed = call.replayed || foreign || unaccepted;
+        let assembly = call.assembly.take();
+        let (reading, value_text) = match result {
+            ResultBody::Decoded(result) => {
+                let streamed = result.extra.get("result_id").and_then(Value::as_str);
+                let assembled = match (assembly, streamed) {
+                    (Some(a), Some(r)) if a.result_id == r => a.value(),
+                    _ => None,
+                };
+                (read_result(result, assembled), None)
+            }
+            // An inline value: chunks streamed before it are not used.
+            ResultBody::Plain(value) => (
+                ResultReading::Value(Value::Null),
+                Some(Arc::<str>::from(value.get())),
+            ),
+        };
+        let key = call.key.clone();
+        let job_id = call.job();
+        let exposure = call.exposure;
+        let outcome = match reading {
+            ResultReading::Value(value) => Ok(ToolOutput {
+                value,
+                job_id,
+                key,
+                replayed,
+                attempts: call.attempts,
+                // The caller's own, set where it awaits the outcome
+                // (`Backend::invoke`): not copied here, nor into the cache.
+                trace_id: String::new(),
+            }),
+            ResultReading::Failed { code, message } => {
+                let e = failed_result(code, self.config.redact(message));
+                Err(tool_error(
+                    &key,
+                    job_id,
+                    e,
+                    &ErrorVerdict::JobFailed,
+                    exposure,
+                    replayed,
+                ))
+            }
+        };
+        let _ = now;
+        self.settle(
+            id,
+            Settled {
+                outcome,
+                value_text,
+            },
+        );
+    }
+
+    /// An error frame: attributed to a request (by the id it names, its
+    /// job, or, naming neither, the oldest request that can draw one),
+    /// then read by the request's kind.
+    pub(super) fn on_error(&mut self, header: &Header<'_>, e: ErrorReply, now: Instant) {
+        let request = e
+            .request_id
+            .clone()
+            .or_else(|| owned(&header.correlation_id));
+        let named = request.as_deref().and_then(|r| {
+            self.requests
+                .get(r)
+                .map(|(id, kind)| (RequestId::from(r), id, kind))
+        });
+        let target = match named {
+            Some(t) => Some(t),
+            None => match header
+                .job_id
+                .as_deref()
+                .and_then(|j| self.by_job.get(j).copied())
+            {
+                Some(id) => Some((RequestId::from(""), id, ReqKind::Submit)),
+                // Names neither: runtimes answer in order (v1.1 Python's
+                // `session.error` carries no request id).
+                None if request.is_none()
+                    && header.job_id.is_none()
+                    && !self.echoes_request_ids() =>
+                {
+                    self.requests
+                        .unnamed_error_target(e.code == arcp_types::ErrorCode::DuplicateKey)
+                }
+                None => None,
+            },
+        };
+        let Some((request, id, kind)) = target else {
+            warn!(code = %e.code, message = %self.config.redact(e.message.clone()), "an error for no outstanding request; ignored");
+            return;
+        };
+        match kind {
+            ReqKind::Subscribe => {
+                self.requests.remove(&request);
+                if let Some(call) = self.calls.get_mut(&id) {
+                    debug!(parent: &call.span, code = %e.code, "subscribe refused; the ladder re-sends instead");
+                    call.take_subscribe_request();
+                    call.troubles_mut().subscribe_refused = true;
+                }
+            }
+            ReqKind::Cancel => {
+                self.requests.remove(&request);
+                let reason = format!("{}: {}", e.code, self.config.redact(e.message));
+                if let Some(call) = self.calls.get_mut(&id) {
+                    if let Some(cancel) = &mut call.cancel {
+                        cancel.request = None;
+                        cancel.settled = true;
+                    }
+                    call.answer_cancel(CancelOutcome::Refused { reason });
+                }
+            }
+            ReqKind::Submit => self.on_call_error(id, header, e, now),
+        }
+    }
+
+    /// An error answering a call's submit: the classifier's verdict
+    /// decides whether it ends the call, or the call retries with its key.
+    fn on_call_error(&mut self, id: CallId, header: &Header<'_>, mut e: ErrorReply, now: Instant) {
+        e.message = self.config.redact(e.message);
+        let foreign = self.is_foreign(header);
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let names_job = header.job_id.is_some();
+        let accepted = matches!(call.phase, Phase::Accepted { .. });
+        let verdict = classify_error(&e, names_job, accepted);
+        let mut freed = false;
+        if let Phase::Sent { request, .. } = &call.phase {
+            let request = request.clone();
+            freed = self.requests.remove(&request).is_some();
+        }
+        if freed {
+            self.answered(now);
+        }
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        match verdict {
+            ErrorVerdict::DuplicateKey => {
+                let message = e.message;
+                self.end_without_outcome(id, Ending::DuplicateKey { message });
+            }
+            ErrorVerdict::Transient { floor } if unaccepted => {
+                // Refused before acceptance, transiently: this attempt
+                // created nothing; retry with the same key.
+                let delay = call
+                    .backoff
+                    .get_or_insert_with(|| Box::new(self.config.retry.schedule()))
+                    .next_delay(floor);
+                call.troubles_mut().last_error = Some(format!("{}: {}", e.code, e.message));
+                call.start_recovery(now, self.config.retry.max_elapsed);
+                debug!(parent: &call.span, code = %e.code, ?delay, "transient refusal; retrying with the same key");
+                call.phase = Phase::Queued {
+                    not_before: saturating_deadline(now, delay),
+                };
+                self.rearm(id, now);
+            }
+            ErrorVerdict::Transient { .. } => {
+                debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
+            }
+            verdict => {
+                if let Some(job) = &header.job_id {
+                    let (_, replaced) = call.bind(job);
+                    unindex_job(&mut self.by_job, id, replaced);
+                }
+                let replayed = call.replayed || foreign || (names_job && unaccepted);
+                let error = tool_error(&call.key, call.job(), e, &verdict, call.exposure, replayed);
+                self.finish(id, Err(error));
+            }
+        }
+    }
+}
