@@ -17,7 +17,8 @@ use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
 use crate::retry::saturating_deadline;
 
-use super::core::{Core, Link};
+use super::connection::Link;
+use super::core::Core;
 
 impl Core {
     /// Decides what call `id` does next. Idempotent: timers may fire late
@@ -105,13 +106,11 @@ impl Core {
             }
             return;
         };
-        if up.unanswered >= up.window {
-            if !up.window_queue.contains(&id) {
-                up.window_queue.push_back(id);
-            }
+        if !up.has_room() {
+            up.wait_for_room(id);
             return;
         }
-        let dialect = up.dialect;
+        let dialect = up.dialect();
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
@@ -154,10 +153,7 @@ impl Core {
         header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
         let text = encoded.frame_with(&header);
         debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
-        up.unanswered += 1;
-        if up.live.awaiting_since.is_none() {
-            up.live.awaiting_since = Some(now);
-        }
+        up.on_submit_sent(now);
         let seq = self.queue_text(text);
         if let Some(call) = self.calls.get_mut(&id) {
             call.phase = Phase::Sent {
@@ -174,10 +170,7 @@ impl Core {
             let Link::Up(up) = &mut self.link else {
                 return;
             };
-            if up.unanswered >= up.window {
-                return;
-            }
-            let Some(id) = up.window_queue.pop_front() else {
+            let Some(id) = up.next_with_room() else {
                 return;
             };
             self.step(id, now);
@@ -188,10 +181,7 @@ impl Core {
     /// the window grows by one (slow start).
     pub(super) fn answered(&mut self, now: Instant) {
         if let Link::Up(up) = &mut self.link {
-            up.unanswered = up.unanswered.saturating_sub(1);
-            up.live.awaiting_since = (up.unanswered > 0).then_some(now);
-            up.window = (up.window + 1).min(self.config.max_in_flight);
-            up.useful = true;
+            up.on_answered(now, self.config.max_in_flight);
         }
     }
 
@@ -202,9 +192,9 @@ impl Core {
     fn ladder_step(&mut self, id: CallId, now: Instant) {
         let (generation, subscribe_ok, carries) = match &self.link {
             Link::Up(up) => (
-                Some(up.generation),
-                up.profile.supports_subscribe,
-                up.profile.replays_terminal || up.profile.supports_subscribe,
+                Some(up.generation()),
+                up.profile().supports_subscribe,
+                up.profile().replays_terminal || up.profile().supports_subscribe,
             ),
             _ => (None, false, true),
         };
@@ -371,7 +361,7 @@ impl Core {
             self.requests.orphan_cancel(request);
         }
         if let Link::Up(up) = &mut self.link {
-            up.window_queue.retain(|&q| q != id);
+            up.forget_waiting(id);
         }
         Some(call)
     }

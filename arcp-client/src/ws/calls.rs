@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
 use super::ids::RequestId;
+use super::timers::TimerSlot;
 use crate::cache::Settled;
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
@@ -112,9 +113,8 @@ pub(crate) struct Call {
     pub(crate) dropped_events: u64,
     pub(crate) assembly: Option<Box<Assembly>>,
     pub(crate) span: tracing::Span,
-    /// The instant and generation of the call's armed timer.
-    pub(crate) timer: Option<Instant>,
-    pub(crate) timer_gen: u32,
+    /// The call's timer: its instant and current heap entry (`timers.rs`).
+    pub(crate) timer: TimerSlot,
 }
 
 /// The parts of a call's state that only a call in trouble uses (a lost

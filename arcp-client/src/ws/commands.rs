@@ -12,6 +12,7 @@ use tracing::info;
 use super::attribution::ReqKind;
 use super::calls::{Call, CancelState, Phase, Waiter};
 use super::ids::{CallId, RequestId};
+use super::timers::TimerSlot;
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::{Ending, Exposure};
 use crate::error::Error;
@@ -21,7 +22,8 @@ use crate::request::{CallRequest, CallShared};
 use crate::retry::saturating_deadline;
 use crate::telemetry::Answered;
 
-use super::core::{Command, Core, Link};
+use super::connection::Link;
+use super::core::{Command, Core};
 
 impl Core {
     /// Takes a command from a client handle.
@@ -181,8 +183,7 @@ impl Core {
             dropped_events: 0,
             assembly: None,
             span: prepared.span,
-            timer: None,
-            timer_gen: 0,
+            timer: TimerSlot::default(),
         };
         self.by_key.insert(req.key, id);
         self.calls.insert(id, Box::new(call));
@@ -275,7 +276,7 @@ impl Core {
         let seq = self.queue_frame(frame);
         self.requests
             .insert(RequestId::from(request.as_str()), id, ReqKind::Cancel);
-        self.cancel_writes.push((seq, id));
+        self.outbox.track_cancel(seq, id);
         if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
             cancel.request = Some((request, seq));
         }

@@ -6,25 +6,37 @@
 //! (`take_drop`). Outcomes go to each caller's oneshot, handed out once
 //! per wake-up (`hand_out_replies`).
 //!
-//! The link is a state of its own, so a call's deadline, `close()` and
-//! `cancel()` are served whatever the network does:
+//! One turn of the driver (`driver.rs`) calls, in this order:
 //!
-//! ```text
-//!  Down { next_dial } ──poll_dial──▶ Dialing ──on_established──▶ Up ──on_lost / dead──▶ Down
-//!        ▲                              │
-//!        └──── on_dial_failed (backoff) ┘        any state ──close──▶ Closed
-//! ```
+//! 1. `take_drop` (the core found the connection dead: drop the socket),
+//!    `is_closed` (end the loop), `poll_dial` (start a dial),
+//!    `has_transmit` / `take_transmit` (start a write with every queued
+//!    frame, when the writer is idle), `poll_timeout` (the instant to wake
+//!    at);
+//! 2. one input, whichever came first: `command` (and the commands already
+//!    waiting), `on_established` / `on_dial_failed`, `on_text` /
+//!    `on_activity` / `on_lost` (and the frames already received),
+//!    `on_flushed` / `on_lost`, or the timer;
+//! 3. `handle_timeout(now)`, every turn whatever woke it (timers, liveness,
+//!    the send window, acks), then `hand_out_replies`.
+//!
+//! Each input may queue frames and change timers; nothing is written or
+//! awaited until the next turn's step 1.
+//!
+//! The state is in owned types, each with private fields and its
+//! invariants next to it: the link and the live connection
+//! (`connection.rs`), the request table (`attribution.rs`), the outbox and
+//! its sequence numbers (`outbox.rs`), the timers (`timers.rs`), the
+//! session and liveness (`session.rs`), each call (`calls.rs`).
 //!
 //! This file holds the core's state and what the driver asks of it (what
 //! to write, when to look, whether to dial) and the time; the rest of
 //! `impl Core` is split by concern: `commands.rs` (client handles),
 //! `link.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
-//! (frames from the runtime) and `call_machine.rs` (`step`, the one place
-//! that decides what a call does next, and how a call ends; timers only say
-//! *when* to look).
+//! (frames from the runtime; results and errors in `inbound/verdicts.rs`)
+//! and `call_machine.rs` (`step`, the one place that decides what a call
+//! does next, and how a call ends; timers only say *when* to look).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -33,8 +45,11 @@ use tokio::sync::oneshot;
 
 use super::attribution::Requests;
 use super::calls::Call;
+use super::connection::{Link, WINDOW_AFTER_LOSS};
 use super::ids::CallId;
-use super::session::{Liveness, LivenessAction, Session, ACK_EVERY};
+use super::outbox::Outbox;
+use super::session::{LivenessAction, Session};
+use super::timers::TimerTable;
 use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};
 use crate::connection_events::ConnectionEvent;
@@ -112,39 +127,8 @@ pub(crate) enum Loss {
     Rejected { code: u16, reason: String },
 }
 
-pub(super) enum Link {
-    /// No connection; dial (when there is work) not before the instant.
-    Down { next_dial: Instant },
-    /// The driver is dialing.
-    Dialing,
-    /// A session is established on a live connection.
-    Up(Box<Up>),
-    /// The client closed.
-    Closed,
-}
-
-pub(super) struct Up {
-    pub(super) generation: u64,
-    pub(super) dialect: Dialect,
-    pub(super) profile: RuntimeProfile,
-    pub(super) live: Liveness,
-    /// The connection carried something after its handshake (the reconnect
-    /// backoff restarts only then).
-    pub(super) useful: bool,
-    /// Requests on this connection not yet answered, and how many may be:
-    /// after a loss the window restarts small and grows by one per answer
-    /// (slow start), so a reconnect does not flood a flaky link.
-    pub(super) unanswered: usize,
-    pub(super) window: usize,
-    pub(super) window_queue: VecDeque<CallId>,
-}
-
-/// Unanswered requests allowed right after a connection loss.
-pub(super) const WINDOW_AFTER_LOSS: usize = 4;
 /// How often calls waiting for the send window are re-checked.
 const WINDOW_RECHECK: Duration = Duration::from_millis(50);
-/// The timer heap is never compacted below this size.
-const TIMER_COMPACT_MIN: usize = 1024;
 
 /// The connection core.
 pub(crate) struct Core {
@@ -153,22 +137,13 @@ pub(crate) struct Core {
     pub(super) by_key: FastMap<IdempotencyKey, CallId>,
     pub(super) by_job: FastMap<Arc<str>, CallId>,
     pub(super) requests: Requests,
-    pub(super) timers: BinaryHeap<Reverse<(Instant, CallId, u32)>>,
+    pub(super) timers: TimerTable,
     pub(super) cache: OutcomeCache,
     pub(super) session: Session,
     pub(super) link: Link,
     pub(super) generation: u64,
     pub(super) next_id: CallId,
-    pub(super) outbox: Vec<String>,
-    pub(super) queued_seq: u64,
-    /// Frames up to this seq were handed to the writer: they may have
-    /// reached the runtime even if the connection died before the flush
-    /// was reported.
-    pub(super) handed_seq: u64,
-    /// Frames up to this seq were reported written.
-    pub(super) flushed_seq: u64,
-    /// Cancels queued and not yet reported written: (transmit seq, call).
-    pub(super) cancel_writes: Vec<(u64, CallId)>,
+    pub(super) outbox: Outbox,
     pub(super) reconnect: Option<Schedule>,
     /// `connect()` waits on this until the first session, or the budget.
     pub(super) ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
@@ -219,7 +194,7 @@ impl Core {
             by_key: FastMap::default(),
             by_job: FastMap::default(),
             requests: Requests::default(),
-            timers: BinaryHeap::new(),
+            timers: TimerTable::default(),
             session: Session::default(),
             link: Link::Down { next_dial: now },
             generation: 0,
@@ -231,11 +206,7 @@ impl Core {
                 Some(dialect) => OnceLock::from(dialect),
                 None => OnceLock::new(),
             }),
-            outbox: Vec::new(),
-            queued_seq: 0,
-            handed_seq: 0,
-            flushed_seq: 0,
-            cancel_writes: Vec::new(),
+            outbox: Outbox::default(),
             reconnect: None,
             ready: ready.map(|r| (r, budget)),
             window_after_loss: WINDOW_AFTER_LOSS,
@@ -294,9 +265,7 @@ impl Core {
 
     /// Frames to write, in order; returns the transmit seq of the last one.
     pub(crate) fn take_transmit(&mut self, into: &mut Vec<String>) -> u64 {
-        into.append(&mut self.outbox);
-        self.handed_seq = self.queued_seq;
-        self.queued_seq
+        self.outbox.hand_to_writer(into)
     }
 
     /// Whether frames wait to be written.
@@ -331,7 +300,7 @@ impl Core {
 
     /// The next instant the core needs `handle_timeout`.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        let mut at = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let mut at = self.timers.next_deadline();
         let mut min = |t: Instant| at = Some(at.map_or(t, |a: Instant| a.min(t)));
         if let Some((_, budget)) = &self.ready {
             min(*budget);
@@ -339,14 +308,16 @@ impl Core {
         match &self.link {
             Link::Down { next_dial } if self.wants_connection() => min(*next_dial),
             Link::Up(up) => {
-                if let Some(t) = up.live.next_wake(self.config.response_timeout) {
+                if let Some(t) = up.live().next_wake(self.config.response_timeout) {
                     min(t);
                 }
-                if !up.window_queue.is_empty() {
+                if up.has_waiting() {
                     min(saturating_deadline(Instant::now(), WINDOW_RECHECK));
                 }
-                if up.profile.accepts_ack && self.session.last_event_seq > up.live.acked_seq {
-                    min(up.live.last_ack + ACK_EVERY);
+                if up.profile().accepts_ack {
+                    if let Some(t) = up.live().next_ack(self.session.last_event_seq) {
+                        min(t);
+                    }
                 }
             }
             _ => {}
@@ -366,25 +337,19 @@ impl Core {
         }
         // Take the due timers first: a step re-arms at a later instant
         // only, but a bug there must cost a spin of one turn, not a hang.
-        let mut due = Vec::new();
-        while let Some(Reverse((at, id, gen))) = self.timers.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
-            if self.calls.get(&id).is_some_and(|c| c.timer_gen == gen) {
-                due.push(id);
-            }
-        }
+        let calls = &self.calls;
+        let due = self
+            .timers
+            .pop_expired(now, |id| calls.get(&id).map(|c| &c.timer));
         for id in due {
             if let Some(call) = self.calls.get_mut(&id) {
-                call.timer = None;
+                call.timer.clear();
             }
             self.step(id, now);
         }
         let mut action = LivenessAction::None;
         if let Link::Up(up) = &mut self.link {
-            action = up.live.check(now, self.config.response_timeout);
+            action = up.live_mut().check(now, self.config.response_timeout);
         }
         match action {
             LivenessAction::Dead(reason) => self.lose(Loss::Network(reason.into()), now, true),
@@ -409,60 +374,45 @@ impl Core {
             return;
         };
         let at = call.next_wake(now);
-        if call.timer == Some(at) {
-            return;
-        }
-        call.timer = Some(at);
-        call.timer_gen = call.timer_gen.wrapping_add(1);
-        self.timers.push(Reverse((at, id, call.timer_gen)));
+        self.timers.schedule(&mut call.timer, id, at);
     }
 
     /// Drops stale timer entries once the heap has doubled (amortised O(1)).
     fn compact(&mut self) {
-        if self.timers.len() > 2 * self.calls.len() + TIMER_COMPACT_MIN {
-            let calls = &self.calls;
-            self.timers
-                .retain(|Reverse((_, id, gen))| calls.get(id).is_some_and(|c| c.timer_gen == *gen));
-        }
+        let calls = &self.calls;
+        self.timers
+            .compact(calls.len(), |id| calls.get(&id).map(|c| &c.timer));
     }
 
     /// Encodes and queues a frame on the live connection; returns its
     /// transmit seq.
     pub(super) fn queue_frame(&mut self, mut frame: Frame) -> u64 {
         let Link::Up(up) = &self.link else {
-            return self.queued_seq;
+            return self.outbox.last_queued();
         };
         frame.envelope.session_id = self.session.id.clone();
-        self.outbox.push(up.dialect.encode(&frame));
-        self.queued_seq += 1;
-        self.queued_seq
+        self.outbox.push(up.dialect().encode(&frame))
     }
 
     /// Queues an already encoded frame on the live connection; returns its
     /// transmit seq.
     pub(super) fn queue_text(&mut self, text: String) -> u64 {
         if matches!(self.link, Link::Up(_)) {
-            self.outbox.push(text);
-            self.queued_seq += 1;
+            return self.outbox.push(text);
         }
-        self.queued_seq
+        self.outbox.last_queued()
     }
 
     fn maybe_ack(&mut self, now: Instant) {
         let seq = self.session.last_event_seq;
         let due = match &self.link {
-            Link::Up(up) => {
-                up.profile.accepts_ack
-                    && seq > up.live.acked_seq
-                    && now.saturating_duration_since(up.live.last_ack) >= ACK_EVERY
-            }
+            Link::Up(up) => up.profile().accepts_ack && up.live().ack_due(seq, now),
             _ => false,
         };
         if due {
             self.queue_frame(Frame::new(Message::Ack(arcp_types::Ack::new(seq))));
             if let Link::Up(up) = &mut self.link {
-                up.live.acked_seq = seq;
-                up.live.last_ack = now;
+                up.live_mut().acked(seq, now);
             }
         }
     }
@@ -508,12 +458,5 @@ pub(super) fn with_context(error: Error, context: &str) -> Error {
             retryable: true,
         },
         other => other,
-    }
-}
-
-/// Marks the time of any inbound frame on the live link.
-pub(super) fn note_inbound(link: &mut Link, now: Instant) {
-    if let Link::Up(up) = link {
-        up.live.last_inbound = now;
     }
 }

@@ -20,7 +20,8 @@ use tracing::{debug, warn};
 use super::assembly::Assembly;
 use super::attribution::ReqKind;
 use super::calls::Phase;
-use super::core::{note_inbound, Core, Link, Loss};
+use super::connection::Link;
+use super::core::{Core, Loss};
 use super::ids::CallId;
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent};
@@ -55,7 +56,7 @@ impl Core {
         let Link::Up(up) = &self.link else {
             return;
         };
-        let dialect = up.dialect;
+        let dialect = up.dialect();
         let decoded = dialect.decode_header(text).and_then(|(header, payload)| {
             let scope = self.scope_for(&header);
             if scope == PayloadScope::OutcomeOnly {
@@ -76,7 +77,7 @@ impl Core {
                 }
             }
             Err(e) => {
-                note_inbound(&mut self.link, now);
+                self.link.note_inbound(now);
                 warn!(error = %e, "skipping a frame that does not decode");
             }
         }
@@ -163,11 +164,11 @@ impl Core {
     }
 
     fn key_echo_marks_replay(&self) -> bool {
-        matches!(&self.link, Link::Up(up) if up.profile.key_echo_marks_replay)
+        matches!(&self.link, Link::Up(up) if up.profile().key_echo_marks_replay)
     }
 
     fn echoes_request_ids(&self) -> bool {
-        matches!(&self.link, Link::Up(up) if up.profile.echoes_request_id_on_errors)
+        matches!(&self.link, Link::Up(up) if up.profile().echoes_request_id_on_errors)
     }
 
     /// A frame re-sent from another session (a replayed, stored answer).
@@ -362,7 +363,7 @@ impl Core {
     /// What every frame does on arrival: it proves the connection alive and
     /// advances the session's event sequence. False once the link is not up.
     fn frame_arrived(&mut self, header: &Header<'_>, now: Instant) -> bool {
-        note_inbound(&mut self.link, now);
+        self.link.note_inbound(now);
         if !matches!(self.link, Link::Up(_)) {
             return false;
         }

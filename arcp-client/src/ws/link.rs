@@ -2,7 +2,6 @@
 //! budget), writes flushed, the connection lost (what becomes of every call
 //! on it).
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -17,9 +16,8 @@ use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self};
 
-use super::core::{
-    note_inbound, with_context, Core, DialFailure, Established, Link, Loss, Up, WINDOW_AFTER_LOSS,
-};
+use super::connection::{Link, Up, WINDOW_AFTER_LOSS};
+use super::core::{with_context, Core, DialFailure, Established, Loss};
 
 impl Core {
     /// The driver completed a handshake.
@@ -68,16 +66,13 @@ impl Core {
         } else {
             self.window_after_loss.min(self.config.max_in_flight)
         };
-        self.link = Link::Up(Box::new(Up {
-            generation: self.generation,
-            dialect: est.dialect,
-            profile: profile.clone(),
+        self.link = Link::Up(Box::new(Up::new(
+            self.generation,
+            est.dialect,
+            profile.clone(),
             live,
-            useful: false,
-            unanswered: 0,
             window,
-            window_queue: VecDeque::new(),
-        }));
+        )));
         if let Some((ready, _)) = self.ready.take() {
             let _ = ready.send(Ok(profile.clone()));
         }
@@ -204,25 +199,19 @@ impl Core {
 
     /// A frame that carries no message (a WebSocket ping or pong) arrived.
     pub(crate) fn on_activity(&mut self, now: Instant) {
-        note_inbound(&mut self.link, now);
+        self.link.note_inbound(now);
     }
 
     /// The driver reports frames written up to transmit seq `upto`.
     pub(crate) fn on_flushed(&mut self, upto: u64, now: Instant) {
-        self.flushed_seq = self.flushed_seq.max(upto);
         if let Link::Up(up) = &mut self.link {
-            up.live.last_outbound = now;
+            up.live_mut().note_outbound(now);
         }
-        let flushed = self.flushed_seq;
         let calls = &mut self.calls;
-        self.cancel_writes.retain(|&(seq, id)| {
-            if seq > flushed {
-                return true;
-            }
+        self.outbox.on_flushed(upto, |id| {
             if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
                 cancel.written = true;
             }
-            false
         });
     }
 
@@ -253,7 +242,7 @@ impl Core {
         }
         // A connection that carried nothing after its handshake: back off
         // before the next dial; otherwise reconnect at once.
-        let delay = if up.useful {
+        let delay = if up.was_useful() {
             self.reconnect = None;
             Duration::ZERO
         } else {
@@ -273,22 +262,21 @@ impl Core {
             });
         }
         self.requests.clear();
-        self.outbox.clear();
-        self.cancel_writes.clear();
-        let alone = up.unanswered <= 1;
+        self.outbox.discard_on_loss();
+        let alone = up.at_most_one_unanswered();
         self.window_after_loss = match loss {
             Loss::Rejected { .. } => 1,
             Loss::Network(_) => WINDOW_AFTER_LOSS,
         };
-        let handed = self.handed_seq;
         let max_elapsed = self.config.retry.max_elapsed;
         let mut rejected = Vec::new();
+        let outbox = &self.outbox;
         for (&id, call) in self.calls.iter_mut() {
             match &call.phase {
                 Phase::Sent { seq, .. } => {
                     // Only a request never handed to the writer is proven
                     // not to have reached the runtime.
-                    let written = *seq <= handed;
+                    let written = outbox.was_handed(*seq);
                     // A request-level close of a request alone on its
                     // connection answers that request: it was refused, not
                     // run. Any other written request may have run.

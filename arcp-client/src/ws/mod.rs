@@ -21,6 +21,7 @@ mod attribution;
 mod call_machine;
 mod calls;
 mod commands;
+mod connection;
 mod connector;
 mod core;
 #[cfg(test)]
@@ -29,7 +30,9 @@ mod driver;
 mod ids;
 mod inbound;
 mod link;
+mod outbox;
 mod session;
+mod timers;
 mod transport;
 
 pub(crate) use self::core::{Command, Core};

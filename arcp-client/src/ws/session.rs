@@ -73,19 +73,21 @@ pub(crate) enum LivenessAction {
     Dead(&'static str),
 }
 
-/// Liveness of the live connection.
+/// Liveness of the live connection. Invariant (kept by the connection's
+/// state, `connection.rs`): `awaiting_since` is set exactly while requests
+/// on the connection are unanswered.
 #[derive(Debug)]
 pub(crate) struct Liveness {
     /// The heartbeat interval: configured, negotiated, or the keepalive for
     /// runtimes that answer pings.
     heartbeat: Option<Duration>,
     /// The runtime pings us: silence for two intervals is a dead link.
-    pub(crate) last_inbound: Instant,
-    pub(crate) last_outbound: Instant,
-    pub(crate) last_ack: Instant,
-    pub(crate) acked_seq: u64,
+    last_inbound: Instant,
+    last_outbound: Instant,
+    last_ack: Instant,
+    acked_seq: u64,
     /// Since when requests have been outstanding with nothing heard.
-    pub(crate) awaiting_since: Option<Instant>,
+    awaiting_since: Option<Instant>,
 }
 
 /// How often acks are sent at most.
@@ -118,6 +120,47 @@ impl Liveness {
             acked_seq: 0,
             awaiting_since: None,
         }
+    }
+
+    /// A frame arrived: the runtime is alive.
+    pub(crate) fn note_inbound(&mut self, now: Instant) {
+        self.last_inbound = now;
+    }
+
+    /// Frames were written: the next ping waits a full interval.
+    pub(crate) fn note_outbound(&mut self, now: Instant) {
+        self.last_outbound = now;
+    }
+
+    /// A request was sent: the response timeout runs from the first one
+    /// outstanding.
+    pub(crate) fn request_sent(&mut self, now: Instant) {
+        if self.awaiting_since.is_none() {
+            self.awaiting_since = Some(now);
+        }
+    }
+
+    /// A request was answered: the response timeout restarts for the
+    /// others (`outstanding`), or stops.
+    pub(crate) fn request_answered(&mut self, now: Instant, outstanding: bool) {
+        self.awaiting_since = outstanding.then_some(now);
+    }
+
+    /// Whether to ack event `seq` now: it is past the last acked one, and
+    /// the last ack is [`ACK_EVERY`] old.
+    pub(crate) fn ack_due(&self, seq: u64, now: Instant) -> bool {
+        seq > self.acked_seq && now.saturating_duration_since(self.last_ack) >= ACK_EVERY
+    }
+
+    /// When event `seq` may be acked, if it is past the last acked one.
+    pub(crate) fn next_ack(&self, seq: u64) -> Option<Instant> {
+        (seq > self.acked_seq).then(|| self.last_ack + ACK_EVERY)
+    }
+
+    /// Event `seq` was acked at `now`.
+    pub(crate) fn acked(&mut self, seq: u64, now: Instant) {
+        self.acked_seq = seq;
+        self.last_ack = now;
     }
 
     /// When liveness next needs a look.
@@ -209,7 +252,7 @@ mod tests {
         let t0 = Instant::now();
         let mut live = Liveness::new(&config, &profile, &w, t0);
         let rt = Duration::from_millis(300);
-        live.awaiting_since = Some(t0);
+        live.request_sent(t0);
         assert_eq!(live.next_wake(rt), Some(t0 + rt));
         assert_eq!(
             live.check(t0 + Duration::from_millis(299), rt),
