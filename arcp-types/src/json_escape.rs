@@ -2,6 +2,21 @@
 //! encoder copy plain strings as they are and the header scanner borrow
 //! them.
 
+/// The string whose contents start at byte `start` of `text` (just past
+/// its opening quote), when it ends at the next special byte (a closing
+/// quote: no escape, no control character), borrowed; and where the text
+/// goes on after its closing quote. What both readers that borrow strings
+/// from a frame (the header scanner, the outcome readers' walk) take.
+pub(crate) fn plain_string_at(text: &str, start: usize) -> Option<(&str, usize)> {
+    let bytes = text.as_bytes();
+    let len = first_special(bytes.get(start..)?)?;
+    if bytes[start + len] != b'"' {
+        return None;
+    }
+    // Both ends sit on ASCII bytes of valid UTF-8: char boundaries.
+    Some((text.get(start..start + len)?, start + len + 1))
+}
+
 /// The position of the first byte that ends or escapes a JSON string, or
 /// must be escaped in one: `"`, `\\` or a control character.
 ///

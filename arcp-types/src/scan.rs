@@ -22,7 +22,7 @@ use serde_json::value::RawValue;
 use serde_json::Map;
 
 use crate::envelope::Header;
-use crate::json_escape::first_special;
+use crate::json_escape::plain_string_at;
 
 /// The header and raw payload of `text`, or `None` when the frame needs
 /// the serde path (see the module docs).
@@ -186,14 +186,9 @@ impl<'a> Scanner<'a> {
     /// A string with no escapes and no control characters, borrowed.
     fn plain_string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
-        let start = self.at;
-        let len = first_special(&self.bytes[start..])?;
-        if self.bytes[start + len] != b'"' {
-            return None;
-        }
-        self.at = start + len + 1;
-        // Both ends sit on ASCII bytes of valid UTF-8: char boundaries.
-        self.text.get(start..start + len)
+        let (string, next) = plain_string_at(self.text, self.at)?;
+        self.at = next;
+        Some(string)
     }
 
     fn null(&mut self) -> Option<()> {

@@ -4,7 +4,7 @@
 //! than skip: an escape where it reads, a number that might not fit, deep
 //! nesting, another shape. The readers then ask serde instead.
 
-use crate::json_escape::first_special;
+use crate::json_escape::{first_special, plain_string_at};
 
 /// Nesting the walk follows; deeper payloads go to serde (whose own limit
 /// is 128 levels).
@@ -50,14 +50,9 @@ impl<'a> Walk<'a> {
     /// A string without escapes, borrowed.
     pub(super) fn plain_string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
-        let start = self.at;
-        let len = first_special(&self.bytes[start..])?;
-        if self.bytes[start + len] != b'"' {
-            return None;
-        }
-        self.at = start + len + 1;
-        // Both ends are ASCII bytes of valid UTF-8: char boundaries.
-        self.text.get(start..start + len)
+        let (string, next) = plain_string_at(self.text, self.at)?;
+        self.at = next;
+        Some(string)
     }
 
     /// `null` (`Some(true)`) or not (`Some(false)`, nothing consumed).
