@@ -13,20 +13,19 @@
 //!
 //! Run it: `cargo run -p arcp-sdk --example duplicate_key`
 
-use arcp_mock::MockRuntime;
 use arcp_sdk::{Client, Error};
 use arcp_types::IdempotencyKey;
 use serde_json::json;
 
+#[allow(dead_code)] // each example uses part of it
+#[path = "support/refund.rs"]
+mod refund;
+
+use refund::refund_runtime;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let mock = MockRuntime::builder()
-        .tool("refund", |args, _ctx| async move {
-            Ok(json!({"refunded": args["order"], "cents": args["cents"]}))
-        })
-        .start()
-        .await
-        .expect("the mock runtime binds a loopback port");
+    let mock = refund_runtime().await;
     let client = Client::builder(mock.ws_url()).connect().await?;
 
     let key = IdempotencyKey::try_from("refund-order-4812").expect("printable ASCII");

@@ -18,34 +18,19 @@
 //! Run it: `cargo run -p arcp-sdk --example explicit_key`
 
 use arcp_mock::MockRuntime;
-use arcp_sdk::{Client, Error, Tool};
+use arcp_sdk::{Client, Error};
 use arcp_types::IdempotencyKey;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-#[derive(Debug, Serialize)]
-struct Refund {
-    order: u64,
-    cents: u64,
-}
+#[allow(dead_code)] // each example uses part of it
+#[path = "support/refund.rs"]
+mod refund;
 
-#[derive(Debug, PartialEq, Deserialize)]
-struct Refunded {
-    refunded: u64,
-    cents: u64,
-}
-
-const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
+use refund::{refund_runtime, Refund, REFUND};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let mock = MockRuntime::builder()
-        .tool("refund", |args, _ctx| async move {
-            Ok(json!({"refunded": args["order"], "cents": args["cents"]}))
-        })
-        .start()
-        .await
-        .expect("the mock runtime binds a loopback port");
+    let mock = refund_runtime().await;
     let connect = || Client::builder(mock.ws_url()).connect();
 
     // 1. A key chosen by the caller, for instance from an order table.

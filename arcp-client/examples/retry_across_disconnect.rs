@@ -19,24 +19,14 @@
 use std::time::{Duration, Instant};
 
 use arcp_mock::MockRuntime;
-use arcp_sdk::{Client, EventBody, RetryPolicy, Tool};
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use arcp_sdk::{Client, EventBody, RetryPolicy};
 
-/// The refund tool's arguments and result, as the application types them.
-#[derive(Debug, Serialize)]
-struct Refund {
-    order: u64,
-    cents: u64,
-}
+// The refund tool's arguments and result, as the application types them.
+#[allow(dead_code)] // each example uses part of it
+#[path = "support/refund.rs"]
+mod refund;
 
-#[derive(Debug, PartialEq, Deserialize)]
-struct Refunded {
-    refunded: u64,
-    cents: u64,
-}
-
-const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
+use refund::{refunded, Refund, Refunded, REFUND};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,7 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ctx.progress(step, 3).await;
                 ctx.sleep(Duration::from_millis(300)).await;
             }
-            Ok(json!({"refunded": args["order"], "cents": args["cents"]}))
+            Ok(refunded(&args))
         })
         .start()
         .await?;

@@ -6,24 +6,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arcp_mock::{Dialect, Fault, MockRuntime};
-use arcp_sdk::{Client, Error, Execution, IdempotencyKey, RetryPolicy, Tool};
+use arcp_sdk::{Client, Error, Execution, IdempotencyKey, RetryPolicy};
 use arcp_types::Envelope;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-#[derive(Debug, Serialize)]
-struct Refund {
-    order: u64,
-    cents: u64,
-}
+// The examples' typed refund tool.
+#[allow(dead_code)]
+#[path = "../examples/support/refund.rs"]
+mod refund;
 
-#[derive(Debug, PartialEq, Deserialize)]
-struct Refunded {
-    refunded: u64,
-    cents: u64,
-}
-
-const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
+use refund::{refunded, Refund, Refunded, REFUND};
 
 /// `refund` answers `{"refunded": order, "cents": cents}`, after `ms`;
 /// `garbled` answers a result no `Refunded` decodes from.
@@ -33,7 +25,7 @@ async fn mock(dialect: Dialect) -> MockRuntime {
         .tool("refund", |args: Value, ctx| async move {
             let ms = args["ms"].as_u64().unwrap_or(50);
             ctx.sleep(Duration::from_millis(ms)).await;
-            Ok(json!({"refunded": args["order"], "cents": args["cents"]}))
+            Ok(refunded(&args))
         })
         .tool("garbled", |_args: Value, _ctx| async move {
             Ok(json!({"refunded": "all of it"}))
