@@ -18,14 +18,15 @@
 //! microseconds per call and stays out of the way of the clients measured.
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+
+use crate::listener;
 
 /// Serves on an ephemeral loopback port; prints `ARCP_URL=...` once listening.
 pub fn serve(port: u16) -> std::io::Result<()> {
@@ -35,17 +36,9 @@ pub fn serve(port: u16) -> std::io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
-        let port = listener.local_addr()?.port();
-        crate::ready_line::announce(&format!("ws://127.0.0.1:{port}/arcp"));
+        let listener = listener::bind_and_announce(port, "ws").await?;
         loop {
-            let (tcp, _) = match listener.accept().await {
-                Ok(x) => x,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
+            let tcp = listener::accept(&listener).await;
             tokio::spawn(connection(tcp));
         }
     })

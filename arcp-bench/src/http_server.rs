@@ -20,13 +20,14 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
+
+use crate::listener;
 
 /// Largest request head.
 const MAX_HEAD: usize = 16 * 1024;
@@ -42,19 +43,11 @@ pub fn serve(port: u16) -> std::io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
-        let port = listener.local_addr()?.port();
-        crate::ready_line::announce(&format!("http://127.0.0.1:{port}/arcp"));
+        let listener = listener::bind_and_announce(port, "http").await?;
         // Bumped by each `release`: every held call then completes.
         let releases = Arc::new(watch::Sender::new(0u64));
         loop {
-            let (tcp, _) = match listener.accept().await {
-                Ok(x) => x,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
+            let tcp = listener::accept(&listener).await;
             tokio::spawn(connection(tcp, releases.clone()));
         }
     })

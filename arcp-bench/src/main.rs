@@ -27,7 +27,8 @@
 //!   per allocation, everywhere else).
 //!
 //! Modules by job: `cli` (options and plan), `servers` (server processes),
-//! `ready_line` (the line a server prints once it listens),
+//! `ready_line` (the line a server prints once it listens), `listener`
+//! (a server's loopback listener),
 //! `scenarios` (the scenario tables and one measured window), `run` (the
 //! sections), `report` (the markdown); the drivers (`clients`, `raw`,
 //! `http_raw`, `documented_driver`), the servers (`fast_server`,
@@ -43,6 +44,7 @@ mod documented_driver;
 mod fast_server;
 mod http_raw;
 mod http_server;
+mod listener;
 mod mem;
 mod python_peer;
 mod raw;

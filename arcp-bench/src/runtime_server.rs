@@ -5,7 +5,6 @@
 //! Only an `echo` tool is registered (`arcp serve` registers none).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arcp_core::messages::Capabilities;
 use arcp_core::transport::websocket::WebSocketTransport;
@@ -14,7 +13,8 @@ use arcp_runtime::runtime::{ARCPRuntime, ToolContext, ToolHandler, ToolRegistryB
 use arcp_runtime::ARCPError;
 use async_trait::async_trait;
 use serde_json::Value;
-use tokio::net::TcpListener;
+
+use crate::listener;
 
 struct Echo;
 
@@ -47,17 +47,9 @@ pub fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
             })
             .build()
             .await?;
-        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
-        let port = listener.local_addr()?.port();
-        crate::ready_line::announce(&format!("ws://127.0.0.1:{port}/arcp"));
+        let listener = listener::bind_and_announce(port, "ws").await?;
         loop {
-            let (tcp, _) = match listener.accept().await {
-                Ok(x) => x,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
+            let tcp = listener::accept(&listener).await;
             let runtime = runtime.clone();
             tokio::spawn(async move {
                 if let Ok(ws) = tokio_tungstenite_029::accept_async(tcp).await {
