@@ -8,9 +8,12 @@
 //! ```
 //!
 //! - the core, no socket, no `await`, time passed in: `core.rs` (its state,
-//!   what the driver asks, time), `commands.rs`, `link.rs`, `inbound.rs`,
-//!   `call_machine.rs` (one concern of `impl Core` each), `calls.rs`,
-//!   `attribution.rs`, `assembly.rs`, `session.rs`.
+//!   what the driver asks, time), `commands.rs`, `link.rs`, `inbound.rs`
+//!   (results and errors in `inbound/verdicts.rs`), `call_machine.rs` (one
+//!   concern of `impl Core` each); its state in owned types, each with its
+//!   invariants: `connection.rs` (the link, the send window), `outbox.rs`,
+//!   `timers.rs`, `attribution.rs` (the request table), `calls.rs`,
+//!   `session.rs`; `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs`, `driver.rs`: the shell.
 //!
 //! `docs/architecture.md` has the state machines, the request table and
