@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 
-pub struct Counting;
+pub(crate) struct Counting;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicI64 = AtomicI64::new(0);
@@ -14,13 +14,13 @@ static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 
 /// Starts counting. Call first thing in `main`: memory allocated before is
 /// not counted, and freeing it later makes `live` slightly low.
-pub fn enable() {
+pub(crate) fn enable() {
     ON.store(true, Relaxed);
 }
 
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Bytes currently allocated (since counting started).
     pub live: i64,
     /// Allocation calls (realloc counts as one).
@@ -29,7 +29,7 @@ pub struct Counters {
     pub allocated: u64,
 }
 
-pub fn counters() -> Counters {
+pub(crate) fn counters() -> Counters {
     Counters {
         live: LIVE.load(Relaxed),
         allocs: ALLOCS.load(Relaxed),
@@ -88,7 +88,7 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 /// Resident set size of this process, from `/proc/self/status` (bytes).
-pub fn rss() -> u64 {
+pub(crate) fn rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

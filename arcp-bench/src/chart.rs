@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 /// One client's figures at one number of calls in flight.
-pub struct Point {
+pub(crate) struct Point {
     pub in_flight: f64,
     pub calls_per_sec: f64,
     pub p99_us: f64,
@@ -12,14 +12,14 @@ pub struct Point {
 }
 
 /// A named series of points.
-pub type Line = (String, Vec<Point>);
+pub(crate) type Line = (String, Vec<Point>);
 
 const COLORS: [&str; 6] = [
     "#777777", "#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#9467bd",
 ];
 
 /// `lines`: a name and its points.
-pub fn svg(lines: &[Line]) -> String {
+pub(crate) fn svg(lines: &[Line]) -> String {
     let (w, h) = (1470.0, 420.0);
     let mut out = String::new();
     let _ = writeln!(

@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "arcp-bench", about, args_conflicts_with_subcommands = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
@@ -19,7 +19,7 @@ pub struct Cli {
 
 /// Options of the full run (no subcommand).
 #[derive(Args, Clone, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Sanity run: 3 short rounds, small memory and recovery samples (< 1 min).
     #[arg(long)]
     pub quick: bool,
@@ -77,7 +77,7 @@ pub struct RunArgs {
 
 /// What the full run starts as child processes (and what can be run by hand).
 #[derive(Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve on loopback and print `ARCP_URL=...`: `fast` (minimal fast
     /// WebSocket server, both dialects), `http` (minimal fast server of the
     /// HTTP binding, keep-alive) or `runtime` (published arcp-runtime 2.0.0).
@@ -123,7 +123,7 @@ pub enum Command {
 }
 
 /// `legacy` or anything else (v1.1).
-pub fn parse_dialect(s: &str) -> Dialect {
+pub(crate) fn parse_dialect(s: &str) -> Dialect {
     if s.eq_ignore_ascii_case("legacy") {
         Dialect::Legacy
     } else {
@@ -132,7 +132,7 @@ pub fn parse_dialect(s: &str) -> Dialect {
 }
 
 /// Rounds, windows and sample sizes of one run.
-pub struct Plan {
+pub(crate) struct Plan {
     pub rounds: usize,
     pub warmup: Duration,
     pub window: Duration,
@@ -147,7 +147,7 @@ pub struct Plan {
 
 impl Plan {
     /// The plan the options ask for (`--quick` shrinks every default).
-    pub fn of(a: &RunArgs) -> Plan {
+    pub(crate) fn of(a: &RunArgs) -> Plan {
         let q = a.quick;
         Plan {
             rounds: a.rounds.unwrap_or(if q { 3 } else { 5 }).max(1),

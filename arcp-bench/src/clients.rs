@@ -17,12 +17,16 @@ use crate::stats::{self, Sample};
 /// The echo arguments of every call: with them the legacy request of the
 /// reference client is ~220 B (ours carries an idempotency key and a trace
 /// id, ~100 B more), and the replies ~310 B on average.
-pub fn echo_args() -> Value {
+pub(crate) fn echo_args() -> Value {
     json!({"order": 4812})
 }
 
 /// Our client, speaking `dialect`, retry and replay machinery at defaults.
-pub async fn ours(url: &str, dialect: Dialect, max_in_flight: usize) -> Result<Client, String> {
+pub(crate) async fn ours(
+    url: &str,
+    dialect: Dialect,
+    max_in_flight: usize,
+) -> Result<Client, String> {
     Client::builder(url)
         .bearer_token(crate::TOKEN)
         .dialect(dialect)
@@ -34,11 +38,11 @@ pub async fn ours(url: &str, dialect: Dialect, max_in_flight: usize) -> Result<C
 }
 
 /// An authenticated session of the reference client.
-pub type RefSession = ref_client::Session<ref_client::Authenticated, WebSocketTransport>;
+pub(crate) type RefSession = ref_client::Session<ref_client::Authenticated, WebSocketTransport>;
 
 /// The reference client, connected as its README shows: `WebSocketTransport::dial`
 /// (no TCP_NODELAY), `ARCPClient::open`, `authenticate`.
-pub async fn reference(url: &str) -> Result<Arc<RefSession>, String> {
+pub(crate) async fn reference(url: &str) -> Result<Arc<RefSession>, String> {
     let transport = WebSocketTransport::dial(url)
         .await
         .map_err(|e| e.to_string())?;
@@ -68,7 +72,11 @@ pub async fn reference(url: &str) -> Result<Arc<RefSession>, String> {
 }
 
 /// One reference-client call: `invoke` (until `job.accepted`) then `join`.
-pub async fn ref_call(session: &RefSession, tool: &str, args: Value) -> Result<Value, String> {
+pub(crate) async fn ref_call(
+    session: &RefSession,
+    tool: &str,
+    args: Value,
+) -> Result<Value, String> {
     let job = session
         .invoke(tool, args)
         .await
@@ -79,7 +87,7 @@ pub async fn ref_call(session: &RefSession, tool: &str, args: Value) -> Result<V
 /// Runs `call` in a closed loop on `c` tasks: `warmup`, then a measured
 /// window of `window`. Counts the calls completed inside the window, their
 /// latencies, and the CPU time of this process (and of `server_pid`) over it.
-pub async fn closed_loop<F, Fut>(
+pub(crate) async fn closed_loop<F, Fut>(
     c: usize,
     warmup: Duration,
     window: Duration,

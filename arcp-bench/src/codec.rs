@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::stats::median;
 
-pub struct Row {
+pub(crate) struct Row {
     pub dialect: Dialect,
     pub what: String,
     pub bytes: usize,
@@ -95,7 +95,7 @@ struct WireBody<'a> {
     result: Option<Value>,
 }
 
-pub fn run(iters: usize) -> Vec<Row> {
+pub(crate) fn run(iters: usize) -> Vec<Row> {
     let mut rows = Vec::new();
     let args = crate::clients::echo_args();
     let args_text = serde_json::to_string(&args).unwrap_or_default();

@@ -25,7 +25,7 @@ use crate::stats::{self, Sample};
 const MAX_LATENCIES: usize = 20_001;
 
 /// What the `drive` subcommand measures.
-pub struct Args {
+pub(crate) struct Args {
     pub url: String,
     pub dialect: Dialect,
     pub in_flight: usize,
@@ -36,7 +36,7 @@ pub struct Args {
 
 /// The `drive` subcommand: what `#[tokio::main]` expands to, then the
 /// driver; prints the sample.
-pub fn main(args: Args) -> Result<(), String> {
+pub(crate) fn main(args: Args) -> Result<(), String> {
     let sample = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -143,7 +143,7 @@ fn from_json(v: &serde_json::Value) -> Option<Sample> {
 }
 
 /// One window of the documented driver, in a child process.
-pub async fn run_child(
+pub(crate) async fn run_child(
     url: &str,
     dialect: Dialect,
     in_flight: usize,

@@ -29,7 +29,7 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::listener;
 
 /// Serves on an ephemeral loopback port; prints `ARCP_URL=...` once listening.
-pub fn serve(port: u16) -> std::io::Result<()> {
+pub(crate) fn serve(port: u16) -> std::io::Result<()> {
     // One thread: a single connection is served by one task anyway, and the
     // machine has two cores (one for the client, one for this server).
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -369,7 +369,7 @@ impl Conn {
 
 /// The reply frames this server sends for one echo call in a dialect
 /// (`legacy` or not), and the request id they answer; for the codec benchmark.
-pub fn sample_replies(legacy: bool, args: &str) -> Vec<String> {
+pub(crate) fn sample_replies(legacy: bool, args: &str) -> Vec<String> {
     let mut ids = IdGen::new();
     let session = ids.string("sess_");
     let mut conn = Conn {

@@ -18,7 +18,7 @@ const TERMINAL: &[u8] = b"\"type\":\"job.result\"";
 
 /// A raw HTTP caller of one tool; cheap to clone.
 #[derive(Clone)]
-pub struct RawHttp {
+pub(crate) struct RawHttp {
     inner: Arc<Inner>,
 }
 
@@ -36,7 +36,7 @@ struct Inner {
 
 /// Our client's request for one call of `tool` with the bench's arguments,
 /// as wire text, and where its envelope id is.
-pub fn template(tool: &str) -> (String, String, std::ops::Range<usize>) {
+pub(crate) fn template(tool: &str) -> (String, String, std::ops::Range<usize>) {
     let key = IdempotencyKey::new().to_string();
     let mut frame = Frame::new(Message::Invoke(
         Invoke::new(tool, crate::clients::echo_args()).with_idempotency_key(key.clone()),
@@ -50,7 +50,7 @@ pub fn template(tool: &str) -> (String, String, std::ops::Range<usize>) {
 
 impl RawHttp {
     /// A caller of `tool` at the endpoint `url`.
-    pub fn new(url: &str, tool: &str) -> Result<Self, String> {
+    pub(crate) fn new(url: &str, tool: &str) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .pool_idle_timeout(std::time::Duration::from_secs(60))
@@ -85,7 +85,7 @@ impl RawHttp {
     }
 
     /// Sends one call and returns the response once its head arrived.
-    pub async fn send(&self) -> Result<reqwest::Response, String> {
+    pub(crate) async fn send(&self) -> Result<reqwest::Response, String> {
         let inner = &*self.inner;
         let response = inner
             .http
@@ -106,7 +106,7 @@ impl RawHttp {
     }
 
     /// Reads a response whole; it must hold the terminal.
-    pub async fn finish(response: reqwest::Response) -> Result<(), String> {
+    pub(crate) async fn finish(response: reqwest::Response) -> Result<(), String> {
         let body = response.bytes().await.map_err(|e| e.to_string())?;
         if body.windows(TERMINAL.len()).any(|w| w == TERMINAL) {
             Ok(())
@@ -116,7 +116,7 @@ impl RawHttp {
     }
 
     /// One call, to its terminal.
-    pub async fn call(&self) -> Result<(), String> {
+    pub(crate) async fn call(&self) -> Result<(), String> {
         Self::finish(self.send().await?).await
     }
 }

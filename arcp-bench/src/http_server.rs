@@ -37,7 +37,7 @@ const NDJSON: &str = "application/x-ndjson";
 
 /// Serves on an ephemeral loopback port; prints `ARCP_URL=http://...` once
 /// listening.
-pub fn serve(port: u16) -> std::io::Result<()> {
+pub(crate) fn serve(port: u16) -> std::io::Result<()> {
     // One thread, as the WebSocket fast server: the client gets the other core.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -24,7 +24,7 @@ use serde_json::json;
 use crate::alloc::{self, Counters};
 use crate::clients;
 
-pub struct Args {
+pub(crate) struct Args {
     pub client: String,
     pub url: String,
     pub dialect: Dialect,
@@ -61,7 +61,7 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub(crate) fn run(args: Args) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

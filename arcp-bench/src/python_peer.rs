@@ -17,7 +17,7 @@ use crate::stats::{median, Sample};
 const TOKEN: &str = "test-token";
 
 /// One measured window of one client.
-pub struct Figures {
+pub(crate) struct Figures {
     pub calls_per_sec: f64,
     pub p50_us: f64,
     pub p99_us: f64,
@@ -26,7 +26,7 @@ pub struct Figures {
 }
 
 /// Results per concurrency: (c, ours per round, python per round).
-pub type Results = Vec<(usize, Vec<Figures>, Vec<Figures>)>;
+pub(crate) type Results = Vec<(usize, Vec<Figures>, Vec<Figures>)>;
 
 fn repo_root() -> Option<PathBuf> {
     let start = std::env::current_dir().ok()?;
@@ -37,7 +37,11 @@ fn repo_root() -> Option<PathBuf> {
 }
 
 /// Runs the section; `Err` names what is missing or failed.
-pub async fn run(rounds: usize, warmup: Duration, window: Duration) -> Result<Results, String> {
+pub(crate) async fn run(
+    rounds: usize,
+    warmup: Duration,
+    window: Duration,
+) -> Result<Results, String> {
     let root = repo_root().ok_or("run from the repository (interop/setup.sh not found)")?;
     let python = root.join("interop/python/.venv/bin/python");
     if !python.is_file() {
@@ -155,6 +159,6 @@ async fn run_python(
 }
 
 /// Median of one figure over rounds.
-pub fn med(rounds: &[Figures], f: impl Fn(&Figures) -> f64) -> f64 {
+pub(crate) fn med(rounds: &[Figures], f: impl Fn(&Figures) -> f64) -> f64 {
     median(&rounds.iter().map(f).collect::<Vec<_>>())
 }

@@ -26,7 +26,7 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 
 /// The request our client would send for one echo call, as wire text, and
 /// the byte range of its envelope id.
-pub fn template(dialect: Dialect, session: &str) -> (String, std::ops::Range<usize>) {
+pub(crate) fn template(dialect: Dialect, session: &str) -> (String, std::ops::Range<usize>) {
     let mut frame = Frame::new(Message::Invoke(
         Invoke::new("echo", crate::clients::echo_args())
             .with_idempotency_key(IdempotencyKey::new().to_string()),
@@ -63,7 +63,7 @@ async fn handshake(ws: &mut WsStream, dialect: Dialect) -> Result<String, String
     Err("closed during the handshake".into())
 }
 
-pub async fn run(
+pub(crate) async fn run(
     url: &str,
     dialect: Dialect,
     c: usize,

@@ -15,7 +15,7 @@ use tokio::process::ChildStdout;
 const PREFIX: &str = "ARCP_URL=";
 
 /// Prints the line the parent waits for, once a server listens.
-pub fn announce(url: &str) {
+pub(crate) fn announce(url: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{PREFIX}{url}");
     let _ = out.flush();
@@ -25,7 +25,7 @@ pub fn announce(url: &str) {
 /// announces. `server` names it in errors ("the fast server"). The lines
 /// stay with the caller: a child whose stdout is closed may die on its
 /// next write.
-pub async fn await_url(
+pub(crate) async fn await_url(
     lines: &mut Lines<BufReader<ChildStdout>>,
     server: &str,
     within: Duration,

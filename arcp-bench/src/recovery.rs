@@ -10,7 +10,7 @@ use arcp_sdk::{Client, Dialect, Error, RetryPolicy};
 use serde_json::json;
 
 /// One scenario's figures.
-pub struct Row {
+pub(crate) struct Row {
     pub name: String,
     pub policy: String,
     pub measured_from: &'static str,
@@ -123,7 +123,7 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-pub async fn run(trials: usize, slow_trials: usize) -> Result<Vec<Row>, String> {
+pub(crate) async fn run(trials: usize, slow_trials: usize) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for s in scenarios() {
         rows.push(run_one(&s, if s.slow { slow_trials } else { trials }).await?);

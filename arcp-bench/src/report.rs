@@ -12,13 +12,13 @@ use crate::servers::ServerKind;
 use crate::stats::{self, median, min_max, Sample};
 
 /// `median (min-max)`.
-pub fn fmt_range(xs: &[f64], digits: usize) -> String {
+pub(crate) fn fmt_range(xs: &[f64], digits: usize) -> String {
     let (lo, hi) = min_max(xs);
     format!("{:.d$} ({:.d$}-{:.d$})", median(xs), lo, hi, d = digits)
 }
 
 /// The machine, in one line.
-pub fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -59,7 +59,7 @@ fn request_bytes(s: &Scenario) -> usize {
 
 /// The figure a ratio compares.
 #[derive(Clone, Copy)]
-pub enum Figure {
+pub(crate) enum Figure {
     CallsPerSec,
     ClientCpu,
     P50,
@@ -84,7 +84,7 @@ impl Figure {
 }
 
 /// One ratio row: `a / b` of `figure`, per round, and the bar it is held to.
-pub struct Ratio {
+pub(crate) struct Ratio {
     pub a: Scenario,
     pub b: Scenario,
     pub figure: Figure,
@@ -92,7 +92,7 @@ pub struct Ratio {
 }
 
 impl Ratio {
-    pub fn new(a: Scenario, b: Scenario, figure: Figure, bar: &'static str) -> Self {
+    pub(crate) fn new(a: Scenario, b: Scenario, figure: Figure, bar: &'static str) -> Self {
         Ratio { a, b, figure, bar }
     }
 
@@ -119,7 +119,7 @@ impl Ratio {
 }
 
 /// The table of a throughput section, then its ratios.
-pub fn throughput(
+pub(crate) fn throughput(
     title: &str,
     p: &Plan,
     scenarios: &[Scenario],
@@ -177,7 +177,7 @@ pub fn throughput(
 }
 
 /// The ratios of the WebSocket `throughput` section.
-pub fn websocket_ratios() -> Vec<Ratio> {
+pub(crate) fn websocket_ratios() -> Vec<Ratio> {
     use Driver::*;
     use Figure::*;
     use ServerKind::*;
@@ -230,7 +230,7 @@ pub fn websocket_ratios() -> Vec<Ratio> {
 }
 
 /// The ratios of the `http` section.
-pub fn http_ratios() -> Vec<Ratio> {
+pub(crate) fn http_ratios() -> Vec<Ratio> {
     use Figure::*;
     let s = |driver, c| Scenario::new(driver, ServerKind::FastHttp, Dialect::V1_1, c);
     let (ours, raw) = (Driver::Ours, Driver::RawReqwest);
@@ -244,7 +244,7 @@ pub fn http_ratios() -> Vec<Ratio> {
 }
 
 /// The memory section's table, from the `MEM {...}` lines of the children.
-pub fn memory(p: &Plan, reports: &[serde_json::Value], md: &mut String) {
+pub(crate) fn memory(p: &Plan, reports: &[serde_json::Value], md: &mut String) {
     let _ = writeln!(
         md,
         "## Memory (client process, counting allocator; server in its own process)\n\n\
@@ -283,7 +283,7 @@ pub fn memory(p: &Plan, reports: &[serde_json::Value], md: &mut String) {
     let _ = writeln!(md);
 }
 
-pub fn recovery(rows: &[crate::recovery::Row], md: &mut String) {
+pub(crate) fn recovery(rows: &[crate::recovery::Row], md: &mut String) {
     let _ = writeln!(
         md,
         "## Recovery (arcp-mock in this process, one fresh call per trial, connection killed by a one-shot Fault)\n\n\
@@ -309,7 +309,7 @@ pub fn recovery(rows: &[crate::recovery::Row], md: &mut String) {
     let _ = writeln!(md);
 }
 
-pub fn codec(rows: &[crate::codec::Row], md: &mut String) {
+pub(crate) fn codec(rows: &[crate::codec::Row], md: &mut String) {
     let _ = writeln!(
         md,
         "## Codec (this process, one thread, median of 5 batches)\n\n| dialect | what | bytes | ns |\n|---|---|---|---|"
@@ -325,7 +325,7 @@ pub fn codec(rows: &[crate::codec::Row], md: &mut String) {
     let _ = writeln!(md);
 }
 
-pub fn python(results: Result<crate::python_peer::Results, String>, md: &mut String) {
+pub(crate) fn python(results: Result<crate::python_peer::Results, String>, md: &mut String) {
     use crate::python_peer::med;
     let _ = writeln!(
         md,

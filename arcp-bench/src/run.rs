@@ -10,7 +10,7 @@ use crate::cli::{Plan, RunArgs};
 use crate::scenarios::{self, Scenario};
 use crate::servers::{ServerKind, Servers};
 
-pub async fn run(args: RunArgs) -> Result<(), String> {
+pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
     let p = Plan::of(&args);
     let has = |s: &str| args.sections.iter().any(|x| x == s);
     let mut md = String::new();

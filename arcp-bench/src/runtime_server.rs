@@ -28,7 +28,7 @@ impl ToolHandler for Echo {
     }
 }
 
-pub fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn serve(port: u16) -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -11,7 +11,7 @@ use crate::stats::Sample;
 
 /// What drives the calls of a scenario.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Driver {
+pub(crate) enum Driver {
     /// The WebSocket ceiling: bare tokio-tungstenite, our request bytes, one
     /// task (`raw.rs`).
     RawWebSocket,
@@ -29,7 +29,7 @@ pub enum Driver {
 
 impl Driver {
     /// The first part of a scenario's label (`--only`).
-    pub fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Driver::RawWebSocket => "raw",
             Driver::Ours => "ours",
@@ -40,7 +40,7 @@ impl Driver {
     }
 
     /// The name in reports.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Driver::RawWebSocket => "raw tokio-tungstenite",
             Driver::Ours => "ours (arcp-sdk 0.1)",
@@ -51,7 +51,7 @@ impl Driver {
     }
 
     /// The short name in charts.
-    pub fn short_name(self) -> &'static str {
+    pub(crate) fn short_name(self) -> &'static str {
         match self {
             Driver::Reference => "reference",
             other => other.tag(),
@@ -61,7 +61,7 @@ impl Driver {
 
 /// One throughput scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scenario {
+pub(crate) struct Scenario {
     pub driver: Driver,
     pub server: ServerKind,
     pub dialect: Dialect,
@@ -70,7 +70,12 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    pub fn new(driver: Driver, server: ServerKind, dialect: Dialect, in_flight: usize) -> Self {
+    pub(crate) fn new(
+        driver: Driver,
+        server: ServerKind,
+        dialect: Dialect,
+        in_flight: usize,
+    ) -> Self {
         Scenario {
             driver,
             server,
@@ -80,7 +85,7 @@ impl Scenario {
     }
 
     /// `driver/server/dialect/c`, e.g. `ours/fast/legacy/64`.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let server = match self.server {
             ServerKind::FastWebSocket => "fast",
             ServerKind::ReferenceRuntime => "runtime",
@@ -95,13 +100,13 @@ impl Scenario {
     }
 
     /// Whether `--only` selects it.
-    pub fn selected(&self, only: &[String]) -> bool {
+    pub(crate) fn selected(&self, only: &[String]) -> bool {
         only.is_empty() || only.iter().any(|o| self.label().contains(o.as_str()))
     }
 }
 
 /// The WebSocket scenarios of the `throughput` section.
-pub fn websocket_table() -> Vec<Scenario> {
+pub(crate) fn websocket_table() -> Vec<Scenario> {
     use Driver::*;
     use ServerKind::*;
     let mut v = Vec::new();
@@ -120,7 +125,7 @@ pub fn websocket_table() -> Vec<Scenario> {
 }
 
 /// The scenarios of the `http` section: the binding speaks v1.1 only.
-pub fn http_table() -> Vec<Scenario> {
+pub(crate) fn http_table() -> Vec<Scenario> {
     let mut v = Vec::new();
     for c in [1, 64] {
         for driver in [Driver::RawReqwest, Driver::Ours] {
@@ -136,7 +141,7 @@ pub fn http_table() -> Vec<Scenario> {
 }
 
 /// Where `(driver, server, dialect, c)` is in `scenarios`.
-pub fn find(
+pub(crate) fn find(
     scenarios: &[Scenario],
     driver: Driver,
     server: ServerKind,
@@ -148,7 +153,7 @@ pub fn find(
 }
 
 /// One measured window of `scenario` against `server`.
-pub async fn run(
+pub(crate) async fn run(
     scenario: Scenario,
     server: &Server,
     warmup: Duration,
@@ -212,7 +217,7 @@ pub async fn run(
 
 /// Every scenario once per round, the starting point rotated per round, so
 /// that drift hits all alike. Returns the samples per scenario.
-pub async fn rounds(
+pub(crate) async fn rounds(
     what: &str,
     rounds: usize,
     warmup: Duration,

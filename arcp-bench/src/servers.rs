@@ -11,7 +11,7 @@ use crate::ready_line;
 
 /// Which server a scenario calls.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ServerKind {
+pub(crate) enum ServerKind {
     /// The minimal fast WebSocket server (`fast_server.rs`): both dialects.
     FastWebSocket,
     /// The published `arcp-runtime 2.0.0`, as its `arcp serve` runs it.
@@ -22,7 +22,7 @@ pub enum ServerKind {
 
 impl ServerKind {
     /// The `arcp-bench serve` argument.
-    pub fn serve_arg(self) -> &'static str {
+    pub(crate) fn serve_arg(self) -> &'static str {
         match self {
             ServerKind::FastWebSocket => "fast",
             ServerKind::ReferenceRuntime => "runtime",
@@ -31,7 +31,7 @@ impl ServerKind {
     }
 
     /// The name in reports.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ServerKind::FastWebSocket => "fast server",
             ServerKind::ReferenceRuntime => "arcp-runtime 2.0.0",
@@ -41,7 +41,7 @@ impl ServerKind {
 }
 
 /// Serves `kind` in this process (the `serve` subcommand).
-pub fn serve(kind: &str, port: u16) -> Result<(), String> {
+pub(crate) fn serve(kind: &str, port: u16) -> Result<(), String> {
     match kind {
         "fast" => crate::fast_server::serve(port).map_err(|e| e.to_string()),
         "http" => crate::http_server::serve(port).map_err(|e| e.to_string()),
@@ -51,7 +51,7 @@ pub fn serve(kind: &str, port: u16) -> Result<(), String> {
 }
 
 /// A server process, killed when dropped.
-pub struct Server {
+pub(crate) struct Server {
     _child: tokio::process::Child,
     pub kind: ServerKind,
     pub url: String,
@@ -59,7 +59,7 @@ pub struct Server {
 }
 
 /// Starts a server process and waits for its URL.
-pub async fn spawn(kind: ServerKind) -> Result<Server, String> {
+pub(crate) async fn spawn(kind: ServerKind) -> Result<Server, String> {
     let name = kind.serve_arg();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = tokio::process::Command::new(exe)
@@ -84,13 +84,13 @@ pub async fn spawn(kind: ServerKind) -> Result<Server, String> {
 
 /// The servers of one run, started on first use.
 #[derive(Default)]
-pub struct Servers {
+pub(crate) struct Servers {
     started: Vec<Server>,
 }
 
 impl Servers {
     /// The server of `kind`, started now if it is not running yet.
-    pub async fn get(&mut self, kind: ServerKind) -> Result<&Server, String> {
+    pub(crate) async fn get(&mut self, kind: ServerKind) -> Result<&Server, String> {
         if let Some(i) = self.started.iter().position(|s| s.kind == kind) {
             return Ok(&self.started[i]);
         }
@@ -101,7 +101,7 @@ impl Servers {
 
     /// Starts every server of `kinds` (before a round, so that none starts
     /// in the middle of one).
-    pub async fn start_all(
+    pub(crate) async fn start_all(
         &mut self,
         kinds: impl IntoIterator<Item = ServerKind>,
     ) -> Result<(), String> {
@@ -112,7 +112,7 @@ impl Servers {
     }
 
     /// The server of `kind`; it must have been started.
-    pub fn running(&self, kind: ServerKind) -> Result<&Server, String> {
+    pub(crate) fn running(&self, kind: ServerKind) -> Result<&Server, String> {
         self.started
             .iter()
             .find(|s| s.kind == kind)

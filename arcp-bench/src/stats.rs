@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// CPU time (user + system) of this whole process, all threads.
-pub fn self_cpu() -> Duration {
+pub(crate) fn self_cpu() -> Duration {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: RUSAGE_SELF is a valid `who`; `ru` is a valid out pointer.
@@ -16,7 +16,7 @@ pub fn self_cpu() -> Duration {
 
 /// CPU time of another process: the sum of its threads' `schedstat` run
 /// times (nanosecond resolution, unlike the 10 ms ticks of `/proc/PID/stat`).
-pub fn process_cpu(pid: u32) -> Duration {
+pub(crate) fn process_cpu(pid: u32) -> Duration {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Duration::ZERO;
     };
@@ -35,7 +35,7 @@ pub fn process_cpu(pid: u32) -> Duration {
 
 /// One measured window of one scenario.
 #[derive(Debug, Clone, Default)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub calls: u64,
     pub errors: u64,
     pub secs: f64,
@@ -46,7 +46,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn throughput(&self) -> f64 {
+    pub(crate) fn throughput(&self) -> f64 {
         if self.secs > 0.0 {
             self.calls as f64 / self.secs
         } else {
@@ -54,15 +54,15 @@ impl Sample {
         }
     }
 
-    pub fn pct_us(&self, p: f64) -> f64 {
+    pub(crate) fn pct_us(&self, p: f64) -> f64 {
         percentile(&self.lat_ns, p) as f64 / 1000.0
     }
 
-    pub fn client_cpu_us(&self) -> f64 {
+    pub(crate) fn client_cpu_us(&self) -> f64 {
         per_call_us(self.client_cpu, self.calls)
     }
 
-    pub fn server_cpu_us(&self) -> f64 {
+    pub(crate) fn server_cpu_us(&self) -> f64 {
         per_call_us(self.server_cpu, self.calls)
     }
 }
@@ -76,7 +76,7 @@ fn per_call_us(d: Duration, calls: u64) -> f64 {
 }
 
 /// Nearest-rank percentile of sorted data (0 for no data).
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -85,7 +85,7 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// Median of a set of figures (NaNs ignored).
-pub fn median(xs: &[f64]) -> f64 {
+pub(crate) fn median(xs: &[f64]) -> f64 {
     let mut v: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
     if v.is_empty() {
         return f64::NAN;
@@ -99,7 +99,7 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
-pub fn min_max(xs: &[f64]) -> (f64, f64) {
+pub(crate) fn min_max(xs: &[f64]) -> (f64, f64) {
     xs.iter()
         .copied()
         .filter(|x| !x.is_nan())

@@ -11,7 +11,7 @@ use crate::scenarios::{self, Driver, Scenario};
 use crate::servers::{ServerKind, Servers};
 use crate::stats::{median, Sample};
 
-pub async fn run(
+pub(crate) async fn run(
     p: &Plan,
     cs: &[usize],
     chart: Option<&PathBuf>,

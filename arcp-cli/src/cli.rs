@@ -78,7 +78,7 @@ It runs until interrupted (Ctrl-C or SIGTERM).";
     after_help = TOP_EXAMPLES,
     arg_required_else_help = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Client diagnostics on stderr: -v for connection events, -vv for
     /// every protocol step. RUST_LOG overrides it.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -91,7 +91,7 @@ pub struct Cli {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Invoke a tool once (retrying safely across failures) and print the outcome.
     #[command(after_help = INVOKE_EXAMPLES)]
     Invoke(InvokeArgs),
@@ -118,7 +118,7 @@ Exit status: 0 done, 5 journal held by a live client, 1 anything else.";
 
 /// `arcp journal` flags.
 #[derive(Debug, Args)]
-pub struct JournalArgs {
+pub(crate) struct JournalArgs {
     /// The journal file (as given to the client's `journal_path`).
     #[arg(
         long,
@@ -136,7 +136,7 @@ pub struct JournalArgs {
 
 /// `arcp journal` commands.
 #[derive(Debug, Subcommand)]
-pub enum JournalCommand {
+pub(crate) enum JournalCommand {
     /// Unfinished and recent calls, most recently changed first: key, tool,
     /// state, age, job id and whether the tool ran.
     List {
@@ -203,7 +203,7 @@ pub enum JournalCommand {
 
 /// `arcp invoke` flags.
 #[derive(Debug, Args)]
-pub struct InvokeArgs {
+pub(crate) struct InvokeArgs {
     /// The tool (a v1.1 "agent") to invoke.
     #[arg(value_name = "TOOL")]
     pub tool: String,
@@ -285,7 +285,7 @@ impl From<DialectArg> for DialectChoice {
 
 /// `arcp mock` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum MockCommand {
+pub(crate) enum MockCommand {
     /// Run a mock runtime on 127.0.0.1 until interrupted; print its ws:// URL on stdout.
     #[command(after_help = MOCK_SERVE_EXAMPLES)]
     Serve(MockServeArgs),
@@ -293,7 +293,7 @@ pub enum MockCommand {
 
 /// `arcp mock serve` flags.
 #[derive(Debug, Args)]
-pub struct MockServeArgs {
+pub(crate) struct MockServeArgs {
     /// Port on 127.0.0.1 (0: any free port).
     #[arg(long, value_name = "P", default_value_t = 0)]
     pub port: u16,

@@ -27,10 +27,10 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A problem with the command line found after parsing (exit status 1).
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 /// The tool's arguments: `--args`, `--args-file` (`-` for stdin), or `{}`.
-pub fn arguments(args: &InvokeArgs) -> Result<Value, UsageError> {
+pub(crate) fn arguments(args: &InvokeArgs) -> Result<Value, UsageError> {
     if let Some(value) = &args.args {
         return Ok(value.clone());
     }
@@ -59,7 +59,7 @@ fn read_args_file(path: &Path) -> Result<(String, String), UsageError> {
 /// Connects, invokes the tool once (the client retries with the same key
 /// across failures) and returns how it ended. Events are rendered on stderr
 /// meanwhile (without a progress bar when `logging`: diagnostics share stderr).
-pub async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutcome {
+pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutcome {
     let started = Instant::now();
     let deadline = args
         .deadline

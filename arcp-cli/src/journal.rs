@@ -21,7 +21,7 @@ use crate::outcome::{EXIT_JOURNAL_LOCKED, EXIT_OK, EXIT_OTHER};
 use crate::output::redact;
 
 /// Runs one `arcp journal` command; returns the exit status.
-pub async fn run(args: JournalArgs) -> u8 {
+pub(crate) async fn run(args: JournalArgs) -> u8 {
     let Some(path) = args.journal.clone() else {
         eprintln!("error: which journal? Give --journal PATH (or set ARCP_JOURNAL)");
         return EXIT_OTHER;

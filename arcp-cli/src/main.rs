@@ -9,7 +9,6 @@
 //! invocation journal).
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
 
 mod cli;
 mod invoke;

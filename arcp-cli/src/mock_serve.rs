@@ -19,7 +19,7 @@ const MAX_SLEEP_MS: u64 = 3_600_000;
 
 /// Starts the mock, prints its URL on stdout (one flushed line), and serves
 /// until interrupted. Returns an error message when it cannot start.
-pub async fn run(args: &MockServeArgs) -> Result<(), String> {
+pub(crate) async fn run(args: &MockServeArgs) -> Result<(), String> {
     let dialect = Dialect::from(args.dialect);
     let mut builder = with_demo_tools(MockRuntime::builder().dialect(dialect)).port(args.port);
     if let Some(policy) = args.replay_policy {
@@ -77,7 +77,7 @@ fn policy_name(policy: ReplayPolicy) -> &'static str {
 }
 
 /// Registers the demo tools: `echo`, `counter` and `fail`.
-pub fn with_demo_tools(builder: MockRuntimeBuilder) -> MockRuntimeBuilder {
+pub(crate) fn with_demo_tools(builder: MockRuntimeBuilder) -> MockRuntimeBuilder {
     let count = Arc::new(AtomicU64::new(0));
     builder
         .tool("echo", |args, _ctx| async move { Ok(args) })

@@ -3,22 +3,22 @@
 use arcp_sdk::{Error, ToolOutput};
 
 /// Exit status: the call succeeded.
-pub const EXIT_OK: u8 = 0;
+pub(crate) const EXIT_OK: u8 = 0;
 /// Exit status: anything not listed here (bad arguments, connection
 /// failures, deadline, retries exhausted, ...).
-pub const EXIT_OTHER: u8 = 1;
+pub(crate) const EXIT_OTHER: u8 = 1;
 /// Exit status: the runtime reported a tool error.
-pub const EXIT_TOOL_ERROR: u8 = 2;
+pub(crate) const EXIT_TOOL_ERROR: u8 = 2;
 /// Exit status: the key is bound to a different call (`DUPLICATE_KEY`).
-pub const EXIT_DUPLICATE_KEY: u8 = 3;
+pub(crate) const EXIT_DUPLICATE_KEY: u8 = 3;
 /// Exit status: the call was accepted but its outcome could not be obtained.
-pub const EXIT_OUTCOME_UNAVAILABLE: u8 = 4;
+pub(crate) const EXIT_OUTCOME_UNAVAILABLE: u8 = 4;
 /// Exit status of `arcp journal`: a live client holds the journal.
-pub const EXIT_JOURNAL_LOCKED: u8 = 5;
+pub(crate) const EXIT_JOURNAL_LOCKED: u8 = 5;
 
 /// How a call ended, with everything the JSON contract reports.
 #[derive(Debug)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     /// The tool returned a result.
     Ok(ToolOutput),
     /// The call failed: a tool error, or a client-side outcome.
@@ -27,7 +27,7 @@ pub enum CallOutcome {
 
 /// A failed call.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The wire code of a tool error, else a client-side code
     /// (`OUTCOME_UNAVAILABLE`, `CONNECT_FAILED`, `INTERRUPTED`, ...).
     pub code: String,
@@ -46,7 +46,7 @@ pub struct Failure {
 impl Failure {
     /// A failure reported by the client. `job_id` is the call's job when
     /// the error does not name it.
-    pub fn from_error(error: &Error, key: String, job_id: Option<String>) -> Failure {
+    pub(crate) fn from_error(error: &Error, key: String, job_id: Option<String>) -> Failure {
         let job_id = error.job_id().map(str::to_owned).or(job_id);
         Failure {
             code: error.code_name(),
@@ -69,7 +69,7 @@ impl Failure {
 
     /// The `--deadline` ran out while connecting (which the client reports
     /// as a connect or handshake failure).
-    pub fn deadline_while_connecting(error: &Error, key: String) -> Failure {
+    pub(crate) fn deadline_while_connecting(error: &Error, key: String) -> Failure {
         Failure {
             code: "DEADLINE_EXCEEDED".into(),
             message: format!("the deadline passed while connecting: {error}"),
@@ -82,7 +82,7 @@ impl Failure {
 
     /// The user interrupted the wait (SIGINT or SIGTERM). The call is not
     /// cancelled: it may still run, once; its key gets its outcome later.
-    pub fn interrupted(key: String, job_id: Option<String>) -> Failure {
+    pub(crate) fn interrupted(key: String, job_id: Option<String>) -> Failure {
         Failure {
             code: "INTERRUPTED".into(),
             message: "interrupted before the call ended; the call was not cancelled".into(),
@@ -97,7 +97,7 @@ impl Failure {
 
 impl CallOutcome {
     /// The process exit status for this outcome.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             CallOutcome::Ok(_) => EXIT_OK,
             CallOutcome::Failed(f) => f.exit_code,
@@ -108,6 +108,6 @@ impl CallOutcome {
 /// Requests sent for the call: the client reports it on every error raised
 /// after a send; errors raised before any request (connect, handshake,
 /// authentication, invalid call) count 0.
-pub fn attempts_of(error: &Error) -> u32 {
+pub(crate) fn attempts_of(error: &Error) -> u32 {
     error.attempts().unwrap_or(0)
 }

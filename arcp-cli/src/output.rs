@@ -33,7 +33,7 @@ struct ErrorJson<'a> {
 
 /// How to print.
 #[derive(Debug, Clone, Copy)]
-pub struct Printer<'a> {
+pub(crate) struct Printer<'a> {
     /// `--json`: one JSON object on stdout.
     pub json: bool,
     /// The bearer token, scrubbed from every message.
@@ -43,7 +43,7 @@ pub struct Printer<'a> {
 impl Printer<'_> {
     /// Prints the outcome. An error writing stdout (a closed pipe) is
     /// reported on stderr and returned.
-    pub fn print(&self, outcome: &CallOutcome) -> std::io::Result<()> {
+    pub(crate) fn print(&self, outcome: &CallOutcome) -> std::io::Result<()> {
         let printed = if self.json {
             self.print_json(outcome)
         } else {
@@ -122,13 +122,13 @@ impl Printer<'_> {
     }
 
     /// The message with every occurrence of the token replaced.
-    pub fn redact(&self, message: &str) -> String {
+    pub(crate) fn redact(&self, message: &str) -> String {
         redact(message, self.token)
     }
 }
 
 /// `message` with every occurrence of `token` replaced by `<redacted>`.
-pub fn redact(message: &str, token: Option<&str>) -> String {
+pub(crate) fn redact(message: &str, token: Option<&str>) -> String {
     match token {
         Some(t) if !t.is_empty() => message.replace(t, "<redacted>"),
         _ => message.to_owned(),

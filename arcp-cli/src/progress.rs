@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 /// Draws the events of one call.
 #[derive(Debug)]
-pub struct EventRenderer {
+pub(crate) struct EventRenderer {
     /// Created at the first progress event.
     bar: Option<ProgressBar>,
     /// Whether stderr is a terminal (else the bar stays hidden).
@@ -25,7 +25,7 @@ pub struct EventRenderer {
 impl EventRenderer {
     /// A renderer that draws the bar when stderr is a terminal, unless
     /// `quiet_bar` (diagnostic logs share stderr and would tear it).
-    pub fn new(token: Option<String>, quiet_bar: bool) -> Self {
+    pub(crate) fn new(token: Option<String>, quiet_bar: bool) -> Self {
         EventRenderer {
             bar: None,
             draw: !quiet_bar && std::io::stderr().is_terminal(),
@@ -36,7 +36,7 @@ impl EventRenderer {
 
     /// Renders every event until the call ends (or `stop` fires, or its
     /// sender is dropped), then clears the bar.
-    pub async fn run(mut self, mut events: Events, mut stop: oneshot::Receiver<()>) {
+    pub(crate) async fn run(mut self, mut events: Events, mut stop: oneshot::Receiver<()>) {
         loop {
             tokio::select! {
                 event = events.next() => match event {

@@ -3,7 +3,7 @@
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM. The handlers are
 /// installed before this returns, so no signal sent after it is missed
 /// (and neither signal kills the process meanwhile).
-pub fn shutdown() -> std::io::Result<impl std::future::Future<Output = ()>> {
+pub(crate) fn shutdown() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -77,7 +77,6 @@
 #![forbid(unsafe_code)]
 // On docs.rs (every feature on), each item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs)]
 
 // The package README's code compiles (and runs, where it is not `no_run`).
 #[cfg(doctest)]

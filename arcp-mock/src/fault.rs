@@ -106,7 +106,7 @@ pub(crate) struct Faults {
 const MAX_FAULTS: usize = 1024;
 
 impl Faults {
-    pub fn push(&mut self, fault: Fault) {
+    pub(crate) fn push(&mut self, fault: Fault) {
         if self.queue.len() >= MAX_FAULTS {
             self.queue.pop_front();
         }
@@ -117,20 +117,20 @@ impl Faults {
         self.queue.push_back(Queued { fault, remaining });
     }
 
-    pub fn push_always(&mut self, fault: Fault) {
+    pub(crate) fn push_always(&mut self, fault: Fault) {
         if self.always.len() < MAX_FAULTS {
             self.always.push(fault);
         }
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.queue.clear();
         self.always.clear();
     }
 
     /// Consumes the oldest queued fault matching `pred`, else returns a
     /// standing one.
-    pub fn take(&mut self, pred: impl Fn(&Fault) -> bool) -> Option<Fault> {
+    pub(crate) fn take(&mut self, pred: impl Fn(&Fault) -> bool) -> Option<Fault> {
         if let Some(i) = self.queue.iter().position(|q| pred(&q.fault)) {
             return self.queue.remove(i).map(|q| q.fault);
         }
@@ -139,7 +139,7 @@ impl Faults {
 
     /// Decides the fate of one outbound frame; `sent` counts the frames this
     /// connection has sent so far.
-    pub fn on_frame(&mut self, sent: &mut u64) -> FrameAction {
+    pub(crate) fn on_frame(&mut self, sent: &mut u64) -> FrameAction {
         let mut action = FrameAction::default();
         if let Some(Fault::DelayReplies(d)) = self.take(|f| matches!(f, Fault::DelayReplies(_))) {
             action.delay = Some(d);

@@ -12,7 +12,7 @@ pub(crate) enum Expectation {
 
 impl Expectation {
     /// `None` when met, else a one-line description of the mismatch.
-    pub fn check(&self, actual: u64) -> Option<String> {
+    pub(crate) fn check(&self, actual: u64) -> Option<String> {
         let (what, times) = match self {
             Expectation::Tool { tool, times } => (format!("tool `{tool}`"), *times),
             Expectation::Key { key, times } => (format!("idempotency key `{key}`"), *times),

@@ -24,7 +24,6 @@
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![warn(missing_docs)]
 
 // The package README's code compiles (and runs, where it is not `no_run`).
 #[cfg(doctest)]

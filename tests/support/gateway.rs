@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 /// What the gateway does with one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Move {
+pub(crate) enum Move {
     /// Forward it and relay the answer.
     Forward,
     /// Forward it, wait this long, then relay the answer.
@@ -32,7 +32,7 @@ pub enum Move {
 }
 
 /// A running gateway; stops when dropped.
-pub struct Gateway {
+pub(crate) struct Gateway {
     addr: SocketAddr,
     forwarded: Arc<AtomicU64>,
     task: JoinHandle<()>,
@@ -46,7 +46,7 @@ impl Drop for Gateway {
 
 impl Gateway {
     /// Starts a gateway to `upstream`; `next` picks each request's move.
-    pub async fn start(
+    pub(crate) async fn start(
         upstream: SocketAddr,
         next: impl FnMut() -> Move + Send + 'static,
     ) -> std::io::Result<Gateway> {
@@ -74,12 +74,12 @@ impl Gateway {
     }
 
     /// The gateway's URL for the HTTP binding.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/arcp", self.addr)
     }
 
     /// Requests forwarded to the runtime so far.
-    pub fn forwarded(&self) -> u64 {
+    pub(crate) fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::SeqCst)
     }
 }

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 /// How the link treats traffic now.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LinkMode {
+pub(crate) enum LinkMode {
     /// Forward everything at once.
     Forward,
     /// Forward nothing (both ways, old and new connections) until the mode
@@ -26,7 +26,7 @@ pub enum LinkMode {
 }
 
 /// A running link; stops (and cuts its connections) when dropped.
-pub struct Link {
+pub(crate) struct Link {
     addr: SocketAddr,
     mode: watch::Sender<LinkMode>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
@@ -42,7 +42,7 @@ impl Drop for Link {
 
 impl Link {
     /// Starts a link to `upstream`.
-    pub async fn start(upstream: SocketAddr) -> std::io::Result<Link> {
+    pub(crate) async fn start(upstream: SocketAddr) -> std::io::Result<Link> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let mode = watch::Sender::new(LinkMode::Forward);
@@ -65,12 +65,12 @@ impl Link {
     }
 
     /// The link's address: connect here instead of to the server.
-    pub fn address(&self) -> SocketAddr {
+    pub(crate) fn address(&self) -> SocketAddr {
         self.addr
     }
 
     /// Changes how the link treats traffic, for every connection.
-    pub fn set(&self, mode: LinkMode) {
+    pub(crate) fn set(&self, mode: LinkMode) {
         self.mode.send_replace(mode);
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 /// - `refund`: emits `steps` progress events, `ms` apart, returns `{"refunded": order}`;
 /// - `fail`: fails with `code` (retryable when `retryable` is true);
 /// - `echo`: returns its arguments.
-pub fn mock(dialect: Dialect) -> MockRuntimeBuilder {
+pub(crate) fn mock(dialect: Dialect) -> MockRuntimeBuilder {
     MockRuntime::builder()
         .dialect(dialect)
         .tool("refund", |args: Value, ctx| async move {
@@ -42,7 +42,7 @@ pub fn mock(dialect: Dialect) -> MockRuntimeBuilder {
 
 /// A client for `url` with budgets sized for tests (a call gives up within
 /// a few seconds).
-pub fn client(url: &str, dialect: Dialect) -> ClientBuilder {
+pub(crate) fn client(url: &str, dialect: Dialect) -> ClientBuilder {
     Client::builder(url)
         .dialect(dialect)
         .handshake_timeout(Duration::from_secs(2))
@@ -58,7 +58,7 @@ pub fn client(url: &str, dialect: Dialect) -> ClientBuilder {
 }
 
 /// Every submit the mock received, in order.
-pub fn submits(mock: &MockRuntime) -> Vec<Envelope> {
+pub(crate) fn submits(mock: &MockRuntime) -> Vec<Envelope> {
     mock.received()
         .into_iter()
         .filter(|e| e.kind == "job.submit" || e.kind == "tool.invoke")
@@ -66,7 +66,7 @@ pub fn submits(mock: &MockRuntime) -> Vec<Envelope> {
 }
 
 /// The idempotency key of a submit, wherever the dialect put it.
-pub fn key_of(submit: &Envelope) -> Option<String> {
+pub(crate) fn key_of(submit: &Envelope) -> Option<String> {
     submit.idempotency_key.clone().or_else(|| {
         submit.payload["idempotency_key"]
             .as_str()

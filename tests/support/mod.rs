@@ -1,15 +1,15 @@
 //! Shared test support.
 #![allow(dead_code)]
 
-pub mod gateway;
-pub mod link;
-pub mod mock;
-pub mod peers;
-pub mod targets;
+pub(crate) mod gateway;
+pub(crate) mod link;
+pub(crate) mod mock;
+pub(crate) mod peers;
+pub(crate) mod targets;
 
 /// Sends the client's tracing output to the test's captured output
 /// (`RUST_LOG=arcp_sdk=debug cargo test -- --nocapture` to see it).
-pub fn init_tracing() {
+pub(crate) fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

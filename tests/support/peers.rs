@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 /// Which published runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PeerKind {
+pub(crate) enum PeerKind {
     /// `agentruntimecontrolprotocol` 1.1.3 from PyPI (v1.1 dialect).
     Python,
     /// `arcp-runtime` 2.0.0 from crates.io (legacy dialect).
@@ -21,7 +21,7 @@ pub enum PeerKind {
 }
 
 /// A running peer process; killed on drop.
-pub struct Peer {
+pub(crate) struct Peer {
     pub kind: PeerKind,
     pub url: String,
     child: Child,
@@ -46,7 +46,7 @@ fn repo() -> PathBuf {
 
 impl Peer {
     /// Starts a fresh peer (a fresh process, so its execution counter is 0).
-    pub fn start(kind: PeerKind) -> Peer {
+    pub(crate) fn start(kind: PeerKind) -> Peer {
         let root = repo();
         let mut command = match kind {
             PeerKind::Python => {
@@ -92,14 +92,14 @@ impl Peer {
         Peer { kind, url, child }
     }
 
-    pub fn token(&self) -> &'static str {
+    pub(crate) fn token(&self) -> &'static str {
         match self.kind {
             PeerKind::Python => "test-token",
             PeerKind::Rust => "secret-token",
         }
     }
 
-    pub fn dialect(&self) -> DialectChoice {
+    pub(crate) fn dialect(&self) -> DialectChoice {
         match self.kind {
             PeerKind::Python => DialectChoice::V1_1,
             PeerKind::Rust => DialectChoice::Legacy,
@@ -108,7 +108,7 @@ impl Peer {
 
     /// Arguments of the `counter` tool: runs `ms` milliseconds, emitting
     /// `events` events along the way.
-    pub fn counter_args(&self, ms: u64, events: u64, tag: &str) -> Value {
+    pub(crate) fn counter_args(&self, ms: u64, events: u64, tag: &str) -> Value {
         match self.kind {
             PeerKind::Python => json!({"sleep": ms as f64 / 1000.0, "events": events, "tag": tag}),
             PeerKind::Rust => json!({"sleep_ms": ms, "ticks": events, "tag": tag}),
@@ -116,7 +116,7 @@ impl Peer {
     }
 
     /// A client builder for this peer with test-friendly budgets.
-    pub fn client(&self, url: &str) -> arcp_sdk::ClientBuilder {
+    pub(crate) fn client(&self, url: &str) -> arcp_sdk::ClientBuilder {
         Client::builder(url)
             .bearer_token(self.token())
             .dialect(self.dialect())
@@ -133,7 +133,7 @@ impl Peer {
 
     /// How many times `counter` has executed in this peer, read through a
     /// fresh connection with the read-only `peek` tool.
-    pub async fn executions(&self) -> u64 {
+    pub(crate) async fn executions(&self) -> u64 {
         let client = self.client(&self.url).connect().await.expect("peek client");
         let out = client.invoke_tool("peek", json!({})).await.expect("peek");
         out.value["count"].as_u64().expect("peek returns a count")

@@ -11,7 +11,7 @@ use super::peers::{Peer, PeerKind};
 
 /// Which runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TargetKind {
+pub(crate) enum TargetKind {
     /// Python `agentruntimecontrolprotocol` 1.1.3.
     Python,
     /// Rust `arcp-runtime` 2.0.0.
@@ -22,7 +22,7 @@ pub enum TargetKind {
 }
 
 /// A started runtime; stopped on drop.
-pub struct Target {
+pub(crate) struct Target {
     pub kind: TargetKind,
     pub url: String,
     peer: Option<Peer>,
@@ -30,7 +30,7 @@ pub struct Target {
 }
 
 impl Target {
-    pub async fn start(kind: TargetKind) -> Target {
+    pub(crate) async fn start(kind: TargetKind) -> Target {
         match kind {
             TargetKind::Python | TargetKind::Rust => {
                 let peer = Peer::start(if kind == TargetKind::Python {
@@ -85,7 +85,7 @@ impl Target {
 
     /// Whether a lost outcome can be recovered from this runtime (it replays
     /// the stored terminal for a re-sent key, or resumes the session).
-    pub fn recovers_lost_outcome(&self) -> bool {
+    pub(crate) fn recovers_lost_outcome(&self) -> bool {
         matches!(
             self.kind,
             TargetKind::Python
@@ -93,7 +93,7 @@ impl Target {
         )
     }
 
-    pub fn dialect(&self) -> DialectChoice {
+    pub(crate) fn dialect(&self) -> DialectChoice {
         match self.kind {
             TargetKind::Python | TargetKind::Mock(ReplayPolicy::TerminalReplay) => {
                 DialectChoice::V1_1
@@ -104,7 +104,7 @@ impl Target {
 
     /// Arguments of the `counter` tool: runs `ms` milliseconds with `events`
     /// events along the way; `tag` makes intents distinct.
-    pub fn counter_args(&self, ms: u64, events: u64, tag: &str) -> Value {
+    pub(crate) fn counter_args(&self, ms: u64, events: u64, tag: &str) -> Value {
         match self.peer() {
             Some(peer) => peer.counter_args(ms, events, tag),
             None => json!({"sleep_ms": ms, "events": events, "tag": tag}),
@@ -112,7 +112,7 @@ impl Target {
     }
 
     /// A client builder for `url` (the runtime's, or a proxy's in front of it).
-    pub fn client(&self, url: &str) -> ClientBuilder {
+    pub(crate) fn client(&self, url: &str) -> ClientBuilder {
         match self.peer() {
             Some(peer) => peer.client(url),
             None => Client::builder(url)
@@ -131,7 +131,7 @@ impl Target {
     }
 
     /// How many times `counter` has executed.
-    pub async fn executions(&self) -> u64 {
+    pub(crate) async fn executions(&self) -> u64 {
         match (&self.peer, &self.mock) {
             (Some(peer), _) => peer.executions().await,
             (_, Some(mock)) => mock.executions("counter"),
@@ -141,7 +141,7 @@ impl Target {
 
     /// The value `count` the n-th execution of `counter` returns, when it
     /// numbers executions (the published peers do; the mock's is always 1).
-    pub fn numbers_executions(&self) -> bool {
+    pub(crate) fn numbers_executions(&self) -> bool {
         self.peer.is_some()
     }
 }

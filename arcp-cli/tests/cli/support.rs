@@ -10,15 +10,15 @@ use assert_cmd::Command;
 use serde_json::Value;
 
 /// Every child and every `arcp` run is killed after this long.
-pub const TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The path of the `arcp` binary under test.
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_arcp")
 }
 
 /// `arcp ARGS`, isolated from the caller's environment.
-pub fn arcp<I, S>(args: I) -> Command
+pub(crate) fn arcp<I, S>(args: I) -> Command
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
@@ -33,7 +33,7 @@ where
 }
 
 /// `arcp invoke TOOL --url URL EXTRA.. --json`.
-pub fn invoke_json(tool: &str, url: &str, extra: &[&str]) -> Command {
+pub(crate) fn invoke_json(tool: &str, url: &str, extra: &[&str]) -> Command {
     let mut cmd = arcp(["invoke", tool, "--url", url]);
     cmd.args(extra).arg("--json");
     cmd
@@ -41,11 +41,11 @@ pub fn invoke_json(tool: &str, url: &str, extra: &[&str]) -> Command {
 
 /// Kills (SIGKILL) and reaps a child when dropped, so no test leaves a
 /// process behind, even when it fails.
-pub struct ChildGuard(pub Option<Child>);
+pub(crate) struct ChildGuard(pub Option<Child>);
 
 impl ChildGuard {
     /// The child, if still owned.
-    pub fn child(&mut self) -> &mut Child {
+    pub(crate) fn child(&mut self) -> &mut Child {
         self.0.as_mut().expect("child already taken")
     }
 }
@@ -60,7 +60,7 @@ impl Drop for ChildGuard {
 }
 
 /// A child `arcp mock serve`, started on a free port.
-pub struct MockServe {
+pub(crate) struct MockServe {
     /// The URL it printed.
     pub url: String,
     /// The process (killed on drop).
@@ -69,7 +69,7 @@ pub struct MockServe {
 
 impl MockServe {
     /// Starts `arcp mock serve --port 0 EXTRA..` and reads its URL line.
-    pub fn start(extra: &[&str]) -> MockServe {
+    pub(crate) fn start(extra: &[&str]) -> MockServe {
         let child = StdCommand::new(bin())
             .args(["mock", "serve", "--port", "0"])
             .args(extra)
@@ -100,7 +100,7 @@ impl MockServe {
 }
 
 /// stdout must be exactly one line holding one JSON object.
-pub fn single_json_object(stdout: &[u8]) -> serde_json::Map<String, Value> {
+pub(crate) fn single_json_object(stdout: &[u8]) -> serde_json::Map<String, Value> {
     let text = std::str::from_utf8(stdout).expect("stdout is UTF-8");
     assert!(
         text.ends_with('\n'),
@@ -114,14 +114,14 @@ pub fn single_json_object(stdout: &[u8]) -> serde_json::Map<String, Value> {
 }
 
 /// The keys of an object, sorted.
-pub fn keys(map: &serde_json::Map<String, Value>) -> Vec<&str> {
+pub(crate) fn keys(map: &serde_json::Map<String, Value>) -> Vec<&str> {
     let mut keys: Vec<&str> = map.keys().map(String::as_str).collect();
     keys.sort_unstable();
     keys
 }
 
 /// Checks the `{"status":"ok",...}` contract field by field.
-pub fn assert_ok_contract(map: &serde_json::Map<String, Value>) {
+pub(crate) fn assert_ok_contract(map: &serde_json::Map<String, Value>) {
     assert_eq!(
         keys(map),
         ["attempts", "job_id", "key", "replayed", "result", "status"],
@@ -142,7 +142,7 @@ pub fn assert_ok_contract(map: &serde_json::Map<String, Value>) {
 }
 
 /// Checks the `{"status":"error",...}` contract field by field.
-pub fn assert_error_contract(map: &serde_json::Map<String, Value>) {
+pub(crate) fn assert_error_contract(map: &serde_json::Map<String, Value>) {
     assert_eq!(
         keys(map),
         ["attempts", "code", "job_id", "key", "message", "status"],
@@ -171,7 +171,7 @@ pub fn assert_error_contract(map: &serde_json::Map<String, Value>) {
 
 /// A multi-threaded Tokio runtime for in-process mocks: the mock serves on
 /// its workers while the test thread runs the binary.
-pub fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

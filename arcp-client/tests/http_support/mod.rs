@@ -12,10 +12,10 @@ use arcp_types::{
 };
 use serde_json::{json, Value};
 
-pub const TOKEN: &str = "s3cr3t-token";
+pub(crate) const TOKEN: &str = "s3cr3t-token";
 
 /// A retry policy that gives up within a second.
-pub fn fast_retry() -> RetryPolicy {
+pub(crate) fn fast_retry() -> RetryPolicy {
     RetryPolicy::exponential()
         .initial_delay(Duration::from_millis(5))
         .max_delay(Duration::from_millis(40))
@@ -25,7 +25,7 @@ pub fn fast_retry() -> RetryPolicy {
 }
 
 /// A client of the HTTP binding at `url` with a bearer token and fast retries.
-pub fn client(url: &str) -> ClientBuilder {
+pub(crate) fn client(url: &str) -> ClientBuilder {
     Client::builder(url)
         .bearer_token(TOKEN)
         .retry(fast_retry())
@@ -39,7 +39,7 @@ fn encode(mut frame: Frame, job_id: Option<&str>) -> String {
 }
 
 /// A terminal `job.result` carrying `value`.
-pub fn result(job_id: &str, value: Value) -> String {
+pub(crate) fn result(job_id: &str, value: Value) -> String {
     encode(
         Frame::new(Message::Result(JobResult::new(Some(value)))),
         Some(job_id),
@@ -48,14 +48,14 @@ pub fn result(job_id: &str, value: Value) -> String {
 
 /// A `job.error` (a terminal tool error when `job_id` is set; a refusal
 /// before acceptance otherwise).
-pub fn error(job_id: Option<&str>, code: ErrorCode, retryable: bool) -> String {
+pub(crate) fn error(job_id: Option<&str>, code: ErrorCode, retryable: bool) -> String {
     let mut e = ErrorReply::new(code, "refused by the test");
     e.retryable = Some(retryable);
     encode(Frame::new(Message::Error(e)), job_id)
 }
 
 /// A `job.accepted`.
-pub fn accepted(job_id: &str) -> String {
+pub(crate) fn accepted(job_id: &str) -> String {
     encode(
         Frame::new(Message::Accepted(Accepted::new(job_id))),
         Some(job_id),
@@ -63,7 +63,7 @@ pub fn accepted(job_id: &str) -> String {
 }
 
 /// A `job.event` of kind `progress` with a sequence number.
-pub fn progress(job_id: &str, seq: u64, current: u64, total: u64) -> String {
+pub(crate) fn progress(job_id: &str, seq: u64, current: u64, total: u64) -> String {
     let mut frame = Frame::new(Message::Event(JobEvent::new(
         "progress",
         json!({"current": current, "total": total}),
@@ -73,17 +73,17 @@ pub fn progress(job_id: &str, seq: u64, current: u64, total: u64) -> String {
 }
 
 /// NDJSON: one envelope per line.
-pub fn ndjson(lines: &[String]) -> String {
+pub(crate) fn ndjson(lines: &[String]) -> String {
     lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// A request body as an envelope.
-pub fn envelope(body: &[u8]) -> Envelope {
+pub(crate) fn envelope(body: &[u8]) -> Envelope {
     serde_json::from_slice(body).expect("the client sends one JSON envelope")
 }
 
 /// The exact bytes of a request body's `payload` (the intent).
-pub fn raw_payload(body: &[u8]) -> String {
+pub(crate) fn raw_payload(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Raw<'a> {
         #[serde(borrow)]
@@ -94,6 +94,6 @@ pub fn raw_payload(body: &[u8]) -> String {
 }
 
 /// Whether an event is a progress event.
-pub fn is_progress(body: &EventBody) -> bool {
+pub(crate) fn is_progress(body: &EventBody) -> bool {
     matches!(body, EventBody::Progress { .. })
 }

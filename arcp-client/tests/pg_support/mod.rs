@@ -22,14 +22,14 @@ use std::sync::{Mutex, OnceLock};
 
 /// The admin connection string of the test server, or `None` when the
 /// tests are to be skipped (`ARCP_TEST_POSTGRES_SKIP=1` and no server).
-pub fn admin_url() -> Option<String> {
+pub(crate) fn admin_url() -> Option<String> {
     static SERVER: OnceLock<Option<String>> = OnceLock::new();
     SERVER.get_or_init(start).clone()
 }
 
 /// A fresh, empty database on the test server; its connection string.
 /// `None`: skip the test (see [`admin_url`]).
-pub async fn database() -> Option<String> {
+pub(crate) async fn database() -> Option<String> {
     let admin = admin_url()?;
     static N: AtomicU32 = AtomicU32::new(0);
     let name = format!(
@@ -74,7 +74,7 @@ fn rand_suffix() -> u32 {
 }
 
 /// `url` with its database replaced by `db` (both syntaxes).
-pub fn with_dbname(url: &str, db: &str) -> String {
+pub(crate) fn with_dbname(url: &str, db: &str) -> String {
     for scheme in ["postgres://", "postgresql://"] {
         if let Some(rest) = url.strip_prefix(scheme) {
             let (main, query) = match rest.find('?') {
@@ -278,7 +278,7 @@ impl Cluster {
 /// binaries and `ARCP_TEST_POSTGRES_SKIP=1`); an existing server
 /// (`ARCP_TEST_POSTGRES_URL`) cannot be restarted, so these tests need the
 /// binaries.
-pub struct OwnServer {
+pub(crate) struct OwnServer {
     root: PathBuf,
     pg_ctl: PathBuf,
     port: u16,
@@ -288,7 +288,7 @@ pub struct OwnServer {
 impl OwnServer {
     /// Creates and starts the server; `durable`: keep PostgreSQL's default
     /// durability (`fsync`, `synchronous_commit`), for measurements.
-    pub fn start(durable: bool) -> Option<OwnServer> {
+    pub(crate) fn start(durable: bool) -> Option<OwnServer> {
         let Some(bin) = find_bin() else {
             if skip_allowed() {
                 return None;
@@ -364,12 +364,12 @@ impl OwnServer {
     }
 
     /// The server's loopback address.
-    pub fn address(&self) -> std::net::SocketAddr {
+    pub(crate) fn address(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// A connection string for `db` on this server through `address`.
-    pub fn url_via(&self, address: std::net::SocketAddr, db: &str) -> String {
+    pub(crate) fn url_via(&self, address: std::net::SocketAddr, db: &str) -> String {
         format!(
             "host={} port={} user=postgres dbname={db}",
             address.ip(),
@@ -378,7 +378,7 @@ impl OwnServer {
     }
 
     /// Creates database `db`; its connection string (direct).
-    pub async fn database(&self, db: &str) -> String {
+    pub(crate) async fn database(&self, db: &str) -> String {
         let admin = self.url_via(self.address(), "postgres");
         let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
             .await
@@ -394,7 +394,7 @@ impl OwnServer {
     }
 
     /// Stops the server at once (`-m immediate`: no checkpoint, as a crash).
-    pub fn stop_immediate(&self) {
+    pub(crate) fn stop_immediate(&self) {
         let log = self.root.join("log").to_string_lossy().into_owned();
         self.run(
             &self.pg_ctl,
@@ -412,7 +412,7 @@ impl OwnServer {
     }
 
     /// Starts the (stopped) server again.
-    pub fn start_again(&self) {
+    pub(crate) fn start_again(&self) {
         let log = self.root.join("log").to_string_lossy().into_owned();
         self.run(
             &self.pg_ctl,

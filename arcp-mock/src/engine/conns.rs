@@ -44,18 +44,18 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Link {
             last_inbound: Mutex::new(Instant::now()),
             heartbeat: watch::Sender::new(None),
         }
     }
 
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         *self.last_inbound.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
-    pub fn last_inbound(&self) -> Instant {
+    pub(crate) fn last_inbound(&self) -> Instant {
         *self.last_inbound.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -84,7 +84,7 @@ pub(crate) struct Conns {
 
 impl Conns {
     /// A fresh connection id, logged from now on.
-    pub fn allocate(&mut self, http: bool) -> u64 {
+    pub(super) fn allocate(&mut self, http: bool) -> u64 {
         self.next += 1;
         if !http {
             self.accepted += 1;
@@ -94,7 +94,7 @@ impl Conns {
     }
 
     /// Registers connection `id` with its outbound queue.
-    pub fn insert(&mut self, id: u64, tx: mpsc::Sender<Out>, link: Arc<Link>) {
+    pub(super) fn insert(&mut self, id: u64, tx: mpsc::Sender<Out>, link: Arc<Link>) {
         let conn = Conn {
             tx,
             abort: None,
@@ -107,33 +107,33 @@ impl Conns {
         self.map.insert(id, conn);
     }
 
-    pub fn remove(&mut self, id: u64) -> Option<Conn> {
+    pub(super) fn remove(&mut self, id: u64) -> Option<Conn> {
         self.map.remove(&id)
     }
 
-    pub fn get(&self, id: u64) -> Option<&Conn> {
+    pub(super) fn get(&self, id: u64) -> Option<&Conn> {
         self.map.get(&id)
     }
 
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut Conn> {
+    pub(super) fn get_mut(&mut self, id: u64) -> Option<&mut Conn> {
         self.map.get_mut(&id)
     }
 
-    pub fn set_abort(&mut self, id: u64, abort: AbortHandle) {
+    pub(super) fn set_abort(&mut self, id: u64, abort: AbortHandle) {
         if let Some(c) = self.map.get_mut(&id) {
             c.abort = Some(abort);
         }
     }
 
-    pub fn is_live(&self, id: u64) -> bool {
+    pub(super) fn is_live(&self, id: u64) -> bool {
         self.map.get(&id).is_some_and(|c| c.live)
     }
 
-    pub fn session(&self, id: u64) -> Option<String> {
+    pub(super) fn session(&self, id: u64) -> Option<String> {
         self.map.get(&id).and_then(|c| c.session.clone())
     }
 
-    pub fn principal(&self, id: u64) -> String {
+    pub(super) fn principal(&self, id: u64) -> String {
         self.map
             .get(&id)
             .and_then(|c| c.principal.clone())
@@ -141,18 +141,18 @@ impl Conns {
     }
 
     /// (accepted so far, open now).
-    pub fn counts(&self) -> (u64, u64) {
+    pub(super) fn counts(&self) -> (u64, u64) {
         let live = self.map.values().filter(|c| c.live).count() as u64;
         (self.accepted, live)
     }
 
-    pub fn ids(&self) -> Vec<u64> {
+    pub(super) fn ids(&self) -> Vec<u64> {
         self.map.keys().copied().collect()
     }
 
     /// Enqueues a frame on a live connection. `Err(())` means the queue is
     /// full: a slow consumer, to be dropped.
-    pub fn send(&self, id: u64, out: Out) -> Result<bool, ()> {
+    pub(super) fn send(&self, id: u64, out: Out) -> Result<bool, ()> {
         let Some(c) = self.map.get(&id).filter(|c| c.live) else {
             return Ok(false);
         };
@@ -166,7 +166,7 @@ impl Conns {
     /// Marks a connection dead and queues its end (`Out::Close` or
     /// `Out::Kill`) after the frames already queued; aborts it when the
     /// queue is full.
-    pub fn end(&mut self, id: u64, out: Out) {
+    pub(super) fn end(&mut self, id: u64, out: Out) {
         if let Some(c) = self.map.get_mut(&id).filter(|c| c.live) {
             c.live = false;
             if c.tx.try_send(out).is_err() {
@@ -180,25 +180,25 @@ impl Conns {
     /// Marks a connection dead; returns its task's abort handle, for the
     /// caller to abort (outside the lock when the task, dropped in place,
     /// would unregister itself).
-    pub fn abort(&mut self, id: u64) -> Option<AbortHandle> {
+    pub(super) fn abort(&mut self, id: u64) -> Option<AbortHandle> {
         let c = self.map.get_mut(&id)?;
         c.live = false;
         c.abort.clone()
     }
 
-    pub fn abort_handles(&self) -> Vec<AbortHandle> {
+    pub(super) fn abort_handles(&self) -> Vec<AbortHandle> {
         self.map.values().filter_map(|c| c.abort.clone()).collect()
     }
 
-    pub fn log_received(&mut self, id: u64, envelope: Envelope) {
+    pub(super) fn log_received(&mut self, id: u64, envelope: Envelope) {
         self.log.push(id, envelope, false);
     }
 
-    pub fn log_sent(&mut self, id: u64, envelope: Envelope) {
+    pub(super) fn log_sent(&mut self, id: u64, envelope: Envelope) {
         self.log.push(id, envelope, true);
     }
 
-    pub fn log(&self) -> Vec<ConnRecord> {
+    pub(super) fn log(&self) -> Vec<ConnRecord> {
         self.log.snapshot()
     }
 }

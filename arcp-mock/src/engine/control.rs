@@ -9,7 +9,7 @@ use super::state::State;
 
 impl State {
     /// `session.ping`: a pong with the nonce (legacy: correlated).
-    pub fn on_ping(&mut self, conn: u64, envelope: &Envelope, ping: Ping) {
+    pub(super) fn on_ping(&mut self, conn: u64, envelope: &Envelope, ping: Ping) {
         let pong = Message::Pong(Pong::new(ping.nonce).with_received_at(now_rfc3339()));
         let mut frame = self.reply(conn, pong);
         self.flavor.correlate(&mut frame, &envelope.id);
@@ -17,7 +17,7 @@ impl State {
     }
 
     /// A runtime `session.ping` on a connection (heartbeats).
-    pub fn ping(&mut self, conn: u64) {
+    pub(super) fn ping(&mut self, conn: u64) {
         let ping =
             Message::Ping(Ping::new(ulid::Ulid::new().to_string()).with_sent_at(now_rfc3339()));
         let frame = self.reply(conn, ping);
@@ -25,7 +25,7 @@ impl State {
     }
 
     /// `session.list_jobs`: the jobs of the connection's session.
-    pub fn on_list_jobs(&mut self, conn: u64, envelope: &Envelope) {
+    pub(super) fn on_list_jobs(&mut self, conn: u64, envelope: &Envelope) {
         let sid = self.conns.session(conn).unwrap_or_default();
         let mut jobs: Vec<(&String, Value)> = self
             .jobs
@@ -48,7 +48,7 @@ impl State {
     }
 
     /// Why `conn` may not cancel `job_id`, if it may not.
-    pub fn cancel_refusal(&self, conn: u64, job_id: &str) -> Option<&'static str> {
+    pub(super) fn cancel_refusal(&self, conn: u64, job_id: &str) -> Option<&'static str> {
         let principal = self.conns.principal(conn);
         match self.jobs.get(job_id) {
             None => Some("no such in-flight job"),

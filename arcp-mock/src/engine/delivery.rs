@@ -14,7 +14,7 @@ use crate::tool::ToolFailure;
 
 impl State {
     /// A job event from a running tool.
-    pub fn emit(&mut self, job_id: &str, kind: &str, body: Value) {
+    pub(super) fn emit(&mut self, job_id: &str, kind: &str, body: Value) {
         let Some(job) = self.jobs.get(job_id).filter(|j| j.is_running()) else {
             return;
         };
@@ -23,7 +23,7 @@ impl State {
     }
 
     /// One streamed result chunk from a running tool.
-    pub fn emit_chunk(&mut self, job_id: &str, data: String, more: bool) {
+    pub(super) fn emit_chunk(&mut self, job_id: &str, data: String, more: bool) {
         let Some(job) = self.jobs.get_mut(job_id).filter(|j| j.is_running()) else {
             return;
         };
@@ -41,7 +41,7 @@ impl State {
 
     /// A job ended: store its terminal, deliver it, answer the duplicates
     /// waiting for it.
-    pub fn finish(&mut self, job_id: &str, outcome: Outcome) {
+    pub(super) fn finish(&mut self, job_id: &str, outcome: Outcome) {
         let Some(job) = self.jobs.get(job_id).filter(|j| j.is_running()) else {
             return;
         };
@@ -57,7 +57,7 @@ impl State {
         self.evict_finished();
     }
 
-    pub fn cancel_job(&mut self, job_id: &str) {
+    pub(super) fn cancel_job(&mut self, job_id: &str) {
         self.finish(job_id, Outcome::Cancelled);
     }
 
@@ -84,7 +84,7 @@ impl State {
 
     /// Sends a job frame to a subscriber: on its own session (as the Rust
     /// runtime's subscriber frames are), sequenced and buffered there.
-    pub fn deliver_to(&mut self, conn: u64, sid: &str, mut frame: Frame) {
+    pub(super) fn deliver_to(&mut self, conn: u64, sid: &str, mut frame: Frame) {
         if !self.conns.is_live(conn) {
             return;
         }
@@ -158,7 +158,7 @@ impl State {
     /// [`Fault::StrayFrames`]: after a terminal went out on `conn`, an exact
     /// duplicate of it, a late event for its job, and a terminal for a job
     /// and a request that never existed.
-    pub fn after_terminal(&mut self, conn: u64, terminal: &Frame) {
+    pub(super) fn after_terminal(&mut self, conn: u64, terminal: &Frame) {
         if !self.fault(|f| matches!(f, Fault::StrayFrames)) {
             return;
         }
@@ -195,7 +195,7 @@ impl State {
     /// `event_seq` of the requesting session (as Python does); legacy: a
     /// fresh envelope correlated to the new request. `correlate` also names
     /// the request in a v1.1 payload (`TerminalOnly`).
-    pub fn replay_terminal(
+    pub(super) fn replay_terminal(
         &mut self,
         conn: u64,
         request_id: &str,

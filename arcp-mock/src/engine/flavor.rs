@@ -22,7 +22,7 @@ pub(crate) enum Flavor {
 }
 
 impl Flavor {
-    pub fn of(dialect: Dialect) -> Self {
+    pub(super) fn of(dialect: Dialect) -> Self {
         match dialect {
             Dialect::Legacy => Flavor::Legacy,
             _ => Flavor::V1_1,
@@ -30,7 +30,7 @@ impl Flavor {
     }
 
     /// A fresh frame. Python sends no envelope timestamp; Rust does.
-    pub fn frame(self, message: Message) -> Frame {
+    pub(super) fn frame(self, message: Message) -> Frame {
         let mut frame = Frame::new(message);
         if self == Flavor::V1_1 {
             frame.envelope.timestamp = None;
@@ -40,7 +40,7 @@ impl Flavor {
 
     /// Names the request a reply answers on the envelope (legacy
     /// `correlation_id`; v1.1 replies carry it in their payload, if at all).
-    pub fn correlate(self, frame: &mut Frame, request_id: &str) {
+    pub(super) fn correlate(self, frame: &mut Frame, request_id: &str) {
         if self == Flavor::Legacy {
             frame.envelope.correlation_id = Some(request_id.to_owned());
         }
@@ -48,44 +48,44 @@ impl Flavor {
 
     /// Whether every job-related reply is sequenced on its session (the Rust
     /// runtime's writer does that; Python sequences only job events).
-    pub fn sequences_replies(self) -> bool {
+    pub(super) fn sequences_replies(self) -> bool {
         self == Flavor::Legacy
     }
 
     /// Whether a session outlives its connection (v1.1 resume).
-    pub fn sessions_outlive_connections(self) -> bool {
+    pub(super) fn sessions_outlive_connections(self) -> bool {
         self == Flavor::V1_1
     }
 
     /// Whether a fresh job is announced with `job.started` after
     /// `job.accepted` (Rust 2.0.0 does; Python does not).
-    pub fn announces_start(self) -> bool {
+    pub(super) fn announces_start(self) -> bool {
         self == Flavor::Legacy
     }
 
     /// Whether a submit for an unregistered tool is accepted under a fresh
     /// job and then failed (Rust 2.0.0), rather than refused with a
     /// session-level error (Python 1.1.3).
-    pub fn accepts_unknown_tools(self) -> bool {
+    pub(super) fn accepts_unknown_tools(self) -> bool {
         self == Flavor::Legacy
     }
 
     /// Whether a replay re-sends the stored envelope (Python 1.1.3: the
     /// original `job.accepted`, the stored terminal) rather than a fresh
     /// envelope correlated to the new request (Rust 2.0.0).
-    pub fn replays_stored_envelopes(self) -> bool {
+    pub(super) fn replays_stored_envelopes(self) -> bool {
         self == Flavor::V1_1
     }
 
     /// A job event (v1.1 with its `ts`).
-    pub fn event(self, kind: &str, body: Value) -> Message {
+    pub(super) fn event(self, kind: &str, body: Value) -> Message {
         let mut event = JobEvent::new(kind, body);
         event.ts = (self == Flavor::V1_1).then(now_rfc3339);
         Message::Event(event)
     }
 
     /// A progress body: v1.1 `{current, total}`; legacy `{percent}`.
-    pub fn progress(self, current: u64, total: u64) -> Value {
+    pub(super) fn progress(self, current: u64, total: u64) -> Value {
         match self {
             Flavor::V1_1 => json!({ "current": current, "total": total }),
             Flavor::Legacy => {
@@ -100,7 +100,7 @@ impl Flavor {
     }
 
     /// The internal-error code of the dialect.
-    pub fn internal_code(self) -> ErrorCode {
+    pub(super) fn internal_code(self) -> ErrorCode {
         match self {
             Flavor::V1_1 => ErrorCode::InternalError,
             Flavor::Legacy => ErrorCode::Internal,
@@ -108,7 +108,7 @@ impl Flavor {
     }
 
     /// A fresh request id of the dialect's form.
-    pub fn request_id(self) -> String {
+    pub(super) fn request_id(self) -> String {
         match self {
             Flavor::V1_1 => ulid::Ulid::new().to_string(),
             Flavor::Legacy => format!("msg_{}", ulid::Ulid::new()),
@@ -117,7 +117,7 @@ impl Flavor {
 
     /// The intent a key is bound to, compared as the dialect's reference
     /// runtime compares it.
-    pub fn fingerprint(self, invoke: &Invoke) -> Fingerprint {
+    pub(super) fn fingerprint(self, invoke: &Invoke) -> Fingerprint {
         match self {
             Flavor::Legacy => Fingerprint::Text(format!(
                 "{}\n{}",
@@ -135,7 +135,7 @@ impl Flavor {
 
     /// A fresh `job.accepted` (v1.1 with Python's `agent`, `accepted_at`
     /// and `lease`).
-    pub fn accepted(self, job_id: &str, request_id: &str, tool: &str) -> Message {
+    pub(super) fn accepted(self, job_id: &str, request_id: &str, tool: &str) -> Message {
         let extra = match self {
             Flavor::V1_1 => object(json!({
                 "agent": tool,
@@ -152,7 +152,7 @@ impl Flavor {
     }
 
     /// A refusal of one request: v1.1 `job.error`, legacy `nack`.
-    pub fn refusal(self, error: ErrorReply) -> Message {
+    pub(super) fn refusal(self, error: ErrorReply) -> Message {
         match self {
             Flavor::V1_1 => Message::Error(error),
             Flavor::Legacy => Message::Nack(error),
@@ -160,7 +160,7 @@ impl Flavor {
     }
 
     /// The terminal message of a finished job, in the dialect's shape.
-    pub fn terminal(self, outcome: Outcome, result_id: Option<String>) -> Message {
+    pub(super) fn terminal(self, outcome: Outcome, result_id: Option<String>) -> Message {
         let v1_1 = self == Flavor::V1_1;
         let failure = match outcome {
             Outcome::Done(Ok(value)) => {

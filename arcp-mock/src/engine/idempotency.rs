@@ -50,7 +50,7 @@ pub(crate) struct Bindings {
 
 impl Bindings {
     /// What `key` of `principal` is bound to, compared with `fingerprint`.
-    pub fn lookup(&self, principal: &str, key: &str, fingerprint: &Fingerprint) -> Lookup {
+    pub(super) fn lookup(&self, principal: &str, key: &str, fingerprint: &Fingerprint) -> Lookup {
         let scope = (principal.to_owned(), key.to_owned());
         match self.map.get(&scope) {
             None => Lookup::Fresh,
@@ -60,11 +60,17 @@ impl Bindings {
     }
 
     /// Drops the binding of `key` of `principal`.
-    pub fn unbind(&mut self, principal: &str, key: &str) {
+    pub(super) fn unbind(&mut self, principal: &str, key: &str) {
         self.map.remove(&(principal.to_owned(), key.to_owned()));
     }
 
-    pub fn bind(&mut self, principal: &str, key: &str, fingerprint: Fingerprint, job_id: &str) {
+    pub(super) fn bind(
+        &mut self,
+        principal: &str,
+        key: &str,
+        fingerprint: Fingerprint,
+        job_id: &str,
+    ) {
         let binding = Binding {
             fingerprint,
             job_id: job_id.to_owned(),
@@ -74,7 +80,7 @@ impl Bindings {
     }
 
     /// Drops the binding of a forgotten job.
-    pub fn forget(&mut self, principal: &str, key: &str, job_id: &str) {
+    pub(super) fn forget(&mut self, principal: &str, key: &str, job_id: &str) {
         let scope = (principal.to_owned(), key.to_owned());
         if self.map.get(&scope).is_some_and(|b| b.job_id == job_id) {
             self.map.remove(&scope);

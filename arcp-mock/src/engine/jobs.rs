@@ -72,7 +72,7 @@ pub(crate) struct Job {
 impl Job {
     /// A running job.
     #[allow(clippy::too_many_arguments)] // one field each; built in one place
-    pub fn new(
+    pub(super) fn new(
         id: String,
         tool: String,
         session: String,
@@ -103,12 +103,12 @@ impl Job {
         }
     }
 
-    pub fn is_running(&self) -> bool {
+    pub(super) fn is_running(&self) -> bool {
         matches!(self.state, JobState::Running { .. })
     }
 
     /// The stored terminal, once finished.
-    pub fn terminal(&self) -> Option<Frame> {
+    pub(super) fn terminal(&self) -> Option<Frame> {
         match &self.state {
             JobState::Done { terminal } => Some((**terminal).clone()),
             JobState::Running { .. } => None,
@@ -116,7 +116,7 @@ impl Job {
     }
 
     /// The status as `session.jobs` and `job.subscribed` name it.
-    pub fn status_name(&self) -> &'static str {
+    pub(super) fn status_name(&self) -> &'static str {
         match self.status() {
             JobStatus::Running => "running",
             JobStatus::Completed => "success",
@@ -137,7 +137,7 @@ impl Job {
     }
 
     /// Keeps a sent event for `job.subscribe` history.
-    pub fn remember(&mut self, event: Frame, capacity: usize) {
+    pub(super) fn remember(&mut self, event: Frame, capacity: usize) {
         self.history.push_back(event);
         while self.history.len() > capacity {
             self.history.pop_front();
@@ -145,7 +145,7 @@ impl Job {
     }
 
     /// Adds a subscriber (live connections only; bounded).
-    pub fn subscribe(&mut self, conn: u64, session: String, live: impl Fn(u64) -> bool) {
+    pub(super) fn subscribe(&mut self, conn: u64, session: String, live: impl Fn(u64) -> bool) {
         self.subscribers.retain(|(c, _)| live(*c));
         if self.subscribers.len() < MAX_SUBSCRIBERS
             && !self.subscribers.iter().any(|(c, _)| *c == conn)
@@ -155,7 +155,7 @@ impl Job {
     }
 
     /// Adds a duplicate waiting for the terminal (bounded).
-    pub fn wait(&mut self, conn: u64, request_id: &str, key: &str) {
+    pub(super) fn wait(&mut self, conn: u64, request_id: &str, key: &str) {
         if self.waiters.len() < MAX_WAITERS {
             self.waiters
                 .push((conn, request_id.to_owned(), key.to_owned()));
@@ -175,28 +175,28 @@ pub(crate) struct Jobs {
 }
 
 impl Jobs {
-    pub fn get(&self, id: &str) -> Option<&Job> {
+    pub(super) fn get(&self, id: &str) -> Option<&Job> {
         self.map.get(id)
     }
 
-    pub fn get_mut(&mut self, id: &str) -> Option<&mut Job> {
+    pub(super) fn get_mut(&mut self, id: &str) -> Option<&mut Job> {
         self.map.get_mut(id)
     }
 
-    pub fn contains(&self, id: &str) -> bool {
+    pub(super) fn contains(&self, id: &str) -> bool {
         self.map.contains_key(id)
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &Job> {
+    pub(super) fn values(&self) -> impl Iterator<Item = &Job> {
         self.map.values()
     }
 
-    pub fn at_capacity(&self) -> bool {
+    pub(super) fn at_capacity(&self) -> bool {
         self.running >= MAX_RUNNING_JOBS
     }
 
     /// Adds a running job and counts one execution of its tool and key.
-    pub fn start(&mut self, job: Job) {
+    pub(super) fn start(&mut self, job: Job) {
         if let Some(key) = &job.key {
             if self.exec_key.len() < MAX_KEY_COUNTERS || self.exec_key.contains_key(key) {
                 *self.exec_key.entry(key.clone()).or_default() += 1;
@@ -208,7 +208,7 @@ impl Jobs {
         self.map.insert(job.id.clone(), job);
     }
 
-    pub fn set_abort(&mut self, id: &str, abort: AbortHandle) {
+    pub(super) fn set_abort(&mut self, id: &str, abort: AbortHandle) {
         if let Some(job) = self.map.get_mut(id).filter(|j| j.is_running()) {
             job.state = JobState::Running { abort: Some(abort) };
         }
@@ -216,7 +216,7 @@ impl Jobs {
 
     /// Records a finished job's terminal; returns the duplicates that were
     /// waiting for it. Aborts the task of a cancelled job.
-    pub fn complete(&mut self, id: &str, terminal: Frame) -> Vec<(u64, String, String)> {
+    pub(super) fn complete(&mut self, id: &str, terminal: Frame) -> Vec<(u64, String, String)> {
         let Some(job) = self.map.get_mut(id) else {
             return Vec::new();
         };
@@ -235,7 +235,7 @@ impl Jobs {
 
     /// Forgets the oldest finished jobs beyond the bound; returns them
     /// (their bindings go too).
-    pub fn evict(&mut self) -> Vec<Job> {
+    pub(super) fn evict(&mut self) -> Vec<Job> {
         let mut gone = Vec::new();
         while self.finished.len() > MAX_FINISHED_JOBS {
             let Some(id) = self.finished.pop_front() else {
@@ -246,36 +246,36 @@ impl Jobs {
         gone
     }
 
-    pub fn ran(&mut self, id: &str) {
+    pub(super) fn ran(&mut self, id: &str) {
         if let Some(job) = self.map.get_mut(id) {
             job.executions += 1;
         }
     }
 
     /// Notes that a job's terminal reached a client.
-    pub fn delivered(&mut self, id: &str) {
+    pub(super) fn delivered(&mut self, id: &str) {
         if let Some(job) = self.map.get_mut(id).filter(|j| !j.is_running()) {
             job.terminal_delivered = true;
         }
     }
 
-    pub fn executions(&self, tool: &str) -> u64 {
+    pub(super) fn executions(&self, tool: &str) -> u64 {
         self.exec_tool.get(tool).copied().unwrap_or(0)
     }
 
-    pub fn executions_for_key(&self, key: &str) -> u64 {
+    pub(super) fn executions_for_key(&self, key: &str) -> u64 {
         self.exec_key.get(key).copied().unwrap_or(0)
     }
 
-    pub fn executions_by_key(&self) -> HashMap<String, u64> {
+    pub(super) fn executions_by_key(&self) -> HashMap<String, u64> {
         self.exec_key.clone()
     }
 
-    pub fn total_executions(&self) -> u64 {
+    pub(super) fn total_executions(&self) -> u64 {
         self.exec_total
     }
 
-    pub fn abort_handles(&self) -> Vec<AbortHandle> {
+    pub(super) fn abort_handles(&self) -> Vec<AbortHandle> {
         self.map
             .values()
             .filter_map(|j| match &j.state {
@@ -286,7 +286,7 @@ impl Jobs {
     }
 
     /// Ground truth, oldest first (job ids are ULIDs).
-    pub fn records(&self) -> Vec<JobRecord> {
+    pub(super) fn records(&self) -> Vec<JobRecord> {
         let mut jobs: Vec<JobRecord> = self
             .map
             .values()

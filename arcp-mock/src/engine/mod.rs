@@ -68,7 +68,7 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub fn new(cfg: Config, tools: Tools) -> Self {
+    pub(crate) fn new(cfg: Config, tools: Tools) -> Self {
         let cfg = Arc::new(cfg);
         Engine {
             state: Mutex::new(State::new(Arc::clone(&cfg), Arc::new(tools))),
@@ -78,7 +78,7 @@ impl Engine {
     }
 
     /// The settings.
-    pub fn cfg(&self) -> &Config {
+    pub(crate) fn cfg(&self) -> &Config {
         &self.cfg
     }
 
@@ -96,37 +96,37 @@ impl Engine {
         }
     }
 
-    pub fn blackholed(&self) -> bool {
+    pub(crate) fn blackholed(&self) -> bool {
         self.blackhole.load(Ordering::Acquire)
     }
 
-    pub fn set_blackhole(&self, on: bool) {
+    pub(crate) fn set_blackhole(&self, on: bool) {
         self.blackhole.store(on, Ordering::Release);
     }
 
     // ------------------------------------------------------------ transports
 
     /// Registers a new WebSocket connection; returns its id.
-    pub fn register(&self, tx: mpsc::Sender<Out>, link: Arc<Link>) -> u64 {
+    pub(crate) fn register(&self, tx: mpsc::Sender<Out>, link: Arc<Link>) -> u64 {
         let mut st = self.lock();
         let id = st.conns.allocate(false);
         st.conns.insert(id, tx, link);
         id
     }
 
-    pub fn set_abort(&self, conn: u64, abort: AbortHandle) {
+    pub(crate) fn set_abort(&self, conn: u64, abort: AbortHandle) {
         self.lock().conns.set_abort(conn, abort);
     }
 
     /// Forgets a connection whose task ended.
-    pub fn unregister(&self, conn: u64) {
+    pub(crate) fn unregister(&self, conn: u64) {
         let mut st = self.lock();
         st.detach(conn);
         st.conns.remove(conn);
     }
 
     /// Decides what the writer does with its next frame.
-    pub fn outbound_action(&self, conn: u64) -> FrameAction {
+    pub(crate) fn outbound_action(&self, conn: u64) -> FrameAction {
         let mut st = self.lock();
         let State { conns, faults, .. } = &mut *st;
         let mut scratch = 0;
@@ -138,18 +138,18 @@ impl Engine {
 
     /// Heartbeat loss: close the connection with a close frame, as Python
     /// does.
-    pub fn close_conn(&self, conn: u64) {
+    pub(crate) fn close_conn(&self, conn: u64) {
         self.lock().close(conn);
     }
 
     /// Closes a connection with a close frame carrying `code`.
-    pub fn close_conn_with(&self, conn: u64, code: u16) {
+    pub(crate) fn close_conn_with(&self, conn: u64, code: u16) {
         self.lock().end(conn, Out::Close(code));
     }
 
     /// Consumes a [`Fault::RefuseUpgrade`] for a WebSocket upgrade: the
     /// status and `Retry-After` to answer with instead.
-    pub fn upgrade_refusal(&self) -> Option<(u16, Option<Duration>)> {
+    pub(crate) fn upgrade_refusal(&self) -> Option<(u16, Option<Duration>)> {
         let refusal = self
             .lock()
             .faults
@@ -164,13 +164,13 @@ impl Engine {
     }
 
     /// Sends a runtime `session.ping` on a connection.
-    pub fn send_ping(&self, conn: u64) {
+    pub(crate) fn send_ping(&self, conn: u64) {
         self.lock().ping(conn);
     }
 
     /// A frame was written to a client: log it, and note a job terminal as
     /// delivered (unless the frame is a stray).
-    pub fn written(&self, conn: u64, envelope: Envelope, frame: &Frame, stray: bool) {
+    pub(crate) fn written(&self, conn: u64, envelope: Envelope, frame: &Frame, stray: bool) {
         let mut st = self.lock();
         let terminal = matches!(
             frame.message,
@@ -186,7 +186,7 @@ impl Engine {
 
     /// Handles one text frame from a WebSocket client, in the dialect's
     /// front-end. Every envelope is recorded, even black-holed.
-    pub fn handle_text(self: &Arc<Self>, conn: u64, text: &str) {
+    pub(crate) fn handle_text(self: &Arc<Self>, conn: u64, text: &str) {
         let host = self.host();
         let mut st = self.lock();
         let flavor = st.flavor;
@@ -219,7 +219,7 @@ impl Engine {
     /// finished, 422 for another intent). A fresh submit runs on a
     /// connection and session of its own, whose frames go to `tx`;
     /// [`Engine::http_done`] removes both when the response ends.
-    pub fn http_submit(
+    pub(crate) fn http_submit(
         self: &Arc<Self>,
         auth: &Auth,
         header_key: Option<&str>,
@@ -238,7 +238,7 @@ impl Engine {
 
     /// Ends an HTTP submit's connection and session. Its job runs on; the
     /// terminal is stored for replay.
-    pub fn http_done(&self, conn: u64) {
+    pub(crate) fn http_done(&self, conn: u64) {
         let mut st = self.lock();
         if let Some(sid) = st.conns.remove(conn).and_then(|c| c.session) {
             st.sessions.remove(&sid);
@@ -246,7 +246,7 @@ impl Engine {
     }
 
     /// Drops every connection now, abruptly.
-    pub fn kill_all(&self) {
+    pub(crate) fn kill_all(&self) {
         let handles: Vec<AbortHandle> = {
             let mut st = self.lock();
             st.conns
@@ -266,7 +266,7 @@ impl Engine {
     }
 
     /// Aborts every task: connections and running tools.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         let handles: Vec<AbortHandle> = {
             let st = self.lock();
             let mut handles = st.conns.abort_handles();
@@ -281,52 +281,52 @@ impl Engine {
     // ----------------------------------------------------------- ground truth
 
     /// (WebSocket connections accepted, connections open now).
-    pub fn counts(&self) -> (u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64) {
         self.lock().conns.counts()
     }
 
-    pub fn http_requests(&self) -> u64 {
+    pub(crate) fn http_requests(&self) -> u64 {
         self.lock().http_requests
     }
 
-    pub fn executions(&self, tool: &str) -> u64 {
+    pub(crate) fn executions(&self, tool: &str) -> u64 {
         self.lock().jobs.executions(tool)
     }
 
-    pub fn executions_for_key(&self, key: &str) -> u64 {
+    pub(crate) fn executions_for_key(&self, key: &str) -> u64 {
         self.lock().jobs.executions_for_key(key)
     }
 
-    pub fn total_executions(&self) -> u64 {
+    pub(crate) fn total_executions(&self) -> u64 {
         self.lock().jobs.total_executions()
     }
 
-    pub fn executions_by_key(&self) -> HashMap<String, u64> {
+    pub(crate) fn executions_by_key(&self) -> HashMap<String, u64> {
         self.lock().jobs.executions_by_key()
     }
 
-    pub fn jobs(&self) -> Vec<JobRecord> {
+    pub(crate) fn jobs(&self) -> Vec<JobRecord> {
         self.lock().jobs.records()
     }
 
-    pub fn received(&self) -> Vec<Envelope> {
+    pub(crate) fn received(&self) -> Vec<Envelope> {
         self.lock().received()
     }
 
-    pub fn connection_log(&self) -> Vec<ConnRecord> {
+    pub(crate) fn connection_log(&self) -> Vec<ConnRecord> {
         self.lock().conns.log()
     }
 
-    pub fn expect(&self, expectation: Expectation) {
+    pub(crate) fn expect(&self, expectation: Expectation) {
         self.lock().expectations.push(expectation);
     }
 
-    pub fn verify(&self) -> Result<(), VerifyError> {
+    pub(crate) fn verify(&self) -> Result<(), VerifyError> {
         self.lock().verify()
     }
 
     /// Queues a one-shot fault, or (`always`) a standing one.
-    pub fn push_fault(&self, fault: Fault, always: bool) {
+    pub(crate) fn push_fault(&self, fault: Fault, always: bool) {
         let mut st = self.lock();
         if always {
             st.faults.push_always(fault);
@@ -335,7 +335,7 @@ impl Engine {
         }
     }
 
-    pub fn clear_faults(&self) {
+    pub(crate) fn clear_faults(&self) {
         self.lock().faults.clear();
     }
 }

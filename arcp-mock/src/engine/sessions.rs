@@ -34,7 +34,7 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 
 impl Sessions {
     /// Opens a session for `principal`, attached to `conn` when given.
-    pub fn open(&mut self, id: String, principal: String, conn: Option<u64>) {
+    pub(super) fn open(&mut self, id: String, principal: String, conn: Option<u64>) {
         if self.map.len() >= MAX_SESSIONS {
             let oldest = self
                 .map
@@ -57,21 +57,21 @@ impl Sessions {
         self.map.insert(id, session);
     }
 
-    pub fn get(&self, id: &str) -> Option<&Session> {
+    pub(super) fn get(&self, id: &str) -> Option<&Session> {
         self.map.get(id)
     }
 
-    pub fn remove(&mut self, id: &str) {
+    pub(super) fn remove(&mut self, id: &str) {
         self.map.remove(id);
     }
 
     /// The connection a session is attached to.
-    pub fn conn(&self, id: &str) -> Option<u64> {
+    pub(super) fn conn(&self, id: &str) -> Option<u64> {
         self.map.get(id).and_then(|s| s.conn)
     }
 
     /// The next `event_seq` of a session.
-    pub fn next_seq(&mut self, id: &str) -> Option<u64> {
+    pub(super) fn next_seq(&mut self, id: &str) -> Option<u64> {
         let s = self.map.get_mut(id)?;
         let seq = s.next_seq;
         s.next_seq += 1;
@@ -79,7 +79,7 @@ impl Sessions {
     }
 
     /// Keeps a sequenced envelope for resume, evicting beyond `capacity`.
-    pub fn buffer(&mut self, id: &str, frame: Frame, capacity: usize) {
+    pub(super) fn buffer(&mut self, id: &str, frame: Frame, capacity: usize) {
         if let Some(s) = self.map.get_mut(id) {
             s.buffer.push_back(frame);
             while s.buffer.len() > capacity {
@@ -91,7 +91,7 @@ impl Sessions {
     }
 
     /// `session.ack`: forgets what the client has processed.
-    pub fn ack(&mut self, id: &str, last_processed: u64) {
+    pub(super) fn ack(&mut self, id: &str, last_processed: u64) {
         if let Some(s) = self.map.get_mut(id) {
             s.buffer
                 .retain(|f| f.envelope.event_seq.is_some_and(|seq| seq > last_processed));
@@ -99,7 +99,7 @@ impl Sessions {
     }
 
     /// Unbinds `conn` from session `id`: it now waits for a resume.
-    pub fn detach(&mut self, id: &str, conn: u64) {
+    pub(super) fn detach(&mut self, id: &str, conn: u64) {
         if let Some(s) = self.map.get_mut(id) {
             if s.conn == Some(conn) {
                 s.conn = None;
@@ -111,7 +111,7 @@ impl Sessions {
     /// Binds `conn` to session `id` with a new resume token; returns the
     /// connection it replaces and the buffered envelopes after
     /// `replay_after`.
-    pub fn attach(
+    pub(super) fn attach(
         &mut self,
         id: &str,
         conn: u64,
@@ -137,7 +137,7 @@ impl Sessions {
 
     /// Whether `principal` may resume as `resume` asks, as Python 1.1.3
     /// decides (a wrong token forgets the session, capture F3).
-    pub fn check_resume(
+    pub(super) fn check_resume(
         &mut self,
         principal: &str,
         resume: &ResumeRequest,

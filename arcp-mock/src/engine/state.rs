@@ -54,7 +54,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn new(cfg: Arc<Config>, tools: Arc<Tools>) -> Self {
+    pub(super) fn new(cfg: Arc<Config>, tools: Arc<Tools>) -> Self {
         State {
             flavor: Flavor::of(cfg.dialect),
             cfg,
@@ -73,7 +73,7 @@ impl State {
     // ------------------------------------------------------------ records
 
     /// Logs an envelope a client sent on `conn`.
-    pub fn record(&mut self, conn: u64, envelope: Envelope) {
+    pub(super) fn record(&mut self, conn: u64, envelope: Envelope) {
         if self.received.len() >= MAX_RECEIVED {
             self.received.pop_front();
         }
@@ -81,11 +81,11 @@ impl State {
         self.received.push_back(envelope);
     }
 
-    pub fn received(&self) -> Vec<Envelope> {
+    pub(super) fn received(&self) -> Vec<Envelope> {
         self.received.iter().cloned().collect()
     }
 
-    pub fn verify(&self) -> Result<(), VerifyError> {
+    pub(super) fn verify(&self) -> Result<(), VerifyError> {
         let failures: Vec<String> = self
             .expectations
             .iter()
@@ -107,7 +107,7 @@ impl State {
 
     /// Consumes the oldest queued fault matching `pred` (or finds a standing
     /// one); `true` when there was one.
-    pub fn fault(&mut self, pred: impl Fn(&Fault) -> bool) -> bool {
+    pub(super) fn fault(&mut self, pred: impl Fn(&Fault) -> bool) -> bool {
         self.faults.take(pred).is_some()
     }
 
@@ -115,7 +115,7 @@ impl State {
 
     /// Enqueues a frame on a live connection. A connection whose queue is
     /// full is a slow consumer: it is dropped.
-    pub fn send(&mut self, conn: u64, frame: Frame) -> bool {
+    pub(super) fn send(&mut self, conn: u64, frame: Frame) -> bool {
         match self.conns.send(conn, Out::Frame(Box::new(frame))) {
             Ok(sent) => sent,
             Err(()) => {
@@ -127,29 +127,29 @@ impl State {
     }
 
     /// Enqueues a stray frame (not counted as a delivery).
-    pub fn send_stray(&mut self, conn: u64, frame: Frame) {
+    pub(super) fn send_stray(&mut self, conn: u64, frame: Frame) {
         let _ = self.conns.send(conn, Out::Stray(Box::new(frame)));
     }
 
     /// Ends a connection once the frames queued so far are sent: `Out::Kill`
     /// (no close frame) or `Out::Close(code)`.
-    pub fn end(&mut self, conn: u64, out: Out) {
+    pub(super) fn end(&mut self, conn: u64, out: Out) {
         self.detach(conn);
         self.conns.end(conn, out);
     }
 
     /// Drops the connection abruptly once queued frames are sent.
-    pub fn kill(&mut self, conn: u64) {
+    pub(super) fn kill(&mut self, conn: u64) {
         self.end(conn, Out::Kill);
     }
 
     /// Closes the connection (close frame 1000) once queued frames are sent.
-    pub fn close(&mut self, conn: u64) {
+    pub(super) fn close(&mut self, conn: u64) {
         self.end(conn, Out::Close(1000));
     }
 
     /// Drops the connection now, discarding queued frames.
-    pub fn abort(&mut self, conn: u64) {
+    pub(super) fn abort(&mut self, conn: u64) {
         self.detach(conn);
         if let Some(handle) = self.conns.abort(conn) {
             handle.abort();
@@ -158,7 +158,7 @@ impl State {
 
     /// Unbinds a connection from its session: v1.1 sessions wait for a
     /// resume; legacy sessions end with their connection.
-    pub fn detach(&mut self, conn: u64) {
+    pub(super) fn detach(&mut self, conn: u64) {
         let Some(sid) = self.conns.session(conn) else {
             return;
         };
@@ -170,7 +170,7 @@ impl State {
     }
 
     /// Binds a connection to a session and principal.
-    pub fn bind(&mut self, conn: u64, session: &str, principal: String) {
+    pub(super) fn bind(&mut self, conn: u64, session: &str, principal: String) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.session = Some(session.to_owned());
             c.principal = Some(principal);
@@ -180,7 +180,7 @@ impl State {
     // ------------------------------------------------------------ framing
 
     /// A frame for a connection, carrying its session id.
-    pub fn reply(&self, conn: u64, message: Message) -> Frame {
+    pub(super) fn reply(&self, conn: u64, message: Message) -> Frame {
         let mut frame = self.flavor.frame(message);
         frame.envelope.session_id = self.conns.session(conn);
         frame
@@ -188,7 +188,7 @@ impl State {
 
     /// A frame about a job: its session, its id and (legacy) the request it
     /// answers.
-    pub fn job_frame(&self, job: &Job, message: Message) -> Frame {
+    pub(super) fn job_frame(&self, job: &Job, message: Message) -> Frame {
         let mut frame = self.flavor.frame(message);
         frame.envelope.session_id = Some(job.session.clone());
         frame.envelope.job_id = Some(job.id.clone());
@@ -198,7 +198,7 @@ impl State {
 
     /// Sequences a reply on the connection's session where the dialect does
     /// (legacy).
-    pub fn stamp(&mut self, conn: u64, frame: &mut Frame) {
+    pub(super) fn stamp(&mut self, conn: u64, frame: &mut Frame) {
         if self.flavor.sequences_replies() {
             if let Some(sid) = self.conns.session(conn) {
                 frame.envelope.event_seq = self.sessions.next_seq(&sid);
@@ -207,7 +207,7 @@ impl State {
     }
 
     /// Sequences a reply and sends it.
-    pub fn send_stamped(&mut self, conn: u64, mut frame: Frame) {
+    pub(super) fn send_stamped(&mut self, conn: u64, mut frame: Frame) {
         self.stamp(conn, &mut frame);
         self.send(conn, frame);
     }
@@ -216,7 +216,7 @@ impl State {
 
     /// The principal `auth` maps to. With no tokens registered, anyone is
     /// `anonymous`.
-    pub fn authenticate(&self, auth: &Auth) -> Result<String, &'static str> {
+    pub(super) fn authenticate(&self, auth: &Auth) -> Result<String, &'static str> {
         if self.cfg.tokens.is_empty() {
             return Ok("anonymous".to_owned());
         }
@@ -235,7 +235,7 @@ impl State {
     /// conflict only when the runtime signals conflicts (else another intent
     /// is answered as the bound job), and a binding to a job no longer kept
     /// is dropped.
-    pub fn bound(&mut self, principal: &str, key: &str, fingerprint: &Fingerprint) -> Bound {
+    pub(super) fn bound(&mut self, principal: &str, key: &str, fingerprint: &Fingerprint) -> Bound {
         match self.bindings.lookup(principal, key, fingerprint) {
             Lookup::Fresh => Bound::Fresh,
             Lookup::Other(_) if self.cfg.conflict != ConflictSignal::Ignored => Bound::Conflict,
@@ -251,7 +251,7 @@ impl State {
 
     /// Forgets the oldest finished jobs beyond the bound, with their
     /// bindings.
-    pub fn evict_finished(&mut self) {
+    pub(super) fn evict_finished(&mut self) {
         for job in self.jobs.evict() {
             if let Some(key) = &job.key {
                 self.bindings.forget(&job.principal, key, &job.id);

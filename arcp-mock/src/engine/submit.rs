@@ -49,7 +49,7 @@ pub(crate) enum Submitted {
 impl State {
     /// A submit (`job.submit` / `tool.invoke`, or one HTTP `POST`) with
     /// envelope id `request_id`.
-    pub fn submit(
+    pub(super) fn submit(
         &mut self,
         host: &Host,
         caller: Caller,

@@ -16,9 +16,9 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// How long any single wait in a test may take.
-pub const WAIT: Duration = Duration::from_secs(3);
+pub(crate) const WAIT: Duration = Duration::from_secs(3);
 
-pub fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
@@ -27,7 +27,7 @@ pub fn ms(n: u64) -> Duration {
 /// - `slow` sleeps `args.ms` milliseconds (default 300), emitting a log and a
 ///   progress event first, then returns its arguments;
 /// - `fail` fails with `args.code` (default `PERMISSION_DENIED`).
-pub fn builder(dialect: Dialect) -> MockRuntimeBuilder {
+pub(crate) fn builder(dialect: Dialect) -> MockRuntimeBuilder {
     MockRuntime::builder()
         .dialect(dialect)
         .tool("echo", |args, _ctx| async move { Ok(args) })
@@ -53,7 +53,7 @@ pub fn builder(dialect: Dialect) -> MockRuntimeBuilder {
 /// What the socket produced next.
 #[allow(clippy::large_enum_variant)] // test helper; boxing buys nothing here
 #[derive(Debug)]
-pub enum Next {
+pub(crate) enum Next {
     /// A text frame: decoded, and the wire JSON.
     Frame(Frame, Value),
     /// A WebSocket close frame with this code.
@@ -62,7 +62,7 @@ pub enum Next {
     Dropped,
 }
 
-pub struct Client {
+pub(crate) struct Client {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     pub dialect: Dialect,
     pub session_id: Option<String>,
@@ -70,11 +70,11 @@ pub struct Client {
 }
 
 impl Client {
-    pub async fn connect(mock: &MockRuntime) -> Client {
+    pub(crate) async fn connect(mock: &MockRuntime) -> Client {
         Client::connect_url(&mock.ws_url(), mock.dialect()).await
     }
 
-    pub async fn connect_url(url: &str, dialect: Dialect) -> Client {
+    pub(crate) async fn connect_url(url: &str, dialect: Dialect) -> Client {
         let (ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
             .await
             .expect("connect timed out")
@@ -88,7 +88,7 @@ impl Client {
     }
 
     /// Sends a frame (encoded by the codec), on the current session.
-    pub async fn send(&mut self, frame: &Frame) {
+    pub(crate) async fn send(&mut self, frame: &Frame) {
         let mut frame = frame.clone();
         if frame.envelope.session_id.is_none() {
             frame.envelope.session_id = self.session_id.clone();
@@ -97,7 +97,7 @@ impl Client {
         self.send_text(text).await;
     }
 
-    pub async fn send_text(&mut self, text: String) {
+    pub(crate) async fn send_text(&mut self, text: String) {
         self.ws
             .send(WsMessage::text(text))
             .await
@@ -105,14 +105,14 @@ impl Client {
     }
 
     /// The next thing the socket produces (never a ping/pong control frame).
-    pub async fn next(&mut self) -> Next {
+    pub(crate) async fn next(&mut self) -> Next {
         self.next_within(WAIT)
             .await
             .unwrap_or_else(|| panic!("nothing received within {WAIT:?}"))
     }
 
     /// As [`next`], or `None` after `wait`.
-    pub async fn next_within(&mut self, wait: Duration) -> Option<Next> {
+    pub(crate) async fn next_within(&mut self, wait: Duration) -> Option<Next> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let msg = tokio::time::timeout_at(deadline, self.ws.next())
@@ -135,7 +135,7 @@ impl Client {
     }
 
     /// The next frame; panics on close or drop.
-    pub async fn recv(&mut self) -> (Frame, Value) {
+    pub(crate) async fn recv(&mut self) -> (Frame, Value) {
         match self.next().await {
             Next::Frame(frame, value) => (frame, value),
             other => panic!("expected a frame, got {other:?}"),
@@ -143,7 +143,7 @@ impl Client {
     }
 
     /// Reads until a frame of wire type `kind`; panics on close or drop.
-    pub async fn recv_type(&mut self, kind: &str) -> (Frame, Value) {
+    pub(crate) async fn recv_type(&mut self, kind: &str) -> (Frame, Value) {
         loop {
             let (frame, value) = self.recv().await;
             if value["type"] == kind {
@@ -153,7 +153,7 @@ impl Client {
     }
 
     /// Asserts nothing arrives for `wait`.
-    pub async fn expect_silence(&mut self, wait: Duration) {
+    pub(crate) async fn expect_silence(&mut self, wait: Duration) {
         if let Some(next) = self.next_within(wait).await {
             panic!("expected silence, got {next:?}");
         }
@@ -161,7 +161,7 @@ impl Client {
 
     /// Asserts the connection is dropped without a close frame (frames before
     /// the drop are skipped and returned).
-    pub async fn expect_drop(&mut self) -> Vec<Value> {
+    pub(crate) async fn expect_drop(&mut self) -> Vec<Value> {
         let mut seen = Vec::new();
         loop {
             match self.next().await {
@@ -173,7 +173,7 @@ impl Client {
     }
 
     /// Asserts a close frame with code 1000 (frames before it are skipped).
-    pub async fn expect_close(&mut self) -> Vec<Value> {
+    pub(crate) async fn expect_close(&mut self) -> Vec<Value> {
         let mut seen = Vec::new();
         loop {
             match self.next().await {
@@ -189,7 +189,7 @@ impl Client {
 
     /// Opens a session (`session.hello` / `session.open`) and returns the
     /// welcome. v1.1 offers the codec's default features (heartbeat included).
-    pub async fn handshake(&mut self, token: &str) -> (Frame, Value) {
+    pub(crate) async fn handshake(&mut self, token: &str) -> (Frame, Value) {
         self.send(&open_frame(token, None, Value::Null)).await;
         let (frame, value) = self.recv().await;
         self.absorb_welcome(&frame);
@@ -197,7 +197,7 @@ impl Client {
     }
 
     /// Sends a resume hello and returns what came back.
-    pub async fn resume(
+    pub(crate) async fn resume(
         &mut self,
         token: &str,
         session_id: &str,
@@ -222,18 +222,18 @@ impl Client {
     }
 
     /// Submits a tool call; returns the request (envelope) id.
-    pub async fn submit(&mut self, tool: &str, args: Value, key: Option<&str>) -> String {
+    pub(crate) async fn submit(&mut self, tool: &str, args: Value, key: Option<&str>) -> String {
         self.submit_frame(invoke(tool, args, key)).await
     }
 
-    pub async fn submit_frame(&mut self, frame: Frame) -> String {
+    pub(crate) async fn submit_frame(&mut self, frame: Frame) -> String {
         let id = frame.envelope.id.clone();
         self.send(&frame).await;
         id
     }
 
     /// Sends a ping; returns its envelope id.
-    pub async fn ping(&mut self, nonce: &str) -> String {
+    pub(crate) async fn ping(&mut self, nonce: &str) -> String {
         let frame = Frame::new(Message::Ping(Ping::new(nonce)));
         let id = frame.envelope.id.clone();
         self.send(&frame).await;
@@ -241,7 +241,7 @@ impl Client {
     }
 
     /// Reads frames until the terminal of `job_id`; returns every frame read.
-    pub async fn until_terminal(&mut self, job_id: &str) -> Vec<(Frame, Value)> {
+    pub(crate) async fn until_terminal(&mut self, job_id: &str) -> Vec<(Frame, Value)> {
         let mut seen = Vec::new();
         loop {
             let (frame, value) = self.recv().await;
@@ -254,7 +254,7 @@ impl Client {
     }
 }
 
-pub fn is_terminal(frame: &Frame) -> bool {
+pub(crate) fn is_terminal(frame: &Frame) -> bool {
     matches!(
         frame.message,
         Message::Result(_) | Message::Error(_) | Message::Cancelled(_)
@@ -262,7 +262,7 @@ pub fn is_terminal(frame: &Frame) -> bool {
 }
 
 /// `session.hello` / `session.open` with a bearer token.
-pub fn open_frame(token: &str, resume: Option<ResumeRequest>, capabilities: Value) -> Frame {
+pub(crate) fn open_frame(token: &str, resume: Option<ResumeRequest>, capabilities: Value) -> Frame {
     let mut open = Open::new(PeerInfo::new("raw-probe", "0.0.1"), Auth::bearer(token))
         .with_capabilities(capabilities);
     open.resume = resume;
@@ -270,13 +270,13 @@ pub fn open_frame(token: &str, resume: Option<ResumeRequest>, capabilities: Valu
 }
 
 /// `job.submit` / `tool.invoke`.
-pub fn invoke(tool: &str, args: Value, key: Option<&str>) -> Frame {
+pub(crate) fn invoke(tool: &str, args: Value, key: Option<&str>) -> Frame {
     let mut invoke = Invoke::new(tool, args);
     invoke.idempotency_key = key.map(str::to_owned);
     Frame::new(Message::Invoke(invoke))
 }
 
-pub fn error_code(frame: &Frame) -> String {
+pub(crate) fn error_code(frame: &Frame) -> String {
     match &frame.message {
         Message::Error(e) | Message::SessionError(e) | Message::Rejected(e) | Message::Nack(e) => {
             e.code.to_string()
@@ -287,12 +287,12 @@ pub fn error_code(frame: &Frame) -> String {
 
 // ----------------------------------------------------------------- captures
 
-pub fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
 }
 
 /// Envelopes the runtime sent, from one capture file (both capture formats).
-pub fn captured_from_runtime(file: &str) -> Vec<Value> {
+pub(crate) fn captured_from_runtime(file: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(fixtures().join(file)).expect("fixture");
     let mut out = Vec::new();
     for line in text.lines() {
@@ -311,7 +311,7 @@ pub fn captured_from_runtime(file: &str) -> Vec<Value> {
 }
 
 /// Every runtime-sent envelope of a dialect's captures.
-pub fn captured(dialect: Dialect) -> Vec<Value> {
+pub(crate) fn captured(dialect: Dialect) -> Vec<Value> {
     if dialect == Dialect::Legacy {
         let dir = fixtures().join("rust-runtime-2.0.0");
         let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -331,7 +331,7 @@ pub fn captured(dialect: Dialect) -> Vec<Value> {
 }
 
 /// The first captured runtime envelope matching `pred`.
-pub fn capture(dialect: Dialect, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+pub(crate) fn capture(dialect: Dialect, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     captured(dialect)
         .into_iter()
         .find(|v| pred(v))
@@ -354,7 +354,12 @@ fn json_type(v: &Value) -> &'static str {
 /// level and the same JSON types, arrays compared by type only. Paths in
 /// `opaque` (such as `payload.result`) only need to be present on both;
 /// keys in `extensions` may appear in the mock's envelope only.
-pub fn assert_same_shape(mock: &Value, captured: &Value, opaque: &[&str], extensions: &[&str]) {
+pub(crate) fn assert_same_shape(
+    mock: &Value,
+    captured: &Value,
+    opaque: &[&str],
+    extensions: &[&str],
+) {
     let mut problems = Vec::new();
     compare("", mock, captured, opaque, extensions, &mut problems);
     assert!(
@@ -409,6 +414,6 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-pub fn no_features() -> Value {
+pub(crate) fn no_features() -> Value {
     json!({"encodings": ["json"], "features": []})
 }
