@@ -81,10 +81,6 @@ pub(crate) fn saturating_deadline(at: Instant, d: Duration) -> Instant {
         .unwrap_or(at)
 }
 
-/// The former name of [`saturating_deadline`], still used by the journal's
-/// writer (`journal/writer/`); to go once those files move to the new name.
-pub(crate) use self::saturating_deadline as later;
-
 #[cfg(test)]
 mod tests {
     use super::*;

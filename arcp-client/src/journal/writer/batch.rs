@@ -488,7 +488,10 @@ pub(super) fn extend_lease(shared: &Shared, journal: &dyn Journal, started: Inst
     if let Some(ttl) = journal.lease_ttl() {
         shared
             .lease
-            .send_replace(Some(crate::retry::later(started, ttl - ttl / 10)));
+            .send_replace(Some(crate::retry::saturating_deadline(
+                started,
+                ttl - ttl / 10,
+            )));
     }
 }
 

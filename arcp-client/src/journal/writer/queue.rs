@@ -78,7 +78,7 @@ impl Pending {
             return None;
         }
         self.since
-            .map(|since| crate::retry::later(since, MARK_DELAY))
+            .map(|since| crate::retry::saturating_deadline(since, MARK_DELAY))
     }
 
     /// Whether these transitions are to be committed with a batch taken
