@@ -1,14 +1,12 @@
 //! The public API: [`ChaosProxy`], its builder and the handle of a running
 //! proxy.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::pump::accept_loop;
@@ -214,20 +212,7 @@ impl ChaosProxyBuilder {
     pub async fn start(self) -> std::io::Result<ChaosProxyHandle> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
         let local_addr = listener.local_addr()?;
-        let (stall_tx, _) = watch::channel(false);
-        let shared = Arc::new(Shared {
-            config: self.config,
-            upstream: self.upstream,
-            enabled: AtomicBool::new(true),
-            closed: AtomicBool::new(false),
-            stall_tx,
-            connections: AtomicU64::new(0),
-            kills_total: AtomicU64::new(0),
-            frames: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            kills: Mutex::new(Vec::new()),
-            live: Mutex::new(HashMap::new()),
-        });
+        let shared = Arc::new(Shared::new(self.config, self.upstream));
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         Ok(ChaosProxyHandle {
             shared,

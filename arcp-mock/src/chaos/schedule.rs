@@ -47,6 +47,25 @@ pub(super) struct LiveConn {
 }
 
 impl Shared {
+    /// A proxy's state before its first connection: enabled, nothing
+    /// counted.
+    pub(super) fn new(config: Config, upstream: SocketAddr) -> Shared {
+        let (stall_tx, _) = watch::channel(false);
+        Shared {
+            config,
+            upstream,
+            enabled: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
+            stall_tx,
+            connections: AtomicU64::new(0),
+            kills_total: AtomicU64::new(0),
+            frames: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            kills: Mutex::new(Vec::new()),
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Claim one kill for `conn`, honouring `max_kills`. On success the
     /// connection is marked killed and nothing else may forward on it.
     pub(super) fn reserve_kill(&self, conn: &Conn) -> bool {

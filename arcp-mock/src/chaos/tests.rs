@@ -1,13 +1,9 @@
 //! The frame parser and the schedule, on byte streams fed in every chunking.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Mutex;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::sync::watch;
 
 use super::frames::{DirParser, Side, MAX_FRAME_HEADER};
 use super::report::KillReason;
@@ -15,20 +11,7 @@ use super::schedule::{jitter, lock, Config, Conn, Shared};
 use super::upgrade::MAX_HTTP_HEAD;
 
 fn shared_with(config: Config) -> Shared {
-    let (stall_tx, _) = watch::channel(false);
-    Shared {
-        config,
-        upstream: SocketAddr::from(([127, 0, 0, 1], 9)),
-        enabled: AtomicBool::new(true),
-        closed: AtomicBool::new(false),
-        stall_tx,
-        connections: AtomicU64::new(0),
-        kills_total: AtomicU64::new(0),
-        frames: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        kills: Mutex::new(Vec::new()),
-        live: Mutex::new(HashMap::new()),
-    }
+    Shared::new(config, SocketAddr::from(([127, 0, 0, 1], 9)))
 }
 
 fn frame(payload_len: usize, masked: bool) -> Vec<u8> {
