@@ -1053,3 +1053,369 @@ async fn a_failure_after_the_commit_is_not_taken_for_nothing_committed() {
         "b's call: fenced, once"
     );
 }
+
+/// A journal of one pooled connection with a short round-trip bound: a
+/// connection a timed-out batch leaves behind would be the one the next
+/// batch gets.
+async fn one_connection_journal(url: &str, worker: &str, round_trip: Duration) -> PostgresJournal {
+    PostgresJournal::connect(
+        url,
+        PostgresOptions::default()
+            .worker_id(worker)
+            .lease_ttl(Duration::from_secs(10))
+            .pool_size(1)
+            .round_trip_timeout(round_trip),
+    )
+    .await
+    .expect("open the journal")
+}
+
+/// The journal's sessions on the server, by state.
+async fn journal_sessions(db: &tokio_postgres::Client) -> Vec<String> {
+    db.query(
+        "SELECT coalesce(state, '') FROM pg_stat_activity \
+         WHERE application_name = 'arcp-journal' AND datname = current_database() \
+         ORDER BY state",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// A batch sent at once whose answers do not come within the round-trip
+/// bound (here: a row it updates is locked by another session, so the
+/// server holds the batch's transaction open) is abandoned with its whole
+/// `BEGIN` ... `COMMIT` on the wire. Its connection must not serve the next
+/// batch (which would wait behind the open transaction, or run in it): the
+/// next batch, on other keys, commits at once on the journal's one pooled
+/// connection, and no journal session is left inside a transaction. The
+/// abandoned batch then lands whole or not at all, and the writer's retry
+/// of it leaves every call as one commit would, nothing reported fenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_abandoned_on_the_wire_leaves_no_connection_behind() {
+    let url = postgres_or_skip!();
+    let a = Arc::new(one_connection_journal(&url, "a", Duration::from_millis(300)).await);
+    a.apply(&[
+        JournalWrite::Prepare(entry("wire-0")),
+        JournalWrite::Prepare(entry("wire-1")),
+        JournalWrite::Prepare(entry("wire-2")),
+    ])
+    .unwrap();
+    // Another session locks wire-0's row: the batch's statements wait.
+    let locker = sql(&url).await;
+    locker
+        .batch_execute("BEGIN; SELECT 1 FROM arcp_calls WHERE key = 'wire-0' FOR UPDATE")
+        .await
+        .unwrap();
+    let writes = vec![
+        sent("wire-0", 1),
+        sent("wire-2", 1),
+        terminal("wire-1", json!(1)),
+    ];
+    let new = vec![entry("wire-3")];
+    let apply = |writes: Vec<JournalWrite>, new: Vec<JournalEntry>| {
+        let a = a.clone();
+        tokio::task::spawn_blocking(move || a.apply_and_insert_new(&writes, &new))
+    };
+    let err = apply(writes.clone(), new.clone())
+        .await
+        .unwrap()
+        .expect_err("no answer within the bound");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable, "{err}");
+
+    // The next batch (other keys) on the journal's one connection: not the
+    // abandoned one.
+    let started = std::time::Instant::now();
+    let next = apply(Vec::new(), vec![entry("wire-4")]).await.unwrap();
+    assert_eq!(
+        next.as_ref().ok(),
+        Some(&vec![true]),
+        "the next batch after a timeout: {next:?} after {:?}",
+        started.elapsed()
+    );
+    let db = sql(&url).await;
+    let sessions = journal_sessions(&db).await;
+    assert!(
+        !sessions
+            .iter()
+            .any(|s| s.starts_with("idle in transaction")),
+        "a journal session left inside a transaction: {sessions:?}"
+    );
+    let visible: i64 = db
+        .query_one("SELECT count(*) FROM arcp_calls WHERE key = 'wire-4'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(visible, 1, "the next batch committed on its own");
+
+    // The lock goes: the abandoned batch ends (its connection is closed:
+    // the server rolls it back, or commits it if it got that far), whole.
+    locker.batch_execute("COMMIT").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while db
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'arcp-journal' \
+             AND datname = current_database() AND state <> 'idle'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        > 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned batch never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let landed = a.get(&key("wire-3")).unwrap().is_some();
+    let ended = a.get(&key("wire-1")).unwrap().unwrap().state.is_terminal();
+    assert_eq!(landed, ended, "the abandoned batch landed in part");
+
+    // The writer's retry of the same batch.
+    let retried = apply(writes, new).await.unwrap();
+    assert_eq!(retried.unwrap(), vec![!landed]);
+    assert!(a.take_fenced().is_empty(), "this worker's own calls");
+    assert_eq!(
+        a.get(&key("wire-1")).unwrap().unwrap().state,
+        JournalState::Terminal(ok(json!(1)))
+    );
+    let h: Vec<String> = history(&db, "wire-1")
+        .await
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(h, ["prepared", "terminal"], "one terminal");
+}
+
+/// A batch sent at once whose `COMMIT` is slow (a deferred trigger) is
+/// abandoned at the round-trip bound, then commits late. The writer retries
+/// the same batch: its new record is found, not inserted again, and is the
+/// call's own (still only prepared, its trace): the prepare proceeds, not
+/// in doubt, and this worker may drive it; the terminal that landed changes
+/// nothing and is not reported fenced (its caller would be told the outcome
+/// was not recorded); the marks re-apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_of_a_batch_that_committed_late_is_harmless() {
+    let url = postgres_or_skip!();
+    let a = Arc::new(one_connection_journal(&url, "a", Duration::from_millis(300)).await);
+    a.apply(&[
+        JournalWrite::Prepare(entry("late-1")),
+        JournalWrite::Prepare(entry("late-2")),
+    ])
+    .unwrap();
+    let db = sql(&url).await;
+    db.batch_execute(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.key = 'late-3' THEN PERFORM pg_sleep(1); END IF; RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON arcp_calls \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();",
+    )
+    .await
+    .unwrap();
+    let writes = vec![terminal("late-1", json!(1)), sent("late-2", 1)];
+    let new = vec![entry("late-3")];
+    let trace = new[0].trace_id.clone();
+    let apply = |writes: Vec<JournalWrite>, new: Vec<JournalEntry>| {
+        let a = a.clone();
+        tokio::task::spawn_blocking(move || a.apply_and_insert_new(&writes, &new))
+    };
+    let err = apply(writes.clone(), new.clone())
+        .await
+        .unwrap()
+        .expect_err("no answer within the bound");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable, "{err}");
+    // It commits late.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = db
+            .query_one("SELECT count(*) FROM arcp_calls WHERE key = 'late-3'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if n == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "it never committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let retried = apply(writes, new).await.unwrap();
+    assert_eq!(retried.unwrap(), vec![false], "recorded by the first send");
+    assert!(
+        a.take_fenced().is_empty(),
+        "a re-applied batch of this worker's own calls is not fenced"
+    );
+    let own = a.get(&key("late-3")).unwrap().unwrap();
+    assert_eq!((own.state, own.trace_id), (JournalState::Prepared, trace));
+    assert!(a.acquire(&key("late-3")).unwrap(), "this worker drives it");
+    assert_eq!(
+        a.get(&key("late-1")).unwrap().unwrap().state,
+        JournalState::Terminal(ok(json!(1)))
+    );
+    assert_eq!(
+        a.get(&key("late-2")).unwrap().unwrap().state,
+        JournalState::Sent
+    );
+    let h: Vec<String> = history(&db, "late-1")
+        .await
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(h, ["prepared", "terminal"], "one terminal");
+    let h: Vec<String> = history(&db, "late-3")
+        .await
+        .into_iter()
+        .map(|h| h.0)
+        .collect();
+    assert_eq!(
+        h,
+        ["prepared", "claimed"],
+        "one record, then this worker's claim"
+    );
+}
+
+/// A batch sent at once that the database refuses mid-way (a trigger's
+/// error on its second statement, or at `COMMIT`) is rolled back whole and
+/// leaves its connection out of any transaction: on a journal of one
+/// connection, the next batch and a read run on that same connection and
+/// must not find it in an aborted transaction.
+#[tokio::test]
+async fn a_refused_batch_leaves_its_connection_clean_for_the_next() {
+    let url = postgres_or_skip!();
+    let a = one_connection_journal(&url, "a", Duration::from_secs(2)).await;
+    a.apply(&[
+        JournalWrite::Prepare(entry("clean-1")),
+        JournalWrite::Prepare(entry("clean-2")),
+    ])
+    .unwrap();
+    let db = sql(&url).await;
+    db.batch_execute(
+        "CREATE FUNCTION refuse_clean_2() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.key = 'clean-2' THEN \
+           RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'AR002'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_clean_2 BEFORE UPDATE ON arcp_calls \
+         FOR EACH ROW EXECUTE FUNCTION refuse_clean_2(); \
+         CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.key = 'clean-late' THEN \
+           RAISE EXCEPTION 'refused at commit by the test'; END IF; \
+         RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON arcp_calls \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit();",
+    )
+    .await
+    .unwrap();
+    // Refused by a statement: the terminal sent before it, and the new
+    // record after it, are rolled back.
+    let refused = a.apply_and_insert_new(
+        &[sent("clean-1", 1), terminal("clean-2", json!(2))],
+        &[entry("clean-3")],
+    );
+    assert!(refused.is_err(), "{refused:?}");
+    // The same (only) connection, next.
+    let next = a.apply_and_insert_new(&[sent("clean-1", 2)], &[entry("clean-4")]);
+    assert_eq!(next.as_ref().ok(), Some(&vec![true]), "{next:?}");
+    assert!(a.get(&key("clean-3")).unwrap().is_none());
+    assert_eq!(
+        a.get(&key("clean-1")).unwrap().unwrap().attempts,
+        2,
+        "the next batch's write, committed"
+    );
+    // Refused at COMMIT.
+    let refused = a.apply_and_insert_new(&[sent("clean-1", 3)], &[entry("clean-late")]);
+    assert!(refused.is_err(), "{refused:?}");
+    let next = a.apply_and_insert_new(&[], &[entry("clean-5")]);
+    assert_eq!(next.as_ref().ok(), Some(&vec![true]), "{next:?}");
+    assert_eq!(a.get(&key("clean-1")).unwrap().unwrap().attempts, 2);
+    assert!(a.take_fenced().is_empty(), "a refusal is not a fence");
+    let sessions = journal_sessions(&db).await;
+    assert!(
+        !sessions
+            .iter()
+            .any(|s| s.starts_with("idle in transaction")),
+        "{sessions:?}"
+    );
+    let committed: i64 = db
+        .query_one(
+            "SELECT count(*) FROM arcp_calls WHERE key IN ('clean-4', 'clean-5')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        committed, 2,
+        "each next batch committed, not held in a transaction"
+    );
+}
+
+/// A prepare that replaces a record that ended without running (a new
+/// attempt under the key) is abandoned at the round-trip bound while its
+/// `COMMIT` is slow, and commits late. The writer retries it at once: its
+/// read still sees the old record (the replacement is not committed yet),
+/// so it writes the replacement again, and that write waits for the first
+/// and then finds the call's own new record. It must be taken as this
+/// call's own (proceed), not reported fenced ("another live worker owns
+/// it"): the caller would stop driving a call whose record says this
+/// worker drives it, and a recovery would send it later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacing_prepare_retried_while_its_first_commit_lands_is_its_own() {
+    let url = postgres_or_skip!();
+    let a = Arc::new(one_connection_journal(&url, "a", Duration::from_secs(1)).await);
+    let first = entry("again-1");
+    a.apply(&[JournalWrite::Prepare(first.clone())]).unwrap();
+    a.apply(&[JournalWrite::Terminal {
+        key: key("again-1"),
+        outcome: JournalOutcome::NotAccepted {
+            last_error: "refused before acceptance".into(),
+            attempts: 1,
+        },
+        at: SystemTime::now(),
+    }])
+    .unwrap();
+    let db = sql(&url).await;
+    db.batch_execute(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(1.4); RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON arcp_calls \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit();",
+    )
+    .await
+    .unwrap();
+    // The new attempt's record (the writer's step 3: "ended without being
+    // the key's outcome: a new attempt").
+    let mut again = entry("again-1");
+    again.intent = first.intent.clone();
+    let write = vec![JournalWrite::Prepare(again.clone())];
+    let apply = |writes: Vec<JournalWrite>| {
+        let a = a.clone();
+        tokio::task::spawn_blocking(move || a.apply(&writes))
+    };
+    let err = apply(write.clone())
+        .await
+        .unwrap()
+        .expect_err("no answer within the bound");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable, "{err}");
+    // The retry (after the writer's first back-off): what it reads, then
+    // what it writes.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let seen = a.get_many(&[key("again-1")]).unwrap();
+    assert!(
+        seen[0].state.is_terminal(),
+        "the test's premise: the retry reads before the first commit lands"
+    );
+    apply(write).await.unwrap().unwrap();
+    let record = a.get(&key("again-1")).unwrap().unwrap();
+    assert_eq!(record.trace_id, again.trace_id, "the first send's record");
+    assert_eq!(
+        a.take_fenced(),
+        Vec::<IdempotencyKey>::new(),
+        "the retried prepare found its own record (owner a, this trace, prepared), \
+         yet was reported fenced"
+    );
+}

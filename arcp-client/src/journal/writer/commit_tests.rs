@@ -233,3 +233,85 @@ fn an_unavailable_store_retries_the_batch_and_leaves_its_keys_unsure() {
     );
     assert!(!w.unsure.contains(&key));
 }
+
+/// A "did not run" terminal for a key whose prepare's commit may still
+/// land (the store did not answer it) is never taken as durable: the late
+/// record would be re-sent by a recovery after the caller was told the call
+/// did not run. That doubt must survive a batch that did not commit either
+/// (the store unavailable again): the retried batch still reports it.
+#[test]
+fn a_doubtful_terminal_stays_doubtful_when_its_batch_is_retried() {
+    use super::super::batch::Batch;
+    use super::super::queue::Pending;
+
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    // Its prepare went out in a batch whose answer was lost.
+    journal.down.store(true, Ordering::SeqCst);
+    let (entry, _) = prepare(&key, "a");
+    let (reply, waiting) = oneshot::channel();
+    let batch = Batch {
+        prepares: vec![(entry, reply)],
+        transitions: HashMap::new(),
+        durable: Vec::new(),
+        requests: Vec::new(),
+    };
+    let _ = w.process_with(&journal, batch);
+    assert!(w.unsure.contains(&key), "its record may land late");
+    // Then its caller gives up: its prepare is not written again.
+    drop(waiting);
+    lock_queue_clear(&w);
+
+    // The caller gave up before it was sent: "did not run", to be recorded
+    // durably. The store is still away for this batch...
+    let not_run = Pending {
+        terminal: Some((
+            JournalOutcome::NotAccepted {
+                last_error: "deadline before the first send".into(),
+                attempts: 0,
+            },
+            SystemTime::now(),
+        )),
+        ..Pending::default()
+    };
+    let (tx, mut rx) = oneshot::channel();
+    let batch = Batch {
+        prepares: Vec::new(),
+        transitions: HashMap::from([(key.clone(), not_run)]),
+        durable: vec![(key.clone(), tx)],
+        requests: Vec::new(),
+    };
+    let _ = w.process_with(&journal, batch);
+    assert!(rx.try_recv().is_err(), "requeued: its caller still waits");
+
+    // ...and back for the retry, which finds no record (the late commit has
+    // not landed yet).
+    journal.down.store(false, Ordering::SeqCst);
+    let batch = {
+        let mut q = w.shared.queue.lock().unwrap();
+        Batch {
+            prepares: std::mem::take(&mut q.prepares),
+            transitions: std::mem::take(&mut q.transitions),
+            durable: std::mem::take(&mut q.durable),
+            requests: Vec::new(),
+        }
+    };
+    assert_eq!(batch.durable.len(), 1, "the waiter was requeued");
+    let _ = w.process_with(&journal, batch);
+    let answer = rx.try_recv().expect("answered");
+    assert!(
+        answer.is_err(),
+        "the prepare of {key} may still commit (its answer was lost), yet its \"did not \
+         run\" was reported durable after one retry: the doubt was spent by the batch that \
+         did not commit"
+    );
+}
+
+/// Empties the queue (what a requeue put back).
+fn lock_queue_clear(w: &Writer) {
+    let mut q = w.shared.queue.lock().unwrap();
+    q.prepares.clear();
+    q.transitions.clear();
+    q.durable.clear();
+}
