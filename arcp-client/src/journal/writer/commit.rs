@@ -41,6 +41,16 @@ pub(super) struct Step {
     pub(super) transitions_apart: Option<Result<(), JournalError>>,
 }
 
+/// Step 1's result: the transitions' writes, and what they settle.
+pub(super) struct Merged {
+    pub(super) writes: Vec<JournalWrite>,
+    /// Keys whose terminal, if a "did not run", is not durable.
+    pub(super) doubtful: HashSet<IdempotencyKey>,
+    /// Keys no longer unsure because their call ends in this batch: unsure
+    /// again if the batch does not commit.
+    pub(super) ended_unsure: Vec<IdempotencyKey>,
+}
+
 /// Why step 2 committed nothing.
 pub(super) enum Failed {
     /// The store did not answer: retry the batch.
@@ -72,15 +82,26 @@ impl Writer {
         prepares: &[(JournalEntry, PrepareReply)],
         transitions: &HashMap<IdempotencyKey, Pending>,
     ) -> Result<Committed, JournalError> {
-        let (transition_writes, doubtful) = self.merge_transitions(prepares, transitions);
+        let Merged {
+            writes: transition_writes,
+            doubtful,
+            ended_unsure,
+        } = self.merge_transitions(prepares, transitions);
         let mut step = Step {
             decisions: (0..prepares.len()).map(|_| None).collect(),
             transition_writes,
             transitions_apart: None,
         };
+        // A batch the store did not take is retried whole: the doubt its
+        // terminals ended must hold for the retry too (the prepare's commit
+        // may still land).
+        let retry = |writer: &mut Self, e: JournalError| {
+            writer.unsure.extend(ended_unsure.iter().cloned());
+            Err(e)
+        };
         if let Err(failed) = self.record_new_calls(journal, prepares, transitions, &mut step) {
             return match failed {
-                Failed::Unavailable(e) => Err(e),
+                Failed::Unavailable(e) => retry(self, e),
                 // Nothing of the batch committed: every prepare fails with
                 // the store's error, and so do the transitions.
                 Failed::Refused(e) => Ok(Committed {
@@ -92,7 +113,10 @@ impl Writer {
                 }),
             };
         }
-        let result = self.decide_the_rest(journal, prepares, transitions, &mut step)?;
+        let result = match self.decide_the_rest(journal, prepares, transitions, &mut step) {
+            Ok(result) => result,
+            Err(e) => return retry(self, e),
+        };
         Ok(Committed {
             decisions: step
                 .decisions
@@ -115,25 +139,31 @@ impl Writer {
         &mut self,
         prepares: &[(JournalEntry, PrepareReply)],
         transitions: &HashMap<IdempotencyKey, Pending>,
-    ) -> (Vec<JournalWrite>, HashSet<IdempotencyKey>) {
+    ) -> Merged {
         // A call prepared again in this batch is being driven again: its
         // queued release (from an earlier attempt) must not give it away.
         let preparing: HashSet<&IdempotencyKey> = prepares.iter().map(|(e, _)| &e.key).collect();
         let mut writes: Vec<JournalWrite> = Vec::new();
         let mut doubtful: HashSet<IdempotencyKey> = HashSet::new();
+        let mut ended_unsure: Vec<IdempotencyKey> = Vec::new();
         let driving = lock(&self.shared.driving);
         for (key, p) in transitions {
             let driven = driving.contains_key(key);
             for w in pending_writes(key, p) {
                 match &w {
                     JournalWrite::Release { .. } => {
-                        self.unsure.remove(key);
+                        if self.unsure.remove(key) {
+                            ended_unsure.push(key.clone());
+                        }
                         if preparing.contains(key) || driven {
                             continue;
                         }
                     }
                     JournalWrite::Terminal { outcome, .. } => {
                         let unsure = self.unsure.remove(key);
+                        if unsure {
+                            ended_unsure.push(key.clone());
+                        }
                         if !outcome.answers_repeat() {
                             if driven {
                                 doubtful.insert(key.clone());
@@ -149,7 +179,11 @@ impl Writer {
                 writes.push(w);
             }
         }
-        (writes, doubtful)
+        Merged {
+            writes,
+            doubtful,
+            ended_unsure,
+        }
     }
 
     /// Step 2: records the prepares of keys that appear once in the batch
