@@ -12,6 +12,12 @@ pub(super) const INSERT: &str =
           ELSE clock_timestamp() + $14::bigint * interval '1 millisecond' END, $12, $13) \
      ON CONFLICT (key) DO NOTHING";
 
+/// A key's record, locked for a prepare that may replace it: what the
+/// prepare needs to know whose it is (`this_prepare_landed` in `writes.rs`).
+pub(super) const RECORD_FOR_UPDATE: &str =
+    "SELECT state, owner, generation, trace_id, created_ms FROM arcp_calls WHERE key = $1 \
+     FOR UPDATE";
+
 /// The transitions, each fenced: `$1` key, `$2` worker, `$3` generation.
 /// Each names its writer (`writer`, `writer_generation`): the history row
 /// records it, and the guard trigger refuses it unless it is the current

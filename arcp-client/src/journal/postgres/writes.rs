@@ -47,6 +47,20 @@ pub(super) fn note_changed(write: &JournalWrite, held: &mut HashMap<String, i64>
     }
 }
 
+/// Whether `row` (a [`RECORD_FOR_UPDATE`] row) is the record `prepare`
+/// writes, already there: unfinished, this worker's, with the call's trace
+/// id and creation time. An attempt of this write whose answer was lost
+/// (a round trip that timed out while its commit was slow) committed after
+/// all; its retry must take the record as its own, not as another's.
+fn this_prepare_landed(row: &tokio_postgres::Row, prepare: &JournalEntry, me: &str) -> bool {
+    let (state, owner, trace_id, created_ms): (&str, &str, &str, i64) =
+        (row.get(0), row.get(1), row.get(3), row.get(4));
+    state != "terminal"
+        && owner == me
+        && trace_id == prepare.trace_id
+        && created_ms == to_millis(prepare.created_at)
+}
+
 impl PostgresJournal {
     /// The batch inside its transaction, in [`layers`]: a layer's writes are
     /// sent together (one set-wise statement per kind of write, pipelined
@@ -139,17 +153,16 @@ impl PostgresJournal {
             JournalWrite::Prepare(e) => {
                 let (state, job_id, outcome) = state_columns(&e.state);
                 let key = e.key.as_str();
-                let existing = tx
-                    .query_opt(
-                        "SELECT state, owner, generation FROM arcp_calls WHERE key = $1 FOR UPDATE",
-                        &[&key],
-                    )
-                    .await?;
+                let existing = tx.query_opt(RECORD_FOR_UPDATE, &[&key]).await?;
                 let generation = match existing {
                     None => 1,
                     Some(row) => {
                         let (old_state, owner, generation): (String, String, i64) =
                             (row.get(0), row.get(1), row.get(2));
+                        if this_prepare_landed(&row, e, me) {
+                            held.insert(key.to_owned(), generation);
+                            return Ok(());
+                        }
                         let mine = owner == me && held.get(key) == Some(&generation);
                         if old_state != "terminal" && !mine {
                             // A live call of another worker (or of an older
@@ -187,9 +200,20 @@ impl PostgresJournal {
                     )
                     .await?;
                 if inserted == 0 {
-                    // Another worker inserted it since the check.
-                    held.remove(key);
-                    fenced.push(e.key.clone());
+                    // A record was inserted since the check (the row it
+                    // waited on was replaced meanwhile): this very write,
+                    // landing late from an attempt whose answer was lost,
+                    // or another worker's.
+                    let now = tx.query_opt(RECORD_FOR_UPDATE, &[&key]).await?;
+                    match now {
+                        Some(row) if this_prepare_landed(&row, e, me) => {
+                            held.insert(key.to_owned(), row.get(2));
+                        }
+                        _ => {
+                            held.remove(key);
+                            fenced.push(e.key.clone());
+                        }
+                    }
                 } else if state == "terminal" {
                     held.remove(key);
                 } else {
