@@ -1419,3 +1419,41 @@ async fn a_replacing_prepare_retried_while_its_first_commit_lands_is_its_own() {
          yet was reported fenced"
     );
 }
+
+/// A tool name PostgreSQL cannot store (a NUL character) is the caller's
+/// mistake: that call is refused before anything is recorded or sent, and
+/// the calls prepared in the same batch are recorded and run as usual
+/// (before, the whole batch's transaction was refused: every call in it
+/// failed with the store's error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_name_the_store_cannot_hold_fails_alone() {
+    let url = postgres_or_skip!();
+    let mock = arcp_mock::MockRuntime::builder()
+        .tool(
+            "echo",
+            |args: serde_json::Value, _ctx| async move { Ok(args) },
+        )
+        .start()
+        .await
+        .expect("the runtime");
+    let client = arcp_sdk::Client::builder(mock.ws_url())
+        .journal(journal(&url, "nul-tool", Duration::from_secs(10)).await)
+        .connect()
+        .await
+        .expect("connect");
+    let bad = client.invoke_tool("ec\0ho", serde_json::json!({"n": -1}));
+    let good = (0..16).map(|n| client.invoke_tool("echo", serde_json::json!({ "n": n })));
+    let (bad, good) = tokio::join!(bad, futures_util::future::join_all(good));
+    match bad {
+        Err(arcp_sdk::Error::InvalidCall(message)) => {
+            assert!(message.contains("NUL"), "{message}")
+        }
+        other => panic!("expected an invalid call, got {other:?}"),
+    }
+    for (n, outcome) in good.into_iter().enumerate() {
+        let out = outcome.unwrap_or_else(|e| panic!("call {n}: {e}"));
+        assert_eq!(out.value["n"], n);
+    }
+    assert_eq!(mock.total_executions(), 16);
+    client.close().await;
+}

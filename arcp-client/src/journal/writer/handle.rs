@@ -142,6 +142,16 @@ impl JournalHandle {
         request: &mut CallRequest,
         max_frame_size: usize,
     ) -> Result<Result<DriveGuard, Outcome>, Error> {
+        // A store may not hold a NUL in text (PostgreSQL refuses it, and
+        // would refuse the whole batch with it): the caller's mistake, told
+        // before anything is recorded or sent. Keys are printable ASCII, and
+        // the intent is JSON, which escapes it.
+        if request.invoke.tool.contains('\0') {
+            return Err(Error::InvalidCall(format!(
+                "the tool name {:?} contains a NUL character, which the journal cannot record",
+                request.invoke.tool
+            )));
+        }
         // The intent exactly as the transport will send it.
         request.seal();
         let intent = serde_json::to_string(&request.invoke)
