@@ -366,8 +366,18 @@ impl Writer {
                     let _ = reply.send(journal.get(&key));
                 }
                 Request::Unfinished(reply) => {
-                    let driving: HashSet<IdempotencyKey> =
+                    // Calls this client drives, and those it is preparing: a
+                    // prepare retried after the store went away may have
+                    // landed without this journal knowing it holds it.
+                    let mut driving: HashSet<IdempotencyKey> =
                         lock(&self.shared.driving).keys().cloned().collect();
+                    driving.extend(self.unsure.iter().cloned());
+                    driving.extend(
+                        lock(&self.shared.queue)
+                            .prepares
+                            .iter()
+                            .map(|(e, _)| e.key.clone()),
+                    );
                     // In batches: a worker never takes more at once than it
                     // can start driving soon (a fleet's other workers take
                     // the rest).

@@ -315,3 +315,50 @@ fn lock_queue_clear(w: &Writer) {
     q.transitions.clear();
     q.durable.clear();
 }
+
+/// A prepare retried after the store went away may have landed without
+/// this client's journal knowing it holds the call. A recovery here
+/// meanwhile must not hand the call out: the caller still waiting on the
+/// prepare drives it, and two drivers in one process would both send it.
+#[test]
+fn a_recovery_does_not_hand_out_a_call_still_being_prepared() {
+    use super::super::batch::Batch;
+    use super::super::queue::Request;
+
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    journal.down.store(true, Ordering::SeqCst);
+    let (entry, _) = prepare(&key, "a");
+    let (reply, _waiting) = oneshot::channel();
+    let batch = Batch {
+        prepares: vec![(entry.clone(), reply)],
+        transitions: HashMap::new(),
+        durable: Vec::new(),
+        requests: Vec::new(),
+    };
+    let _ = w.process_with(&journal, batch);
+    assert_eq!(
+        lock_queue_prepares(&w),
+        1,
+        "requeued: its caller still waits"
+    );
+    // Its commit landed after all (only the answer was lost), and the store
+    // is back when a recovery asks for unfinished calls.
+    journal
+        .inner
+        .apply(&[JournalWrite::Prepare(entry)])
+        .unwrap();
+    journal.down.store(false, Ordering::SeqCst);
+    let (tx, mut rx) = oneshot::channel();
+    let _ = w.serve(&journal, vec![Request::Unfinished(tx)]);
+    let claimed = rx.try_recv().expect("answered").expect("claimed");
+    assert!(
+        claimed.iter().all(|e| e.key != key),
+        "the recovery took {key}, which a caller here is still preparing"
+    );
+}
+
+fn lock_queue_prepares(w: &Writer) -> usize {
+    w.shared.queue.lock().unwrap().prepares.len()
+}
