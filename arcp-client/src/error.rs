@@ -210,7 +210,8 @@ pub enum Error {
         source: Arc<serde_json::Error>,
     },
     /// The call was rejected before it was sent (bad key, a message over
-    /// the size limit...).
+    /// the size limit, a tool name with a NUL character that a journal
+    /// cannot record...).
     #[error("invalid call: {0}")]
     InvalidCall(String),
     /// The client was closed, or its connection task stopped, before the
