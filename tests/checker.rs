@@ -5,10 +5,12 @@
 //! either dialect), a transport (WebSocket through a connection killer, or
 //! the HTTP binding, directly or through a gateway that answers statuses of
 //! its own: 502/504 after forwarding, 401/404/429/503 without, cut and slow
-//! answers), a journal or none (an in-memory store behind a wrapper that
-//! refuses some writes, and a second client that opens the same store after
-//! the first closed, re-issues the keys that may have run and calls
-//! `recover()`), a client configuration, a set of calls (fresh keys,
+//! answers), a journal or none (an in-memory store or a SQLite file, behind
+//! a wrapper that refuses some commits, leaves others unanswered, some of
+//! those landed anyway, and may make the store unavailable for a while; and
+//! a second client that opens the same store after the first closed,
+//! re-issues the keys that may have run and calls `recover()`), a client
+//! configuration, a set of calls (fresh keys,
 //! same-key joiners, same-key conflicting intents, tool errors, tools whose
 //! own errors look like key conflicts or refused credentials, deadlines,
 //! cancels at random moments) and a fault timeline (connection cuts at any
@@ -43,7 +45,8 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,7 +57,7 @@ use arcp_mock::{
 use arcp_sdk::{
     CancelOutcome, Client, ClientBuilder, DialectChoice, Error, Execution, Journal, JournalEntry,
     JournalError, JournalErrorKind, JournalWrite, MemoryJournal, PurgeReport, Retention,
-    RetryPolicy,
+    RetryPolicy, SqliteJournal, SqliteOptions, Synchronous,
 };
 use arcp_types::IdempotencyKey;
 use serde_json::{json, Value};
@@ -120,6 +123,21 @@ enum Transport {
 struct JournalPlan {
     /// Percent of the journal's commits refused (an I/O error).
     refuse_percent: u64,
+    /// Percent of the journal's commits left unanswered
+    /// ([`JournalErrorKind::Unavailable`]), and of its reads at half that
+    /// rate.
+    unavailable_percent: u64,
+    /// Percent of the unanswered commits that landed in the store all the
+    /// same (a round trip that timed out while its commit went through).
+    landed_percent: u64,
+    /// The store answers nothing for a while: from this offset from the
+    /// schedule's start, for this long. Its commits land or not as
+    /// `landed_percent` says (a partition: the request may get through,
+    /// its answer not).
+    outage: Option<(Duration, Duration)>,
+    /// A SQLite file instead of the in-memory store (each client opens it
+    /// in turn).
+    sqlite: bool,
     /// A second client opens the store once the first closed, re-issues
     /// the keys that may have run and recovers the unfinished calls.
     second_client: bool,
@@ -192,9 +210,20 @@ fn plan(seed: u64) -> Plan {
     } else {
         Transport::Ws
     };
-    let journal = r.chance(35).then(|| JournalPlan {
-        refuse_percent: if r.chance(50) { r.range(5, 30) } else { 0 },
-        second_client: r.chance(60),
+    let journal = r.chance(35).then(|| {
+        let refuse_percent = if r.chance(50) { r.range(5, 30) } else { 0 };
+        let second_client = r.chance(60);
+        // The store's other faults draw from a stream of their own, so
+        // the rest of the plan is what it was before they existed.
+        let mut s = Rng(seed ^ 0x5707_E0FF);
+        JournalPlan {
+            refuse_percent,
+            unavailable_percent: if s.chance(60) { s.range(5, 30) } else { 0 },
+            landed_percent: s.range(0, 100),
+            outage: s.chance(35).then(|| (s.ms(0, 900), s.ms(50, 400))),
+            sqlite: s.chance(25),
+            second_client,
+        }
     });
     let dialect = if r.chance(25) {
         DialectChoice::Auto
@@ -341,33 +370,226 @@ async fn start_mock(plan: &Plan) -> MockRuntime {
     .expect("mock runtime")
 }
 
-/// A journal store shared by the schedule's clients (one after the other),
-/// behind a wrapper that refuses a seeded share of commits.
-struct Refusing {
-    store: Arc<MemoryJournal>,
-    rng: Mutex<Rng>,
-    percent: u64,
+/// The store under a schedule's journal: one in-memory store both clients
+/// use, or a SQLite file each opens in turn (the second once the first
+/// closed it).
+enum Store {
+    Memory(Arc<MemoryJournal>),
+    Sqlite(tempfile::TempDir),
 }
 
-impl Journal for Refusing {
-    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
-        if self.percent > 0 && self.rng.lock().unwrap().chance(self.percent) {
-            return Err(JournalError::new(
+impl Store {
+    fn new(plan: &JournalPlan) -> Store {
+        if plan.sqlite {
+            Store::Sqlite(tempfile::tempdir().expect("journal directory"))
+        } else {
+            Store::Memory(Arc::new(MemoryJournal::new()))
+        }
+    }
+
+    /// The store, for one client; `None` when its file cannot be opened (the
+    /// first client's writer still holds it).
+    async fn open(&self) -> Option<Arc<dyn Journal>> {
+        match self {
+            Store::Memory(store) => Some(store.clone()),
+            Store::Sqlite(dir) => {
+                let path = dir.path().join("journal.sqlite");
+                // Synchronous::Normal: what is checked here is what the
+                // client makes of its store's answers, not the disk's.
+                let options = SqliteOptions::default().synchronous(Synchronous::Normal);
+                let opened =
+                    tokio::task::spawn_blocking(move || SqliteJournal::open_with(path, options))
+                        .await
+                        .expect("journal open task");
+                Some(Arc::new(opened.ok()?))
+            }
+        }
+    }
+}
+
+/// The journal faults dealt over a run (for its summary): commits refused,
+/// unanswered, unanswered but landed; reads unanswered.
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+static LOST: AtomicU64 = AtomicU64::new(0);
+static LANDED: AtomicU64 = AtomicU64::new(0);
+static UNREAD: AtomicU64 = AtomicU64::new(0);
+
+/// How one commit of a schedule's journal ends.
+enum Fate {
+    Commits,
+    /// Refused: nothing committed, an I/O error.
+    Refused,
+    /// Unanswered, and nothing committed.
+    Lost,
+    /// Unanswered, but the commit went through.
+    Landed,
+}
+
+/// A journal store shared by the schedule's clients (one after the other),
+/// behind a wrapper that fails a seeded share of its operations: commits
+/// refused ([`JournalErrorKind::Io`], nothing committed) or unanswered
+/// ([`JournalErrorKind::Unavailable`]: nothing committed, or all of it),
+/// reads unanswered, and everything unanswered during the outage window.
+///
+/// Every method the client's writer calls is forwarded to the store as one
+/// operation with one fate, so a fault means what it would in a store with
+/// a round trip per operation. [`Journal::apply_and_insert_new`] is one
+/// transaction: "landed" is the store's own `apply_and_insert_new`
+/// committed whole (the writes, and a record for each key that had none),
+/// with the answer (which keys it recorded) lost.
+struct Faulty {
+    store: Arc<dyn Journal>,
+    rng: Mutex<Rng>,
+    plan: JournalPlan,
+    /// The outage window, in time (both clients see the same one).
+    outage: Option<(Instant, Instant)>,
+}
+
+fn unanswered() -> JournalError {
+    JournalError::new(
+        JournalErrorKind::Unavailable,
+        "checker",
+        "the store did not answer (the checker's journal)",
+    )
+}
+
+impl Faulty {
+    fn new(
+        store: Arc<dyn Journal>,
+        plan: JournalPlan,
+        seed: u64,
+        outage: Option<(Instant, Instant)>,
+    ) -> Faulty {
+        Faulty {
+            store,
+            rng: Mutex::new(Rng(seed)),
+            plan,
+            outage,
+        }
+    }
+
+    fn down(&self) -> bool {
+        self.outage
+            .is_some_and(|(from, to)| (from..to).contains(&Instant::now()))
+    }
+
+    fn fate(&self) -> Fate {
+        let mut r = self.rng.lock().unwrap();
+        let p = &self.plan;
+        if self.down() || (p.unavailable_percent > 0 && r.chance(p.unavailable_percent)) {
+            if r.chance(p.landed_percent) {
+                Fate::Landed
+            } else {
+                Fate::Lost
+            }
+        } else if p.refuse_percent > 0 && r.chance(p.refuse_percent) {
+            Fate::Refused
+        } else {
+            Fate::Commits
+        }
+    }
+
+    /// One commit: `op` on the store, as its fate has it.
+    fn commit<T>(
+        &self,
+        op: impl FnOnce(&dyn Journal) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        let fate = self.fate();
+        let counter = match fate {
+            Fate::Commits => None,
+            Fate::Refused => Some(&REFUSED),
+            Fate::Lost => Some(&LOST),
+            Fate::Landed => Some(&LANDED),
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        match fate {
+            Fate::Commits => op(&*self.store),
+            Fate::Refused => Err(JournalError::new(
                 JournalErrorKind::Io,
                 "checker",
                 "the commit was refused (the checker's journal)",
-            ));
+            )),
+            Fate::Lost => Err(unanswered()),
+            Fate::Landed => {
+                op(&*self.store)?;
+                Err(unanswered())
+            }
         }
-        self.store.apply(writes)
+    }
+
+    /// One read (a lookup, a claim): unanswered during the outage, and
+    /// outside it at half the commits' rate.
+    fn read<T>(
+        &self,
+        op: impl FnOnce(&dyn Journal) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        let p = &self.plan;
+        if self.down()
+            || (p.unavailable_percent > 1
+                && self.rng.lock().unwrap().chance(p.unavailable_percent / 2))
+        {
+            UNREAD.fetch_add(1, Ordering::Relaxed);
+            return Err(unanswered());
+        }
+        op(&*self.store)
+    }
+}
+
+impl Journal for Faulty {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        self.commit(|store| store.apply(writes))
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        self.commit(|store| store.apply_and_insert_new(writes, new))
     }
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
-        self.store.get(key)
+        self.read(|store| store.get(key))
+    }
+    fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<JournalEntry>, JournalError> {
+        self.read(|store| store.get_many(keys))
     }
     fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
-        self.store.unfinished(limit)
+        self.read(|store| store.unfinished(limit))
     }
+    fn claim(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        self.read(|store| store.claim(limit, driving))
+    }
+    fn acquire(&self, key: &IdempotencyKey) -> Result<bool, JournalError> {
+        self.read(|store| store.acquire(key))
+    }
+    /// Unanswered only during the outage: a purge failing at random would
+    /// mostly fail the client's start (it purges once when it opens).
     fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        if self.down() {
+            UNREAD.fetch_add(1, Ordering::Relaxed);
+            return Err(unanswered());
+        }
         self.store.purge(retention, now)
+    }
+    fn location(&self) -> String {
+        self.store.location()
+    }
+    fn lease_interval(&self) -> Option<Duration> {
+        self.store.lease_interval()
+    }
+    fn renew(&self) -> Result<Vec<IdempotencyKey>, JournalError> {
+        self.store.renew()
+    }
+    fn take_fenced(&self) -> Vec<IdempotencyKey> {
+        self.store.take_fenced()
+    }
+    fn lease_ttl(&self) -> Option<Duration> {
+        self.store.lease_ttl()
     }
 }
 
@@ -481,19 +703,21 @@ async fn run(plan: Plan) -> Vec<String> {
         (None, Some(gateway)) => gateway.url(),
         (None, None) => mock.http_url(),
     };
-    let store = Arc::new(MemoryJournal::new());
-    let journal = |salt: u64| {
-        plan.journal.map(|j| Refusing {
-            store: store.clone(),
-            rng: Mutex::new(Rng(plan.seed ^ salt)),
-            percent: j.refuse_percent,
-        })
-    };
+    let store = plan.journal.map(|j| Store::new(&j));
+    let started = Instant::now();
+    let outage = plan
+        .journal
+        .and_then(|j| j.outage)
+        .map(|(at, len)| (started + at, started + at + len));
     let mut builder = client_builder(&plan, &url);
-    if let Some(j) = journal(0x10) {
-        builder = builder.journal(j);
-    }
     let mut violations = Vec::new();
+    if let (Some(j), Some(store)) = (plan.journal, &store) {
+        let Some(opened) = store.open().await else {
+            violations.push("the journal could not be opened".to_owned());
+            return violations;
+        };
+        builder = builder.journal(Faulty::new(opened, j, plan.seed ^ 0x10, outage));
+    }
     let client = if plan.lazy {
         builder.connect_lazy().await
     } else {
@@ -567,8 +791,13 @@ async fn run(plan: Plan) -> Vec<String> {
 
     // A second process on the same journal: re-issues what may have run,
     // and recovers what is unfinished.
-    if plan.journal.is_some_and(|j| j.second_client) {
-        second_client(&plan, &url, journal(0x20), &keys, &store, &mut ended).await;
+    // (A SQLite file the first client's writer still holds, past its close
+    // timeout, is not opened again.)
+    if let (Some(j), Some(store)) = (plan.journal.filter(|j| j.second_client), &store) {
+        if let Some(opened) = store.open().await {
+            let journal = Faulty::new(opened.clone(), j, plan.seed ^ 0x20, outage);
+            second_client(&plan, &url, journal, &*opened, &keys, &mut ended).await;
+        }
     }
     // Settle: whatever the runtime still runs (calls that gave up) ends,
     // so "did not run" is checked against every execution, ever.
@@ -593,15 +822,12 @@ async fn run(plan: Plan) -> Vec<String> {
 async fn second_client(
     plan: &Plan,
     url: &str,
-    journal: Option<Refusing>,
+    journal: Faulty,
+    store: &dyn Journal,
     keys: &[IdempotencyKey],
-    store: &MemoryJournal,
     ended: &mut Vec<(usize, Ended)>,
 ) {
-    let mut builder = client_builder(plan, url);
-    if let Some(j) = journal {
-        builder = builder.journal(j);
-    }
+    let builder = client_builder(plan, url).journal(journal);
     let Ok(client) = builder.connect_lazy().await else {
         return;
     };
@@ -851,10 +1077,15 @@ async fn seeded_fault_schedules_never_lie() {
         }
     }
     eprintln!(
-        "checker: {} schedules in {:.1?}, {} failed",
+        "checker: {} schedules in {:.1?}, {} failed; journal commits refused {}, unanswered {} \
+         (landed {}), reads unanswered {}",
         seeds.len(),
         started.elapsed(),
-        failed.len()
+        failed.len(),
+        REFUSED.load(Ordering::Relaxed),
+        LOST.load(Ordering::Relaxed) + LANDED.load(Ordering::Relaxed),
+        LANDED.load(Ordering::Relaxed),
+        UNREAD.load(Ordering::Relaxed),
     );
     assert!(
         failed.is_empty(),
