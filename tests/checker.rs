@@ -127,8 +127,10 @@ struct JournalPlan {
     /// ([`JournalErrorKind::Unavailable`]), and of its reads at half that
     /// rate.
     unavailable_percent: u64,
-    /// Percent of the unanswered commits that landed in the store all the
-    /// same (a round trip that timed out while its commit went through).
+    /// Percent of the unanswered commits that land in the store all the
+    /// same (a round trip that timed out while its commit went through):
+    /// half of them at once, half a while later (a request delayed on its
+    /// way, which lands after commits made since).
     landed_percent: u64,
     /// The store answers nothing for a while: from this offset from the
     /// schedule's start, for this long. Its commits land or not as
@@ -412,6 +414,7 @@ impl Store {
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 static LOST: AtomicU64 = AtomicU64::new(0);
 static LANDED: AtomicU64 = AtomicU64::new(0);
+static LATE: AtomicU64 = AtomicU64::new(0);
 static UNREAD: AtomicU64 = AtomicU64::new(0);
 
 /// How one commit of a schedule's journal ends.
@@ -423,20 +426,25 @@ enum Fate {
     Lost,
     /// Unanswered, but the commit went through.
     Landed,
+    /// Unanswered, and the commit lands this much later (unless the client
+    /// closed the store meanwhile: then it never arrived).
+    LandsLate(Duration),
 }
 
 /// A journal store shared by the schedule's clients (one after the other),
 /// behind a wrapper that fails a seeded share of its operations: commits
 /// refused ([`JournalErrorKind::Io`], nothing committed) or unanswered
-/// ([`JournalErrorKind::Unavailable`]: nothing committed, or all of it),
-/// reads unanswered, and everything unanswered during the outage window.
+/// ([`JournalErrorKind::Unavailable`]: nothing committed, or all of it, at
+/// once or later), reads unanswered, and everything unanswered during the
+/// outage window.
 ///
 /// Every method the client's writer calls is forwarded to the store as one
 /// operation with one fate, so a fault means what it would in a store with
 /// a round trip per operation. [`Journal::apply_and_insert_new`] is one
 /// transaction: "landed" is the store's own `apply_and_insert_new`
 /// committed whole (the writes, and a record for each key that had none),
-/// with the answer (which keys it recorded) lost.
+/// with the answer (which keys it recorded) lost; landing late, it is that
+/// same operation, on the store as it is then.
 struct Faulty {
     store: Arc<dyn Journal>,
     rng: Mutex<Rng>,
@@ -477,10 +485,12 @@ impl Faulty {
         let mut r = self.rng.lock().unwrap();
         let p = &self.plan;
         if self.down() || (p.unavailable_percent > 0 && r.chance(p.unavailable_percent)) {
-            if r.chance(p.landed_percent) {
+            if !r.chance(p.landed_percent) {
+                Fate::Lost
+            } else if r.chance(50) {
                 Fate::Landed
             } else {
-                Fate::Lost
+                Fate::LandsLate(r.ms(1, 300))
             }
         } else if p.refuse_percent > 0 && r.chance(p.refuse_percent) {
             Fate::Refused
@@ -492,7 +502,7 @@ impl Faulty {
     /// One commit: `op` on the store, as its fate has it.
     fn commit<T>(
         &self,
-        op: impl FnOnce(&dyn Journal) -> Result<T, JournalError>,
+        op: impl FnOnce(&dyn Journal) -> Result<T, JournalError> + Send + 'static,
     ) -> Result<T, JournalError> {
         let fate = self.fate();
         let counter = match fate {
@@ -500,6 +510,7 @@ impl Faulty {
             Fate::Refused => Some(&REFUSED),
             Fate::Lost => Some(&LOST),
             Fate::Landed => Some(&LANDED),
+            Fate::LandsLate(_) => Some(&LATE),
         };
         if let Some(counter) = counter {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -514,6 +525,16 @@ impl Faulty {
             Fate::Lost => Err(unanswered()),
             Fate::Landed => {
                 op(&*self.store)?;
+                Err(unanswered())
+            }
+            Fate::LandsLate(after) => {
+                let store = Arc::downgrade(&self.store);
+                std::thread::spawn(move || {
+                    std::thread::sleep(after);
+                    if let Some(store) = store.upgrade() {
+                        let _ = op(&*store);
+                    }
+                });
                 Err(unanswered())
             }
         }
@@ -539,14 +560,16 @@ impl Faulty {
 
 impl Journal for Faulty {
     fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
-        self.commit(|store| store.apply(writes))
+        let writes = writes.to_vec();
+        self.commit(move |store| store.apply(&writes))
     }
     fn apply_and_insert_new(
         &self,
         writes: &[JournalWrite],
         new: &[JournalEntry],
     ) -> Result<Vec<bool>, JournalError> {
-        self.commit(|store| store.apply_and_insert_new(writes, new))
+        let (writes, new) = (writes.to_vec(), new.to_vec());
+        self.commit(move |store| store.apply_and_insert_new(&writes, &new))
     }
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
         self.read(|store| store.get(key))
@@ -1078,13 +1101,16 @@ async fn seeded_fault_schedules_never_lie() {
     }
     eprintln!(
         "checker: {} schedules in {:.1?}, {} failed; journal commits refused {}, unanswered {} \
-         (landed {}), reads unanswered {}",
+         (landed {}, late {}), reads unanswered {}",
         seeds.len(),
         started.elapsed(),
         failed.len(),
         REFUSED.load(Ordering::Relaxed),
-        LOST.load(Ordering::Relaxed) + LANDED.load(Ordering::Relaxed),
+        LOST.load(Ordering::Relaxed)
+            + LANDED.load(Ordering::Relaxed)
+            + LATE.load(Ordering::Relaxed),
         LANDED.load(Ordering::Relaxed),
+        LATE.load(Ordering::Relaxed),
         UNREAD.load(Ordering::Relaxed),
     );
     assert!(
