@@ -140,6 +140,10 @@ struct JournalPlan {
     /// A SQLite file instead of the in-memory store (each client opens it
     /// in turn).
     sqlite: bool,
+    /// Percent of the calls whose deadline is short (10-150 ms): it falls
+    /// while the call's prepare is retried, so the call ends "did not run"
+    /// with its prepare's commit still in doubt.
+    short_deadline_percent: u64,
     /// A second client opens the store once the first closed, re-issues
     /// the keys that may have run and recovers the unfinished calls.
     second_client: bool,
@@ -224,6 +228,7 @@ fn plan(seed: u64) -> Plan {
             landed_percent: s.range(0, 100),
             outage: s.chance(35).then(|| (s.ms(0, 900), s.ms(50, 400))),
             sqlite: s.chance(25),
+            short_deadline_percent: if s.chance(50) { s.range(10, 40) } else { 0 },
             second_client,
         }
     });
@@ -270,6 +275,14 @@ fn plan(seed: u64) -> Plan {
             deadline: r.ms(300, 2_500),
             cancel_after: r.chance(15).then(|| r.ms(0, 400)),
         });
+    }
+    if let Some(j) = journal {
+        let mut s = Rng(seed ^ 0x0DEA_D11E);
+        for c in &mut calls {
+            if j.short_deadline_percent > 0 && s.chance(j.short_deadline_percent) {
+                c.deadline = s.ms(10, 150);
+            }
+        }
     }
     // Same key and `v` is the same intent: the same tool and arguments.
     let mut first: HashMap<(usize, u64), (&'static str, u64)> = HashMap::new();
@@ -490,7 +503,7 @@ impl Faulty {
             } else if r.chance(50) {
                 Fate::Landed
             } else {
-                Fate::LandsLate(r.ms(1, 300))
+                Fate::LandsLate(r.ms(1, 1_000))
             }
         } else if p.refuse_percent > 0 && r.chance(p.refuse_percent) {
             Fate::Refused
