@@ -155,6 +155,8 @@ impl CallRequest {
 
 const SENT: u8 = 1;
 const ABANDONED: u8 = 2;
+/// The journal decided this call's prepare: it drives a record of its own.
+const RECORDED: u8 = 4;
 
 /// State shared between an [`Invocation`](crate::Invocation) and the
 /// transport running its call.
@@ -224,6 +226,17 @@ impl CallShared {
     /// may have gone out for it.
     pub(crate) fn abandon(&self) -> bool {
         self.marks.fetch_or(ABANDONED, Ordering::AcqRel) & SENT != 0
+    }
+
+    /// The journal recorded the call (its prepare decided it is to be
+    /// sent): the key's record is this call's to finish.
+    pub(crate) fn mark_recorded(&self) {
+        self.marks.fetch_or(RECORDED, Ordering::AcqRel);
+    }
+
+    /// Whether the journal recorded the call (see [`mark_recorded`](Self::mark_recorded)).
+    pub(crate) fn is_recorded(&self) -> bool {
+        self.marks.load(Ordering::Acquire) & RECORDED != 0
     }
 
     /// Whether the caller gave up.

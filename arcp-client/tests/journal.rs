@@ -787,3 +787,111 @@ async fn a_calls_marks_ride_in_its_end_unless_it_runs_long() {
     assert_eq!(job.as_deref(), slow.job_id.as_deref());
     assert_eq!(writes_of(&log, &slow.key).last(), Some(&"terminal"));
 }
+
+/// A journal store that can go away: while `away` is set, every commit and
+/// read fails as unavailable, and the writer retries them once it is back.
+struct Away {
+    inner: MemoryJournal,
+    away: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Away {
+    fn check(&self) -> Result<(), arcp_sdk::JournalError> {
+        if self.away.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(arcp_sdk::JournalError::new(
+                JournalErrorKind::Unavailable,
+                "away",
+                "the store does not answer",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Journal for Away {
+    fn apply(&self, writes: &[arcp_sdk::JournalWrite]) -> Result<(), arcp_sdk::JournalError> {
+        self.check()?;
+        self.inner.apply(writes)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, arcp_sdk::JournalError> {
+        self.check()?;
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, arcp_sdk::JournalError> {
+        self.check()?;
+        self.inner.unfinished(limit)
+    }
+    fn purge(
+        &self,
+        retention: &Retention,
+        now: std::time::SystemTime,
+    ) -> Result<arcp_sdk::PurgeReport, arcp_sdk::JournalError> {
+        self.check()?;
+        self.inner.purge(retention, now)
+    }
+}
+
+/// Two calls under one key: the first runs while the store is away (its
+/// result waits in the writer's queue); the second, re-issued with a short
+/// deadline, ends while its prepare waits for the store. The second sent
+/// nothing, but its key's call ran: it must not say "did not run" (the
+/// work re-issued under a new key would run twice), and it must not touch
+/// the key's record, which ends with the first call's result once the
+/// store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_ends_before_its_key_is_read_leaves_the_keys_outcome_alone() {
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, ctx| async move {
+            ctx.sleep(Duration::from_millis(300)).await;
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .expect("mock");
+    let away = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = builder(&mock.ws_url())
+        .journal(Away {
+            inner: MemoryJournal::new(),
+            away: away.clone(),
+        })
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let first = client
+        .invoke("refund", json!({"order": 21}))
+        .idempotency_key(key.clone())
+        .send();
+    let first = tokio::spawn(first);
+    // Its prepare is committed and it runs; then the store goes away.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    away.store(true, std::sync::atomic::Ordering::SeqCst);
+    let out = first.await.unwrap().expect("the first call's result");
+    assert_eq!(out.value, json!({"refunded": 21}));
+
+    let second = client
+        .invoke("refund", json!({"order": 21}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(150))
+        .send()
+        .await
+        .unwrap_err();
+    assert_ne!(second.execution(), Execution::NotRun, "{second:?}");
+
+    away.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Read behind the writes queued before it, once the store answers.
+    let entry = loop {
+        match client.lookup(&key).await {
+            Ok(entry) => break entry.expect("the key's record"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert!(
+        matches!(
+            entry.state,
+            JournalState::Terminal(JournalOutcome::Ok { .. })
+        ),
+        "the key's record lost its result: {entry:?}"
+    );
+    assert_eq!(submits(&mock, key.as_str()), 1);
+}

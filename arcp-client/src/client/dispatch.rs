@@ -103,6 +103,34 @@ impl Client {
             }
             other => other,
         };
+        // A journaled call that ended before the journal decided its prepare
+        // (its deadline passed while the prepare waited, say) sent nothing,
+        // but the key's record was never read: an earlier call with this
+        // key, here or in another process, may have run. Only a key
+        // generated for this call is known to be new.
+        let undecided = self.inner.journal.is_some()
+            && !shared.is_recorded()
+            && shared.answered() != Answered::Journal;
+        let unproven = undecided && key_may_be_known;
+        let outcome = match outcome {
+            Err(e)
+                if unproven
+                    && e.execution() == Execution::NotRun
+                    && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
+            {
+                Err(Error::OutcomeUnavailable {
+                    key: key.clone(),
+                    job_id: None,
+                    reason: format!(
+                        "the call ended before the journal read its key's record, and an \
+                         earlier call with this key may have run ({e})"
+                    ),
+                    attempts: shared.attempts(),
+                    permanent: false,
+                })
+            }
+            other => other,
+        };
         telemetry::call_ended(
             outcome.as_ref().map(|out| out.replayed),
             request_started.elapsed(),
@@ -117,7 +145,12 @@ impl Client {
             .journal
             .as_ref()
             .filter(|_| shared.answered() != Answered::Journal);
-        if let Some(journal) = journal {
+        if let (Some(journal), true) = (journal, unproven) {
+            // The key's record (if any) is not this call's to end: it is
+            // let go as it is, for a recovery to finish (a prepare of this
+            // call that landed unseen is released with it).
+            journal.release(&key);
+        } else if let Some(journal) = journal {
             // "Did not run" is said only once the journal records it
             // durably; a call ending at its deadline gets a short grace.
             let durable_by = deadline_at.max(tokio::time::Instant::now() + DURABLE_GRACE);

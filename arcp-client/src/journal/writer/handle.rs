@@ -189,6 +189,7 @@ impl JournalHandle {
             .map_err(Error::Journal)?;
         match decision {
             Prepared::Proceed(prior) => {
+                request.shared.mark_recorded();
                 if prior.in_doubt {
                     // An earlier attempt may have run it: whatever happens
                     // now, this call cannot say "did not run".
@@ -273,6 +274,24 @@ impl JournalHandle {
                 }
                 if q.transitions.len() < self.shared.capacity || q.transitions.contains_key(key) {
                     let p = q.transitions.entry(key.clone()).or_default();
+                    // The key's outcome, queued by a call that ran, is never
+                    // replaced by another caller's end that is not one.
+                    let keeps_queued = p
+                        .terminal
+                        .as_ref()
+                        .is_some_and(|(queued, _)| queued.answers_repeat())
+                        && !outcome.as_ref().is_some_and(JournalOutcome::answers_repeat);
+                    if keeps_queued {
+                        // That call ran: this one cannot be recorded as
+                        // "did not run".
+                        if must_be_durable {
+                            return Err(self.not_durable(
+                                key,
+                                "an earlier call with this key ran, and its outcome is the key's",
+                            ));
+                        }
+                        break None;
+                    }
                     p.terminal = outcome.take().map(|o| (o, at));
                     let durable = must_be_durable.then(|| {
                         let (tx, rx) = oneshot::channel();
