@@ -68,10 +68,11 @@ pub enum Error {
         /// Requests sent for this call (0 when refused locally).
         attempts: u32,
     },
-    /// A request may have reached the runtime, but the call's outcome could
-    /// not be obtained (for example a runtime that replays only
-    /// `job.accepted` after the terminal was lost with the connection). The
-    /// tool ran at most once.
+    /// A request with this key may have reached the runtime, but the call's
+    /// outcome could not be obtained (for example a runtime that replays
+    /// only `job.accepted` after the terminal was lost with the connection,
+    /// or a journaled call with a supplied key that ended before the
+    /// journal could read the key's record). The tool ran at most once.
     #[error(
         "the outcome of the call with key {key} is unavailable{}: {reason}",
         JobSuffix(job_id)
