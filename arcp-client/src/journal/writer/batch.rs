@@ -19,6 +19,7 @@ use crate::journal::{
 use crate::sync::{lock, wait_timeout};
 
 /// One batch taken from the queue.
+#[derive(Default)]
 pub(super) struct Batch {
     pub(super) prepares: Vec<(JournalEntry, PrepareReply)>,
     pub(super) transitions: HashMap<IdempotencyKey, Pending>,

@@ -253,9 +253,7 @@ fn a_doubtful_terminal_stays_doubtful_when_its_batch_is_retried() {
     let (reply, waiting) = oneshot::channel();
     let batch = Batch {
         prepares: vec![(entry, reply)],
-        transitions: HashMap::new(),
-        durable: Vec::new(),
-        requests: Vec::new(),
+        ..Batch::default()
     };
     let _ = w.process_with(&journal, batch);
     assert!(w.unsure.contains(&key), "its record may land late");
@@ -277,10 +275,9 @@ fn a_doubtful_terminal_stays_doubtful_when_its_batch_is_retried() {
     };
     let (tx, mut rx) = oneshot::channel();
     let batch = Batch {
-        prepares: Vec::new(),
         transitions: HashMap::from([(key.clone(), not_run)]),
         durable: vec![(key.clone(), tx)],
-        requests: Vec::new(),
+        ..Batch::default()
     };
     let _ = w.process_with(&journal, batch);
     assert!(rx.try_recv().is_err(), "requeued: its caller still waits");
@@ -294,7 +291,7 @@ fn a_doubtful_terminal_stays_doubtful_when_its_batch_is_retried() {
             prepares: std::mem::take(&mut q.prepares),
             transitions: std::mem::take(&mut q.transitions),
             durable: std::mem::take(&mut q.durable),
-            requests: Vec::new(),
+            ..Batch::default()
         }
     };
     assert_eq!(batch.durable.len(), 1, "the waiter was requeued");
@@ -333,9 +330,7 @@ fn a_recovery_does_not_hand_out_a_call_still_being_prepared() {
     let (reply, _waiting) = oneshot::channel();
     let batch = Batch {
         prepares: vec![(entry.clone(), reply)],
-        transitions: HashMap::new(),
-        durable: Vec::new(),
-        requests: Vec::new(),
+        ..Batch::default()
     };
     let _ = w.process_with(&journal, batch);
     assert_eq!(
