@@ -895,3 +895,161 @@ async fn a_call_that_ends_before_its_key_is_read_leaves_the_keys_outcome_alone()
     );
     assert_eq!(submits(&mock, key.as_str()), 1);
 }
+
+/// The table of a schema version 1 journal file, exactly as version 1
+/// created it (its state check is a constant `IN` list).
+const SCHEMA_V1: &str = "
+CREATE TABLE arcp_calls (
+    key         TEXT    NOT NULL PRIMARY KEY,
+    tool        TEXT    NOT NULL,
+    intent      TEXT    NOT NULL,
+    trace_id    TEXT    NOT NULL,
+    deadline_ms INTEGER NOT NULL,
+    state       TEXT    NOT NULL CHECK (state IN ('prepared', 'sent', 'accepted', 'terminal')),
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    job_id      TEXT,
+    outcome     TEXT,
+    created_ms  INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL,
+    CHECK (state != 'accepted' OR job_id IS NOT NULL),
+    CHECK ((state = 'terminal') = (outcome IS NOT NULL))
+);
+CREATE INDEX arcp_calls_by_state ON arcp_calls (state, updated_ms);
+PRAGMA application_id = 1095910224;
+PRAGMA user_version = 1;
+";
+
+/// A version 1 journal with an unfinished and a finished call.
+fn version_1_journal(path: &Path, unfinished: &IdempotencyKey, finished: &IdempotencyKey) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(SCHEMA_V1).unwrap();
+    conn.execute(
+        "INSERT INTO arcp_calls VALUES (?1, 'refund', '{\"order\":1}', \
+         '0123456789abcdef0123456789abcdef', 10000, 'sent', 1, NULL, NULL, 1000, 1001)",
+        [unfinished.as_str()],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO arcp_calls VALUES (?1, 'refund', '{\"order\":2}', \
+         '0123456789abcdef0123456789abcdef', 10000, 'terminal', 1, 'job-2', \
+         '{\"ok\":{\"value\":{\"refunded\":2},\"job_id\":\"job-2\",\"replayed\":false,\"attempts\":1}}', \
+         1000, 1002)",
+        [finished.as_str()],
+    )
+    .unwrap();
+}
+
+/// Whether SQLite's plan for `sql` builds a temporary table (`OpenEphemeral`).
+fn plan_builds_a_temporary_table(conn: &rusqlite::Connection, sql: &str) -> bool {
+    let mut stmt = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+    let ops: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(1))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    ops.iter().any(|op| op == "OpenEphemeral")
+}
+
+/// Version 1 wrote the state check as a constant `IN` list, which SQLite
+/// checks through a temporary index built for every row written (about
+/// 40 % of the writer's instructions). A read-write open migrates the file
+/// to version 2 in place: every record kept as it was, the file's guards
+/// still on, and no temporary table in any write's plan. A read-only open
+/// reads a version 1 file as it is, without changing it.
+#[tokio::test]
+async fn a_version_1_journal_is_migrated_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let (unfinished, finished) = (IdempotencyKey::new(), IdempotencyKey::new());
+    version_1_journal(&path, &unfinished, &finished);
+    let insert = "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, \
+                  attempts, job_id, outcome, created_ms, updated_ms) \
+                  VALUES ('k', 't', '{}', 'x', 1, 'prepared', 0, NULL, NULL, 1, 1)";
+    let terminal = "UPDATE arcp_calls SET state = 'terminal', outcome = '{}', updated_ms = 2 \
+                    WHERE key = 'k' AND state != 'terminal'";
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        assert!(
+            plan_builds_a_temporary_table(&conn, insert),
+            "version 1's check builds a temporary table"
+        );
+    }
+
+    // Read-only: read as it is, left at version 1.
+    {
+        let reader = SqliteJournal::open_read_only(&path).expect("read a version 1 file");
+        assert_eq!(reader.list(10).unwrap().len(), 2);
+        assert!(reader.get(&finished).unwrap().unwrap().is_terminal());
+    }
+    let version = |path: &Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(version(&path), 1, "a read-only open changes nothing");
+
+    // Read-write: migrated, records unchanged.
+    let journal = SqliteJournal::open(&path).expect("open a version 1 file");
+    let open = journal
+        .get(&unfinished)
+        .unwrap()
+        .expect("the unfinished call");
+    assert_eq!(open.state, JournalState::Sent);
+    assert_eq!((open.attempts, open.intent.as_str()), (1, "{\"order\":1}"));
+    assert_eq!(journal.unfinished(10).unwrap().len(), 1);
+    let done = journal.get(&finished).unwrap().expect("the finished call");
+    assert_eq!(
+        done.state,
+        JournalState::Terminal(JournalOutcome::Ok {
+            value: json!({"refunded": 2}),
+            job_id: Some("job-2".into()),
+            replayed: false,
+            attempts: 1,
+        })
+    );
+    // New writes still go through.
+    let key = IdempotencyKey::new();
+    journal
+        .apply(&[arcp_sdk::JournalWrite::Prepare(prepared(&key, "{}"))])
+        .unwrap();
+    assert!(journal.get(&key).unwrap().is_some());
+    drop(journal);
+
+    assert_eq!(version(&path), 2);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for sql in [insert, terminal] {
+        assert!(
+            !plan_builds_a_temporary_table(&conn, sql),
+            "a temporary table in the plan of {sql}"
+        );
+    }
+    // The file's own checks and guards hold after the migration.
+    let bad_state = conn.execute(
+        "UPDATE arcp_calls SET state = 'lost' WHERE key = ?1",
+        [unfinished.as_str()],
+    );
+    assert!(bad_state.is_err(), "an unknown state was stored");
+    let reopened = conn.execute(
+        "UPDATE arcp_calls SET state = 'sent', outcome = NULL WHERE key = ?1",
+        [finished.as_str()],
+    );
+    assert!(reopened.is_err(), "a terminal record was reopened");
+    let indexes: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'arcp_calls' \
+             AND name = 'arcp_calls_by_state'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexes, 1, "the state index");
+    let leftovers: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'arcp_calls_v%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(leftovers, 0, "nothing of the migration is left");
+}

@@ -34,7 +34,9 @@ use crate::sync::lock;
 /// A [`Journal`] in one SQLite file (bundled SQLite: nothing to install).
 ///
 /// - **WAL mode**, one file (plus its `-wal` while open), schema checked on
-///   open (`application_id` "ARCP", `user_version` 1, the expected columns)
+///   open (`application_id` "ARCP", `user_version` 2, the expected columns;
+///   a version 1 file is migrated in place by a read-write open, read as it
+///   is by [`SqliteJournal::open_read_only`])
 ///   and `PRAGMA quick_check` run: a file that is not a SQLite database, is
 ///   damaged or belongs to something else is refused with a typed error
 ///   ([`JournalErrorKind::Corrupt`], [`JournalErrorKind::Schema`]); nothing

@@ -9,11 +9,17 @@ use crate::journal::{JournalError, JournalErrorKind};
 
 /// `PRAGMA application_id` of an ARCP journal: "ARCP" in ASCII.
 const APPLICATION_ID: i64 = 0x4152_4350;
-/// `PRAGMA user_version`: the schema this code reads and writes.
-const SCHEMA_VERSION: i64 = 1;
+/// `PRAGMA user_version`: the schema this code writes. Version 1 differs
+/// only in how the state check is written (see [`MIGRATE_FROM_1`]); it is
+/// read as it is and migrated on the first read-write open.
+const SCHEMA_VERSION: i64 = 2;
 /// The WAL file is truncated back to this size after checkpoints.
 pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 
+/// The table and its index. The state check is written as comparisons:
+/// SQLite checks a constant `IN` list of more than two values through a
+/// temporary index it builds for every row written, which cost a write
+/// about as much as the rest of it (version 1 did that).
 const SCHEMA: &str = "
 CREATE TABLE arcp_calls (
     key         TEXT    NOT NULL PRIMARY KEY,
@@ -21,7 +27,8 @@ CREATE TABLE arcp_calls (
     intent      TEXT    NOT NULL,
     trace_id    TEXT    NOT NULL,
     deadline_ms INTEGER NOT NULL,
-    state       TEXT    NOT NULL CHECK (state IN ('prepared', 'sent', 'accepted', 'terminal')),
+    state       TEXT    NOT NULL CHECK (
+                    state = 'prepared' OR state = 'sent' OR state = 'accepted' OR state = 'terminal'),
     attempts    INTEGER NOT NULL DEFAULT 0,
     job_id      TEXT,
     outcome     TEXT,
@@ -31,6 +38,22 @@ CREATE TABLE arcp_calls (
     CHECK ((state = 'terminal') = (outcome IS NOT NULL))
 );
 CREATE INDEX arcp_calls_by_state ON arcp_calls (state, updated_ms);
+";
+
+/// Version 1 to 2, in the open's exclusive transaction: the table rebuilt
+/// under the new check (SQLite cannot alter a check in place), every row
+/// copied as it is. The old table's triggers go with it; the guards are
+/// created again after the schema step, as on every open.
+const MIGRATE_FROM_1: &str = "
+DROP INDEX arcp_calls_by_state;
+ALTER TABLE arcp_calls RENAME TO arcp_calls_v1;
+";
+const COPY_FROM_1: &str = "
+INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, attempts, job_id,
+                        outcome, created_ms, updated_ms)
+SELECT key, tool, intent, trace_id, deadline_ms, state, attempts, job_id,
+       outcome, created_ms, updated_ms FROM arcp_calls_v1;
+DROP TABLE arcp_calls_v1;
 ";
 
 /// The invariants the file itself enforces, whoever writes to it: a
@@ -86,13 +109,29 @@ pub(super) fn check_schema_read_only(
             "the file is not an ARCP journal (no journal was ever written to it)",
         ));
     }
-    check_or_create_schema(&tx, location)
+    check_schema(&tx, location, Access::ReadOnly)
 }
 
-/// Recognises an ARCP journal, or creates one in an empty database.
+/// Recognises an ARCP journal, or creates one in an empty database, and
+/// migrates an older version to this one.
 pub(super) fn check_or_create_schema(
     tx: &rusqlite::Transaction<'_>,
     location: &str,
+) -> Result<(), JournalError> {
+    check_schema(tx, location, Access::ReadWrite)
+}
+
+/// Whether the schema step may write to the file.
+#[derive(PartialEq)]
+enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+fn check_schema(
+    tx: &rusqlite::Transaction<'_>,
+    location: &str,
+    access: Access,
 ) -> Result<(), JournalError> {
     let err = |e: rusqlite::Error| classify(location, e);
     let schema = |message: String| JournalError::new(JournalErrorKind::Schema, location, message);
@@ -109,7 +148,7 @@ pub(super) fn check_or_create_schema(
         let names = stmt.query_map([], |r| r.get(0)).map_err(err)?;
         names.collect::<Result<_, _>>().map_err(err)?
     };
-    if app == 0 && version == 0 && tables.is_empty() {
+    if app == 0 && version == 0 && tables.is_empty() && access == Access::ReadWrite {
         tx.execute_batch(SCHEMA).map_err(err)?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .map_err(err)?;
@@ -123,10 +162,10 @@ pub(super) fn check_or_create_schema(
              tables {tables:?}), not an ARCP journal; it was left untouched"
         )));
     }
-    if version != SCHEMA_VERSION {
+    if !(1..=SCHEMA_VERSION).contains(&version) {
         return Err(schema(format!(
-            "journal schema version {version}; this version of arcp-client reads version \
-             {SCHEMA_VERSION}"
+            "journal schema version {version}; this version of arcp-client reads versions 1 \
+             to {SCHEMA_VERSION}"
         )));
     }
     let columns: Vec<String> = {
@@ -140,6 +179,14 @@ pub(super) fn check_or_create_schema(
         return Err(schema(format!(
             "table arcp_calls has columns {columns:?}; expected {COLUMNS:?}"
         )));
+    }
+    if version < SCHEMA_VERSION && access == Access::ReadWrite {
+        // Version 1 is the only older one.
+        tx.execute_batch(&format!("{MIGRATE_FROM_1}{SCHEMA}{COPY_FROM_1}"))
+            .map_err(err)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(err)?;
+        tracing::info!(journal = %location, from = version, to = SCHEMA_VERSION, "journal schema migrated");
     }
     Ok(())
 }
