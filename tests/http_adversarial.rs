@@ -102,10 +102,7 @@ where
             });
         }
     });
-    Server {
-        url,
-        executions,
-    }
+    Server { url, executions }
 }
 
 fn whole(status: &str, body: &str) -> Vec<u8> {

@@ -111,8 +111,12 @@ impl JournalOutcome {
     /// rule ([`Error::execution`]): a call proven not run is final (the
     /// caller was told so and may re-issue the work; re-driving it could
     /// run it twice), and so is one whose runtime never replays outcomes.
+    /// A tool error that may not be the job's (a refusal before acceptance
+    /// of a call an earlier attempt may have started) is not the key's
+    /// outcome either: the job's own is still to be learned.
     pub(crate) fn from_result(result: &Result<ToolOutput, Error>) -> Option<Self> {
         Some(match result {
+            Err(Error::Tool(e)) if e.execution == Execution::MayHaveRun => return None,
             Ok(out) => JournalOutcome::Ok {
                 value: out.value.clone(),
                 job_id: out.job_id.clone(),
