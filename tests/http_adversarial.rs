@@ -147,12 +147,11 @@ fn builder(url: &str) -> ClientBuilder {
 /// its caller while it waits for the answer (`tokio::time::timeout`, a
 /// `select!`). The same client then re-issues the same call with the same
 /// key; the runtime, which has meanwhile revoked the token, answers 401.
-/// The client knew it had sent this key and intent, yet says "not run":
-/// re-issuing the work would run it a second time. (Over WebSocket an
-/// abandoned call that may have run leaves `Cached::Bound` behind, and the
-/// re-issued call says `MayHaveRun`.)
+/// The client sent this key and intent, so the refusal must not say "not
+/// run" (re-issuing the work would run it a second time): the dropped call
+/// leaves the key remembered as bound, as over WebSocket.
 #[tokio::test]
-async fn http_a_dropped_call_then_its_key_again_refused_says_not_run() {
+async fn http_a_dropped_call_then_its_key_again_refused_may_have_run() {
     let server = serve(once(
         // Runs the tool, answers late (the caller has gone by then).
         vec![Step::Sleep(Duration::from_millis(500)), Step::Reset],
@@ -189,11 +188,10 @@ async fn http_a_dropped_call_then_its_key_again_refused_says_not_run() {
 
 /// The runtime runs the tool, then fails with a 5xx the binding does not
 /// list (507: it could not store the outcome; 599: a proxy's read timeout
-/// after forwarding the request). Only 500/502/503/504/520-524 count as
-/// "may have reached the runtime"; every other 5xx is `Error::Http` with
-/// `Execution::NotRun`, though the request reached the server.
+/// after forwarding the request). Every server error but 501 and 505 counts
+/// as "may have reached the runtime", not only the common ones.
 #[tokio::test]
-async fn http_an_unlisted_5xx_after_the_tool_ran_says_not_run() {
+async fn http_an_unlisted_5xx_after_the_tool_ran_may_have_run() {
     for status in ["507 Insufficient Storage", "599 Network Read Timeout"] {
         let answer = vec![Step::Write(whole(status, "the server failed"))];
         let server = serve(once(answer.clone(), answer)).await;

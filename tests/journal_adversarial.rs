@@ -1,9 +1,9 @@
 //! Adversarial journal scenarios: a recovered call (in doubt: an earlier
 //! process sent it) that the runtime refuses before acceptance, as a
 //! runtime restarted with a different tool set does. The refusal says
-//! "may have run", yet the journal stores it as the key's final outcome:
-//! every later call with the key is answered from the journal with
-//! `Execution::Ran` and never reaches the runtime again.
+//! "may have run", and is not the job's outcome: the journal keeps the
+//! record unfinished, so a later call with the key reaches the runtime
+//! again (which replays the job's outcome, or runs the call once).
 
 mod support;
 

@@ -37,7 +37,7 @@
 //! | retry budget spent | `RetriesExhausted` | `OutcomeUnavailable { key, job_id }` |
 //! | request-level close (1002/1003/1007/1008/1009) | `RequestRejected` | `OutcomeUnavailable` (the reason names the close) |
 //! | credentials refused (401/403, `UNAUTHENTICATED` naming no job) | `Unauthenticated` | `OutcomeUnavailable` |
-//! | other final HTTP status (404, other 4xx and 5xx) | `Http { status }` | `OutcomeUnavailable` |
+//! | other final HTTP status (404, other 4xx, 501, 505) | `Http { status }` | `OutcomeUnavailable` |
 //! | reconnecting failed for good | the connect error | `OutcomeUnavailable` |
 //! | key conflict | `DuplicateKey` | `DuplicateKey`, unless the runtime bound the key to this call's job before (then `OutcomeUnavailable`) |
 //!

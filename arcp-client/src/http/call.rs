@@ -34,7 +34,7 @@ use super::{
 use crate::cache::{conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, Settled};
 use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
 use crate::request::CallRequest;
@@ -150,7 +150,7 @@ impl HttpBackend {
             tokio::time::Instant::from_std(saturating_deadline(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
-        let mut call = Call::new(self, req, key_header, encoded);
+        let mut call = Call::new(self, req, key_header, encoded, fingerprint);
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
         if let Some(job) = prior_job {
@@ -172,6 +172,8 @@ impl HttpBackend {
         }
         .instrument(span.clone())
         .await;
+        // From here the outcome goes to the cache below, whatever it is.
+        call.settled = true;
         // A request in flight when the deadline or the close cut it short
         // may have reached the runtime: `exposure` counts it.
         let outcome = match end {
@@ -236,6 +238,11 @@ enum Next {
 struct Call<'a> {
     backend: &'a HttpBackend,
     req: CallRequest,
+    /// The intent's fingerprint in the outcome cache.
+    fingerprint: u64,
+    /// The call reached its end in `invoke` (its outcome is cached there);
+    /// a call dropped before that is remembered on drop.
+    settled: bool,
     key_header: HeaderValue,
     /// The intent's payload, encoded once: every attempt sends these bytes
     /// under a fresh envelope header.
@@ -273,10 +280,13 @@ impl<'a> Call<'a> {
         req: CallRequest,
         key_header: HeaderValue,
         encoded: EncodedRequest,
+        fingerprint: u64,
     ) -> Self {
         Call {
             backend,
             req,
+            fingerprint,
+            settled: false,
             key_header,
             encoded,
             message_id: String::with_capacity(32),
@@ -407,6 +417,7 @@ impl<'a> Call<'a> {
         debug!(attempt = self.attempts, request_id = %self.message_id, "request sent");
         // From here until an answer, the request may reach the runtime.
         self.in_flight = true;
+        self.req.shared.mark_sent();
         let next = self.send(request, earlier).await;
         self.in_flight = false;
         next
@@ -472,9 +483,12 @@ impl<'a> Call<'a> {
             // request: the request may have reached the runtime.
             408 | 429 => self.transient(&mut response, status, floor).await,
             503 if floor.is_some() => self.transient(&mut response, status, floor).await,
-            500 | 502 | 503 | 504 | 520..=524 => {
+            // Every server error but "not implemented" (501) and "version
+            // not supported" (505), which refuse the request itself.
+            500 | 502..=504 | 506..=599 => {
                 // The request may have reached the runtime (a gateway's
-                // 502/504/52x: it may have forwarded it).
+                // 502/504/52x: it may have forwarded it; 507: it ran and
+                // could not store the outcome).
                 self.uncertain = true;
                 let detail = self.error_detail(&mut response).await;
                 Next::Lost {
@@ -531,5 +545,22 @@ impl<'a> Call<'a> {
 
     fn redact(&self, text: String) -> String {
         redact(text, self.config().token.as_ref())
+    }
+}
+
+/// A call whose caller stopped waiting (its future dropped) before it
+/// ended: if a request may have reached the runtime, the key is remembered
+/// as bound to this intent, so a later call with the key and intent cannot
+/// say it did not run (it sends again, and takes what comes back as the
+/// key's stored outcome), as the WebSocket transport remembers it.
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if !self.settled && self.exposure().unresolved() == Execution::MayHaveRun {
+            self.backend.cache().remember_binding(
+                self.req.key.clone(),
+                self.fingerprint,
+                Instant::now(),
+            );
+        }
     }
 }
