@@ -251,12 +251,10 @@ impl OutcomeCache {
         self.expire(now);
         // The key's own outcome says which intent it is bound to: a call of
         // another intent that may have run did not bind it (the runtime
-        // refused it, or will), so it does not replace that outcome.
-        let settled_elsewhere = self
-            .entries
-            .get(&key)
-            .is_some_and(|e| e.outcome.is_some() && e.fingerprint != fingerprint);
-        if outcome.is_none() && settled_elsewhere {
+        // refused it, or will), and one of the same intent adds nothing to
+        // it, so neither replaces that outcome.
+        let settled = self.entries.get(&key).is_some_and(|e| e.outcome.is_some());
+        if outcome.is_none() && settled {
             return;
         }
         while self.entries.len() >= self.capacity {
@@ -416,5 +414,9 @@ mod tests {
         // The first intent is still answered from its outcome, not refused.
         assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
         assert!(matches!(cache.get(&key, 2, now), Cached::Conflict));
+        // Another caller of the same intent that stopped waiting (its call
+        // dropped while a request was out) leaves the outcome as it is.
+        cache.remember_binding(key.clone(), 1, now);
+        assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
     }
 }
