@@ -896,9 +896,9 @@ async fn a_call_that_ends_before_its_key_is_read_leaves_the_keys_outcome_alone()
     assert_eq!(submits(&mock, key.as_str()), 1);
 }
 
-/// The table of a schema version 1 journal file, exactly as version 1
-/// created it (its state check is a constant `IN` list).
-const SCHEMA_V1: &str = "
+/// A journal file as earlier releases created it: its state check is a
+/// constant `IN` list, with the guard triggers they installed.
+const EARLIER_SCHEMA: &str = "
 CREATE TABLE arcp_calls (
     key         TEXT    NOT NULL PRIMARY KEY,
     tool        TEXT    NOT NULL,
@@ -915,14 +915,27 @@ CREATE TABLE arcp_calls (
     CHECK ((state = 'terminal') = (outcome IS NOT NULL))
 );
 CREATE INDEX arcp_calls_by_state ON arcp_calls (state, updated_ms);
+CREATE TRIGGER arcp_calls_terminal_is_final
+BEFORE UPDATE ON arcp_calls WHEN OLD.state = 'terminal'
+BEGIN
+    SELECT RAISE(ABORT, 'arcp journal: a terminal record is final');
+END;
+CREATE TRIGGER arcp_calls_forward_only
+BEFORE UPDATE ON arcp_calls
+WHEN (OLD.state = 'sent' AND NEW.state = 'prepared')
+  OR (OLD.state = 'accepted' AND NEW.state IN ('prepared', 'sent'))
+  OR NEW.attempts < OLD.attempts
+BEGIN
+    SELECT RAISE(ABORT, 'arcp journal: a record never moves backwards');
+END;
 PRAGMA application_id = 1095910224;
 PRAGMA user_version = 1;
 ";
 
-/// A version 1 journal with an unfinished and a finished call.
-fn version_1_journal(path: &Path, unfinished: &IdempotencyKey, finished: &IdempotencyKey) {
+/// An earlier release's journal with an unfinished and a finished call.
+fn earlier_journal(path: &Path, unfinished: &IdempotencyKey, finished: &IdempotencyKey) {
     let conn = rusqlite::Connection::open(path).unwrap();
-    conn.execute_batch(SCHEMA_V1).unwrap();
+    conn.execute_batch(EARLIER_SCHEMA).unwrap();
     conn.execute(
         "INSERT INTO arcp_calls VALUES (?1, 'refund', '{\"order\":1}', \
          '0123456789abcdef0123456789abcdef', 10000, 'sent', 1, NULL, NULL, 1000, 1001)",
@@ -950,18 +963,19 @@ fn plan_builds_a_temporary_table(conn: &rusqlite::Connection, sql: &str) -> bool
     ops.iter().any(|op| op == "OpenEphemeral")
 }
 
-/// Version 1 wrote the state check as a constant `IN` list, which SQLite
-/// checks through a temporary index built for every row written (about
-/// 40 % of the writer's instructions). A read-write open migrates the file
-/// to version 2 in place: every record kept as it was, the file's guards
-/// still on, and no temporary table in any write's plan. A read-only open
-/// reads a version 1 file as it is, without changing it.
+/// Earlier releases wrote the state check as a constant `IN` list, which
+/// SQLite checks through a temporary index built for every row written
+/// (about 40 % of the writer's instructions). A read-write open rebuilds
+/// the table in place: every record kept as it was, the file's checks and
+/// guards still on, no temporary table in any write's plan, and the schema
+/// version unchanged (the same columns and meaning: any build reads the
+/// file). A read-only open reads the file as it is, without changing it.
 #[tokio::test]
-async fn a_version_1_journal_is_migrated_in_place() {
+async fn an_earlier_journal_table_is_rebuilt_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.db");
     let (unfinished, finished) = (IdempotencyKey::new(), IdempotencyKey::new());
-    version_1_journal(&path, &unfinished, &finished);
+    earlier_journal(&path, &unfinished, &finished);
     let insert = "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, \
                   attempts, job_id, outcome, created_ms, updated_ms) \
                   VALUES ('k', 't', '{}', 'x', 1, 'prepared', 0, NULL, NULL, 1, 1)";
@@ -971,26 +985,36 @@ async fn a_version_1_journal_is_migrated_in_place() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         assert!(
             plan_builds_a_temporary_table(&conn, insert),
-            "version 1's check builds a temporary table"
+            "the earlier check builds a temporary table"
         );
     }
 
-    // Read-only: read as it is, left at version 1.
+    let table_sql = |path: &Path| -> String {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'arcp_calls'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let earlier = table_sql(&path);
+
+    // Read-only: read as it is, left as it was.
     {
-        let reader = SqliteJournal::open_read_only(&path).expect("read a version 1 file");
+        let reader = SqliteJournal::open_read_only(&path).expect("read an earlier file");
         assert_eq!(reader.list(10).unwrap().len(), 2);
         assert!(reader.get(&finished).unwrap().unwrap().is_terminal());
     }
-    let version = |path: &Path| -> i64 {
-        rusqlite::Connection::open(path)
-            .unwrap()
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap()
-    };
-    assert_eq!(version(&path), 1, "a read-only open changes nothing");
+    assert_eq!(
+        table_sql(&path),
+        earlier,
+        "a read-only open changes nothing"
+    );
 
-    // Read-write: migrated, records unchanged.
-    let journal = SqliteJournal::open(&path).expect("open a version 1 file");
+    // Read-write: rebuilt, records unchanged.
+    let journal = SqliteJournal::open(&path).expect("open an earlier file");
     let open = journal
         .get(&unfinished)
         .unwrap()
@@ -1016,8 +1040,12 @@ async fn a_version_1_journal_is_migrated_in_place() {
     assert!(journal.get(&key).unwrap().is_some());
     drop(journal);
 
-    assert_eq!(version(&path), 2);
+    assert_ne!(table_sql(&path), earlier, "the table was rebuilt");
     let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1, "the same schema version");
     for sql in [insert, terminal] {
         assert!(
             !plan_builds_a_temporary_table(&conn, sql),
@@ -1044,9 +1072,17 @@ async fn a_version_1_journal_is_migrated_in_place() {
         )
         .unwrap();
     assert_eq!(indexes, 1, "the state index");
+    let guards: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'arcp_calls'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(guards, 2, "the two guards, on the rebuilt table");
     let leftovers: i64 = conn
         .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'arcp_calls_v%'",
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'arcp_calls_rebuilt%'",
             [],
             |r| r.get(0),
         )

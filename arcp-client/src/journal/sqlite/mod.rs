@@ -34,9 +34,10 @@ use crate::sync::lock;
 /// A [`Journal`] in one SQLite file (bundled SQLite: nothing to install).
 ///
 /// - **WAL mode**, one file (plus its `-wal` while open), schema checked on
-///   open (`application_id` "ARCP", `user_version` 2, the expected columns;
-///   a version 1 file is migrated in place by a read-write open, read as it
-///   is by [`SqliteJournal::open_read_only`])
+///   open (`application_id` "ARCP", `user_version` 1, the expected columns;
+///   a table as earlier releases created it, its state check a constant
+///   `IN` list that SQLite checks through a temporary index per row
+///   written, is rebuilt in place by a read-write open)
 ///   and `PRAGMA quick_check` run: a file that is not a SQLite database, is
 ///   damaged or belongs to something else is refused with a typed error
 ///   ([`JournalErrorKind::Corrupt`], [`JournalErrorKind::Schema`]); nothing

@@ -57,23 +57,24 @@ impl SqliteJournal {
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(err)?;
         {
-            // Takes (and, in exclusive mode, keeps) the write lock.
+            // Takes (and, in exclusive mode, keeps) the write lock. The file
+            // is checked before the schema step may write to it.
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Exclusive)
                 .map_err(err)?;
+            let check: String = tx
+                .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+                .map_err(err)?;
+            if check != "ok" {
+                return Err(JournalError::new(
+                    JournalErrorKind::Corrupt,
+                    &location,
+                    format!("quick_check failed: {check}"),
+                ));
+            }
             check_or_create_schema(&tx, &location)?;
             tx.execute_batch(GUARDS).map_err(err)?;
             tx.commit().map_err(err)?;
-        }
-        let check: String = conn
-            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
-            .map_err(err)?;
-        if check != "ok" {
-            return Err(JournalError::new(
-                JournalErrorKind::Corrupt,
-                &location,
-                format!("quick_check failed: {check}"),
-            ));
         }
         Ok(SqliteJournal {
             conn: Mutex::new(conn),

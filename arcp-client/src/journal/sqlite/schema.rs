@@ -9,17 +9,16 @@ use crate::journal::{JournalError, JournalErrorKind};
 
 /// `PRAGMA application_id` of an ARCP journal: "ARCP" in ASCII.
 const APPLICATION_ID: i64 = 0x4152_4350;
-/// `PRAGMA user_version`: the schema this code writes. Version 1 differs
-/// only in how the state check is written (see [`MIGRATE_FROM_1`]); it is
-/// read as it is and migrated on the first read-write open.
-const SCHEMA_VERSION: i64 = 2;
+/// `PRAGMA user_version`: the schema this code reads and writes.
+const SCHEMA_VERSION: i64 = 1;
 /// The WAL file is truncated back to this size after checkpoints.
 pub(super) const WAL_SIZE_LIMIT: i64 = 4 << 20;
 
 /// The table and its index. The state check is written as comparisons:
 /// SQLite checks a constant `IN` list of more than two values through a
 /// temporary index it builds for every row written, which cost a write
-/// about as much as the rest of it (version 1 did that).
+/// about as much as the rest of it (files created before this release
+/// have that list: see [`REBUILD`]).
 const SCHEMA: &str = "
 CREATE TABLE arcp_calls (
     key         TEXT    NOT NULL PRIMARY KEY,
@@ -40,21 +39,28 @@ CREATE TABLE arcp_calls (
 CREATE INDEX arcp_calls_by_state ON arcp_calls (state, updated_ms);
 ";
 
-/// Version 1 to 2, in the open's exclusive transaction: the table rebuilt
-/// under the new check (SQLite cannot alter a check in place), every row
-/// copied as it is. The old table's triggers go with it; the guards are
+/// The state check as files created before this release have it.
+const STATE_IN_LIST: &str = "CHECK (state IN ('prepared', 'sent', 'accepted', 'terminal'))";
+
+/// A table with [`STATE_IN_LIST`] rebuilt under [`SCHEMA`]'s check (SQLite
+/// cannot alter a check in place), every row copied as it is, in the open's
+/// exclusive transaction (after `quick_check`). The same columns and the
+/// same meaning, so the schema version stays: any build reads the file
+/// before and after. The old table's triggers go with it; the guards are
 /// created again after the schema step, as on every open.
-const MIGRATE_FROM_1: &str = "
-DROP INDEX arcp_calls_by_state;
-ALTER TABLE arcp_calls RENAME TO arcp_calls_v1;
-";
-const COPY_FROM_1: &str = "
+const REBUILD: [&str; 2] = [
+    "
+DROP INDEX IF EXISTS arcp_calls_by_state;
+ALTER TABLE arcp_calls RENAME TO arcp_calls_rebuilt;
+",
+    "
 INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, attempts, job_id,
                         outcome, created_ms, updated_ms)
 SELECT key, tool, intent, trace_id, deadline_ms, state, attempts, job_id,
-       outcome, created_ms, updated_ms FROM arcp_calls_v1;
-DROP TABLE arcp_calls_v1;
-";
+       outcome, created_ms, updated_ms FROM arcp_calls_rebuilt;
+DROP TABLE arcp_calls_rebuilt;
+",
+];
 
 /// The invariants the file itself enforces, whoever writes to it: a
 /// terminal record is final, and a record never moves backwards. Created on
@@ -113,7 +119,7 @@ pub(super) fn check_schema_read_only(
 }
 
 /// Recognises an ARCP journal, or creates one in an empty database, and
-/// migrates an older version to this one.
+/// rebuilds a table whose state check is [`STATE_IN_LIST`].
 pub(super) fn check_or_create_schema(
     tx: &rusqlite::Transaction<'_>,
     location: &str,
@@ -162,10 +168,10 @@ fn check_schema(
              tables {tables:?}), not an ARCP journal; it was left untouched"
         )));
     }
-    if !(1..=SCHEMA_VERSION).contains(&version) {
+    if version != SCHEMA_VERSION {
         return Err(schema(format!(
-            "journal schema version {version}; this version of arcp-client reads versions 1 \
-             to {SCHEMA_VERSION}"
+            "journal schema version {version}; this version of arcp-client reads version \
+             {SCHEMA_VERSION}"
         )));
     }
     let columns: Vec<String> = {
@@ -180,13 +186,19 @@ fn check_schema(
             "table arcp_calls has columns {columns:?}; expected {COLUMNS:?}"
         )));
     }
-    if version < SCHEMA_VERSION && access == Access::ReadWrite {
-        // Version 1 is the only older one.
-        tx.execute_batch(&format!("{MIGRATE_FROM_1}{SCHEMA}{COPY_FROM_1}"))
+    if access == Access::ReadWrite {
+        let table: String = tx
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'arcp_calls'",
+                [],
+                |r| r.get(0),
+            )
             .map_err(err)?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(err)?;
-        tracing::info!(journal = %location, from = version, to = SCHEMA_VERSION, "journal schema migrated");
+        if table.contains(STATE_IN_LIST) {
+            tx.execute_batch(&format!("{}{SCHEMA}{}", REBUILD[0], REBUILD[1]))
+                .map_err(err)?;
+            tracing::info!(journal = %location, "journal table rebuilt with its state check as comparisons");
+        }
     }
     Ok(())
 }
