@@ -9,58 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use http_support::*;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// One request as the server saw it: its head (lowercased) and body.
-#[derive(Debug, Clone)]
-struct Seen {
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    }
-}
-
-async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let mut seen = Seen {
-        head,
-        body: buffer[head_end..].to_vec(),
-    };
-    let length: usize = seen
-        .header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    while seen.body.len() < length {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        seen.body.extend_from_slice(&chunk[..n]);
-    }
-    Some(seen)
-}
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 
 /// Serves `responses` in order, one per connection; each is written as given
 /// (so it can be cut short), then the connection is closed.

@@ -11,6 +11,8 @@ use arcp_types::{
     Message,
 };
 use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 
 pub(crate) const TOKEN: &str = "s3cr3t-token";
 
@@ -96,4 +98,56 @@ pub(crate) fn raw_payload(body: &[u8]) -> String {
 /// Whether an event is a progress event.
 pub(crate) fn is_progress(body: &EventBody) -> bool {
     matches!(body, EventBody::Progress { .. })
+}
+
+/// One request as the server saw it: its head (lowercased) and body.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    pub(crate) head: String,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Seen {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    }
+}
+
+/// Reads one HTTP/1.1 request (head, then a body of its `Content-Length`)
+/// from a raw connection; `None` if it closes first.
+pub(crate) async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
+    let mut seen = Seen {
+        head,
+        body: buffer[head_end..].to_vec(),
+    };
+    let length: usize = seen
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while seen.body.len() < length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        seen.body.extend_from_slice(&chunk[..n]);
+    }
+    Some(seen)
 }

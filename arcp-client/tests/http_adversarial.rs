@@ -3,14 +3,17 @@
 //! HTTP/1.1 bytes) counts the executions it performs; each test compares the
 //! outcome's claim with that count.
 
+mod http_support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_sdk::{Client, ClientBuilder, Execution, IdempotencyKey, RetryPolicy};
+use http_support::read_request;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -29,36 +32,6 @@ impl Server {
     fn executions(&self) -> usize {
         self.executions.load(Ordering::SeqCst)
     }
-}
-
-async fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    let mut body = buffer[head_end..].to_vec();
-    while body.len() < length {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    Some(body)
 }
 
 /// Serves every connection with `script(request_index, executions)`; the
