@@ -4,8 +4,8 @@
 //! Each seed picks a runtime family (a mock [`Preset`] or a replay policy in
 //! either dialect), a transport (WebSocket through a connection killer, or
 //! the HTTP binding, directly or through a gateway that answers statuses of
-//! its own: 502/504 after forwarding, 401/404/429/503 without, cut and slow
-//! answers), a journal or none (an in-memory store or a SQLite file, behind
+//! its own: 500/502/504/507/599 after forwarding, 401/404/429/503 without,
+//! cut and slow answers), a journal or none (an in-memory store or a SQLite file, behind
 //! a wrapper that refuses some commits, leaves others unanswered, some of
 //! those landed anyway, and may make the store unavailable for a while; and
 //! a second client that opens the same store after the first closed,
@@ -13,7 +13,8 @@
 //! configuration, a set of calls (fresh keys,
 //! same-key joiners, same-key conflicting intents, tool errors, tools whose
 //! own errors look like key conflicts or refused credentials, deadlines,
-//! cancels at random moments) and a fault timeline (connection cuts at any
+//! cancels at random moments, callers that drop their call at a random
+//! moment and make no claim) and a fault timeline (connection cuts at any
 //! frame or byte, stalls, black holes, refused or 429'd reconnects, slow
 //! handshakes, request-level closes, also after acceptance, transient
 //! refusals, stray and duplicate frames). The plan is a pure function of the
@@ -166,6 +167,10 @@ struct PlannedCall {
     start: Duration,
     deadline: Duration,
     cancel_after: Option<Duration>,
+    /// The caller stops waiting (drops the call's future) after this long:
+    /// the call makes no claim, and a later call of its key and intent
+    /// must not say "did not run" if it ran.
+    drop_after: Option<Duration>,
 }
 
 /// One planned fault, at an offset from the schedule's start.
@@ -274,7 +279,26 @@ fn plan(seed: u64) -> Plan {
             start: r.ms(0, 400),
             deadline: r.ms(300, 2_500),
             cancel_after: r.chance(15).then(|| r.ms(0, 400)),
+            drop_after: None,
         });
+    }
+    // Callers that stop waiting, from their own stream of the seed (the
+    // plans drawn above stay as they were).
+    // Mostly calls whose key and intent a later call uses again: that one
+    // must not say "did not run" if the dropped one ran.
+    let mut d = Rng(seed ^ 0x0D20_99ED);
+    let again: Vec<bool> = calls
+        .iter()
+        .map(|c| {
+            calls
+                .iter()
+                .any(|o| o.key == c.key && o.v == c.v && o.start > c.start)
+        })
+        .collect();
+    for (c, again) in calls.iter_mut().zip(again) {
+        if c.cancel_after.is_none() && d.chance(if again { 50 } else { 5 }) {
+            c.drop_after = Some(d.ms(0, 400));
+        }
     }
     if let Some(j) = journal {
         let mut s = Rng(seed ^ 0x0DEA_D11E);
@@ -635,7 +659,8 @@ fn gateway_moves(seed: u64) -> impl FnMut() -> Move + Send + 'static {
     let mut r = Rng(seed ^ 0x6A7E_3A11);
     move || match r.range(0, 99) {
         0..=54 => Move::Forward,
-        55..=61 => Move::ForwardThen(if r.chance(50) { 502 } else { 504 }),
+        // A server error after forwarding, the common ones and not.
+        55..=61 => Move::ForwardThen([500, 502, 504, 507, 599][r.range(0, 4) as usize]),
         62..=68 => Move::ForwardCut(r.range(0, 400) as usize),
         69..=75 => Move::ForwardSlowly(r.ms(20, 300)),
         76..=89 => Move::Refuse(if r.chance(50) { 429 } else { 503 }),
@@ -666,14 +691,15 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
     builder
 }
 
-/// Starts planned call `call` on `client` under `key`.
+/// Starts planned call `call` on `client` under `key`; with `cancel`, its
+/// planned cancel or drop too (`None`: the caller dropped it).
 fn start_call(
     client: &Client,
     call: &PlannedCall,
     key: IdempotencyKey,
     delay: Duration,
     cancel: bool,
-) -> tokio::task::JoinHandle<Ended> {
+) -> tokio::task::JoinHandle<Option<Ended>> {
     let client = client.clone();
     let call = call.clone();
     tokio::spawn(async move {
@@ -692,13 +718,17 @@ fn start_call(
                 handle.cancel().await
             })
         });
-        let outcome = invocation.await.map(|out| out.value);
+        let outcome = match call.drop_after.filter(|_| cancel) {
+            Some(after) => tokio::time::timeout(after, invocation).await.ok()?,
+            None => invocation.await,
+        }
+        .map(|out| out.value);
         let elapsed = started.elapsed();
         let cancel = match canceller {
             Some(c) => Some(c.await.expect("cancel task")),
             None => None,
         };
-        Ended {
+        Some(Ended {
             outcome,
             elapsed,
             deadline: call.deadline,
@@ -706,7 +736,7 @@ fn start_call(
             ended: started + elapsed,
             cancel,
             job_id: handle.job_id(),
-        }
+        })
     })
 }
 
@@ -815,7 +845,9 @@ async fn run(plan: Plan) -> Vec<String> {
     // Each outcome, with the planned call it belongs to.
     let mut ended: Vec<(usize, Ended)> = Vec::new();
     for (i, t) in tasks.into_iter().enumerate() {
-        ended.push((i, t.await.expect("call task")));
+        if let Some(end) = t.await.expect("call task") {
+            ended.push((i, end));
+        }
     }
     // Nothing of a finished call stays behind.
     let stats = client.stats().await;
@@ -912,7 +944,7 @@ async fn second_client(
                 let started = Instant::now();
                 let job_id = invocation.job_id();
                 let outcome = invocation.await.map(|out| out.value);
-                Ended {
+                Some(Ended {
                     outcome,
                     elapsed: started.elapsed(),
                     deadline,
@@ -920,12 +952,14 @@ async fn second_client(
                     ended: Instant::now(),
                     cancel: None,
                     job_id,
-                }
+                })
             }),
         ));
     }
     for (i, t) in tasks.into_iter().chain(recovering) {
-        ended.push((i, t.await.expect("second client's call")));
+        if let Some(end) = t.await.expect("second client's call") {
+            ended.push((i, end));
+        }
     }
     client.close().await;
 }
