@@ -20,14 +20,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::{Dialect, EncodedRequest, Header};
-use reqwest::header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use reqwest::Url;
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::client::proxy::matcher::Matcher;
 use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use self::answer::is_error;
+use super::transport::{Settings, Transport};
 use super::{
-    bearer_header, body_detail, describe, endpoint, has_media_type, header_is_true, http_client,
+    bearer_header, body_detail, describe, endpoint, has_media_type, header_is_true,
     idempotency_key_header, read_capped, redact, retry_after, ERROR_BODY_LIMIT,
     IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
@@ -46,11 +51,15 @@ use crate::telemetry::Answered;
 /// carries the job's events), one terminal envelope accepted.
 const ACCEPT_BOTH: &str = "application/x-ndjson, application/json;q=0.9";
 
-/// The HTTP backend of a [`crate::Client`]: a reqwest client, the endpoint,
-/// and the outcome cache. Calls run on the caller's task; nothing is spawned.
+/// The HTTP backend of a [`crate::Client`]: the connection pool, the
+/// endpoint, and the outcome cache. Calls run on the caller's task; nothing
+/// is spawned but hyper's connection tasks.
 pub(crate) struct HttpBackend {
-    http: reqwest::Client,
-    endpoint: Url,
+    transport: Transport,
+    /// The endpoint as given (with `/arcp` when it named no path), for
+    /// messages; `target` is the same, as each request carries it.
+    endpoint: String,
+    target: Uri,
     config: Arc<Config>,
     auth: Option<HeaderValue>,
     cache: Mutex<OutcomeCache>,
@@ -60,7 +69,7 @@ pub(crate) struct HttpBackend {
 impl std::fmt::Debug for HttpBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpBackend")
-            .field("endpoint", &self.endpoint.as_str())
+            .field("endpoint", &self.endpoint)
             .finish_non_exhaustive()
     }
 }
@@ -70,12 +79,33 @@ impl HttpBackend {
     /// sent: the binding has no handshake, so a wrong URL or token shows on
     /// the first call.
     pub(crate) fn new(config: Arc<Config>) -> Result<Self, Error> {
+        Self::with_proxies(config, Matcher::from_env())
+    }
+
+    /// As [`new`](Self::new), with the proxy settings given instead of read
+    /// from the environment.
+    pub(crate) fn with_proxies(config: Arc<Config>, proxies: Matcher) -> Result<Self, Error> {
         let endpoint = endpoint(&config.url)?;
         let auth = bearer_header(config.token.as_ref())?;
-        let http = http_client(&config, reqwest::redirect::Policy::none())?;
+        let setup_failed = |message: String| Error::Connect {
+            url: config.url.clone(),
+            message,
+            retryable: false,
+        };
+        let target = Uri::try_from(endpoint.as_str())
+            .map_err(|e| setup_failed(format!("invalid HTTP URL: {e}")))?;
+        let transport = Transport::new(Settings {
+            endpoint: target.clone(),
+            user_agent: format!("{}/{}", config.client_name, config.client_version),
+            connect_timeout: config.handshake_timeout,
+            tls: config.tls.client_config(),
+            proxies,
+        })
+        .map_err(|e| setup_failed(format!("could not set up the HTTP client: {e}")))?;
         Ok(HttpBackend {
-            http,
-            endpoint,
+            transport,
+            endpoint: endpoint.into(),
+            target,
             auth,
             cache: Mutex::new(OutcomeCache::new(
                 config.outcome_cache_capacity,
@@ -392,27 +422,27 @@ impl<'a> Call<'a> {
         let mut header = Header::outgoing(&self.message_id, &self.timestamp);
         let mut trace = [0; 32];
         header.trace_id = Some(Cow::Borrowed(self.req.trace_id.write(&mut trace)));
-        // The body is this string's buffer: reqwest takes it without a copy.
-        let body = self.encoded.frame_with(&header);
+        // The body is this string's buffer, taken without a copy.
+        let body = Bytes::from(self.encoded.frame_with(&header));
         // An earlier attempt bound the job: what comes back is a stored
         // outcome even without the replay header. (After an attempt that was
         // merely lost, the answer may as well be a first execution.)
         let earlier = self.bound;
         self.accepted_now = false;
         self.attempts += 1;
-        let mut request = self
-            .backend
-            .http
-            .post(self.backend.endpoint.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH))
-            .header(
-                HeaderName::from_static(IDEMPOTENCY_KEY_HEADER),
-                self.key_header.clone(),
-            )
-            .body(body);
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.backend.target.clone();
+        let headers = request.headers_mut();
+        headers.reserve(6);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
+        headers.insert(
+            HeaderName::from_static(IDEMPOTENCY_KEY_HEADER),
+            self.key_header.clone(),
+        );
         if let Some(auth) = &self.backend.auth {
-            request = request.header(AUTHORIZATION, auth.clone());
+            headers.insert(AUTHORIZATION, auth.clone());
         }
         debug!(attempt = self.attempts, request_id = %self.message_id, "request sent");
         // From here until an answer, the request may reach the runtime.
@@ -423,9 +453,13 @@ impl<'a> Call<'a> {
         next
     }
 
-    async fn send(&mut self, request: reqwest::RequestBuilder, earlier: bool) -> Next {
-        match request.send().await {
-            Ok(response) => self.on_response(response, earlier).await,
+    async fn send(&mut self, request: Request<Full<Bytes>>, earlier: bool) -> Next {
+        match self.backend.transport.send(request).await {
+            Ok(response) => {
+                let (parts, mut body) = response.into_parts();
+                self.on_response(parts.status.as_u16(), &parts.headers, &mut body, earlier)
+                    .await
+            }
             Err(e) if e.is_connect() => {
                 // Nothing reached the runtime: a failed connect costs time,
                 // not an attempt.
@@ -445,9 +479,13 @@ impl<'a> Call<'a> {
         }
     }
 
-    async fn on_response(&mut self, mut response: reqwest::Response, earlier: bool) -> Next {
-        let status = response.status().as_u16();
-        let headers = response.headers();
+    async fn on_response(
+        &mut self,
+        status: u16,
+        headers: &HeaderMap,
+        response: &mut Incoming,
+        earlier: bool,
+    ) -> Next {
         let replayed = earlier || header_is_true(headers, REPLAYED_HEADER);
         let floor = retry_after(headers, SystemTime::now());
         let stream = has_media_type(headers, NDJSON);
@@ -455,7 +493,7 @@ impl<'a> Call<'a> {
             200..=299 if stream => self.read_stream(response, replayed).await,
             200..=299 => self.read_single(response, replayed).await,
             401 | 403 => {
-                let detail = self.error_detail(&mut response).await;
+                let detail = self.error_detail(response).await;
                 self.in_flight = false;
                 Next::Done(Err(self.end(Ending::Unauthenticated {
                     message: format!("HTTP {status}: {detail}"),
@@ -464,14 +502,14 @@ impl<'a> Call<'a> {
             409 => {
                 // The first request with this key is still being processed.
                 self.bound = true;
-                let detail = self.error_detail(&mut response).await;
+                let detail = self.error_detail(response).await;
                 Next::Pending {
                     floor,
                     reason: format!("HTTP 409, a request with this key is in progress: {detail}"),
                 }
             }
             422 => {
-                let detail = self.error_detail(&mut response).await;
+                let detail = self.error_detail(response).await;
                 self.in_flight = false;
                 Next::Done(Err(self.end(Ending::DuplicateKey {
                     message: format!("HTTP 422: {detail}"),
@@ -481,8 +519,8 @@ impl<'a> Call<'a> {
             // `Retry-After`. A bare 503 is also what proxies (Envoy, Istio)
             // answer when the upstream reset after they forwarded the
             // request: the request may have reached the runtime.
-            408 | 429 => self.transient(&mut response, status, floor).await,
-            503 if floor.is_some() => self.transient(&mut response, status, floor).await,
+            408 | 429 => self.transient(response, status, floor).await,
+            503 if floor.is_some() => self.transient(response, status, floor).await,
             // Every server error but "not implemented" (501) and "version
             // not supported" (505), which refuse the request itself.
             500 | 502..=504 | 506..=599 => {
@@ -490,14 +528,14 @@ impl<'a> Call<'a> {
                 // 502/504/52x: it may have forwarded it; 507: it ran and
                 // could not store the outcome).
                 self.uncertain = true;
-                let detail = self.error_detail(&mut response).await;
+                let detail = self.error_detail(response).await;
                 Next::Lost {
                     floor,
                     reason: format!("HTTP {status}: {detail}"),
                 }
             }
             _ => {
-                let body = read_capped(&mut response, ERROR_BODY_LIMIT)
+                let body = read_capped(response, ERROR_BODY_LIMIT)
                     .await
                     .unwrap_or_default();
                 // An ARCP error envelope is the runtime's answer, whatever the status.
@@ -514,7 +552,7 @@ impl<'a> Call<'a> {
                 // nothing; an earlier one may have.
                 self.in_flight = false;
                 Next::Done(Err(self.end(Ending::HttpStatus {
-                    url: self.backend.endpoint.to_string(),
+                    url: self.backend.endpoint.clone(),
                     status,
                     message: self.redact(body_detail(&body)),
                 })))
@@ -525,7 +563,7 @@ impl<'a> Call<'a> {
     /// A refusal before processing: this request ran nothing; retried.
     async fn transient(
         &self,
-        response: &mut reqwest::Response,
+        response: &mut Incoming,
         status: u16,
         floor: Option<Duration>,
     ) -> Next {
@@ -536,7 +574,7 @@ impl<'a> Call<'a> {
         }
     }
 
-    async fn error_detail(&self, response: &mut reqwest::Response) -> String {
+    async fn error_detail(&self, response: &mut Incoming) -> String {
         match read_capped(response, ERROR_BODY_LIMIT).await {
             Ok(body) => self.redact(body_detail(&body)),
             Err(_) => "the response body could not be read".into(),

@@ -13,13 +13,14 @@
 
 mod artifact;
 mod call;
+mod transport;
 
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::Url;
 
-use crate::config::{Config, Secret};
+use crate::config::Secret;
 use crate::error::Error;
 
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -72,25 +73,6 @@ pub(crate) fn bearer_header(token: Option<&Secret>) -> Result<Option<HeaderValue
     })?;
     value.set_sensitive(true);
     Ok(Some(value))
-}
-
-/// A reqwest client configured like the WebSocket transport: user agent,
-/// connect timeout, TCP_NODELAY, and the client's TLS settings.
-pub(crate) fn http_client(
-    config: &Config,
-    redirect: reqwest::redirect::Policy,
-) -> Result<reqwest::Client, Error> {
-    build_http_client(
-        format!("{}/{}", config.client_name, config.client_version),
-        config.handshake_timeout,
-        config.tls.client_config(),
-        redirect,
-    )
-    .map_err(|message| Error::Connect {
-        url: config.url.clone(),
-        message,
-        retryable: false,
-    })
 }
 
 /// A reqwest client: rustls (the given configuration, else the bundled web
@@ -178,15 +160,38 @@ pub(crate) enum ReadError {
     TooLarge,
 }
 
+/// A response body read a piece at a time: hyper's (calls) or reqwest's
+/// (artifact fetch).
+pub(crate) trait BodyChunks {
+    /// Why the body could not be read on.
+    type Error: std::error::Error + 'static;
+    /// The next piece of the body; `None` at its end.
+    async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>, Self::Error>;
+}
+
+impl BodyChunks for reqwest::Response {
+    type Error = reqwest::Error;
+    async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>, reqwest::Error> {
+        self.chunk().await
+    }
+}
+
+impl BodyChunks for hyper::body::Incoming {
+    type Error = hyper::Error;
+    async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>, hyper::Error> {
+        transport::next_chunk(self).await
+    }
+}
+
 /// Reads a whole body, stopping (without buffering more) once it exceeds
 /// `limit` bytes.
 pub(crate) async fn read_capped(
-    response: &mut reqwest::Response,
+    response: &mut impl BodyChunks,
     limit: usize,
 ) -> Result<Vec<u8>, ReadError> {
     let mut body = Vec::new();
     loop {
-        match response.chunk().await {
+        match response.next_chunk().await {
             Ok(Some(chunk)) => {
                 if body.len() + chunk.len() > limit {
                     return Err(ReadError::TooLarge);

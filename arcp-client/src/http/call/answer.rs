@@ -8,6 +8,7 @@ use arcp_types::{
     Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope,
 };
 use futures_util::FutureExt;
+use hyper::body::Incoming;
 use serde_json::value::RawValue;
 use tracing::{debug, warn};
 
@@ -17,6 +18,7 @@ use crate::classify::{
     classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
 };
 use crate::error::Error;
+use crate::http::transport::next_chunk;
 use crate::http::{describe, read_capped, ReadError};
 use crate::outcome::{InvocationEvent, ToolOutput};
 
@@ -24,11 +26,11 @@ impl Call<'_> {
     /// `application/json`: one envelope, normally the terminal.
     pub(super) async fn read_single(
         &mut self,
-        mut response: reqwest::Response,
+        response: &mut Incoming,
         replayed: bool,
     ) -> Next {
         let limit = self.config().max_frame_size;
-        let body = match read_capped(&mut response, limit).await {
+        let body = match read_capped(response, limit).await {
             Ok(body) => body,
             Err(ReadError::Transport(e)) => {
                 self.uncertain = true;
@@ -67,10 +69,10 @@ impl Call<'_> {
     /// put together in a buffer.
     pub(super) async fn read_stream(
         &mut self,
-        mut response: reqwest::Response,
+        response: &mut Incoming,
         replayed: bool,
     ) -> Next {
-        let next = self.read_lines(&mut response, replayed).await;
+        let next = self.read_lines(response, replayed).await;
         // What follows the terminal (the stream's end, sent with it) is
         // read when it comes at once: the connection then goes back to the
         // pool before this caller's next call looks for one (else the pool
@@ -79,7 +81,7 @@ impl Call<'_> {
         // left to the HTTP client, which drains or closes the connection.
         let (mut reads, mut turns) = (0, 0);
         while reads < 8 {
-            match response.chunk().now_or_never() {
+            match next_chunk(response).now_or_never() {
                 Some(Ok(Some(_))) => reads += 1,
                 Some(_) => break,
                 None if turns < 2 => {
@@ -92,11 +94,11 @@ impl Call<'_> {
         next
     }
 
-    async fn read_lines(&mut self, response: &mut reqwest::Response, replayed: bool) -> Next {
+    async fn read_lines(&mut self, response: &mut Incoming, replayed: bool) -> Next {
         let limit = self.config().max_frame_size;
         let mut partial: Vec<u8> = Vec::new();
         loop {
-            match response.chunk().await {
+            match next_chunk(response).await {
                 Ok(Some(chunk)) => {
                     let mut rest: &[u8] = &chunk;
                     if !partial.is_empty() {

@@ -1,0 +1,318 @@
+//! The connection stack of the HTTP binding's calls: hyper's HTTP/1.1
+//! client and connection pool over TCP, rustls, and the proxy the
+//! environment names, decided once for the client's one endpoint.
+//!
+//! ```text
+//!  Transport::send ──▶ hyper pool ──(a new connection)──▶ Connector: the handshake deadline
+//!                                                          └▶ rustls for https:// (HttpsConnector)
+//!                                                              └▶ Route: Direct        TCP to the endpoint
+//!                                                                        Forward(proxy) TCP to an http:// proxy,
+//!                                                                                       requests in absolute form
+//!                                                                        Tunnel(proxy)  TCP to the proxy, CONNECT,
+//!                                                                                       then TLS to the endpoint
+//! ```
+//!
+//! Why not reqwest, as artifact fetch uses: its per-request layers
+//! (redirect policy, retry policy, URL conversions: the request's URL is
+//! parsed twice even with redirects off) cost a call about a quarter of its
+//! CPU (BENCHMARKS.md). A call posts to one endpoint with no redirects, so
+//! what reqwest adds is the proxy choice, made here once from the same
+//! variables reqwest reads (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`,
+//! `NO_PROXY`, in either case).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tower_service::Service;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long an idle connection stays in the pool.
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// The call path's HTTP client: one per [`crate::Client`], its pool shared
+/// by every call.
+pub(crate) struct Transport {
+    client: Client<Connector, Full<Bytes>>,
+    user_agent: HeaderValue,
+    /// Credentials for a forwarding proxy, sent with each request (a
+    /// tunnelling proxy gets them in its `CONNECT`).
+    proxy_authorization: Option<HeaderValue>,
+}
+
+/// What a [`Transport`] is built from.
+pub(crate) struct Settings {
+    /// The one endpoint every request goes to (the proxy is chosen for it).
+    pub(crate) endpoint: Uri,
+    pub(crate) user_agent: String,
+    /// Bounds connecting: TCP, the proxy's `CONNECT` and TLS together.
+    pub(crate) connect_timeout: Duration,
+    /// rustls' configuration; `None` for the web PKI roots.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// Which proxy, if any, serves the endpoint.
+    pub(crate) proxies: Matcher,
+}
+
+impl Transport {
+    /// Builds the client. Nothing connects until the first request.
+    pub(crate) fn new(settings: Settings) -> Result<Self, String> {
+        let user_agent = HeaderValue::try_from(settings.user_agent)
+            .map_err(|_| "the client name cannot be sent as a User-Agent header".to_owned())?;
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        let intercept = settings.proxies.intercept(&settings.endpoint);
+        let (route, proxy_authorization) = match intercept {
+            None => (Route::Direct(tcp), None),
+            Some(proxy) => {
+                if proxy.uri().scheme_str() != Some("http") {
+                    return Err(format!(
+                        "the proxy {} that the environment names for {} is not an http:// proxy, \
+                         the only kind the HTTP binding connects through",
+                        redacted_proxy(proxy.uri()),
+                        settings.endpoint
+                    ));
+                }
+                if settings.endpoint.scheme_str() == Some("https") {
+                    let mut tunnel = Tunnel::new(proxy.uri().clone(), tcp);
+                    if let Some(auth) = proxy.basic_auth() {
+                        tunnel = tunnel.with_auth(auth.clone());
+                    }
+                    (Route::Tunnel(tunnel), None)
+                } else {
+                    let auth = proxy.basic_auth().cloned().map(|mut auth| {
+                        auth.set_sensitive(true);
+                        auth
+                    });
+                    (
+                        Route::Forward {
+                            tcp,
+                            proxy: proxy.uri().clone(),
+                        },
+                        auth,
+                    )
+                }
+            }
+        };
+        let tls = settings.tls.map_or_else(web_pki_config, |tls| (*tls).clone());
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(route);
+        let connector = Connector {
+            inner: https,
+            timeout: settings.connect_timeout,
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
+        Ok(Transport {
+            client,
+            user_agent,
+            proxy_authorization,
+        })
+    }
+
+    /// Sends one request; the `User-Agent` (and a forwarding proxy's
+    /// credentials) are added here.
+    pub(crate) fn send(&self, mut request: Request<Full<Bytes>>) -> ResponseFuture {
+        let headers = request.headers_mut();
+        headers.insert(http::header::USER_AGENT, self.user_agent.clone());
+        if let Some(auth) = &self.proxy_authorization {
+            headers.insert(http::header::PROXY_AUTHORIZATION, auth.clone());
+        }
+        self.client.request(request)
+    }
+}
+
+/// The web PKI roots with ring, as the WebSocket transport's default.
+fn web_pki_config() -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// A proxy's address for a message: without its credentials.
+fn redacted_proxy(uri: &Uri) -> String {
+    let host = uri.host().unwrap_or("");
+    match (uri.scheme_str(), uri.port_u16()) {
+        (Some(scheme), Some(port)) => format!("{scheme}://{host}:{port}"),
+        (Some(scheme), None) => format!("{scheme}://{host}"),
+        _ => host.to_owned(),
+    }
+}
+
+/// The next piece of a response body, trailers skipped; `None` at its end.
+pub(crate) async fn next_chunk(body: &mut Incoming) -> Result<Option<Bytes>, hyper::Error> {
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            return Ok(Some(data));
+        }
+    }
+    Ok(None)
+}
+
+/// rustls over a [`Route`], all of it under the handshake deadline.
+#[derive(Clone)]
+struct Connector {
+    inner: HttpsConnector<Route>,
+    timeout: Duration,
+}
+
+type Connecting =
+    Pin<Box<dyn Future<Output = Result<MaybeHttpsStream<RouteStream>, BoxError>> + Send>>;
+
+impl Service<Uri> for Connector {
+    type Response = MaybeHttpsStream<RouteStream>;
+    type Error = BoxError;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, dst: Uri) -> Connecting {
+        let connecting = self.inner.call(dst);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(format!("connecting took longer than {timeout:?}").into()),
+            }
+        })
+    }
+}
+
+/// Where a new connection's TCP goes (see the module's picture).
+#[derive(Clone)]
+enum Route {
+    Direct(HttpConnector),
+    Forward { tcp: HttpConnector, proxy: Uri },
+    Tunnel(Tunnel<HttpConnector>),
+}
+
+type Routing = Pin<Box<dyn Future<Output = Result<RouteStream, BoxError>> + Send>>;
+
+impl Service<Uri> for Route {
+    type Response = RouteStream;
+    type Error = BoxError;
+    type Future = Routing;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Route::Direct(tcp) | Route::Forward { tcp, .. } => tcp.poll_ready(cx).map_err(Into::into),
+            Route::Tunnel(tunnel) => tunnel.poll_ready(cx).map_err(Into::into),
+        }
+    }
+
+    fn call(&mut self, dst: Uri) -> Routing {
+        match self {
+            Route::Direct(tcp) => {
+                let connecting = tcp.call(dst);
+                Box::pin(async move {
+                    Ok(RouteStream {
+                        io: connecting.await?,
+                        forwarded: false,
+                    })
+                })
+            }
+            Route::Forward { tcp, proxy } => {
+                let connecting = tcp.call(proxy.clone());
+                Box::pin(async move {
+                    Ok(RouteStream {
+                        io: connecting.await?,
+                        forwarded: true,
+                    })
+                })
+            }
+            Route::Tunnel(tunnel) => {
+                let connecting = tunnel.call(dst);
+                Box::pin(async move {
+                    Ok(RouteStream {
+                        io: connecting.await?,
+                        forwarded: false,
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// A connection's TCP stream, and whether it reaches a forwarding proxy
+/// (hyper then writes each request's target in absolute form).
+struct RouteStream {
+    io: TokioIo<TcpStream>,
+    forwarded: bool,
+}
+
+impl Connection for RouteStream {
+    fn connected(&self) -> Connected {
+        self.io.connected().proxy(self.forwarded)
+    }
+}
+
+impl Read for RouteStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl Write for RouteStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
