@@ -77,14 +77,9 @@ impl std::fmt::Debug for HttpBackend {
 impl HttpBackend {
     /// Validates the URL and token and builds the HTTP client. Nothing is
     /// sent: the binding has no handshake, so a wrong URL or token shows on
-    /// the first call.
+    /// the first call. The proxy is the one the environment names for the
+    /// endpoint, read here once.
     pub(crate) fn new(config: Arc<Config>) -> Result<Self, Error> {
-        Self::with_proxies(config, Matcher::from_env())
-    }
-
-    /// As [`new`](Self::new), with the proxy settings given instead of read
-    /// from the environment.
-    pub(crate) fn with_proxies(config: Arc<Config>, proxies: Matcher) -> Result<Self, Error> {
         let endpoint = endpoint(&config.url)?;
         let auth = bearer_header(config.token.as_ref())?;
         let setup_failed = |message: String| Error::Connect {
@@ -99,7 +94,7 @@ impl HttpBackend {
             user_agent: format!("{}/{}", config.client_name, config.client_version),
             connect_timeout: config.handshake_timeout,
             tls: config.tls.client_config(),
-            proxies,
+            proxies: Matcher::from_env(),
         })
         .map_err(|e| setup_failed(format!("could not set up the HTTP client: {e}")))?;
         Ok(HttpBackend {

@@ -109,7 +109,10 @@ impl Transport {
                 }
             }
         };
-        let tls = settings.tls.map_or_else(web_pki_config, |tls| (*tls).clone());
+        let tls = match settings.tls {
+            Some(tls) => (*tls).clone(),
+            None => web_pki_config()?,
+        };
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -144,15 +147,15 @@ impl Transport {
 }
 
 /// The web PKI roots with ring, as the WebSocket transport's default.
-fn web_pki_config() -> rustls::ClientConfig {
+fn web_pki_config() -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ClientConfig::builder_with_provider(provider)
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
+        .map_err(|e| format!("TLS: {e}"))?
         .with_root_certificates(roots)
-        .with_no_client_auth()
+        .with_no_client_auth())
 }
 
 /// A proxy's address for a message: without its credentials.
@@ -223,7 +226,9 @@ impl Service<Uri> for Route {
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
-            Route::Direct(tcp) | Route::Forward { tcp, .. } => tcp.poll_ready(cx).map_err(Into::into),
+            Route::Direct(tcp) | Route::Forward { tcp, .. } => {
+                tcp.poll_ready(cx).map_err(Into::into)
+            }
             Route::Tunnel(tunnel) => tunnel.poll_ready(cx).map_err(Into::into),
         }
     }
@@ -309,10 +314,131 @@ impl Write for RouteStream {
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    fn settings(endpoint: &str, proxies: Matcher) -> Settings {
+        Settings {
+            endpoint: endpoint.parse().unwrap(),
+            user_agent: "arcp-sdk/test".into(),
+            connect_timeout: Duration::from_secs(5),
+            tls: None,
+            proxies,
+        }
+    }
+
+    fn post(transport: &Transport, endpoint: &str) -> ResponseFuture {
+        let mut request = Request::new(Full::new(Bytes::from_static(b"{}")));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = endpoint.parse().unwrap();
+        transport.send(request)
+    }
+
+    /// A peer that reads one request head (lower-cased), answers `reply`,
+    /// and hands the head over.
+    async fn peer(reply: &'static str) -> (String, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let head = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if stream.read(&mut byte).await.unwrap() == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            stream.write_all(reply.as_bytes()).await.unwrap();
+            String::from_utf8_lossy(&head).to_lowercase()
+        });
+        (address, head)
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    #[tokio::test]
+    async fn a_forwarding_proxy_gets_each_request_in_absolute_form_with_its_credentials() {
+        let (proxy, head) = peer(OK).await;
+        let proxies = Matcher::builder()
+            .http(format!("http://user:pw@{proxy}"))
+            .build();
+        // The endpoint's host does not resolve: only the proxy can answer.
+        let endpoint = "http://runtime.invalid:9/arcp";
+        let transport = Transport::new(settings(endpoint, proxies)).unwrap();
+        let response = post(&transport, endpoint).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let head = head.await.unwrap();
+        assert!(
+            head.starts_with("post http://runtime.invalid:9/arcp http/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains("proxy-authorization: basic dxnlcjpwdw==\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("user-agent: arcp-sdk/test\r\n"), "{head}");
+    }
+
+    #[tokio::test]
+    async fn an_https_endpoint_is_tunnelled_through_connect() {
+        let (proxy, head) = peer("HTTP/1.1 407 Proxy Authentication Required\r\n\r\n").await;
+        let proxies = Matcher::builder()
+            .https(format!("http://user:pw@{proxy}"))
+            .build();
+        let endpoint = "https://runtime.invalid/arcp";
+        let transport = Transport::new(settings(endpoint, proxies)).unwrap();
+        let refused = post(&transport, endpoint).await.unwrap_err();
+        // The proxy's refusal is a failure to connect: nothing was sent.
+        assert!(refused.is_connect(), "{refused:?}");
+        let head = head.await.unwrap();
+        assert!(
+            head.starts_with("connect runtime.invalid:443 http/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains("proxy-authorization: basic dxnlcjpwdw==\r\n"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_under_no_proxy_is_reached_directly() {
+        let (runtime, head) = peer(OK).await;
+        let unused = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxies = Matcher::builder()
+            .http(format!("http://{}", unused.local_addr().unwrap()))
+            .no("127.0.0.1")
+            .build();
+        let endpoint = format!("http://{runtime}/arcp");
+        let transport = Transport::new(settings(&endpoint, proxies)).unwrap();
+        let response = post(&transport, &endpoint).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(head.await.unwrap().starts_with("post /arcp http/1.1\r\n"));
+    }
+
+    #[test]
+    fn a_proxy_that_is_not_plain_http_is_refused_by_its_address_alone() {
+        for proxy in [
+            "socks5://user:pw@127.0.0.1:1080",
+            "https://user:pw@proxy.example:8443",
+        ] {
+            let proxies = Matcher::builder().all(proxy).build();
+            let Err(message) = Transport::new(settings("http://runtime.example/arcp", proxies))
+            else {
+                panic!("{proxy} was taken");
+            };
+            let address = proxy.replace("user:pw@", "");
+            assert!(message.contains(&address), "{message}");
+            assert!(!message.contains("pw"), "{message}");
+        }
     }
 }

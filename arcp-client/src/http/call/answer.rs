@@ -24,11 +24,7 @@ use crate::outcome::{InvocationEvent, ToolOutput};
 
 impl Call<'_> {
     /// `application/json`: one envelope, normally the terminal.
-    pub(super) async fn read_single(
-        &mut self,
-        response: &mut Incoming,
-        replayed: bool,
-    ) -> Next {
+    pub(super) async fn read_single(&mut self, response: &mut Incoming, replayed: bool) -> Next {
         let limit = self.config().max_frame_size;
         let body = match read_capped(response, limit).await {
             Ok(body) => body,
@@ -67,11 +63,7 @@ impl Call<'_> {
     /// A line is bounded by the frame size limit. Lines whole within a
     /// chunk are read where they are; only a line cut between chunks is
     /// put together in a buffer.
-    pub(super) async fn read_stream(
-        &mut self,
-        response: &mut Incoming,
-        replayed: bool,
-    ) -> Next {
+    pub(super) async fn read_stream(&mut self, response: &mut Incoming, replayed: bool) -> Next {
         let next = self.read_lines(response, replayed).await;
         // What follows the terminal (the stream's end, sent with it) is
         // read when it comes at once: the connection then goes back to the
