@@ -44,6 +44,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long an idle connection stays in the pool.
 const POOL_IDLE: Duration = Duration::from_secs(60);
+/// TCP keepalive: the first probe after this long idle, then one each
+/// this long, three unanswered ending the connection.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// The call path's HTTP client: one per [`crate::Client`], its pool shared
 /// by every call.
@@ -76,6 +79,10 @@ impl Transport {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
+        // A peer gone silent under a long call shows within a minute.
+        tcp.set_keepalive(Some(TCP_KEEPALIVE));
+        tcp.set_keepalive_interval(Some(TCP_KEEPALIVE));
+        tcp.set_keepalive_retries(Some(3));
         let intercept = settings.proxies.intercept(&settings.endpoint);
         let (route, proxy_authorization) = match intercept {
             None => (Route::Direct(tcp), None),
