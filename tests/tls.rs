@@ -104,3 +104,62 @@ async fn pem_roots_are_read_and_bad_pem_is_named() {
         .unwrap_err();
     assert!(err.to_string().contains("no certificate"), "{err}");
 }
+
+/// The HTTP binding over TLS: the mock's HTTP side behind the same front.
+#[tokio::test]
+async fn https_with_a_custom_root_works() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let (port, cert) = tls_front(mock.http_address()).await;
+    let client = Client::builder(format!("https://localhost:{port}/arcp"))
+        .add_root_certificate_der(cert.to_vec())
+        .connect()
+        .await
+        .unwrap();
+    for n in 0..3 {
+        let out = client.invoke_tool("echo", json!({ "n": n })).await.unwrap();
+        assert_eq!(out.value, json!({ "n": n }));
+    }
+    assert_eq!(mock.executions("echo"), 3);
+    assert_eq!(mock.http_requests(), 3);
+}
+
+#[tokio::test]
+async fn https_with_an_untrusted_certificate_is_a_clear_non_retried_error() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let (port, _cert) = tls_front(mock.http_address()).await;
+    let client = Client::builder(format!("https://localhost:{port}/arcp"))
+        .handshake_timeout(Duration::from_secs(5))
+        .retry(
+            arcp_sdk::RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(5))
+                .max_delay(Duration::from_millis(20))
+                .max_elapsed(Duration::from_secs(1)),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = client
+        .invoke("echo", json!({}))
+        .deadline(Duration::from_secs(3))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.execution(), arcp_sdk::Execution::NotRun, "{err:?}");
+    // As over WebSocket: retrying cannot make the certificate trusted.
+    match &err {
+        Error::Connect {
+            message, retryable, ..
+        } => {
+            assert!(!retryable, "a certificate error is not retried");
+            assert!(message.contains("TLS"), "{message}");
+            assert!(message.to_lowercase().contains("certificate"), "{message}");
+        }
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "failed at once"
+    );
+    assert_eq!(mock.http_requests(), 0, "nothing reached the runtime");
+}

@@ -6,6 +6,7 @@
 //!  attempt ──2xx terminal envelope────────────────────────────▶ done (Ok / Tool error)
 //!     │    ──422 / DUPLICATE_KEY──────────────────────────────▶ DuplicateKey
 //!     │    ──401 / 403────────────────────────────────────────▶ Unauthenticated
+//!     │    ──a TLS handshake failed (untrusted certificate)───▶ Connect, not retried
 //!     │    ──429 / 503 / 408 / retryable error, not accepted──▶ Transient: backoff, Retry-After floor
 //!     │    ──409 / job.accepted only──────────────────────────▶ Pending: ladder wait (key is bound)
 //!     │    ──reset / cut body / 500 502 504 / no terminal─────▶ Lost: backoff (outcome uncertain)
@@ -30,7 +31,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use self::answer::is_error;
-use super::transport::{Settings, Transport};
+use super::transport::{tls_failure, Settings, Transport};
 use super::{
     bearer_header, body_detail, describe, endpoint, has_media_type, header_is_true,
     idempotency_key_header, read_capped, redact, retry_after, ERROR_BODY_LIMIT,
@@ -459,6 +460,16 @@ impl<'a> Call<'a> {
                 // Nothing reached the runtime: a failed connect costs time,
                 // not an attempt.
                 self.attempts -= 1;
+                if let Some(tls) = tls_failure(&e) {
+                    // Retrying cannot make the certificate trusted.
+                    self.in_flight = false;
+                    let refused = Error::Connect {
+                        url: self.backend.endpoint.clone(),
+                        message: format!("the TLS handshake failed: {tls}"),
+                        retryable: false,
+                    };
+                    return Next::Done(Err(self.end(Ending::ConnectFailed(refused))));
+                }
                 Next::Lost {
                     floor: None,
                     reason: format!("could not connect: {}", describe(&e)),

@@ -175,6 +175,28 @@ fn redacted_proxy(uri: &Uri) -> String {
     }
 }
 
+/// The TLS failure under a failed connect (an untrusted or mismatched
+/// certificate, a refused handshake), which retrying cannot fix: rustls'
+/// error, found inside the I/O errors that carry it (an I/O error's
+/// `source` skips the error it wraps, so those are opened by `get_ref`).
+pub(crate) fn tls_failure<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    let mut cause = Some(e);
+    while let Some(error) = cause {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        cause = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    None
+}
+
 /// The next piece of a response body, trailers skipped; `None` at its end.
 pub(crate) async fn next_chunk(body: &mut Incoming) -> Result<Option<Bytes>, hyper::Error> {
     while let Some(frame) = body.frame().await {
