@@ -731,3 +731,48 @@ async fn a_trickled_head_keeps_the_deadline() {
     assert_eq!(truth.total_executions(), 1);
 }
 
+// ---------------------------------------------------------------------------
+// findings
+
+/// Credentials in the endpoint URL (`http://user:pw@host/arcp`, no bearer
+/// token): reqwest, which calls used before, sends them as
+/// `Authorization: Basic`; whatever the client does, it must not put them
+/// on the request line, and a call must reach the server.
+#[tokio::test]
+async fn credentials_in_the_endpoint_url() {
+    let seen_heads = Arc::new(Mutex::new(Vec::new()));
+    let heads = seen_heads.clone();
+    let (url, _truth) = serve(handler(move |mut stream, _, truth: Arc<Truth>| {
+        let heads = heads.clone();
+        async move {
+            while let Some(seen) = next_request(&mut stream, &truth).await {
+                heads.lock().unwrap().push(seen.head.clone());
+                let key = key_of(&seen);
+                truth.execute(&key);
+                let _ = stream
+                    .write_all(&response("application/json", &answer_for(&key), ""))
+                    .await;
+            }
+        }
+    }))
+    .await;
+    let url = url.replace("http://", "http://user:pw@");
+    let client = Client::builder(&url)
+        .handshake_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke("refund", json!({ "order": 1 }))
+        .deadline(Duration::from_secs(3))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({ "key": out.key.as_str() }));
+    let head = seen_heads.lock().unwrap()[0].to_lowercase();
+    assert!(head.starts_with("post /arcp http/1.1\r\n"), "{head}");
+    assert!(
+        head.contains("authorization: basic dxnlcjpwdw==\r\n"),
+        "the URL's credentials were dropped: {head}"
+    );
+}
