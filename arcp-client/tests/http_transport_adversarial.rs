@@ -776,3 +776,116 @@ async fn credentials_in_the_endpoint_url() {
         "the URL's credentials were dropped: {head}"
     );
 }
+
+/// A listener whose accept queue is full: new connects are never answered
+/// (the SYN is dropped), as a blackholed address. Returns its URL.
+async fn blackhole() -> (String, Vec<std::net::TcpStream>, tokio::net::TcpListener) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let address = listener.local_addr().unwrap();
+    // Fill the accept queue (never accepted).
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::net::TcpStream::connect_timeout(
+                &address,
+                Duration::from_millis(200),
+            ));
+        });
+        if let Ok(Ok(s)) = rx.recv_timeout(Duration::from_millis(400)) {
+            fillers.push(s);
+        }
+    }
+    (format!("http://{address}/arcp"), fillers, listener)
+}
+
+/// Connecting never completes: the handshake deadline ends each connect;
+/// the call ends by its own deadline, and nothing was sent, so the
+/// outcome must say "not run".
+#[tokio::test]
+async fn a_blackholed_endpoint_keeps_the_deadline_and_says_not_run() {
+    let (url, _fillers, _listener) = blackhole().await;
+    // A sanity check that it is a blackhole.
+    let probe = tokio::time::timeout(
+        Duration::from_millis(300),
+        TcpStream::connect(url.trim_start_matches("http://").trim_end_matches("/arcp")),
+    )
+    .await;
+    assert!(probe.is_err(), "the listener is not a blackhole: {probe:?}");
+    let client = builder(&url)
+        .handshake_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = client
+        .invoke("refund", json!({ "order": 1 }))
+        .deadline(Duration::from_millis(1_000))
+        .send()
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_millis(1_300), "{elapsed:?}");
+    assert_eq!(
+        err.execution(),
+        Execution::NotRun,
+        "no connection was ever established, yet: {err:?}"
+    );
+}
+
+/// The handshake deadline longer than the call's: the call's deadline
+/// still ends it, and nothing was sent.
+#[tokio::test]
+async fn a_blackholed_endpoint_with_a_long_handshake_deadline() {
+    let (url, _fillers, _listener) = blackhole().await;
+    let client = builder(&url)
+        .handshake_timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = client
+        .invoke("refund", json!({ "order": 1 }))
+        .deadline(Duration::from_millis(500))
+        .send()
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_millis(800), "{elapsed:?}");
+    assert_eq!(
+        err.execution(),
+        Execution::NotRun,
+        "no connection was ever established, yet: {err:?}"
+    );
+}
+
+/// Connection refused on every connect (a dead port): nothing is ever
+/// sent. When the call's deadline ends it, it must say "not run", wherever
+/// the deadline falls (in a backoff sleep or in a connect attempt).
+#[tokio::test]
+async fn a_refused_endpoint_until_the_deadline_says_not_run() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/arcp", dead.local_addr().unwrap());
+    drop(dead);
+    let client = builder(&url).connect().await.unwrap();
+    let mut wrong = Vec::new();
+    for i in 0..100u64 {
+        let err = client
+            .invoke("refund", json!({ "order": i }))
+            .deadline(Duration::from_millis(20 + 7 * (i % 10)))
+            .send()
+            .await
+            .unwrap_err();
+        if err.execution() != Execution::NotRun {
+            wrong.push(format!("{err:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 100 calls that never connected say otherwise, e.g. {}",
+        wrong.len(),
+        wrong[0]
+    );
+}
