@@ -889,3 +889,34 @@ async fn a_refused_endpoint_until_the_deadline_says_not_run() {
         wrong[0]
     );
 }
+
+/// The runtime runs the tool, then answers `101 Switching Protocols` to a
+/// request that asked for no upgrade (RFC 9110 forbids it; hyper passes it
+/// on as the final answer). Nothing says the request was refused before it
+/// ran, so the outcome may not say "not run".
+#[tokio::test]
+async fn an_unasked_101_after_the_tool_ran_may_have_run() {
+    let (url, truth) = serve(handler(|mut stream, _, truth: Arc<Truth>| async move {
+        if let Some(seen) = next_request(&mut stream, &truth).await {
+            truth.execute(&key_of(&seen));
+            let _ = stream
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: upgrade\r\n\r\n")
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }))
+    .await;
+    let client = builder(&url).connect().await.unwrap();
+    let err = client
+        .invoke("refund", json!({ "order": 1 }))
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(truth.total_executions(), 1);
+    assert_eq!(
+        err.execution(),
+        Execution::MayHaveRun,
+        "the tool ran, yet {err:?}"
+    );
+}
