@@ -1,0 +1,80 @@
+//! The environment's proxy, adversarially (its own binary: it sets the
+//! process's environment; the tests take turns through one lock, each
+//! client built after its variables are set).
+
+mod http_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_support::*;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+static ENV: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn clear() {
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"] {
+        std::env::remove_var(var);
+        std::env::remove_var(var.to_lowercase());
+    }
+}
+
+/// A proxy that reads each request head and answers `reply`; it counts
+/// connections and keeps the heads.
+async fn proxy(reply: &'static str) -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<Seen>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let (count, log) = (connections.clone(), heads.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            count.fetch_add(1, Ordering::SeqCst);
+            let log = log.clone();
+            tokio::spawn(async move {
+                if let Some(seen) = read_request(&mut stream).await {
+                    log.lock().unwrap().push(seen);
+                }
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (address, connections, heads)
+}
+
+/// Credentials in the endpoint URL through a forwarding proxy: they must
+/// not travel in the request line (proxies log it).
+#[tokio::test]
+async fn url_credentials_stay_off_the_request_line_through_a_proxy() {
+    let _env = ENV.lock().await;
+    clear();
+    let answer = result("job_1", json!(1));
+    let reply: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+            answer.len()
+        )
+        .into_boxed_str(),
+    );
+    let (address, _, heads) = proxy(reply).await;
+    std::env::set_var("HTTP_PROXY", format!("http://{address}"));
+    let c = client("http://user:pw@runtime.invalid:8080/v1/arcp")
+        .connect()
+        .await
+        .unwrap();
+    clear();
+    let _ = c
+        .invoke("refund", json!({"order": 1}))
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await;
+    let head = heads.lock().unwrap()[0].head.clone();
+    let line = head.lines().next().unwrap().to_owned();
+    assert!(!line.contains("pw"), "the URL's password is on the request line: {line}");
+}
