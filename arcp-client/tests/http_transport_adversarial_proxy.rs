@@ -6,8 +6,9 @@ mod http_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use arcp_sdk::Execution;
 use http_support::*;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -77,4 +78,35 @@ async fn url_credentials_stay_off_the_request_line_through_a_proxy() {
     let head = heads.lock().unwrap()[0].head.clone();
     let line = head.lines().next().unwrap().to_owned();
     assert!(!line.contains("pw"), "the URL's password is on the request line: {line}");
+}
+
+/// A tunnelling proxy that refuses `CONNECT` with 407: retrying cannot
+/// supply credentials. The call should end at once with an error that
+/// says so (as a TLS failure does), not re-`CONNECT` until its deadline.
+#[tokio::test]
+async fn a_proxy_refusing_connect_with_407_is_not_hammered() {
+    let _env = ENV.lock().await;
+    clear();
+    let (address, connections, _) =
+        proxy("HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n").await;
+    std::env::set_var("HTTPS_PROXY", format!("http://{address}"));
+    let c = client("https://runtime.invalid/v1/arcp")
+        .connect()
+        .await
+        .unwrap();
+    clear();
+    let started = Instant::now();
+    let refused = c
+        .invoke("refund", json!({"order": 1}))
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    let connects = connections.load(Ordering::SeqCst);
+    assert_eq!(refused.execution(), Execution::NotRun, "{refused:?}");
+    assert!(
+        connects <= 2 && elapsed < Duration::from_millis(500) && refused.to_string().contains("407"),
+        "{connects} CONNECTs in {elapsed:?}, then: {refused}"
+    );
 }
