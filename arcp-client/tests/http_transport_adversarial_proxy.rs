@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arcp_sdk::Execution;
+use arcp_sdk::{Execution, RetryPolicy};
 use http_support::*;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -109,4 +109,57 @@ async fn a_proxy_refusing_connect_with_407_is_not_hammered() {
         connects <= 2 && elapsed < Duration::from_millis(500) && refused.to_string().contains("407"),
         "{connects} CONNECTs in {elapsed:?}, then: {refused}"
     );
+}
+
+/// `HTTP_PROXY` names a dead port: the error says what failed: the proxy,
+/// by its address. (Whether it says "not run" when the deadline comes
+/// first: see `a_refused_endpoint_until_the_deadline_says_not_run`.)
+#[tokio::test]
+async fn a_dead_proxy_is_named_in_the_error() {
+    let _env = ENV.lock().await;
+    clear();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    std::env::set_var("HTTP_PROXY", format!("http://{address}"));
+    // The deadline first.
+    let c = client("http://runtime.invalid:8080/v1/arcp")
+        .connect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let deadline = c
+        .invoke("refund", json!({"order": 1}))
+        .deadline(Duration::from_secs(1))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(1_300));
+    // The retry budget first.
+    let c = client("http://runtime.invalid:8080/v1/arcp")
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(5))
+                .max_delay(Duration::from_millis(40))
+                .max_attempts(3)
+                .max_elapsed(Duration::from_millis(300)),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let budget = c
+        .invoke("refund", json!({"order": 1}))
+        .deadline(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(budget.execution(), Execution::NotRun, "{budget:?}");
+    clear();
+    for (what, e) in [("deadline first", &deadline), ("budget first", &budget)] {
+        let text = e.to_string();
+        assert!(
+            text.contains("proxy") && text.contains(&address),
+            "{what}: the error does not say the proxy {address} could not be reached: {text}"
+        );
+    }
 }
