@@ -51,8 +51,9 @@ impl Truth {
     }
 }
 
-type Handler =
-    Arc<dyn Fn(TcpStream, usize, Arc<Truth>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+type Handler = Arc<
+    dyn Fn(TcpStream, usize, Arc<Truth>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync,
+>;
 
 /// Accepts connections forever; each is handed to `handler` with its index.
 async fn serve(handler: Handler) -> (String, Arc<Truth>) {
@@ -136,7 +137,11 @@ async fn sequential_calls(client: &Client, truth: &Truth, n: usize) {
         let elapsed = started.elapsed();
         let out = out.unwrap_or_else(|e| panic!("call {i} failed after {elapsed:?}: {e:?}"));
         let key = out.key.as_str().to_owned();
-        assert_eq!(out.value, json!({ "key": key }), "call {i}: a foreign answer");
+        assert_eq!(
+            out.value,
+            json!({ "key": key }),
+            "call {i}: a foreign answer"
+        );
         assert_eq!(truth.executions(&key), 1, "call {i}");
         assert!(
             elapsed < Duration::from_secs(2),
@@ -154,25 +159,27 @@ async fn sequential_calls(client: &Client, truth: &Truth, n: usize) {
 #[tokio::test]
 async fn idle_close_races_with_reuse() {
     for delay_ms in [0u64, 1, 2, 5, 10] {
-        let (url, truth) = serve(handler(move |mut stream, conn, truth: Arc<Truth>| async move {
-            let Some(seen) = next_request(&mut stream, &truth).await else {
-                return;
-            };
-            let key = key_of(&seen);
-            let fresh = truth.execute(&key);
-            let extra = if fresh { "" } else { "Arcp-Replayed: true\r\n" };
-            let _ = stream
-                .write_all(&response("application/json", &answer_for(&key), extra))
-                .await;
-            if conn % 2 == 0 {
-                // Close the idle connection, racing its reuse.
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            } else {
-                // Read the next request on this connection, then close
-                // without running it.
-                let _ = next_request(&mut stream, &truth).await;
-            }
-        }))
+        let (url, truth) = serve(handler(
+            move |mut stream, conn, truth: Arc<Truth>| async move {
+                let Some(seen) = next_request(&mut stream, &truth).await else {
+                    return;
+                };
+                let key = key_of(&seen);
+                let fresh = truth.execute(&key);
+                let extra = if fresh { "" } else { "Arcp-Replayed: true\r\n" };
+                let _ = stream
+                    .write_all(&response("application/json", &answer_for(&key), extra))
+                    .await;
+                if conn % 2 == 0 {
+                    // Close the idle connection, racing its reuse.
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                } else {
+                    // Read the next request on this connection, then close
+                    // without running it.
+                    let _ = next_request(&mut stream, &truth).await;
+                }
+            },
+        ))
         .await;
         let client = builder(&url).connect().await.unwrap();
         for i in 0..20 {
@@ -253,21 +260,23 @@ async fn http10_stream_delimited_by_close() {
 #[tokio::test]
 async fn garbage_after_the_body_does_not_confuse_the_next_call() {
     for later_ms in [0u64, 30] {
-        let (url, truth) = serve(handler(move |mut stream, _, truth: Arc<Truth>| async move {
-            while let Some(seen) = next_request(&mut stream, &truth).await {
-                let key = key_of(&seen);
-                truth.execute(&key);
-                let mut bytes = response("application/json", &answer_for(&key), "");
-                if later_ms == 0 {
-                    bytes.extend_from_slice(b"GARBAGE\r\n\r\n");
-                    let _ = stream.write_all(&bytes).await;
-                } else {
-                    let _ = stream.write_all(&bytes).await;
-                    tokio::time::sleep(Duration::from_millis(later_ms)).await;
-                    let _ = stream.write_all(b"GARBAGE\r\n\r\n").await;
+        let (url, truth) = serve(handler(
+            move |mut stream, _, truth: Arc<Truth>| async move {
+                while let Some(seen) = next_request(&mut stream, &truth).await {
+                    let key = key_of(&seen);
+                    truth.execute(&key);
+                    let mut bytes = response("application/json", &answer_for(&key), "");
+                    if later_ms == 0 {
+                        bytes.extend_from_slice(b"GARBAGE\r\n\r\n");
+                        let _ = stream.write_all(&bytes).await;
+                    } else {
+                        let _ = stream.write_all(&bytes).await;
+                        tokio::time::sleep(Duration::from_millis(later_ms)).await;
+                        let _ = stream.write_all(b"GARBAGE\r\n\r\n").await;
+                    }
                 }
-            }
-        }))
+            },
+        ))
         .await;
         let client = builder(&url).connect().await.unwrap();
         for i in 0..6 {
@@ -283,8 +292,7 @@ async fn garbage_after_the_body_does_not_confuse_the_next_call() {
             // A call that reads garbage must not have been counted as
             // answered without the server having seen it twice.
             assert_eq!(
-                out.attempts as usize,
-                1,
+                out.attempts as usize, 1,
                 "later {later_ms} call {i}: the garbage cost an attempt"
             );
         }
@@ -325,7 +333,11 @@ async fn a_smuggled_second_response_is_never_the_next_calls_answer() {
         match out {
             Ok(out) => {
                 let key = out.key.as_str().to_owned();
-                assert_eq!(out.value, json!({ "key": key }), "call {i}: the smuggled answer");
+                assert_eq!(
+                    out.value,
+                    json!({ "key": key }),
+                    "call {i}: the smuggled answer"
+                );
                 assert_eq!(truth.executions(&key), 1);
             }
             Err(e) => panic!("call {i}: {e:?}"),
@@ -405,7 +417,10 @@ async fn a_stream_that_never_ends_after_its_terminal() {
         let elapsed = started.elapsed();
         let key = out.key.as_str().to_owned();
         assert_eq!(out.value, json!({ "key": key }));
-        assert!(elapsed < Duration::from_millis(500), "call {i}: {elapsed:?}");
+        assert!(
+            elapsed < Duration::from_millis(500),
+            "call {i}: {elapsed:?}"
+        );
     }
     assert_eq!(truth.requests(), 5);
 }
@@ -444,7 +459,11 @@ async fn a_stream_that_keeps_talking_after_its_terminal() {
             .send()
             .await
             .unwrap();
-        assert!(started.elapsed() < Duration::from_millis(500), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(out.value, json!({ "key": out.key.as_str() }));
     }
     assert_eq!(truth.requests(), 3);
@@ -483,12 +502,27 @@ async fn a_malformed_head_after_the_tool_ran_may_have_run() {
     let many: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
     let heads: Vec<(&str, String)> = vec![
         ("invalid status line", "HTTP/1.1 OK\r\n\r\n".to_owned()),
-        ("status 2000", "HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n".to_owned()),
+        (
+            "status 2000",
+            "HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n".to_owned(),
+        ),
         ("not http", "SSH-2.0-OpenSSH_9.6\r\n".to_owned()),
-        ("oversized header", format!("HTTP/1.1 200 OK\r\nX-Big: {big}\r\n\r\n")),
-        ("too many headers", format!("HTTP/1.1 200 OK\r\n{many}Content-Length: 0\r\n\r\n")),
-        ("bad content-length", "HTTP/1.1 200 OK\r\nContent-Length: 12, 13\r\n\r\n".to_owned()),
-        ("http/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned()),
+        (
+            "oversized header",
+            format!("HTTP/1.1 200 OK\r\nX-Big: {big}\r\n\r\n"),
+        ),
+        (
+            "too many headers",
+            format!("HTTP/1.1 200 OK\r\n{many}Content-Length: 0\r\n\r\n"),
+        ),
+        (
+            "bad content-length",
+            "HTTP/1.1 200 OK\r\nContent-Length: 12, 13\r\n\r\n".to_owned(),
+        ),
+        (
+            "http/2 preface",
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_owned(),
+        ),
     ];
     for (what, head) in heads {
         let head = Arc::new(head);
@@ -554,7 +588,10 @@ async fn a_tls_server_that_never_answers_the_handshake() {
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
-    assert!(elapsed < Duration::from_millis(1_500), "{elapsed:?}: {err:?}");
+    assert!(
+        elapsed < Duration::from_millis(1_500),
+        "{elapsed:?}: {err:?}"
+    );
     assert_eq!(truth.requests(), 0);
     assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
 }
@@ -708,7 +745,10 @@ async fn a_trickled_head_keeps_the_deadline() {
     let (url, truth) = serve(handler(|mut stream, _, truth: Arc<Truth>| async move {
         if let Some(seen) = next_request(&mut stream, &truth).await {
             truth.execute(&key_of(&seen));
-            for b in b"HTTP/1.1 200 OK\r\nX-Slow: ".iter().chain(std::iter::repeat(&b'a')) {
+            for b in b"HTTP/1.1 200 OK\r\nX-Slow: "
+                .iter()
+                .chain(std::iter::repeat(&b'a'))
+            {
                 if stream.write_all(&[*b]).await.is_err() {
                     return;
                 }

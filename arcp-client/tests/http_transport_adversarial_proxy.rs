@@ -77,7 +77,10 @@ async fn url_credentials_stay_off_the_request_line_through_a_proxy() {
         .await;
     let head = heads.lock().unwrap()[0].head.clone();
     let line = head.lines().next().unwrap().to_owned();
-    assert!(!line.contains("pw"), "the URL's password is on the request line: {line}");
+    assert!(
+        !line.contains("pw"),
+        "the URL's password is on the request line: {line}"
+    );
 }
 
 /// A tunnelling proxy that refuses `CONNECT` with 407: retrying cannot
@@ -106,7 +109,9 @@ async fn a_proxy_refusing_connect_with_407_is_not_hammered() {
     let connects = connections.load(Ordering::SeqCst);
     assert_eq!(refused.execution(), Execution::NotRun, "{refused:?}");
     assert!(
-        connects <= 2 && elapsed < Duration::from_millis(500) && refused.to_string().contains("407"),
+        connects <= 2
+            && elapsed < Duration::from_millis(500)
+            && refused.to_string().contains("407"),
         "{connects} CONNECTs in {elapsed:?}, then: {refused}"
     );
 }

@@ -34,8 +34,8 @@ use self::answer::is_error;
 use super::transport::{tls_failure, Settings, Transport};
 use super::{
     bearer_header, body_detail, describe, endpoint, has_media_type, header_is_true,
-    idempotency_key_header, read_capped, redact, retry_after, ERROR_BODY_LIMIT,
-    IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
+    idempotency_key_header, read_capped, redact, retry_after, take_url_credentials,
+    ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
 use crate::cache::{conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, Settled};
 use crate::classify::{give_up, Ended, Ending, Exposure};
@@ -81,8 +81,10 @@ impl HttpBackend {
     /// the first call. The proxy is the one the environment names for the
     /// endpoint, read here once.
     pub(crate) fn new(config: Arc<Config>) -> Result<Self, Error> {
-        let endpoint = endpoint(&config.url)?;
-        let auth = bearer_header(config.token.as_ref())?;
+        let mut endpoint = endpoint(&config.url)?;
+        // A bearer token, when set, wins over the URL's own credentials.
+        let url_auth = take_url_credentials(&mut endpoint);
+        let auth = bearer_header(config.token.as_ref())?.or(url_auth);
         let setup_failed = |message: String| Error::Connect {
             url: config.url.clone(),
             message,

@@ -75,6 +75,47 @@ pub(crate) fn bearer_header(token: Option<&Secret>) -> Result<Option<HeaderValue
     Ok(Some(value))
 }
 
+/// The endpoint's own credentials (`http://user:password@host/arcp`), taken
+/// out of it: sent as `Authorization: Basic` (as curl and reqwest send
+/// them), never on the request line or in a message.
+pub(crate) fn take_url_credentials(url: &mut Url) -> Option<HeaderValue> {
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    let mut pair = percent_decoded(url.username());
+    pair.push(b':');
+    pair.extend(percent_decoded(url.password().unwrap_or("")));
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    let mut value = HeaderValue::try_from(format!("Basic {encoded}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+/// `%XX` escapes decoded (a URL's user info is percent-encoded).
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&hi), Some(&lo)) if hex(hi).is_some() && hex(lo).is_some() => {
+                let value = hex(hi).unwrap_or(0) * 16 + hex(lo).unwrap_or(0);
+                out.push(value as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// A reqwest client: rustls (the given configuration, else the bundled web
 /// PKI roots), HTTP/1.1, no automatic decompression or retries.
 pub(crate) fn build_http_client(
@@ -295,6 +336,19 @@ mod tests {
         );
         assert!(endpoint("http://").is_err());
         assert!(endpoint("ftp://h/").is_err());
+    }
+
+    #[test]
+    fn url_credentials_become_basic_auth_and_leave_the_url() {
+        let mut url = Url::parse("http://us%40er:p%3Aw@h:1/arcp").unwrap();
+        let auth = take_url_credentials(&mut url).unwrap();
+        // base64("us@er:p:w")
+        assert_eq!(auth, "Basic dXNAZXI6cDp3");
+        assert!(auth.is_sensitive());
+        assert_eq!(url.as_str(), "http://h:1/arcp");
+        let mut plain = Url::parse("http://h:1/arcp").unwrap();
+        assert!(take_url_credentials(&mut plain).is_none());
+        assert_eq!(percent_decoded("%zz%4"), b"%zz%4");
     }
 
     #[test]
