@@ -953,7 +953,14 @@ async fn an_unasked_101_after_the_tool_ran_may_have_run() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(truth.total_executions(), 1);
+    // A lost answer: retried with the same key (this server, unlike a
+    // runtime, runs every request it gets).
+    assert!(truth.total_executions() >= 1);
+    assert_eq!(
+        truth.executions(err.key().unwrap().as_str()),
+        truth.total_executions(),
+        "every request carried the call's key"
+    );
     assert_eq!(
         err.execution(),
         Execution::MayHaveRun,

@@ -9,7 +9,8 @@
 //!     │    ──a TLS handshake failed (untrusted certificate)───▶ Connect, not retried
 //!     │    ──429 / 503 / 408 / retryable error, not accepted──▶ Transient: backoff, Retry-After floor
 //!     │    ──409 / job.accepted only──────────────────────────▶ Pending: ladder wait (key is bound)
-//!     │    ──reset / cut body / 500 502 504 / no terminal─────▶ Lost: backoff (outcome uncertain)
+//!     │    ──reset / cut body / 5xx (not 501, 505) / 1xx ─────▶ Lost: backoff (outcome uncertain)
+//!     │      / no terminal
 //!     └──── retry with the same key until the budget is spent: RetriesExhausted or
 //!           OutcomeUnavailable (when the job may exist); the deadline bounds it all
 //! ```
@@ -24,16 +25,16 @@ use arcp_types::{Dialect, EncodedRequest, Header};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Uri};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::proxy::matcher::Matcher;
 use tokio::sync::watch;
 use tracing::{debug, info, warn, Instrument};
 
 use self::answer::is_error;
+use super::gate::{AttemptGate, GatedBody};
 use super::transport::{tls_failure, Settings, Transport};
 use super::{
-    bearer_header, body_detail, describe, endpoint, has_media_type, header_is_true,
+    bearer_header, body_detail, describe, display_uri, endpoint, has_media_type, header_is_true,
     idempotency_key_header, read_capped, redact, retry_after, take_url_credentials,
     ERROR_BODY_LIMIT, IDEMPOTENCY_KEY_HEADER, NDJSON, REPLAYED_HEADER,
 };
@@ -86,7 +87,7 @@ impl HttpBackend {
         let url_auth = take_url_credentials(&mut endpoint);
         let auth = bearer_header(config.token.as_ref())?.or(url_auth);
         let setup_failed = |message: String| Error::Connect {
-            url: config.url.clone(),
+            url: display_uri(&config.url),
             message,
             retryable: false,
         };
@@ -206,8 +207,14 @@ impl HttpBackend {
         // may have reached the runtime: `exposure` counts it.
         let outcome = match end {
             End::Done(outcome) => outcome,
-            End::Deadline => Err(call.end(Ending::Deadline(deadline))),
-            End::Closed => Err(call.end(Ending::Closed)),
+            End::Deadline => {
+                call.cut_attempt();
+                Err(call.end(Ending::Deadline(deadline)))
+            }
+            End::Closed => {
+                call.cut_attempt();
+                Err(call.end(Ending::Closed))
+            }
         };
         let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
         match &outcome {
@@ -289,8 +296,11 @@ struct Call<'a> {
     /// An attempt may have started the job and its answer was lost.
     uncertain: bool,
     /// A request is on its way: handed to the HTTP client and not yet
-    /// answered (a deadline or a close that cuts it short leaves it in doubt).
+    /// answered (a deadline or a close that cuts it short leaves it in
+    /// doubt if its gate released its body).
     in_flight: bool,
+    /// The current attempt's gate (`gate.rs`).
+    gate: Option<Arc<AttemptGate>>,
     /// The current attempt's stream carried `job.accepted`.
     accepted_now: bool,
     last_error: Option<String>,
@@ -325,6 +335,7 @@ impl<'a> Call<'a> {
             bound: false,
             uncertain: false,
             in_flight: false,
+            gate: None,
             accepted_now: false,
             last_error: None,
             budget_at: None,
@@ -403,6 +414,16 @@ impl<'a> Call<'a> {
         give_up(call, ending)
     }
 
+    /// The call ends (deadline, close, its caller gone) with an attempt
+    /// out: an attempt whose body was never released sent nothing, and
+    /// never will (`gate.rs`); it is not counted.
+    fn cut_attempt(&mut self) {
+        if self.in_flight && !self.gate.as_ref().is_some_and(|gate| gate.cut()) {
+            self.in_flight = false;
+            self.attempts -= 1;
+        }
+    }
+
     /// What the attempts so far exposed to the runtime, the one in flight
     /// included.
     fn exposure(&self) -> Exposure {
@@ -428,7 +449,9 @@ impl<'a> Call<'a> {
         let earlier = self.bound;
         self.accepted_now = false;
         self.attempts += 1;
-        let mut request = Request::new(Full::new(body));
+        let gate = AttemptGate::new(self.req.shared.clone());
+        self.gate = Some(gate.clone());
+        let mut request = Request::new(GatedBody::new(body, gate));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = self.backend.target.clone();
         let headers = request.headers_mut();
@@ -443,15 +466,15 @@ impl<'a> Call<'a> {
             headers.insert(AUTHORIZATION, auth.clone());
         }
         debug!(attempt = self.attempts, request_id = %self.message_id, "request sent");
-        // From here until an answer, the request may reach the runtime.
+        // From here until an answer, the request may reach the runtime
+        // (once its gate releases the body).
         self.in_flight = true;
-        self.req.shared.mark_sent();
         let next = self.send(request, earlier).await;
         self.in_flight = false;
         next
     }
 
-    async fn send(&mut self, request: Request<Full<Bytes>>, earlier: bool) -> Next {
+    async fn send(&mut self, request: Request<GatedBody>, earlier: bool) -> Next {
         match self.backend.transport.send(request).await {
             Ok(response) => {
                 let (parts, mut body) = response.into_parts();
@@ -529,9 +552,11 @@ impl<'a> Call<'a> {
             // request: the request may have reached the runtime.
             408 | 429 => self.transient(response, status, floor).await,
             503 if floor.is_some() => self.transient(response, status, floor).await,
-            // Every server error but "not implemented" (501) and "version
-            // not supported" (505), which refuse the request itself.
-            500 | 502..=504 | 506..=599 => {
+            // A final 1xx (hyper passes on only 101, unasked for) answers
+            // nothing, as does every server error but "not implemented"
+            // (501) and "version not supported" (505), which refuse the
+            // request itself.
+            100..=199 | 500 | 502..=504 | 506..=599 => {
                 // The request may have reached the runtime (a gateway's
                 // 502/504/52x: it may have forwarded it; 507: it ran and
                 // could not store the outcome).
@@ -601,7 +626,11 @@ impl<'a> Call<'a> {
 /// key's stored outcome), as the WebSocket transport remembers it.
 impl Drop for Call<'_> {
     fn drop(&mut self) {
-        if !self.settled && self.exposure().unresolved() == Execution::MayHaveRun {
+        if self.settled {
+            return;
+        }
+        self.cut_attempt();
+        if self.exposure().unresolved() == Execution::MayHaveRun {
             self.backend.cache().remember_binding(
                 self.req.key.clone(),
                 self.fingerprint,

@@ -13,6 +13,7 @@
 
 mod artifact;
 mod call;
+mod gate;
 mod transport;
 
 use std::time::{Duration, SystemTime};

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -39,6 +39,8 @@ use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tower_service::Service;
+
+use super::gate::GatedBody;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -51,7 +53,7 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 /// The call path's HTTP client: one per [`crate::Client`], its pool shared
 /// by every call.
 pub(crate) struct Transport {
-    client: Client<Connector, Full<Bytes>>,
+    client: Client<Connector, GatedBody>,
     user_agent: HeaderValue,
     /// Credentials for a forwarding proxy, sent with each request (a
     /// tunnelling proxy gets them in its `CONNECT`).
@@ -143,7 +145,7 @@ impl Transport {
 
     /// Sends one request; the `User-Agent` (and a forwarding proxy's
     /// credentials) are added here.
-    pub(crate) fn send(&self, mut request: Request<Full<Bytes>>) -> ResponseFuture {
+    pub(crate) fn send(&self, mut request: Request<GatedBody>) -> ResponseFuture {
         let headers = request.headers_mut();
         headers.insert(http::header::USER_AGENT, self.user_agent.clone());
         if let Some(auth) = &self.proxy_authorization {
@@ -351,6 +353,8 @@ impl Write for RouteStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::gate::AttemptGate;
+    use crate::request::CallShared;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -365,7 +369,8 @@ mod tests {
     }
 
     fn post(transport: &Transport, endpoint: &str) -> ResponseFuture {
-        let mut request = Request::new(Full::new(Bytes::from_static(b"{}")));
+        let gate = AttemptGate::new(Arc::new(CallShared::default()));
+        let mut request = Request::new(GatedBody::new(Bytes::from_static(b"{}"), gate));
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = endpoint.parse().unwrap();
         transport.send(request)
