@@ -6,7 +6,7 @@
 //!  attempt ──2xx terminal envelope────────────────────────────▶ done (Ok / Tool error)
 //!     │    ──422 / DUPLICATE_KEY──────────────────────────────▶ DuplicateKey
 //!     │    ──401 / 403────────────────────────────────────────▶ Unauthenticated
-//!     │    ──a TLS handshake failed (untrusted certificate)───▶ Connect, not retried
+//!     │    ──TLS refused (certificate) / proxy 407 to CONNECT─▶ Connect, not retried
 //!     │    ──429 / 503 / 408 / retryable error, not accepted──▶ Transient: backoff, Retry-After floor
 //!     │    ──409 / job.accepted only──────────────────────────▶ Pending: ladder wait (key is bound)
 //!     │    ──reset / cut body / 5xx (not 501, 505) / 1xx ─────▶ Lost: backoff (outcome uncertain)
@@ -32,7 +32,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use self::answer::is_error;
 use super::gate::{AttemptGate, GatedBody};
-use super::transport::{tls_failure, Settings, Transport};
+use super::transport::{definitive_failure, Settings, Transport};
 use super::{
     bearer_header, body_detail, describe, display_uri, endpoint, has_media_type, header_is_true,
     idempotency_key_header, read_capped, redact, retry_after, take_url_credentials,
@@ -485,12 +485,13 @@ impl<'a> Call<'a> {
                 // Nothing reached the runtime: a failed connect costs time,
                 // not an attempt.
                 self.attempts -= 1;
-                if let Some(tls) = tls_failure(&e) {
-                    // Retrying cannot make the certificate trusted.
+                if let Some(message) = definitive_failure(&e) {
+                    // An untrusted certificate, a proxy that wants
+                    // credentials: retrying cannot change it.
                     self.in_flight = false;
                     let refused = Error::Connect {
                         url: self.backend.endpoint.clone(),
-                        message: format!("the TLS handshake failed: {tls}"),
+                        message,
                         retryable: false,
                     };
                     return Next::Done(Err(self.end(Ending::ConnectFailed(refused))));

@@ -140,6 +140,9 @@ mod tests {
         let shared = Arc::new(CallShared::default());
         let gate = AttemptGate::new(shared.clone());
         assert!(!shared.abandon());
-        assert!(!gate.open(), "the client's deadline path said nothing was sent");
+        assert!(
+            !gate.open(),
+            "the client's deadline path said nothing was sent"
+        );
     }
 }

@@ -30,19 +30,19 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::proxy::Tunnel;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::client::proxy::matcher::Matcher;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
+use self::route::{ProxyError, Route, RouteStream};
 use super::gate::GatedBody;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod route;
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long an idle connection stays in the pool.
 const POOL_IDLE: Duration = Duration::from_secs(60);
@@ -85,39 +85,8 @@ impl Transport {
         tcp.set_keepalive(Some(TCP_KEEPALIVE));
         tcp.set_keepalive_interval(Some(TCP_KEEPALIVE));
         tcp.set_keepalive_retries(Some(3));
-        let intercept = settings.proxies.intercept(&settings.endpoint);
-        let (route, proxy_authorization) = match intercept {
-            None => (Route::Direct(tcp), None),
-            Some(proxy) => {
-                if proxy.uri().scheme_str() != Some("http") {
-                    return Err(format!(
-                        "the proxy {} that the environment names for {} is not an http:// proxy, \
-                         the only kind the HTTP binding connects through",
-                        redacted_proxy(proxy.uri()),
-                        settings.endpoint
-                    ));
-                }
-                if settings.endpoint.scheme_str() == Some("https") {
-                    let mut tunnel = Tunnel::new(proxy.uri().clone(), tcp);
-                    if let Some(auth) = proxy.basic_auth() {
-                        tunnel = tunnel.with_auth(auth.clone());
-                    }
-                    (Route::Tunnel(tunnel), None)
-                } else {
-                    let auth = proxy.basic_auth().cloned().map(|mut auth| {
-                        auth.set_sensitive(true);
-                        auth
-                    });
-                    (
-                        Route::Forward {
-                            tcp,
-                            proxy: proxy.uri().clone(),
-                        },
-                        auth,
-                    )
-                }
-            }
-        };
+        let (route, proxy_authorization) =
+            Route::for_endpoint(&settings.endpoint, &settings.proxies, tcp)?;
         let tls = match settings.tls {
             Some(tls) => (*tls).clone(),
             None => web_pki_config()?,
@@ -167,27 +136,20 @@ fn web_pki_config() -> Result<rustls::ClientConfig, String> {
         .with_no_client_auth())
 }
 
-/// A proxy's address for a message: without its credentials.
-fn redacted_proxy(uri: &Uri) -> String {
-    let host = uri.host().unwrap_or("");
-    match (uri.scheme_str(), uri.port_u16()) {
-        (Some(scheme), Some(port)) => format!("{scheme}://{host}:{port}"),
-        (Some(scheme), None) => format!("{scheme}://{host}"),
-        _ => host.to_owned(),
-    }
-}
-
-/// The TLS failure under a failed connect (an untrusted or mismatched
-/// certificate, a refused handshake), which retrying cannot fix: rustls'
-/// error, found inside the I/O errors that carry it (an I/O error's
-/// `source` skips the error it wraps, so those are opened by `get_ref`).
-pub(crate) fn tls_failure<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a rustls::Error> {
+/// Why a failed connect cannot succeed on a retry, if it cannot: a TLS
+/// handshake that failed (an untrusted or mismatched certificate), or a
+/// proxy that refused the tunnel for good (407: it needs credentials; any
+/// other 4xx but 408 and 429). The errors are found along the chain of
+/// causes, inside the I/O errors that carry them (an I/O error's `source`
+/// skips the error it wraps, so those are opened by `get_ref`).
+pub(crate) fn definitive_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut cause = Some(e);
     while let Some(error) = cause {
         if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls);
+            return Some(format!("the TLS handshake failed: {tls}"));
+        }
+        if let Some(proxy) = error.downcast_ref::<ProxyError>() {
+            return proxy.is_definitive().then(|| proxy.to_string());
         }
         cause = match error.downcast_ref::<std::io::Error>() {
             Some(io) => io
@@ -237,116 +199,6 @@ impl Service<Uri> for Connector {
                 Err(_) => Err(format!("connecting took longer than {timeout:?}").into()),
             }
         })
-    }
-}
-
-/// Where a new connection's TCP goes (see the module's picture).
-#[derive(Clone)]
-enum Route {
-    Direct(HttpConnector),
-    Forward { tcp: HttpConnector, proxy: Uri },
-    Tunnel(Tunnel<HttpConnector>),
-}
-
-type Routing = Pin<Box<dyn Future<Output = Result<RouteStream, BoxError>> + Send>>;
-
-impl Service<Uri> for Route {
-    type Response = RouteStream;
-    type Error = BoxError;
-    type Future = Routing;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        match self {
-            Route::Direct(tcp) | Route::Forward { tcp, .. } => {
-                tcp.poll_ready(cx).map_err(Into::into)
-            }
-            Route::Tunnel(tunnel) => tunnel.poll_ready(cx).map_err(Into::into),
-        }
-    }
-
-    fn call(&mut self, dst: Uri) -> Routing {
-        match self {
-            Route::Direct(tcp) => {
-                let connecting = tcp.call(dst);
-                Box::pin(async move {
-                    Ok(RouteStream {
-                        io: connecting.await?,
-                        forwarded: false,
-                    })
-                })
-            }
-            Route::Forward { tcp, proxy } => {
-                let connecting = tcp.call(proxy.clone());
-                Box::pin(async move {
-                    Ok(RouteStream {
-                        io: connecting.await?,
-                        forwarded: true,
-                    })
-                })
-            }
-            Route::Tunnel(tunnel) => {
-                let connecting = tunnel.call(dst);
-                Box::pin(async move {
-                    Ok(RouteStream {
-                        io: connecting.await?,
-                        forwarded: false,
-                    })
-                })
-            }
-        }
-    }
-}
-
-/// A connection's TCP stream, and whether it reaches a forwarding proxy
-/// (hyper then writes each request's target in absolute form).
-struct RouteStream {
-    io: TokioIo<TcpStream>,
-    forwarded: bool,
-}
-
-impl Connection for RouteStream {
-    fn connected(&self) -> Connected {
-        self.io.connected().proxy(self.forwarded)
-    }
-}
-
-impl Read for RouteStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl Write for RouteStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
