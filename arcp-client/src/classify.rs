@@ -184,6 +184,7 @@ pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
             deadline,
             attempts,
             execution: call.exposure.unresolved(),
+            last_error: call.last_error.map(str::to_owned),
         },
         Ending::Closed if exposed => Error::Interrupted {
             key,
@@ -274,6 +275,7 @@ pub(crate) fn shared_fate(e: Error, key: &IdempotencyKey, job_id: Option<String>
             job_id,
             deadline,
             attempts,
+            last_error,
             ..
         } => Error::DeadlineExceeded {
             key,
@@ -281,6 +283,7 @@ pub(crate) fn shared_fate(e: Error, key: &IdempotencyKey, job_id: Option<String>
             deadline,
             attempts,
             execution: Execution::MayHaveRun,
+            last_error,
         },
         Error::Closed => Error::Interrupted {
             key: key.clone(),

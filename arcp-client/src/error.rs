@@ -19,6 +19,18 @@ pub use journal::{JournalError, JournalErrorKind};
 pub use tool::ToolError;
 
 /// " (job J)" when the job is known, else nothing: for messages.
+/// ", after: <reason>" when a reason is known.
+struct LastErrorSuffix<'a>(&'a Option<String>);
+
+impl fmt::Display for LastErrorSuffix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(reason) => write!(f, "; the last attempt: {reason}"),
+            None => Ok(()),
+        }
+    }
+}
+
 struct JobSuffix<'a>(&'a Option<String>);
 
 impl fmt::Display for JobSuffix<'_> {
@@ -108,8 +120,9 @@ pub enum Error {
     },
     /// The call's deadline passed before it resolved.
     #[error(
-        "the call with key {key} exceeded its deadline of {deadline:?}{} ({execution})",
-        JobSuffix(job_id)
+        "the call with key {key} exceeded its deadline of {deadline:?}{} ({execution}){}",
+        JobSuffix(job_id),
+        LastErrorSuffix(last_error)
     )]
     DeadlineExceeded {
         /// The key.
@@ -123,6 +136,10 @@ pub enum Error {
         /// Whether the tool ran: [`Execution::NotRun`] when nothing reached
         /// the runtime, else [`Execution::MayHaveRun`].
         execution: Execution,
+        /// Why the last attempt before the deadline failed, when one did
+        /// (a call that was waiting to retry): what kept the call from an
+        /// answer, such as a proxy or runtime that could not be reached.
+        last_error: Option<String>,
     },
     /// The job was cancelled.
     #[error("the call with key {key} was cancelled{}", JobSuffix(job_id))]
@@ -479,9 +496,23 @@ mod tests {
             deadline: Duration::from_secs(1),
             attempts: 0,
             execution: Execution::NotRun,
+            last_error: None,
         };
         assert!(!e.to_string().contains("None"), "{e}");
         assert_eq!(e.execution(), Execution::NotRun);
+        let e = Error::DeadlineExceeded {
+            key: IdempotencyKey::new(),
+            job_id: None,
+            deadline: Duration::from_secs(1),
+            attempts: 0,
+            execution: Execution::NotRun,
+            last_error: Some("could not connect: refused".into()),
+        };
+        assert!(
+            e.to_string()
+                .ends_with("(not_run); the last attempt: could not connect: refused"),
+            "{e}"
+        );
     }
 
     #[test]

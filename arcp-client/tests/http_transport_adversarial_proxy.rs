@@ -161,11 +161,11 @@ async fn a_dead_proxy_is_named_in_the_error() {
         .unwrap_err();
     assert_eq!(budget.execution(), Execution::NotRun, "{budget:?}");
     clear();
-    // A deadline's error says the deadline passed (it carries no attempt's
-    // reason); the budget's names what failed.
-    let text = budget.to_string();
-    assert!(
-        text.contains("proxy") && text.contains(&address),
-        "the error does not say the proxy {address} could not be reached: {text}"
-    );
+    for (what, e) in [("deadline first", &deadline), ("budget first", &budget)] {
+        let text = e.to_string();
+        assert!(
+            text.contains("proxy") && text.contains(&address),
+            "{what}: the error does not say the proxy {address} could not be reached: {text}"
+        );
+    }
 }
