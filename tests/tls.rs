@@ -163,3 +163,30 @@ async fn https_with_an_untrusted_certificate_is_a_clear_non_retried_error() {
     );
     assert_eq!(mock.http_requests(), 0, "nothing reached the runtime");
 }
+
+/// A caller's own rustls configuration, ALPN protocols and all: the HTTP
+/// binding speaks HTTP/1.1 over it (and never panics on it).
+#[tokio::test]
+async fn https_with_a_callers_tls_config_that_names_alpn_protocols() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let (port, cert) = tls_front(mock.http_address()).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let client = Client::builder(format!("https://localhost:{port}/arcp"))
+        .tls_config(Arc::new(config))
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke_tool("echo", json!({"alpn": 1}))
+        .await
+        .unwrap();
+    assert_eq!(out.value, json!({"alpn": 1}));
+}

@@ -180,19 +180,27 @@ impl TlsSettings {
         if self.extra_roots.is_empty() {
             return None;
         }
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        // Unparsable extra roots are skipped; the handshake then reports the
-        // certificate error, which names the server's certificate.
-        let _ = roots.add_parsable_certificates(self.extra_roots.iter().cloned());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .ok()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Some(Arc::new(config))
+        web_pki_config(&self.extra_roots).map(Arc::new)
     }
+}
+
+/// The web PKI roots, and `extra` ones, with ring: what a connection trusts
+/// unless the caller configured rustls itself. Unparsable extra roots are
+/// skipped; the handshake then reports the certificate error, which names
+/// the server's certificate.
+pub(crate) fn web_pki_config(
+    extra: &[rustls_pki_types::CertificateDer<'static>],
+) -> Option<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let _ = roots.add_parsable_certificates(extra.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Some(config)
 }
 
 /// Everything the transports need to know. Each wait has its own name.

@@ -39,6 +39,7 @@ use tower_service::Service;
 
 use self::route::{ProxyError, Route, RouteStream};
 use super::gate::GatedBody;
+use crate::config::web_pki_config;
 
 mod route;
 
@@ -87,15 +88,16 @@ impl Transport {
         tcp.set_keepalive_retries(Some(3));
         let (route, proxy_authorization) =
             Route::for_endpoint(&settings.endpoint, &settings.proxies, tcp)?;
-        let tls = match settings.tls {
+        let mut tls = match settings.tls {
             Some(tls) => (*tls).clone(),
-            None => web_pki_config()?,
+            None => web_pki_config(&[])
+                .ok_or_else(|| "TLS: the default protocol versions are unsupported".to_owned())?,
         };
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(route);
+        // This client speaks HTTP/1.1 alone: it offers that, whatever a
+        // caller's configuration names (as reqwest did).
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // `http://` passes through; `https://` gets TLS.
+        let https = HttpsConnector::from((route, Arc::new(tls)));
         let connector = Connector {
             inner: https,
             timeout: settings.connect_timeout,
@@ -122,18 +124,6 @@ impl Transport {
         }
         self.client.request(request)
     }
-}
-
-/// The web PKI roots with ring, as the WebSocket transport's default.
-fn web_pki_config() -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }
 
 /// Why a failed connect cannot succeed on a retry, if it cannot: a TLS
