@@ -465,7 +465,7 @@ impl<'a> Call<'a> {
         if let Some(auth) = &self.backend.auth {
             headers.insert(AUTHORIZATION, auth.clone());
         }
-        debug!(attempt = self.attempts, request_id = %self.message_id, "request sent");
+        debug!(attempt = self.attempts, request_id = %self.message_id, "request queued");
         // From here until an answer, the request may reach the runtime
         // (once its gate releases the body).
         self.in_flight = true;
@@ -481,9 +481,19 @@ impl<'a> Call<'a> {
                 self.on_response(parts.status.as_u16(), &parts.headers, &mut body, earlier)
                     .await
             }
-            Err(e) if e.is_connect() => {
-                // Nothing reached the runtime: a failed connect costs time,
-                // not an attempt.
+            Err(e) => {
+                // Whether the request went out is the gate's to say: a
+                // body never released was never sent, whatever failed (a
+                // connect, a new connection closed before it took the
+                // request). That costs time, not an attempt.
+                let released = self.gate.as_ref().is_some_and(|gate| gate.cut());
+                if released {
+                    self.uncertain = true;
+                    return Next::Lost {
+                        floor: None,
+                        reason: format!("no response: {}", describe(&e)),
+                    };
+                }
                 self.attempts -= 1;
                 if let Some(message) = definitive_failure(&e) {
                     // An untrusted certificate, a proxy that wants
@@ -496,16 +506,14 @@ impl<'a> Call<'a> {
                     };
                     return Next::Done(Err(self.end(Ending::ConnectFailed(refused))));
                 }
-                Next::Lost {
+                let what = if e.is_connect() {
+                    "could not connect"
+                } else {
+                    "not sent"
+                };
+                Next::Transient {
                     floor: None,
-                    reason: format!("could not connect: {}", describe(&e)),
-                }
-            }
-            Err(e) => {
-                self.uncertain = true;
-                Next::Lost {
-                    floor: None,
-                    reason: format!("no response: {}", describe(&e)),
+                    reason: format!("{what}: {}", describe(&e)),
                 }
             }
         }
