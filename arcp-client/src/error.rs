@@ -18,19 +18,20 @@ pub use execution::Execution;
 pub use journal::{JournalError, JournalErrorKind};
 pub use tool::ToolError;
 
-/// " (job J)" when the job is known, else nothing: for messages.
-/// ", after: <reason>" when a reason is known.
+/// "; the last failed attempt: <reason>" when a reason is known, else
+/// nothing: for messages.
 struct LastErrorSuffix<'a>(&'a Option<String>);
 
 impl fmt::Display for LastErrorSuffix<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(reason) => write!(f, "; the last attempt: {reason}"),
+            Some(reason) => write!(f, "; the last failed attempt: {reason}"),
             None => Ok(()),
         }
     }
 }
 
+/// " (job J)" when the job is known, else nothing: for messages.
 struct JobSuffix<'a>(&'a Option<String>);
 
 impl fmt::Display for JobSuffix<'_> {
@@ -510,7 +511,7 @@ mod tests {
         };
         assert!(
             e.to_string()
-                .ends_with("(not_run); the last attempt: could not connect: refused"),
+                .ends_with("(not_run); the last failed attempt: could not connect: refused"),
             "{e}"
         );
     }

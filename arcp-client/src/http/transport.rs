@@ -87,7 +87,7 @@ impl Transport {
         tcp.set_keepalive_interval(Some(TCP_KEEPALIVE));
         tcp.set_keepalive_retries(Some(3));
         let (route, proxy_authorization) =
-            Route::for_endpoint(&settings.endpoint, &settings.proxies, tcp)?;
+            Route::for_endpoint(&settings.endpoint, &settings.proxies, tcp, &user_agent)?;
         let mut tls = match settings.tls {
             Some(tls) => (*tls).clone(),
             None => web_pki_config(&[])
@@ -241,6 +241,10 @@ mod tests {
 
     const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
+    fn describe_chain(e: &(dyn std::error::Error + 'static)) -> String {
+        crate::http::describe(e)
+    }
+
     #[tokio::test]
     async fn a_forwarding_proxy_gets_each_request_in_absolute_form_with_its_credentials() {
         let (proxy, head) = peer(OK).await;
@@ -280,6 +284,10 @@ mod tests {
             head.starts_with("connect runtime.invalid:443 http/1.1\r\n"),
             "{head}"
         );
+        assert!(head.contains("user-agent: arcp-sdk/test\r\n"), "{head}");
+        let shown = describe_chain(&refused);
+        assert!(shown.contains("refused the credentials"), "{shown}");
+        assert!(!shown.contains("pw"), "{shown}");
         assert!(
             head.contains("proxy-authorization: basic dxnlcjpwdw==\r\n"),
             "{head}"

@@ -24,24 +24,27 @@ const MAX_CONNECT_ANSWER: usize = 8 * 1024;
 /// Where a new connection's TCP goes.
 #[derive(Clone)]
 pub(super) enum Route {
+    /// TCP to the endpoint itself.
     Direct(HttpConnector),
-    /// Each request's target in absolute form, to the proxy.
-    Forward {
-        tcp: HttpConnector,
-        proxy: Proxy,
-    },
+    /// TCP to the proxy, each request's target in absolute form.
+    Forward { tcp: HttpConnector, proxy: Proxy },
     /// `CONNECT` to the proxy, then the endpoint's TLS through it.
     Tunnel {
         tcp: HttpConnector,
         proxy: Proxy,
+        /// The proxy's credentials, and the client's `User-Agent` (some
+        /// proxies filter tunnels on it), sent with `CONNECT`.
         authorization: Option<HeaderValue>,
+        user_agent: HeaderValue,
     },
 }
 
-/// A proxy's address, and the same without credentials for messages.
+/// A proxy.
 #[derive(Clone)]
 pub(super) struct Proxy {
+    /// Where to connect.
     uri: Uri,
+    /// Its address for messages, without credentials.
     shown: String,
 }
 
@@ -52,6 +55,7 @@ impl Route {
         endpoint: &Uri,
         proxies: &Matcher,
         tcp: HttpConnector,
+        user_agent: &HeaderValue,
     ) -> Result<(Route, Option<HeaderValue>), String> {
         let Some(intercept) = proxies.intercept(endpoint) else {
             return Ok((Route::Direct(tcp), None));
@@ -62,9 +66,10 @@ impl Route {
         };
         if proxy.uri.scheme_str() != Some("http") {
             return Err(format!(
-                "the proxy {} that the environment names for {endpoint} is not an http:// \
-                 proxy, the only kind the HTTP binding connects through",
-                proxy.shown
+                "the proxy {} that the environment names for {} is not an http:// proxy, \
+                 the only kind the HTTP binding connects through",
+                proxy.shown,
+                shown(endpoint)
             ));
         }
         let authorization = intercept.basic_auth().cloned().map(|mut auth| {
@@ -76,6 +81,7 @@ impl Route {
                 tcp,
                 proxy,
                 authorization,
+                user_agent: user_agent.clone(),
             };
             (route, None)
         } else {
@@ -99,8 +105,13 @@ fn shown(uri: &Uri) -> String {
 pub(crate) enum ProxyError {
     /// No TCP connection to the proxy.
     Unreachable { proxy: String, source: BoxError },
-    /// The proxy answered `CONNECT` with something other than 2xx.
-    Refused { proxy: String, status: u16 },
+    /// The proxy answered `CONNECT` with something other than 2xx
+    /// (`sent_credentials`: whether the request carried any).
+    Refused {
+        proxy: String,
+        status: u16,
+        sent_credentials: bool,
+    },
     /// The proxy's answer to `CONNECT` was cut short, oversized or not HTTP.
     Broken { proxy: String, reason: String },
 }
@@ -120,12 +131,25 @@ impl std::fmt::Display for ProxyError {
             ProxyError::Unreachable { proxy, .. } => {
                 write!(f, "the proxy {proxy} could not be reached")
             }
-            ProxyError::Refused { proxy, status: 407 } => write!(
+            ProxyError::Refused {
+                proxy,
+                status: 407,
+                sent_credentials: false,
+            } => write!(
                 f,
                 "the proxy {proxy} answered CONNECT with HTTP 407: it needs credentials \
                  (in the proxy URL: http://user:password@host:port)"
             ),
-            ProxyError::Refused { proxy, status } => {
+            ProxyError::Refused {
+                proxy,
+                status: 407,
+                sent_credentials: true,
+            } => write!(
+                f,
+                "the proxy {proxy} answered CONNECT with HTTP 407: it refused the credentials \
+                 in the proxy URL"
+            ),
+            ProxyError::Refused { proxy, status, .. } => {
                 write!(f, "the proxy {proxy} answered CONNECT with HTTP {status}")
             }
             ProxyError::Broken { proxy, reason } => {
@@ -188,17 +212,21 @@ impl Service<Uri> for Route {
                 tcp,
                 proxy,
                 authorization,
+                user_agent,
             } => {
                 let connecting = tcp.call(proxy.uri.clone());
                 let shown = proxy.shown.clone();
-                let authorization = authorization.clone();
+                let headers = TunnelHeaders {
+                    authorization: authorization.clone(),
+                    user_agent: user_agent.clone(),
+                };
                 Box::pin(async move {
                     let io = connecting.await.map_err(|e| ProxyError::Unreachable {
                         proxy: shown.clone(),
                         source: e.into(),
                     })?;
                     let mut stream = io.into_inner();
-                    tunnel(&mut stream, &dst, authorization.as_ref(), &shown).await?;
+                    tunnel(&mut stream, &dst, &headers, &shown).await?;
                     Ok(RouteStream {
                         io: TokioIo::new(stream),
                         forwarded: false,
@@ -209,12 +237,18 @@ impl Service<Uri> for Route {
     }
 }
 
+/// What `CONNECT` carries besides its target.
+struct TunnelHeaders {
+    authorization: Option<HeaderValue>,
+    user_agent: HeaderValue,
+}
+
 /// Asks the proxy on `stream` for a tunnel to `dst` (RFC 9110 §9.3.6) and
 /// reads its answer's head; a 2xx opens the tunnel.
 async fn tunnel(
     stream: &mut TcpStream,
     dst: &Uri,
-    authorization: Option<&HeaderValue>,
+    headers: &TunnelHeaders,
     proxy: &str,
 ) -> Result<(), ProxyError> {
     let broken = |reason: String| ProxyError::Broken {
@@ -233,7 +267,10 @@ async fn tunnel(
         });
     let mut request =
         format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n").into_bytes();
-    if let Some(auth) = authorization {
+    request.extend_from_slice(b"User-Agent: ");
+    request.extend_from_slice(headers.user_agent.as_bytes());
+    request.extend_from_slice(b"\r\n");
+    if let Some(auth) = &headers.authorization {
         request.extend_from_slice(b"Proxy-Authorization: ");
         request.extend_from_slice(auth.as_bytes());
         request.extend_from_slice(b"\r\n");
@@ -257,10 +294,11 @@ async fn tunnel(
             .map_err(|e| broken(format!("reading its answer: {e}")))?;
         head.push(byte);
     }
-    let status = std::str::from_utf8(&head)
-        .ok()
-        .and_then(|text| text.strip_prefix("HTTP/1."))
+    // "HTTP/1.x NNN ...": the status line alone (headers may hold any byte).
+    let status = head
+        .strip_prefix(b"HTTP/1.")
         .and_then(|rest| rest.get(2..5))
+        .and_then(|code| std::str::from_utf8(code).ok())
         .and_then(|code| code.parse::<u16>().ok())
         .ok_or_else(|| broken("its answer is not HTTP".into()))?;
     if (200..300).contains(&status) {
@@ -269,6 +307,7 @@ async fn tunnel(
         Err(ProxyError::Refused {
             proxy: proxy.to_owned(),
             status,
+            sent_credentials: headers.authorization.is_some(),
         })
     }
 }
@@ -345,7 +384,11 @@ mod tests {
         });
         let mut stream = TcpStream::connect(address).await.unwrap();
         let dst: Uri = "https://runtime.example/arcp".parse().unwrap();
-        tunnel(&mut stream, &dst, None, "http://proxy:3128").await
+        let headers = TunnelHeaders {
+            authorization: None,
+            user_agent: HeaderValue::from_static("arcp-sdk/test"),
+        };
+        tunnel(&mut stream, &dst, &headers, "http://proxy:3128").await
     }
 
     #[tokio::test]
@@ -355,6 +398,10 @@ mod tests {
                 .await
                 .is_ok()
         );
+        // Any byte in a header: only the status line is read.
+        assert!(tunnel_through(b"HTTP/1.1 200 OK\r\nX-Note: \xff\r\n\r\n")
+            .await
+            .is_ok());
         let needs_credentials = tunnel_through(b"HTTP/1.1 407 Proxy Auth\r\n\r\n")
             .await
             .unwrap_err();
