@@ -127,3 +127,35 @@ async fn a_runtime_echoing_the_token_does_not_leak_it() {
     assert!(!shown.contains(TOKEN), "{shown}");
     assert!(!logs.text().contains(TOKEN));
 }
+
+/// Credentials in the URL itself (`scheme://user:password@host`) are shown
+/// nowhere: not by `Debug` of the builder or the client, not in the errors
+/// of a connect that fails (WebSocket, refused; HTTP, a malformed URL).
+#[tokio::test]
+async fn credentials_in_the_url_are_never_printed() {
+    const PASSWORD: &str = "url-pa55word-91c";
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = dead.local_addr().unwrap();
+    drop(dead);
+    let builder = Client::builder(format!("ws://user:{PASSWORD}@{address}/arcp"))
+        .connect_budget(std::time::Duration::from_millis(200));
+    assert!(!format!("{builder:?}").contains(PASSWORD));
+    let refused = builder.connect().await.unwrap_err();
+    assert!(
+        !format!("{refused} {refused:?}").contains(PASSWORD),
+        "{refused:?}"
+    );
+    let malformed = Client::builder(format!("http://user:{PASSWORD}@[bad/arcp"))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        !format!("{malformed} {malformed:?}").contains(PASSWORD),
+        "{malformed:?}"
+    );
+    let client = Client::builder(format!("http://user:{PASSWORD}@{address}/arcp"))
+        .connect()
+        .await
+        .unwrap();
+    assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
+}

@@ -62,7 +62,7 @@ pub struct Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("url", &self.inner.config.url)
+            .field("url", &crate::config::shown_url(&self.inner.config.url))
             .field("runtime", &self.runtime().map(|p| p.name))
             .finish_non_exhaustive()
     }

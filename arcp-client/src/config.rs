@@ -154,6 +154,19 @@ pub(crate) fn redact(text: String, token: Option<&Secret>) -> String {
     }
 }
 
+/// `url` fit for messages and `Debug`: without the user info a URL may
+/// carry (`scheme://user:password@host/...`), which is a credential.
+pub(crate) fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
 /// TLS settings for `wss://` and `https://`.
 #[derive(Clone, Default)]
 pub(crate) struct TlsSettings {
@@ -204,7 +217,7 @@ pub(crate) fn web_pki_config(
 }
 
 /// Everything the transports need to know. Each wait has its own name.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) url: String,
     pub(crate) token: Option<Secret>,
@@ -237,6 +250,24 @@ pub(crate) struct Config {
     pub(crate) max_result_size: usize,
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) max_artifact_size: u64,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL's user info and the token are credentials: never shown.
+        f.debug_struct("Config")
+            .field("url", &shown_url(&self.url))
+            .field("token", &self.token)
+            .field("dialect", &self.dialect)
+            .field("retry", &self.retry)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("default_deadline", &self.default_deadline)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_frame_size", &self.max_frame_size)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Largest artifact accepted by default, in bytes.
@@ -300,5 +331,18 @@ mod url_tests {
         assert!(!is_http_url("wss://example.com"));
         assert!(!is_http_url("htt"));
         assert!(!is_http_url("é"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn a_shown_url_has_no_user_info() {
+        assert_eq!(shown_url("wss://u:p@h:1/arcp?x=1"), "wss://h:1/arcp?x=1");
+        assert_eq!(shown_url("http://u@h/a@b"), "http://h/a@b");
+        assert_eq!(shown_url("ws://h/arcp"), "ws://h/arcp");
+        assert_eq!(shown_url("not a url"), "not a url");
     }
 }

@@ -817,6 +817,39 @@ async fn credentials_in_the_endpoint_url() {
     );
 }
 
+/// A server that echoes what it was sent (the `Authorization` header, the
+/// password) in an error: the URL's credentials stay out of the message.
+#[tokio::test]
+async fn url_credentials_echoed_by_the_server_are_redacted() {
+    const PASSWORD: &str = "pa55-9x7q";
+    let (url, _truth) = serve(handler(move |mut stream, _, truth: Arc<Truth>| async move {
+        if let Some(seen) = next_request(&mut stream, &truth).await {
+            let echo = format!(
+                "bad credentials {} for user:{PASSWORD}",
+                seen.header("authorization").unwrap_or_default()
+            );
+            let reply = format!(
+                "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{echo}",
+                echo.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        }
+    }))
+    .await;
+    let url = url.replace("http://", &format!("http://user:{PASSWORD}@"));
+    let client = Client::builder(&url).connect().await.unwrap();
+    let err = client
+        .invoke("refund", json!({ "order": 1 }))
+        .deadline(Duration::from_secs(3))
+        .send()
+        .await
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("bad credentials"), "{shown}");
+    assert!(!shown.contains(PASSWORD), "{shown}");
+    assert!(!shown.contains("dXNlcjpwYTU1LTl4N3E"), "{shown}");
+}
+
 /// A listener whose accept queue is full: new connects are never answered
 /// (the SYN is dropped), as a blackholed address. Returns its URL.
 async fn blackhole() -> (String, Vec<std::net::TcpStream>, tokio::net::TcpListener) {

@@ -384,7 +384,7 @@ fn http_backend(
     _profile: &Mutex<Option<RuntimeProfile>>,
 ) -> Result<Backend, Error> {
     Err(Error::Connect {
-        url: config.url.clone(),
+        url: crate::config::shown_url(&config.url),
         message: "this build of arcp-client has no HTTP binding: enable its `http` feature \
                   (or use a ws:// or wss:// URL)"
             .into(),
@@ -398,7 +398,7 @@ const EVENT_CAPACITY: usize = 64;
 /// A WebSocket URL that can never work fails at once, not after retries.
 fn check_ws_url(url: &str) -> Result<(), Error> {
     let bad = |message: String| Error::Connect {
-        url: url.to_owned(),
+        url: crate::config::shown_url(url),
         message,
         retryable: false,
     };

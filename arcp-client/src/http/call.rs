@@ -64,6 +64,8 @@ pub(crate) struct HttpBackend {
     target: Uri,
     config: Arc<Config>,
     auth: Option<HeaderValue>,
+    /// The URL's own credentials, kept out of every message.
+    url_secrets: Vec<String>,
     cache: Mutex<OutcomeCache>,
     closed: watch::Sender<bool>,
 }
@@ -84,7 +86,10 @@ impl HttpBackend {
     pub(crate) fn new(config: Arc<Config>) -> Result<Self, Error> {
         let mut endpoint = endpoint(&config.url)?;
         // A bearer token, when set, wins over the URL's own credentials.
-        let url_auth = take_url_credentials(&mut endpoint);
+        let (url_auth, url_secrets) = match take_url_credentials(&mut endpoint) {
+            Some(taken) => (Some(taken.header), taken.secrets),
+            None => (None, Vec::new()),
+        };
         let auth = bearer_header(config.token.as_ref())?.or(url_auth);
         let setup_failed = |message: String| Error::Connect {
             url: display_uri(&config.url),
@@ -106,6 +111,7 @@ impl HttpBackend {
             endpoint: endpoint.into(),
             target,
             auth,
+            url_secrets,
             cache: Mutex::new(OutcomeCache::new(
                 config.outcome_cache_capacity,
                 config.outcome_cache_ttl,
@@ -624,7 +630,13 @@ impl<'a> Call<'a> {
     }
 
     fn redact(&self, text: String) -> String {
-        redact(text, self.config().token.as_ref())
+        let mut text = redact(text, self.config().token.as_ref());
+        for secret in &self.backend.url_secrets {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), "<redacted>");
+            }
+        }
+        text
     }
 }
 

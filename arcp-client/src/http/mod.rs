@@ -44,7 +44,7 @@ pub(crate) const ERROR_BODY_LIMIT: usize = 8 * 1024;
 /// path.
 pub(crate) fn endpoint(url: &str) -> Result<Url, Error> {
     let invalid = |message: String| Error::Connect {
-        url: url.to_owned(),
+        url: display_uri(url),
         message,
         retryable: false,
     };
@@ -76,23 +76,36 @@ pub(crate) fn bearer_header(token: Option<&Secret>) -> Result<Option<HeaderValue
     Ok(Some(value))
 }
 
+/// Credentials an endpoint's URL carried.
+pub(crate) struct UrlCredentials {
+    /// `Authorization: Basic`, as curl and reqwest send them.
+    pub(crate) header: HeaderValue,
+    /// What must never appear in a message (a server may echo them): the
+    /// password, and the header's encoded pair.
+    pub(crate) secrets: Vec<String>,
+}
+
 /// The endpoint's own credentials (`http://user:password@host/arcp`), taken
-/// out of it: sent as `Authorization: Basic` (as curl and reqwest send
-/// them), never on the request line or in a message.
-pub(crate) fn take_url_credentials(url: &mut Url) -> Option<HeaderValue> {
+/// out of it: never on the request line or in a message.
+pub(crate) fn take_url_credentials(url: &mut Url) -> Option<UrlCredentials> {
     if url.username().is_empty() && url.password().is_none() {
         return None;
     }
+    let password = percent_decoded(url.password().unwrap_or(""));
     let mut pair = percent_decoded(url.username());
     pair.push(b':');
-    pair.extend(percent_decoded(url.password().unwrap_or("")));
+    pair.extend_from_slice(&password);
     let _ = url.set_username("");
     let _ = url.set_password(None);
     use base64::Engine as _;
     let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
-    let mut value = HeaderValue::try_from(format!("Basic {encoded}")).ok()?;
-    value.set_sensitive(true);
-    Some(value)
+    let mut header = HeaderValue::try_from(format!("Basic {encoded}")).ok()?;
+    header.set_sensitive(true);
+    let mut secrets = vec![encoded];
+    if !password.is_empty() {
+        secrets.push(String::from_utf8_lossy(&password).into_owned());
+    }
+    Some(UrlCredentials { header, secrets })
 }
 
 /// `%XX` escapes decoded (a URL's user info is percent-encoded).
@@ -342,10 +355,11 @@ mod tests {
     #[test]
     fn url_credentials_become_basic_auth_and_leave_the_url() {
         let mut url = Url::parse("http://us%40er:p%3Aw@h:1/arcp").unwrap();
-        let auth = take_url_credentials(&mut url).unwrap();
+        let taken = take_url_credentials(&mut url).unwrap();
         // base64("us@er:p:w")
-        assert_eq!(auth, "Basic dXNAZXI6cDp3");
-        assert!(auth.is_sensitive());
+        assert_eq!(taken.header, "Basic dXNAZXI6cDp3");
+        assert!(taken.header.is_sensitive());
+        assert_eq!(taken.secrets, ["dXNAZXI6cDp3", "p:w"]);
         assert_eq!(url.as_str(), "http://h:1/arcp");
         let mut plain = Url::parse("http://h:1/arcp").unwrap();
         assert!(take_url_credentials(&mut plain).is_none());

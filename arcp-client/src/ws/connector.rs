@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::core::{DialFailure, DialPlan, Established};
 use super::transport::{self, Inbound, Reader, Writer};
-use crate::config::Config;
+use crate::config::{shown_url, Config};
 use crate::error::Error;
 
 /// Why one handshake did not produce a session.
@@ -120,7 +120,7 @@ pub(crate) async fn dial(
 
 fn handshake_error(config: &Config, message: String, retryable: bool) -> Error {
     Error::Handshake {
-        url: config.url.clone(),
+        url: shown_url(&config.url),
         message,
         retryable,
     }

@@ -177,7 +177,7 @@ impl Core {
     /// The error `connect()` ends with when its budget runs out mid-dial.
     pub(super) fn connect_give_up(&self) -> Error {
         Error::Connect {
-            url: self.config.url.clone(),
+            url: crate::config::shown_url(&self.config.url),
             message: format!(
                 "no session within the connect budget of {:?}",
                 self.config.connect_budget

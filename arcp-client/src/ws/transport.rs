@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::core::DialFailure;
-use crate::config::Config;
+use crate::config::{shown_url, Config};
 use crate::error::Error;
 use crate::telemetry;
 
@@ -68,7 +68,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         .await
         .map_err(|_| DialFailure {
             error: Error::Connect {
-                url: config.url.clone(),
+                url: shown_url(&config.url),
                 message: format!(
                     "no WebSocket upgrade within the connect timeout of {:?}",
                     config.connect_timeout
@@ -78,7 +78,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
             transient: true,
             floor: None,
         })?
-        .map_err(|e| connect_error(&config.url, e))?;
+        .map_err(|e| connect_error(&shown_url(&config.url), e))?;
     let socket = tcp_of(&ws).and_then(|tcp| {
         use std::os::fd::AsFd;
         tcp.as_fd()
