@@ -45,7 +45,9 @@ impl AttemptGate {
         })
     }
 
-    /// The connection asks for the body: whether it may go.
+    /// The connection asks for the body: whether it may go. (A body the
+    /// caller's abandonment withholds still counts as released for `cut`:
+    /// that errs towards "may have run".)
     fn open(&self) -> bool {
         self.marks.fetch_or(RELEASED, Ordering::AcqRel) & CUT == 0 && self.shared.mark_sent()
     }
@@ -66,6 +68,7 @@ pub(crate) struct GatedBody {
 }
 
 impl GatedBody {
+    /// `bytes`, released through `gate`.
     pub(crate) fn new(bytes: Bytes, gate: Arc<AttemptGate>) -> Self {
         GatedBody {
             bytes: Some(bytes),

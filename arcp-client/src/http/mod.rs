@@ -233,8 +233,15 @@ impl BodyChunks for reqwest::Response {
 
 impl BodyChunks for hyper::body::Incoming {
     type Error = hyper::Error;
+    /// Trailers are skipped.
     async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>, hyper::Error> {
-        transport::next_chunk(self).await
+        use http_body_util::BodyExt as _;
+        while let Some(frame) = self.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -26,10 +26,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{HeaderValue, Request, Uri};
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
@@ -151,16 +148,6 @@ pub(crate) fn definitive_failure(e: &(dyn std::error::Error + 'static)) -> Optio
     None
 }
 
-/// The next piece of a response body, trailers skipped; `None` at its end.
-pub(crate) async fn next_chunk(body: &mut Incoming) -> Result<Option<Bytes>, hyper::Error> {
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            return Ok(Some(data));
-        }
-    }
-    Ok(None)
-}
-
 /// rustls over a [`Route`], all of it under the handshake deadline.
 #[derive(Clone)]
 struct Connector {
@@ -212,7 +199,8 @@ mod tests {
 
     fn post(transport: &Transport, endpoint: &str) -> ResponseFuture {
         let gate = AttemptGate::new(Arc::new(CallShared::default()));
-        let mut request = Request::new(GatedBody::new(Bytes::from_static(b"{}"), gate));
+        let body = bytes::Bytes::from_static(b"{}");
+        let mut request = Request::new(GatedBody::new(body, gate));
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = endpoint.parse().unwrap();
         transport.send(request)

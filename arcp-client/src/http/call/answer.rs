@@ -18,8 +18,7 @@ use crate::classify::{
     classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
 };
 use crate::error::Error;
-use crate::http::transport::next_chunk;
-use crate::http::{describe, read_capped, ReadError};
+use crate::http::{describe, read_capped, BodyChunks, ReadError};
 use crate::outcome::{InvocationEvent, ToolOutput};
 
 impl Call<'_> {
@@ -73,7 +72,7 @@ impl Call<'_> {
         // left to the HTTP client, which drains or closes the connection.
         let (mut reads, mut turns) = (0, 0);
         while reads < 8 {
-            match next_chunk(response).now_or_never() {
+            match response.next_chunk().now_or_never() {
                 Some(Ok(Some(_))) => reads += 1,
                 Some(_) => break,
                 None if turns < 2 => {
@@ -90,7 +89,7 @@ impl Call<'_> {
         let limit = self.config().max_frame_size;
         let mut partial: Vec<u8> = Vec::new();
         loop {
-            match next_chunk(response).await {
+            match response.next_chunk().await {
                 Ok(Some(chunk)) => {
                     let mut rest: &[u8] = &chunk;
                     if !partial.is_empty() {
