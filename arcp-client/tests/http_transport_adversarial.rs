@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arcp_sdk::{Client, ClientBuilder, Execution, RetryPolicy};
+use arcp_sdk::{Client, ClientBuilder, Error, Execution, RetryPolicy};
 use http_support::*;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -874,32 +874,40 @@ async fn blackhole() -> (String, Vec<std::net::TcpStream>, tokio::net::TcpListen
     (format!("http://{address}/arcp"), fillers, listener)
 }
 
-/// Connecting never completes: the handshake deadline ends each connect;
-/// the call ends by its own deadline, and nothing was sent, so the
-/// outcome must say "not run".
-#[tokio::test]
-async fn a_blackholed_endpoint_keeps_the_deadline_and_says_not_run() {
+/// A call into a blackhole with these deadlines: its error, and how long
+/// it took.
+async fn call_into_a_blackhole(handshake: Duration, deadline: Duration) -> (Error, Duration) {
     let (url, _fillers, _listener) = blackhole().await;
-    // A sanity check that it is a blackhole.
-    let probe = tokio::time::timeout(
-        Duration::from_millis(300),
-        TcpStream::connect(url.trim_start_matches("http://").trim_end_matches("/arcp")),
-    )
-    .await;
-    assert!(probe.is_err(), "the listener is not a blackhole: {probe:?}");
     let client = builder(&url)
-        .handshake_timeout(Duration::from_millis(300))
+        .handshake_timeout(handshake)
         .connect()
         .await
         .unwrap();
     let started = Instant::now();
     let err = client
         .invoke("refund", json!({ "order": 1 }))
-        .deadline(Duration::from_millis(1_000))
+        .deadline(deadline)
         .send()
         .await
         .unwrap_err();
-    let elapsed = started.elapsed();
+    (err, started.elapsed())
+}
+
+/// Connecting never completes: the handshake deadline ends each connect;
+/// the call ends by its own deadline, and nothing was sent, so the
+/// outcome must say "not run".
+#[tokio::test]
+async fn a_blackholed_endpoint_keeps_the_deadline_and_says_not_run() {
+    // A sanity check that it is a blackhole.
+    let (url, _fillers, _listener) = blackhole().await;
+    let probe = tokio::time::timeout(
+        Duration::from_millis(300),
+        TcpStream::connect(url.trim_start_matches("http://").trim_end_matches("/arcp")),
+    )
+    .await;
+    assert!(probe.is_err(), "the listener is not a blackhole: {probe:?}");
+    let (err, elapsed) =
+        call_into_a_blackhole(Duration::from_millis(300), Duration::from_millis(1_000)).await;
     assert!(elapsed < Duration::from_millis(1_300), "{elapsed:?}");
     assert_eq!(
         err.execution(),
@@ -912,20 +920,8 @@ async fn a_blackholed_endpoint_keeps_the_deadline_and_says_not_run() {
 /// still ends it, and nothing was sent.
 #[tokio::test]
 async fn a_blackholed_endpoint_with_a_long_handshake_deadline() {
-    let (url, _fillers, _listener) = blackhole().await;
-    let client = builder(&url)
-        .handshake_timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .unwrap();
-    let started = Instant::now();
-    let err = client
-        .invoke("refund", json!({ "order": 1 }))
-        .deadline(Duration::from_millis(500))
-        .send()
-        .await
-        .unwrap_err();
-    let elapsed = started.elapsed();
+    let (err, elapsed) =
+        call_into_a_blackhole(Duration::from_secs(30), Duration::from_millis(500)).await;
     assert!(elapsed < Duration::from_millis(800), "{elapsed:?}");
     assert_eq!(
         err.execution(),
