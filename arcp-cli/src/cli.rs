@@ -286,7 +286,8 @@ impl From<DialectArg> for DialectChoice {
 /// `arcp mock` subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum MockCommand {
-    /// Run a mock runtime on 127.0.0.1 until interrupted; print its ws:// URL on stdout.
+    /// Run a mock runtime on 127.0.0.1 until interrupted; print its ws:// URL on stdout
+    /// (its HTTP binding's URL is in the banner on stderr).
     #[command(after_help = MOCK_SERVE_EXAMPLES)]
     Serve(MockServeArgs),
 }

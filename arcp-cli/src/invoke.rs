@@ -103,6 +103,7 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
                 key: key.to_string(),
                 job_id: None,
                 attempts: 0,
+                ran: arcp_sdk::Execution::NotRun,
                 exit_code: crate::outcome::EXIT_OTHER,
             })
         }

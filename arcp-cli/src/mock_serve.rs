@@ -45,9 +45,10 @@ pub(crate) async fn run(args: &MockServeArgs) -> Result<(), String> {
         .map(ReplayPolicy::from)
         .unwrap_or_else(|| ReplayPolicy::default_for(dialect));
     eprintln!(
-        "arcp mock: serving {dialect} on {} (replay policy {}, {}); tools: echo, counter, fail. \
-         Ctrl-C to stop.",
+        "arcp mock: serving {dialect} on {}, and the HTTP binding on {} (replay policy {}, {}); \
+         tools: echo, counter, fail. Ctrl-C to stop.",
         mock.ws_url(),
+        mock.http_url(),
         policy_name(policy),
         if args.token.is_some() {
             "one bearer token accepted"

@@ -1,6 +1,6 @@
 //! What an `arcp invoke` ended with, and the exit status each outcome maps to.
 
-use arcp_sdk::{Error, ToolOutput};
+use arcp_sdk::{Error, Execution, ToolOutput};
 
 /// Exit status: the call succeeded.
 pub(crate) const EXIT_OK: u8 = 0;
@@ -39,6 +39,8 @@ pub(crate) struct Failure {
     pub job_id: Option<String>,
     /// Requests sent; see [`attempts_of`] for how exact it is.
     pub attempts: u32,
+    /// Whether the tool ran (`not_run` only when certain).
+    pub ran: Execution,
     /// The process exit status.
     pub exit_code: u8,
 }
@@ -56,6 +58,7 @@ impl Failure {
                 other => other.to_string(),
             },
             attempts: attempts_of(error),
+            ran: error.execution(),
             exit_code: match error {
                 Error::Tool(_) => EXIT_TOOL_ERROR,
                 Error::DuplicateKey { .. } => EXIT_DUPLICATE_KEY,
@@ -76,6 +79,8 @@ impl Failure {
             key,
             job_id: None,
             attempts: 0,
+            // No session yet: nothing was sent.
+            ran: Execution::NotRun,
             exit_code: EXIT_OTHER,
         }
     }
@@ -89,6 +94,8 @@ impl Failure {
             key,
             // A lower bound: a job id means the request was sent.
             attempts: u32::from(job_id.is_some()),
+            // The call goes on without this process waiting for it.
+            ran: Execution::MayHaveRun,
             job_id,
             exit_code: EXIT_OTHER,
         }

@@ -7,6 +7,8 @@ use std::io::Write;
 use serde::Serialize;
 use serde_json::Value;
 
+use arcp_sdk::Execution;
+
 use crate::outcome::{CallOutcome, Failure};
 
 /// `{"status":"ok",...}`: field order as documented in the README.
@@ -29,6 +31,7 @@ struct ErrorJson<'a> {
     key: &'a str,
     job_id: Option<&'a str>,
     attempts: u32,
+    ran: &'static str,
 }
 
 /// How to print.
@@ -73,6 +76,7 @@ impl Printer<'_> {
                 key: &f.key,
                 job_id: f.job_id.as_deref(),
                 attempts: f.attempts,
+                ran: f.ran.as_str(),
             }),
         }
         .map_err(std::io::Error::other)?;
@@ -138,6 +142,15 @@ pub(crate) fn redact(message: &str, token: Option<&str>) -> String {
 /// What to do next, for the outcomes where that is not obvious.
 fn hint(f: &Failure) -> Option<String> {
     Some(match f.code.as_str() {
+        "OUTCOME_UNAVAILABLE" | "DEADLINE_EXCEEDED" | "INTERRUPTED"
+            if f.ran == Execution::NotRun =>
+        {
+            format!(
+                "nothing ran: the call never reached the runtime; repeat it (with --key {} or \
+                 without)",
+                f.key
+            )
+        }
         "OUTCOME_UNAVAILABLE" | "DEADLINE_EXCEEDED" | "INTERRUPTED" => format!(
             "the tool may have run (at most once); repeat the call with --key {} to get its \
              outcome without running it again",

@@ -8,7 +8,7 @@ use arcp_mock::{ChaosProxy, Dialect, ErrorCode, Fault, MockRuntime, ReplayPolicy
 use serde_json::{json, Value};
 
 use crate::support::{
-    assert_error_contract, assert_ok_contract, bin, invoke_json, runtime, single_json_object,
+    arcp, assert_error_contract, assert_ok_contract, bin, invoke_json, runtime, single_json_object,
     ChildGuard,
 };
 
@@ -213,6 +213,35 @@ fn a_passed_deadline_exits_1_with_deadline_exceeded() {
     assert_eq!(map["code"], "DEADLINE_EXCEEDED");
     assert!(map["job_id"].is_string(), "{map:?}");
     assert_eq!(map["attempts"], 1);
+    // Accepted, then the deadline: it may have run.
+    assert_eq!(map["ran"], "may_have_run");
+}
+
+#[test]
+fn a_deadline_before_anything_was_sent_says_not_run() {
+    // A dead port over HTTP: every connect is refused until the deadline.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/arcp", dead.local_addr().unwrap());
+    drop(dead);
+    let out = invoke_json("echo", &url, &["--deadline", "0.5"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let map = single_json_object(&out.stdout);
+    assert_error_contract(&map);
+    assert_eq!(map["code"], "DEADLINE_EXCEEDED");
+    assert_eq!(map["attempts"], 0);
+    assert_eq!(map["ran"], "not_run", "{map:?}");
+    // The human form says so too, not "may have run".
+    let human = arcp(["invoke", "echo", "--url", &url, "--deadline", "0.5"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&human.stderr);
+    assert!(stderr.contains("nothing ran"), "{stderr}");
+    assert!(!stderr.contains("may have run"), "{stderr}");
 }
 
 #[test]

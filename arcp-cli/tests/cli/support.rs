@@ -145,7 +145,7 @@ pub(crate) fn assert_ok_contract(map: &serde_json::Map<String, Value>) {
 pub(crate) fn assert_error_contract(map: &serde_json::Map<String, Value>) {
     assert_eq!(
         keys(map),
-        ["attempts", "code", "job_id", "key", "message", "status"],
+        ["attempts", "code", "job_id", "key", "message", "ran", "status"],
         "{map:?}"
     );
     assert_eq!(map["status"], "error");
