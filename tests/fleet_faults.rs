@@ -657,3 +657,44 @@ async fn a_server_down_past_the_lease_leaves_calls_that_recover_finishes_once() 
     assert!(bad.is_empty(), "{bad:#?}\n{schedule}");
     w1.close().await;
 }
+
+/// The journal's own reads (`list`, as `arcp journal` and operators use
+/// it) on a link whose established flows are lost while new ones would
+/// pass (a middlebox that dropped its state): one read times out on its
+/// pooled connection, and the next opens a new one instead of waiting on
+/// the same dead flow again.
+#[tokio::test]
+async fn a_read_that_timed_out_leaves_no_dead_connection_behind() {
+    let Some(server) = OwnServer::start(false) else {
+        return;
+    };
+    server.database("stranded").await;
+    let link = Link::start(server.address()).await.unwrap();
+    let url = server.url_via(link.address(), "stranded");
+    let journal = PostgresJournal::connect(
+        &url,
+        PostgresOptions::default()
+            .worker_id("reader")
+            .round_trip_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(700)),
+    )
+    .await
+    .expect("the journal opens");
+    journal.list(10).await.expect("a read through the link");
+    link.strand_established();
+    let started = Instant::now();
+    let timed_out = journal.list(10).await;
+    assert!(timed_out.is_err(), "a read on a dead flow: {timed_out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let next = journal.list(10).await;
+    assert!(
+        next.is_ok(),
+        "the next read waited on the dead connection again after {:?}: {next:?}",
+        started.elapsed()
+    );
+}

@@ -2,7 +2,9 @@
 //! break the way networks break: black-holed (connections are accepted and
 //! nothing is forwarded either way until the link heals, as a middlebox
 //! that drops packets while TCP retransmits), or slowed (every chunk is
-//! held a while before it is forwarded).
+//! held a while before it is forwarded); and its established connections
+//! stranded for good while new ones pass (a middlebox that lost its flow
+//! state).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,9 @@ pub(crate) enum LinkMode {
 pub(crate) struct Link {
     addr: SocketAddr,
     mode: watch::Sender<LinkMode>,
+    /// Bumped by `strand_established`: a connection born before the
+    /// current value forwards nothing more.
+    epoch: watch::Sender<u64>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -46,22 +51,30 @@ impl Link {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let mode = watch::Sender::new(LinkMode::Forward);
+        let epoch = watch::Sender::new(0u64);
         let tasks = Arc::new(Mutex::new(Vec::new()));
         let accept = tokio::spawn({
             let mode = mode.clone();
+            let epoch = epoch.clone();
             let tasks = tasks.clone();
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let mode = mode.clone();
+                    let epoch = epoch.subscribe();
                     let task = tokio::spawn(async move {
-                        let _ = bridge(client, upstream, mode).await;
+                        let _ = bridge(client, upstream, mode, epoch).await;
                     });
                     tasks.lock().unwrap().push(task);
                 }
             }
         });
         tasks.lock().unwrap().push(accept);
-        Ok(Link { addr, mode, tasks })
+        Ok(Link {
+            addr,
+            mode,
+            epoch,
+            tasks,
+        })
     }
 
     /// The link's address: connect here instead of to the server.
@@ -73,21 +86,34 @@ impl Link {
     pub(crate) fn set(&self, mode: LinkMode) {
         self.mode.send_replace(mode);
     }
+
+    /// Every connection open now forwards nothing more, ever (neither way,
+    /// and not closed); connections opened later pass as the mode says.
+    pub(crate) fn strand_established(&self) {
+        self.epoch.send_modify(|epoch| *epoch += 1);
+    }
 }
 
 async fn bridge(
     client: TcpStream,
     upstream: SocketAddr,
     mode: watch::Sender<LinkMode>,
+    epoch: watch::Receiver<u64>,
 ) -> std::io::Result<()> {
+    let born = *epoch.borrow();
     wait_open(&mut mode.subscribe()).await;
     let server = TcpStream::connect(upstream).await?;
     let _ = server.set_nodelay(true);
     let _ = client.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    let up = pump(client_read, server_write, mode.subscribe());
-    let down = pump(server_read, client_write, mode.subscribe());
+    let up = pump(
+        client_read,
+        server_write,
+        mode.subscribe(),
+        (epoch.clone(), born),
+    );
+    let down = pump(server_read, client_write, mode.subscribe(), (epoch, born));
     let _ = tokio::join!(up, down);
     Ok(())
 }
@@ -106,7 +132,9 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mode: watch::Receiver<LinkMode>,
+    (epoch, born): (watch::Receiver<u64>, u64),
 ) -> std::io::Result<()> {
+    let stranded = move || *epoch.borrow() > born;
     // Latency, not a serial pause: each chunk is forwarded its delay after
     // it arrived, in order, while later chunks are already on their way.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
@@ -118,6 +146,10 @@ async fn pump(
             // its socket, as it would wait for retransmission.
             wait_open(&mut reading_mode).await;
             let n = from.read(&mut buf).await?;
+            if stranded() {
+                // Lost flow state: nothing passes, and nothing says so.
+                std::future::pending::<()>().await;
+            }
             let delay = match *reading_mode.borrow() {
                 LinkMode::Delay(d) => d,
                 _ => Duration::ZERO,

@@ -41,6 +41,10 @@ impl PostgresJournal {
             tokio::time::timeout(bound, query)
                 .await
                 .unwrap_or_else(|_| {
+                    // As for the writer's round trips (`block`): the link
+                    // that hung this connection may hang every idle one,
+                    // and a new connection may get through.
+                    pool.retain(|_, _| false);
                     Err(JournalError::new(
                         JournalErrorKind::Unavailable,
                         &location,
