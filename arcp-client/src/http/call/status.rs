@@ -1,0 +1,123 @@
+//! An attempt's HTTP status: what each code says of the call (the
+//! binding's codes, draft-ietf-httpapi-idempotency-key-header's 409 and
+//! 422, a gateway's 5xx), up to the attempt's next step.
+
+use std::time::{Duration, SystemTime};
+
+use arcp_types::Dialect;
+use http::HeaderMap;
+use hyper::body::Incoming;
+
+use super::answer::is_error;
+use super::{Call, Next};
+use crate::classify::Ending;
+use crate::http::{
+    body_detail, has_media_type, header_is_true, read_capped, retry_after, ERROR_BODY_LIMIT,
+    NDJSON, REPLAYED_HEADER,
+};
+
+impl Call<'_> {
+    pub(super) async fn on_response(
+        &mut self,
+        status: u16,
+        headers: &HeaderMap,
+        response: &mut Incoming,
+        earlier: bool,
+    ) -> Next {
+        let replayed = earlier || header_is_true(headers, REPLAYED_HEADER);
+        let floor = retry_after(headers, SystemTime::now());
+        let stream = has_media_type(headers, NDJSON);
+        match status {
+            200..=299 if stream => self.read_stream(response, replayed).await,
+            200..=299 => self.read_single(response, replayed).await,
+            401 | 403 => {
+                let detail = self.error_detail(response).await;
+                self.in_flight = false;
+                Next::Done(Err(self.end(Ending::Unauthenticated {
+                    message: format!("HTTP {status}: {detail}"),
+                })))
+            }
+            409 => {
+                // The first request with this key is still being processed.
+                self.bound = true;
+                let detail = self.error_detail(response).await;
+                Next::Pending {
+                    floor,
+                    reason: format!("HTTP 409, a request with this key is in progress: {detail}"),
+                }
+            }
+            422 => {
+                let detail = self.error_detail(response).await;
+                self.in_flight = false;
+                Next::Done(Err(self.end(Ending::DuplicateKey {
+                    message: format!("HTTP 422: {detail}"),
+                })))
+            }
+            // The binding's "not processed, retry later": 429, and 503 with
+            // `Retry-After`. A bare 503 is also what proxies (Envoy, Istio)
+            // answer when the upstream reset after they forwarded the
+            // request: the request may have reached the runtime.
+            408 | 429 => self.transient(response, status, floor).await,
+            503 if floor.is_some() => self.transient(response, status, floor).await,
+            // A final 1xx (hyper passes on only 101, unasked for) answers
+            // nothing, as does every server error but "not implemented"
+            // (501) and "version not supported" (505), which refuse the
+            // request itself.
+            100..=199 | 500 | 502..=504 | 506..=599 => {
+                // The request may have reached the runtime (a gateway's
+                // 502/504/52x: it may have forwarded it; 507: it ran and
+                // could not store the outcome).
+                self.uncertain = true;
+                let detail = self.error_detail(response).await;
+                Next::Lost {
+                    floor,
+                    reason: format!("HTTP {status}: {detail}"),
+                }
+            }
+            _ => {
+                let body = read_capped(response, ERROR_BODY_LIMIT)
+                    .await
+                    .unwrap_or_default();
+                // An ARCP error envelope is the runtime's answer, whatever the status.
+                if let Some((header, message)) = std::str::from_utf8(&body)
+                    .ok()
+                    .and_then(|text| Dialect::V1_1.decode_borrowed(text).ok())
+                    .filter(|(_, message)| is_error(message))
+                {
+                    if let Some(next) = self.on_frame(&header, message, replayed) {
+                        return next;
+                    }
+                }
+                // This request was answered without an envelope: it ran
+                // nothing; an earlier one may have.
+                self.in_flight = false;
+                Next::Done(Err(self.end(Ending::HttpStatus {
+                    url: self.backend.endpoint.clone(),
+                    status,
+                    message: self.redact(body_detail(&body)),
+                })))
+            }
+        }
+    }
+
+    /// A refusal before processing: this request ran nothing; retried.
+    async fn transient(
+        &self,
+        response: &mut Incoming,
+        status: u16,
+        floor: Option<Duration>,
+    ) -> Next {
+        let detail = self.error_detail(response).await;
+        Next::Transient {
+            floor,
+            reason: format!("HTTP {status}: {detail}"),
+        }
+    }
+
+    async fn error_detail(&self, response: &mut Incoming) -> String {
+        match read_capped(response, ERROR_BODY_LIMIT).await {
+            Ok(body) => self.redact(body_detail(&body)),
+            Err(_) => "the response body could not be read".into(),
+        }
+    }
+}
