@@ -37,9 +37,10 @@ pub struct RuntimeProfile {
     /// replay of an earlier acceptance (fresh ones do not echo it).
     pub key_echo_marks_replay: bool,
     /// The runtime may write a reply in pieces without TCP_NODELAY, so the
-    /// client re-arms TCP_QUICKACK after reading (else each piece waits out
-    /// a 40 ms delayed ACK). Assumed for unknown runtimes; a syscall per
-    /// wake-up is saved for runtimes known to set TCP_NODELAY.
+    /// client re-arms TCP_QUICKACK after reading while a call still waits
+    /// (else each piece waits out a 40 ms delayed ACK). Assumed for unknown
+    /// runtimes; a syscall and an ACK packet per wake-up are saved for
+    /// runtimes known to set TCP_NODELAY.
     pub writes_in_pieces: bool,
 }
 

@@ -243,13 +243,19 @@ impl Core {
         std::mem::take(&mut self.close_replies)
     }
 
-    /// Whether reads should re-arm TCP_QUICKACK (the runtime may write in
-    /// pieces; see [`RuntimeProfile::writes_in_pieces`]).
+    /// Whether reads should re-arm TCP_QUICKACK: the runtime may write a
+    /// reply in pieces ([`RuntimeProfile::writes_in_pieces`]) and something
+    /// still waits for it. With nothing waiting, the ACK rides on the next
+    /// request instead: an ACK of its own is a packet through both ends'
+    /// network stacks, a fifth of a call's client CPU at one in flight.
     pub(crate) fn wants_quickack(&self) -> bool {
-        self.session
-            .profile
-            .as_ref()
-            .is_none_or(|p| p.writes_in_pieces)
+        let awaited = !self.calls.is_empty() || self.requests.len() > 0;
+        awaited
+            && self
+                .session
+                .profile
+                .as_ref()
+                .is_none_or(|p| p.writes_in_pieces)
     }
 
     /// Whether the core decided to drop the connection (and reads no more

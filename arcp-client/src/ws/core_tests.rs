@@ -89,16 +89,17 @@ impl Harness {
 
     /// Dials (as the driver would) and establishes the captured session.
     fn establish(&mut self, ms: u64) {
+        self.establish_with(captured("session.welcome", 0), ms);
+    }
+
+    /// Dials and establishes a session the runtime opened with `welcome`.
+    fn establish_with(&mut self, welcome: Value, ms: u64) {
         let plan = self
             .core
             .poll_dial(self.at(ms))
             .expect("the core wants a connection");
         assert_eq!(plan.dialects, vec![Dialect::V1_1]);
-        let welcome = match Dialect::V1_1
-            .decode(&captured("session.welcome", 0).to_string())
-            .unwrap()
-            .message
-        {
+        let welcome = match Dialect::V1_1.decode(&welcome.to_string()).unwrap().message {
             Message::Welcome(w) => w,
             other => panic!("{other:?}"),
         };
@@ -164,6 +165,37 @@ fn a_call_resolves_from_captured_frames_and_leaves_nothing_behind() {
     assert!(!out.replayed);
     let stats = h.core.stats();
     assert_eq!((stats.calls, stats.requests), (0, 0), "{stats:?}");
+}
+
+/// A runtime of unknown habits may hold a reply's next piece until the
+/// client acknowledges the last: the client acknowledges at once while a
+/// call waits, and leaves the ACK to its next request once none does.
+#[test]
+fn quick_acks_are_wanted_only_while_a_call_waits_for_the_runtime() {
+    let mut h = Harness::new();
+    let mut welcome = captured("session.welcome", 0);
+    welcome["payload"]["runtime"] = json!({"name": "unknown-runtime", "version": "0"});
+    let mut rx = h.invoke(json!({}), Duration::from_secs(5), 0);
+    h.establish_with(welcome, 5);
+    let sent = h.transmit(6);
+    let request = submits(&sent)[0]["id"].as_str().unwrap().to_owned();
+    assert!(h.core.wants_quickack(), "the submit waits for its answer");
+    h.feed(captured("job.accepted", 0), Some(&request), "job_1", 10);
+    assert!(h.core.wants_quickack(), "the result is still to come");
+    h.feed(captured("job.result", 0), None, "job_1", 12);
+    h.core.hand_out_replies();
+    rx.try_recv().expect("resolved").expect("ok");
+    assert!(!h.core.wants_quickack(), "nothing waits: no ACK of its own");
+}
+
+/// A runtime known to set TCP_NODELAY never holds a piece back.
+#[test]
+fn quick_acks_are_never_wanted_from_a_runtime_that_sets_nodelay() {
+    let mut h = Harness::new();
+    let _rx = h.invoke(json!({}), Duration::from_secs(5), 0);
+    h.establish(5);
+    h.transmit(6);
+    assert!(!h.core.wants_quickack(), "the Python runtime writes whole");
 }
 
 #[test]

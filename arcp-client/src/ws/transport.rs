@@ -134,8 +134,9 @@ impl Reader {
     /// Linux delays ACKs by up to 40 ms; a runtime that writes its replies
     /// in several small segments without TCP_NODELAY then waits on each. The
     /// kernel clears the flag after use, so the driver sets it again after
-    /// each batch of reads (once per wake-up, not once per frame: a
-    /// `setsockopt` per frame was a third of the client's syscalls).
+    /// each batch of reads while a call still waits for the runtime (once
+    /// per wake-up, not once per frame: a `setsockopt` per frame was a
+    /// third of the client's syscalls).
     pub(crate) fn rearm_quickack(&self) {
         #[cfg(target_os = "linux")]
         if let Some(socket) = &self.socket {

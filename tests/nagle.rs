@@ -1,0 +1,126 @@
+//! A runtime that writes each reply frame as soon as it has it, with
+//! Nagle's algorithm on, as `arcp-runtime` 2.x does: its second frame waits
+//! in the runtime's kernel until the client acknowledges the first, and a
+//! client that left that ACK to the kernel's delayed-ACK timer would wait
+//! about 40 ms per call. The client acknowledges at once while a call still
+//! waits for the runtime, and leaves the ACK to its next request otherwise.
+
+use std::time::{Duration, Instant};
+
+use arcp_sdk::Client;
+use arcp_types::{Accepted, Dialect, Frame, JobEvent, JobResult, Message, Welcome};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+/// Serves sessions of an unknown runtime (so the client assumes nothing of
+/// how it writes) whose socket keeps Nagle on: each submit is answered with
+/// `job.accepted`, a progress event and the result, each sent and flushed
+/// on its own.
+async fn runtime_writing_in_pieces(dialect: Dialect) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/arcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            assert!(!socket.nodelay().unwrap(), "the runtime keeps Nagle on");
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(socket).await else {
+                    return;
+                };
+                let mut jobs = 0u32;
+                while let Some(Ok(Ws::Text(text))) = ws.next().await {
+                    let Ok(frame) = dialect.decode(text.as_str()) else {
+                        continue;
+                    };
+                    let replies = match frame.message {
+                        Message::Open(_) => {
+                            let welcome: Welcome = serde_json::from_value(json!({
+                                "session_id": "sess_1",
+                                "runtime": {"name": "pieces", "version": "0"}
+                            }))
+                            .unwrap();
+                            let mut f = Frame::new(Message::Welcome(welcome));
+                            f.envelope.correlation_id = Some(frame.envelope.id.clone());
+                            vec![f]
+                        }
+                        Message::Invoke(invoke) => {
+                            jobs += 1;
+                            let job = format!("job_{jobs:026}");
+                            let of_job = |message: Message, seq: Option<u64>| {
+                                let mut f = Frame::new(message);
+                                f.envelope.job_id = Some(job.clone());
+                                f.envelope.event_seq = seq;
+                                f
+                            };
+                            vec![
+                                of_job(
+                                    Message::Accepted(
+                                        Accepted::new(&job).with_request_id(frame.envelope.id),
+                                    ),
+                                    None,
+                                ),
+                                of_job(
+                                    Message::Event(JobEvent::new("progress", json!({}))),
+                                    Some(1),
+                                ),
+                                of_job(
+                                    Message::Result(JobResult::new(Some(invoke.arguments))),
+                                    Some(2),
+                                ),
+                            ]
+                        }
+                        _ => Vec::new(),
+                    };
+                    for reply in replies {
+                        if ws.send(Ws::text(dialect.encode(&reply))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// The median of sequential calls' latencies, after a warm-up long enough
+/// for the kernel's quick-ACK start of a connection to end.
+async fn median_call_latency(dialect: Dialect) -> Duration {
+    let url = runtime_writing_in_pieces(dialect).await;
+    let client = Client::builder(url)
+        .dialect(dialect)
+        .connect()
+        .await
+        .expect("connect");
+    let mut latencies = Vec::new();
+    for i in 0..60u32 {
+        let started = Instant::now();
+        let out = client
+            .invoke("echo", json!({ "n": i }))
+            .deadline(Duration::from_secs(5))
+            .send()
+            .await
+            .expect("the call succeeds");
+        assert_eq!(out.value, json!({ "n": i }));
+        if i >= 20 {
+            latencies.push(started.elapsed());
+        }
+    }
+    client.close().await;
+    latencies.sort();
+    latencies[latencies.len() / 2]
+}
+
+#[tokio::test]
+async fn replies_written_in_pieces_wait_for_no_delayed_ack_v1_1() {
+    let median = median_call_latency(Dialect::V1_1).await;
+    // A delayed ACK costs at least 40 ms; a call here takes well under 1 ms.
+    assert!(median < Duration::from_millis(20), "median {median:?}");
+}
+
+#[tokio::test]
+async fn replies_written_in_pieces_wait_for_no_delayed_ack_legacy() {
+    let median = median_call_latency(Dialect::Legacy).await;
+    assert!(median < Duration::from_millis(20), "median {median:?}");
+}
