@@ -26,26 +26,31 @@ pub(crate) fn first_special(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    let flagged = |word: [u8; 8]| {
+        let v = u64::from_le_bytes(word);
+        zero_in(v ^ (ONES * u64::from(b'"')))
+            | zero_in(v ^ (ONES * u64::from(b'\\')))
+            // Bytes below 0x20: the same test against 0x20 instead of 0x01.
+            | (v.wrapping_sub(ONES * 0x20) & !v & HIGHS)
+    };
     let mut chunks = bytes.chunks_exact(8);
     let mut at = 0;
     for chunk in &mut chunks {
         let mut word = [0; 8];
         word.copy_from_slice(chunk);
-        let v = u64::from_le_bytes(word);
-        let flagged = zero_in(v ^ (ONES * u64::from(b'"')))
-            | zero_in(v ^ (ONES * u64::from(b'\\')))
-            // Bytes below 0x20: the same test against 0x20 instead of 0x01.
-            | (v.wrapping_sub(ONES * 0x20) & !v & HIGHS);
-        if flagged != 0 {
-            return Some(at + flagged.trailing_zeros() as usize / 8);
+        let found = flagged(word);
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
         }
         at += 8;
     }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .map(|i| at + i)
+    // The last few bytes as one word too, padded with a byte that is never
+    // flagged (most strings end here: ids and timestamps are short).
+    let rest = chunks.remainder();
+    let mut word = [b'a'; 8];
+    word[..rest.len()].copy_from_slice(rest);
+    let found = flagged(word);
+    (found != 0).then(|| at + found.trailing_zeros() as usize / 8)
 }
 
 #[cfg(test)]

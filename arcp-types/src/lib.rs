@@ -39,6 +39,7 @@ mod ids;
 mod json_escape;
 mod key;
 mod message;
+mod raw_json;
 mod scan;
 
 pub use dialect::{DecodeError, Dialect, EncodedRequest, PayloadScope};
@@ -51,4 +52,5 @@ pub use ids::{
 };
 pub use key::{canonical_json, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use message::*;
+pub use raw_json::RawJson;
 pub use scan::peek_kind;

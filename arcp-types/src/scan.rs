@@ -11,9 +11,11 @@
 //! it only ever produces what the serde path would have produced
 //! (`codec_props` checks that on generated frames).
 //!
-//! The payload is not scanned here: serde reads it as a borrowed
-//! `RawValue`, which validates it, and where it ends is where the scan
-//! goes on.
+//! The payload is checked to be JSON by one validating skip over it
+//! ([`plain_value_end`]), which takes the plain kind (strings without
+//! escapes, nesting up to [`PLAIN_DEPTH`]); anything else in a payload is
+//! read by serde as a borrowed `RawValue`, which validates it. Either way
+//! the payload is valid JSON where the scan goes on after it.
 
 use std::borrow::Cow;
 
@@ -23,10 +25,14 @@ use serde_json::Map;
 
 use crate::envelope::Header;
 use crate::json_escape::plain_string_at;
+use crate::raw_json::RawJson;
+
+/// Nesting the validating skip follows; deeper values go to serde.
+const PLAIN_DEPTH: usize = 64;
 
 /// The header and raw payload of `text`, or `None` when the frame needs
 /// the serde path (see the module docs).
-pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<&RawValue>)> {
+pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>)> {
     let mut s = Scanner {
         text,
         bytes: text.as_bytes(),
@@ -140,7 +146,7 @@ struct Slots<'a> {
     trace_id: Option<Option<&'a str>>,
     priority: Option<Option<&'a str>>,
     subscription_id: Option<Option<&'a str>>,
-    payload: Option<&'a RawValue>,
+    payload: Option<RawJson<'a>>,
 }
 
 /// Fills a slot once; a repeated field declines (serde reports it).
@@ -231,8 +237,14 @@ impl<'a> Scanner<'a> {
         Some(Some(value))
     }
 
-    /// The next JSON value, validated and borrowed by serde's `RawValue`.
-    fn raw_value(&mut self) -> Option<&'a RawValue> {
+    /// The next JSON value, validated: by the plain skip, else by serde's
+    /// `RawValue`.
+    fn raw_value(&mut self) -> Option<RawJson<'a>> {
+        if let Some(end) = plain_value_end(self.text, self.at, 0) {
+            let value = self.text.get(self.at..end)?;
+            self.at = end;
+            return Some(RawJson::checked(value));
+        }
         let rest = &self.text[self.at..];
         let mut de = serde_json::Deserializer::from_str(rest);
         let raw = <&RawValue>::deserialize(&mut de).ok()?;
@@ -240,8 +252,109 @@ impl<'a> Scanner<'a> {
         // whitespace is left before a value): it ends where the value does.
         let offset = raw.get().as_ptr() as usize - rest.as_ptr() as usize;
         self.at += offset + raw.get().len();
-        Some(raw)
+        Some(RawJson::from(raw))
     }
+}
+
+/// Where the JSON value that starts at byte `at` of `text` ends, when it is
+/// valid JSON of the plain kind: strings without escapes or control
+/// characters, nesting up to [`PLAIN_DEPTH`]. `None` for anything else,
+/// valid or not (serde then judges it): a value this accepts, serde's
+/// `RawValue` accepts with the same extent (`plain_values_are_what_serde_reads`).
+pub(crate) fn plain_value_end(text: &str, at: usize, depth: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    match *bytes.get(at)? {
+        b'"' => plain_string_at(text, at + 1).map(|(_, next)| next),
+        open @ (b'{' | b'[') => {
+            if depth == PLAIN_DEPTH {
+                return None;
+            }
+            let close = if open == b'{' { b'}' } else { b']' };
+            let mut i = json_ws(bytes, at + 1);
+            if *bytes.get(i)? == close {
+                return Some(i + 1);
+            }
+            loop {
+                if open == b'{' {
+                    if *bytes.get(i)? != b'"' {
+                        return None;
+                    }
+                    i = json_ws(bytes, plain_string_at(text, i + 1)?.1);
+                    if *bytes.get(i)? != b':' {
+                        return None;
+                    }
+                    i = json_ws(bytes, i + 1);
+                }
+                i = json_ws(bytes, plain_value_end(text, i, depth + 1)?);
+                match *bytes.get(i)? {
+                    b',' => i = json_ws(bytes, i + 1),
+                    b if b == close => return Some(i + 1),
+                    _ => return None,
+                }
+            }
+        }
+        b't' => literal_end(bytes, at, b"true"),
+        b'f' => literal_end(bytes, at, b"false"),
+        b'n' => literal_end(bytes, at, b"null"),
+        b'-' | b'0'..=b'9' => number_end(bytes, at),
+        _ => None,
+    }
+}
+
+/// Past JSON whitespace from `at`.
+fn json_ws(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+fn literal_end(bytes: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
+    bytes[at..]
+        .starts_with(literal)
+        .then_some(at + literal.len())
+}
+
+/// The end of a number by JSON's grammar
+/// (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`), whatever its size:
+/// a raw value is not converted, so it has no range.
+fn number_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |from: usize| {
+        let mut end = from;
+        while let Some(b'0'..=b'9') = bytes.get(end) {
+            end += 1;
+        }
+        end
+    };
+    if bytes.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    at = match *bytes.get(at)? {
+        // A leading zero followed by a digit is refused, not cut short.
+        b'0' if matches!(bytes.get(at + 1), Some(b'0'..=b'9')) => return None,
+        b'0' => at + 1,
+        b'1'..=b'9' => digits(at + 1),
+        _ => return None,
+    };
+    if bytes.get(at) == Some(&b'.') {
+        let end = digits(at + 1);
+        if end == at + 1 {
+            return None;
+        }
+        at = end;
+    }
+    if let Some(b'e' | b'E') = bytes.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = bytes.get(at) {
+            at += 1;
+        }
+        let end = digits(at);
+        if end == at {
+            return None;
+        }
+        at = end;
+    }
+    Some(at)
 }
 
 #[cfg(test)]
@@ -285,7 +398,7 @@ mod tests {
             TestCaseError::fail(format!("scanned a frame serde refuses ({e}): {text}"))
         })?;
         prop_assert_eq!(header, want, "{}", text);
-        prop_assert_eq!(payload.map(RawValue::get), want_payload.map(RawValue::get));
+        prop_assert_eq!(payload.map(RawJson::get), want_payload.map(RawValue::get));
         Ok(true)
     }
 
@@ -492,6 +605,135 @@ mod tests {
         fn reads_what_serde_reads_or_declines(text in frame()) {
             agrees(&text)?;
         }
+    }
+
+    /// JSON text of a generated value, sometimes damaged: cut short, a
+    /// byte of JSON's alphabet put in or taken out.
+    fn json_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-z \"\\\\\u{e9}\n]{0,8}".prop_map(Value::String),
+        ];
+        let value = leaf.prop_recursive(6, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z\"]{0,4}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        let numbers = proptest::sample::select(vec![
+            "-0",
+            "0.5e-3",
+            "1E+9",
+            "00",
+            "-",
+            "1.",
+            ".5",
+            "1e",
+            "2e+",
+            "-01",
+            "123456789012345678901234567890",
+        ])
+        .prop_map(str::to_owned);
+        let text = prop_oneof![
+            4 => (value, any::<bool>()).prop_map(|(v, pretty)| if pretty {
+                serde_json::to_string_pretty(&v).unwrap()
+            } else {
+                v.to_string()
+            }),
+            1 => numbers,
+        ];
+        let damage = proptest::option::weighted(
+            0.4,
+            (
+                0.0..1.0f64,
+                proptest::sample::select(b"{}[],:\"\\ 0-.etfn\t".to_vec()),
+                0..3u8,
+            ),
+        );
+        (text, damage).prop_map(|(mut text, damage)| {
+            if let Some((at, byte, how)) = damage {
+                let mut at = (text.len() as f64 * at) as usize;
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                match how {
+                    0 => text.truncate(at),
+                    1 => text.insert(at, char::from(byte)),
+                    _ => {
+                        if at < text.len() && text.as_bytes()[at].is_ascii() {
+                            text.remove(at);
+                        }
+                    }
+                }
+            }
+            text
+        })
+    }
+
+    /// What serde's `RawValue` reads from the start of `text`: its extent.
+    fn serde_value_end(text: &str) -> Option<usize> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let raw = <&RawValue>::deserialize(&mut de).ok()?;
+        Some(raw.get().as_ptr() as usize - text.as_ptr() as usize + raw.get().len())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The plain skip never takes what serde refuses, and ends a value
+        /// where serde does.
+        #[test]
+        fn plain_values_are_what_serde_reads(text in json_text()) {
+            if let Some(end) = plain_value_end(&text, 0, 0) {
+                prop_assert_eq!(Some(end), serde_value_end(&text), "{:?}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn the_plain_skip_takes_payloads_as_runtimes_write_them_and_declines_the_rest() {
+        for (text, end) in [
+            (
+                r#"{"job_id":"job_1","lease":{},"n":[1,-2.5e3,true,false,null]} "#,
+                60,
+            ),
+            ("[ ]", 3),
+            ("-0", 2),
+            ("0,", 1),
+            ("{ \"a\" :\n[ {\"b\":\"c\"} ] }", 23),
+        ] {
+            assert_eq!(plain_value_end(text, 0, 0), Some(end), "{text}");
+            assert_eq!(serde_value_end(text), Some(end), "{text}");
+        }
+        let deep = format!(
+            "{}{}",
+            "[".repeat(PLAIN_DEPTH + 1),
+            "]".repeat(PLAIN_DEPTH + 1)
+        );
+        for text in [
+            r#"{"a":"x\"y"}"#,
+            "\"tab\there\"",
+            "{\"a\":1,}",
+            "[1 2]",
+            "01",
+            "1.",
+            "tru",
+            "{\"a\"}",
+            deep.as_str(),
+            "",
+        ] {
+            assert!(
+                plain_value_end(text, 0, 0).is_none_or(|end| end < text.len()),
+                "took {text}"
+            );
+        }
+        // Declined by the skip, still read by serde: escapes, deep nesting.
+        assert!(serde_value_end(r#"{"a":"x\"y"}"#).is_some());
+        assert!(serde_value_end(&deep).is_some());
     }
 
     /// The generator reaches the fast path often enough to mean something.

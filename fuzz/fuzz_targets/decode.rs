@@ -1,6 +1,7 @@
 //! Both dialect decoders on arbitrary bytes: a typed error or a frame, never a
 //! panic; a decoded frame re-encodes and decodes again to the same message;
-//! and a plain result value (what the client hands on unparsed) is exactly
+//! a payload the header's reader hands out as checked is JSON; and a plain
+//! result value (what the client hands on unparsed) is exactly
 //! the value the decoding the client would otherwise use reads.
 #![no_main]
 
@@ -25,6 +26,11 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(again.message, frame.message, "{dialect}: not stable");
         }
         if let Ok((header, payload)) = dialect.decode_header(text) {
+            // A payload handed out as checked JSON is JSON.
+            if let Some(raw) = payload {
+                serde_json::from_str::<&serde_json::value::RawValue>(raw.get())
+                    .expect("a checked payload is JSON");
+            }
             if let Some(raw) = dialect.plain_result_value(&header, payload) {
                 let value: serde_json::Value =
                     serde_json::from_str(raw.get()).expect("a plain value parses");

@@ -36,13 +36,13 @@ mod verdicts;
 enum Read<'a> {
     Message(Message),
     /// A plainly successful result's value, unparsed.
-    PlainResult(&'a serde_json::value::RawValue),
+    PlainResult(arcp_types::RawJson<'a>),
 }
 
 /// A terminal result: decoded, or only its inline value's text.
 enum ResultBody<'a> {
     Decoded(JobResult),
-    Plain(&'a serde_json::value::RawValue),
+    Plain(arcp_types::RawJson<'a>),
 }
 
 impl Core {

@@ -31,7 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::message::{Frame, Message, Object};
-use crate::{Envelope, Header};
+use crate::{Envelope, Header, RawJson};
 
 /// Which ARCP message set is on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,11 +121,12 @@ impl Dialect {
     pub fn decode_header(
         self,
         text: &str,
-    ) -> Result<(Header<'_>, Option<&serde_json::value::RawValue>), DecodeError> {
+    ) -> Result<(Header<'_>, Option<RawJson<'_>>), DecodeError> {
         if let Some(scanned) = crate::scan::scan_header(text) {
             return Ok(scanned);
         }
-        Envelope::parse_raw(text).map_err(DecodeError::Envelope)
+        let (header, payload) = Envelope::parse_raw(text).map_err(DecodeError::Envelope)?;
+        Ok((header, payload.map(RawJson::from)))
     }
 
     /// The second half: the payload of the frame whose header is `header`,
@@ -133,7 +134,7 @@ impl Dialect {
     pub fn decode_payload(
         self,
         header: &Header<'_>,
-        payload: Option<&serde_json::value::RawValue>,
+        payload: Option<RawJson<'_>>,
         scope: PayloadScope,
     ) -> Result<Message, DecodeError> {
         self.decode_message(Head::of(header), Payload::Raw(payload), scope)
@@ -151,8 +152,8 @@ impl Dialect {
     pub fn plain_result_value<'a>(
         self,
         header: &Header<'_>,
-        payload: Option<&'a serde_json::value::RawValue>,
-    ) -> Option<&'a serde_json::value::RawValue> {
+        payload: Option<RawJson<'a>>,
+    ) -> Option<RawJson<'a>> {
         let payload = payload?;
         match (self, &*header.kind) {
             (Dialect::V1_1, "job.result") => {
@@ -248,7 +249,7 @@ impl EncodedRequest {
         };
         match self.dialect.decode_message(
             head,
-            Payload::Raw(Some(&self.payload)),
+            Payload::Raw(Some(RawJson::from(&*self.payload))),
             PayloadScope::All,
         )? {
             Message::Invoke(invoke) => Ok(invoke),
@@ -371,7 +372,7 @@ impl<'a> Head<'a> {
 /// parsed before (a caller that decoded the envelope itself). A missing
 /// payload is `Raw(None)` or `Tree(Null)`.
 pub(super) enum Payload<'a> {
-    Raw(Option<&'a serde_json::value::RawValue>),
+    Raw(Option<RawJson<'a>>),
     Tree(Value),
 }
 

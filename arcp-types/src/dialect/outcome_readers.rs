@@ -4,7 +4,7 @@
 //! but are not built: no string, map or tree is allocated for them.
 //!
 //! A payload read from a frame's text is JSON already checked (a
-//! `RawValue`), so the readers first walk it without serde ([`Walk`]):
+//! `RawJson`), so the readers first walk it without serde ([`Walk`]):
 //! one pass that skips what it does not read instead of parsing it again.
 //! The walk declines anything it would have to judge rather than skip (an
 //! escape where it reads, a duplicate field, a number that might not fit,
@@ -21,6 +21,7 @@ use serde_json::value::RawValue;
 use super::{from_payload, DecodeError, Payload};
 use crate::extra_fields::Key;
 use crate::message::{Accepted, JobEvent, JobResult, Object};
+use crate::raw_json::RawJson;
 
 mod walk;
 use walk::Walk;
@@ -298,16 +299,15 @@ pub(super) fn legacy_event_body(
 /// Anything else (no value, another status, a repeated field, a payload
 /// that is not an object) is `None`: the caller decodes the frame instead.
 pub(super) fn plain_result_value<'a>(
-    payload: &'a RawValue,
+    payload: RawJson<'a>,
     value_field: &str,
     fallback_field: Option<&str>,
-) -> Option<&'a RawValue> {
+) -> Option<RawJson<'a>> {
     match walk_plain_result(payload.get(), value_field, fallback_field) {
-        // The value's text is a whole value of checked JSON: borrowed as
-        // a raw value again (this checks only the value).
-        Some(Some(value)) => serde_json::from_str(value).ok(),
+        // The value's text is a whole value of checked JSON: checked JSON.
+        Some(Some(value)) => Some(RawJson::checked(value)),
         Some(None) => None,
-        None => serde_plain_result_value(payload, value_field, fallback_field),
+        None => serde_plain_result_value(payload, value_field, fallback_field).map(RawJson::from),
     }
 }
 
@@ -342,7 +342,7 @@ fn walk_plain_result<'a>(
 
 /// [`plain_result_value`] by serde.
 fn serde_plain_result_value<'a>(
-    payload: &'a RawValue,
+    payload: RawJson<'a>,
     value_field: &str,
     fallback_field: Option<&str>,
 ) -> Option<&'a RawValue> {
@@ -517,12 +517,13 @@ mod tests {
             let walk = walk_plain_result(text, "result", None);
             assert_eq!(walk, expected, "{text}");
             let raw: &RawValue = serde_json::from_str(text).unwrap();
+            let raw = RawJson::from(raw);
             let serde = serde_plain_result_value(raw, "result", None).map(RawValue::get);
             if let Some(walk) = walk {
                 assert_eq!(walk, serde, "{text}");
             }
             assert_eq!(
-                plain_result_value(raw, "result", None).map(RawValue::get),
+                plain_result_value(raw, "result", None).map(RawJson::get),
                 serde
             );
         }

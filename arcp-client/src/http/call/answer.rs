@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
+use arcp_types::RawJson;
 use arcp_types::{
     Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope,
 };
 use futures_util::FutureExt;
 use hyper::body::Incoming;
-use serde_json::value::RawValue;
 use tracing::{debug, warn};
 
 use super::{Call, Next};
@@ -297,7 +297,7 @@ impl Call<'_> {
     fn on_plain_result(
         &mut self,
         header: &Header<'_>,
-        value: &RawValue,
+        value: RawJson<'_>,
         replayed: bool,
     ) -> Outcome {
         if let Some(job) = header.job_id.as_deref() {

@@ -1,4 +1,4 @@
-//! [`Walk`]: one pass over JSON already checked (a `RawValue`), without
+//! [`Walk`]: one pass over JSON already checked (a `RawJson`), without
 //! serde, that skips what it does not read instead of parsing it again,
 //! and declines (returns `None`) anything it would have to judge rather
 //! than skip: an escape where it reads, a number that might not fit, deep
