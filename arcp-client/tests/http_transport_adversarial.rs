@@ -559,7 +559,8 @@ async fn a_malformed_head_after_the_tool_ran_may_have_run() {
 // blackholed connects
 
 /// An https:// endpoint whose server accepts TCP and never speaks TLS:
-/// the handshake deadline ends each connect; nothing was sent.
+/// the connect timeout (TCP and TLS, as over WebSocket) ends each connect,
+/// not the session handshake's; nothing was sent.
 #[tokio::test]
 async fn a_tls_server_that_never_answers_the_handshake() {
     let (url, truth) = serve(handler(|stream, _, _| async move {
@@ -569,7 +570,8 @@ async fn a_tls_server_that_never_answers_the_handshake() {
     .await;
     let url = url.replace("http://", "https://");
     let client = builder(&url)
-        .handshake_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .handshake_timeout(Duration::from_secs(30))
         .retry(
             RetryPolicy::exponential()
                 .initial_delay(Duration::from_millis(5))
@@ -876,10 +878,10 @@ async fn blackhole() -> (String, Vec<std::net::TcpStream>, tokio::net::TcpListen
 
 /// A call into a blackhole with these deadlines: its error, and how long
 /// it took.
-async fn call_into_a_blackhole(handshake: Duration, deadline: Duration) -> (Error, Duration) {
+async fn call_into_a_blackhole(connect: Duration, deadline: Duration) -> (Error, Duration) {
     let (url, _fillers, _listener) = blackhole().await;
     let client = builder(&url)
-        .handshake_timeout(handshake)
+        .connect_timeout(connect)
         .connect()
         .await
         .unwrap();
@@ -893,7 +895,7 @@ async fn call_into_a_blackhole(handshake: Duration, deadline: Duration) -> (Erro
     (err, started.elapsed())
 }
 
-/// Connecting never completes: the handshake deadline ends each connect;
+/// Connecting never completes: the connect timeout ends each connect;
 /// the call ends by its own deadline, and nothing was sent, so the
 /// outcome must say "not run".
 #[tokio::test]
@@ -914,12 +916,21 @@ async fn a_blackholed_endpoint_keeps_the_deadline_and_says_not_run() {
         Execution::NotRun,
         "no connection was ever established, yet: {err:?}"
     );
+    // Connects were given up at the connect timeout, and the error says so.
+    let Error::DeadlineExceeded {
+        last_error: Some(last),
+        ..
+    } = &err
+    else {
+        panic!("no connect timed out within the deadline: {err:?}");
+    };
+    assert!(last.contains("300ms"), "{last}");
 }
 
-/// The handshake deadline longer than the call's: the call's deadline
-/// still ends it, and nothing was sent.
+/// The connect timeout longer than the call's deadline: the call's
+/// deadline still ends it, and nothing was sent.
 #[tokio::test]
-async fn a_blackholed_endpoint_with_a_long_handshake_deadline() {
+async fn a_blackholed_endpoint_with_a_long_connect_timeout() {
     let (err, elapsed) =
         call_into_a_blackhole(Duration::from_secs(30), Duration::from_millis(500)).await;
     assert!(elapsed < Duration::from_millis(800), "{elapsed:?}");

@@ -81,15 +81,19 @@ impl ClientBuilder {
     }
 
     /// How long the runtime may take to answer the session hello with its
-    /// welcome, per connection (default 10 s). A timeout is transient: the
-    /// client dials again.
+    /// welcome, per WebSocket connection (default 10 s). A timeout is
+    /// transient: the client dials again. The HTTP binding has no session
+    /// hello: its connections are bounded by
+    /// [`connect_timeout`](Self::connect_timeout) alone.
     pub fn handshake_timeout(mut self, d: Duration) -> Self {
         self.config.handshake_timeout = d;
         self
     }
 
-    /// How long one TCP connect plus TLS and WebSocket upgrade may take
-    /// (default 10 s). A timeout is transient: the client dials again.
+    /// How long opening one connection may take (default 10 s): TCP plus
+    /// TLS, and the WebSocket upgrade or, over HTTP, a proxy's `CONNECT`.
+    /// A timeout is transient: the client dials again (a call's own
+    /// deadline still bounds the whole call).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.config.connect_timeout = d;
         self

@@ -228,7 +228,7 @@ impl ArtifactFetcher {
             .max_size(config.max_artifact_size)
             .retry(config.retry.clone())
             .timeout(config.default_deadline)
-            .connect_timeout(config.handshake_timeout);
+            .connect_timeout(config.connect_timeout);
         builder.user_agent = format!("{}/{}", config.client_name, config.client_version);
         builder.tls = config.tls.client_config();
         if let Some(token) = &config.token {

@@ -99,7 +99,7 @@ impl HttpBackend {
         let transport = Transport::new(Settings {
             endpoint: target.clone(),
             user_agent: format!("{}/{}", config.client_name, config.client_version),
-            connect_timeout: config.handshake_timeout,
+            connect_timeout: config.connect_timeout,
             tls: config.tls.client_config(),
             proxies: Matcher::from_env(),
         })

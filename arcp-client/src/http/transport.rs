@@ -3,7 +3,7 @@
 //! environment names, decided once for the client's one endpoint.
 //!
 //! ```text
-//!  Transport::send ──▶ hyper pool ──(a new connection)──▶ Connector: the handshake deadline
+//!  Transport::send ──▶ hyper pool ──(a new connection)──▶ Connector: the connect timeout
 //!                                                          └▶ rustls for https:// (HttpsConnector)
 //!                                                              └▶ Route: Direct        TCP to the endpoint
 //!                                                                        Forward(proxy) TCP to an http:// proxy,
@@ -148,7 +148,7 @@ pub(crate) fn definitive_failure(e: &(dyn std::error::Error + 'static)) -> Optio
     None
 }
 
-/// rustls over a [`Route`], all of it under the handshake deadline.
+/// rustls over a [`Route`], all of it under the connect timeout.
 #[derive(Clone)]
 struct Connector {
     inner: HttpsConnector<Route>,
