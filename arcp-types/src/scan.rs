@@ -48,27 +48,26 @@ pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>
     }
     loop {
         s.skip_ws();
-        let key = s.plain_string()?;
+        // `extensions` and unknown fields are kept as JSON trees: serde's job.
+        let field = s.field()?;
         s.skip_ws();
         s.eat(b':')?;
         s.skip_ws();
-        match key {
-            "arcp" => set(&mut slots.arcp, s.plain_string()?)?,
-            "id" => set(&mut slots.id, s.plain_string()?)?,
-            "type" => set(&mut slots.kind, s.plain_string()?)?,
-            "timestamp" => set(&mut slots.timestamp, s.optional_string()?)?,
-            "session_id" => set(&mut slots.session_id, s.optional_string()?)?,
-            "job_id" => set(&mut slots.job_id, s.optional_string()?)?,
-            "correlation_id" => set(&mut slots.correlation_id, s.optional_string()?)?,
-            "causation_id" => set(&mut slots.causation_id, s.optional_string()?)?,
-            "idempotency_key" => set(&mut slots.idempotency_key, s.optional_string()?)?,
-            "trace_id" => set(&mut slots.trace_id, s.optional_string()?)?,
-            "priority" => set(&mut slots.priority, s.optional_string()?)?,
-            "subscription_id" => set(&mut slots.subscription_id, s.optional_string()?)?,
-            "event_seq" => set(&mut slots.event_seq, s.optional_u64()?)?,
-            "payload" => set(&mut slots.payload, s.raw_value()?)?,
-            // `extensions` and unknown fields are kept as JSON trees: serde's job.
-            _ => return None,
+        match field {
+            Field::Arcp => set(&mut slots.arcp, s.plain_string()?)?,
+            Field::Id => set(&mut slots.id, s.plain_string()?)?,
+            Field::Kind => set(&mut slots.kind, s.plain_string()?)?,
+            Field::Timestamp => set(&mut slots.timestamp, s.optional_string()?)?,
+            Field::SessionId => set(&mut slots.session_id, s.optional_string()?)?,
+            Field::JobId => set(&mut slots.job_id, s.optional_string()?)?,
+            Field::CorrelationId => set(&mut slots.correlation_id, s.optional_string()?)?,
+            Field::CausationId => set(&mut slots.causation_id, s.optional_string()?)?,
+            Field::IdempotencyKey => set(&mut slots.idempotency_key, s.optional_string()?)?,
+            Field::TraceId => set(&mut slots.trace_id, s.optional_string()?)?,
+            Field::Priority => set(&mut slots.priority, s.optional_string()?)?,
+            Field::SubscriptionId => set(&mut slots.subscription_id, s.optional_string()?)?,
+            Field::EventSeq => set(&mut slots.event_seq, s.optional_u64()?)?,
+            Field::Payload => set(&mut slots.payload, s.raw_value()?)?,
         }
         s.skip_ws();
         match s.next()? {
@@ -130,6 +129,25 @@ pub fn peek_kind(text: &str) -> Option<&str> {
     }
 }
 
+/// The header fields the scan reads.
+#[derive(Clone, Copy)]
+enum Field {
+    Arcp,
+    Id,
+    Kind,
+    Timestamp,
+    SessionId,
+    JobId,
+    CorrelationId,
+    CausationId,
+    IdempotencyKey,
+    TraceId,
+    Priority,
+    SubscriptionId,
+    EventSeq,
+    Payload,
+}
+
 /// Each field as read: `Some(None)` is an explicit `null`.
 #[derive(Default)]
 struct Slots<'a> {
@@ -187,6 +205,33 @@ impl<'a> Scanner<'a> {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.at += 1;
         }
+    }
+
+    /// A header field's name, quotes included, when it is one the scan
+    /// reads: compared byte for byte with the known names (one that
+    /// matches holds no escape), by its first letter.
+    fn field(&mut self) -> Option<Field> {
+        let rest = &self.bytes[self.at..];
+        let is = |name: &[u8]| rest.starts_with(name);
+        let (name, field): (&[u8], Field) = match *rest.get(1)? {
+            b'a' if is(b"\"arcp\"") => (b"\"arcp\"", Field::Arcp),
+            b'i' if is(b"\"id\"") => (b"\"id\"", Field::Id),
+            b'i' if is(b"\"idempotency_key\"") => (b"\"idempotency_key\"", Field::IdempotencyKey),
+            b't' if is(b"\"type\"") => (b"\"type\"", Field::Kind),
+            b't' if is(b"\"timestamp\"") => (b"\"timestamp\"", Field::Timestamp),
+            b't' if is(b"\"trace_id\"") => (b"\"trace_id\"", Field::TraceId),
+            b's' if is(b"\"session_id\"") => (b"\"session_id\"", Field::SessionId),
+            b's' if is(b"\"subscription_id\"") => (b"\"subscription_id\"", Field::SubscriptionId),
+            b'j' if is(b"\"job_id\"") => (b"\"job_id\"", Field::JobId),
+            b'c' if is(b"\"correlation_id\"") => (b"\"correlation_id\"", Field::CorrelationId),
+            b'c' if is(b"\"causation_id\"") => (b"\"causation_id\"", Field::CausationId),
+            b'p' if is(b"\"payload\"") => (b"\"payload\"", Field::Payload),
+            b'p' if is(b"\"priority\"") => (b"\"priority\"", Field::Priority),
+            b'e' if is(b"\"event_seq\"") => (b"\"event_seq\"", Field::EventSeq),
+            _ => return None,
+        };
+        self.at += name.len();
+        Some(field)
     }
 
     /// A string with no escapes and no control characters, borrowed.
