@@ -1457,3 +1457,30 @@ async fn a_tool_name_the_store_cannot_hold_fails_alone() {
     assert_eq!(mock.total_executions(), 16);
     client.close().await;
 }
+
+/// A table changed under the journal (a column of another type than this
+/// code reads, as a hand-made migration might leave it): reads and writes
+/// fail at once with a schema error that names it, not "unavailable"
+/// (retried until every caller's deadline), and never a panic.
+#[tokio::test]
+async fn a_column_of_another_type_is_a_schema_error() {
+    let url = postgres_or_skip!();
+    let a = journal(&url, "a", Duration::from_secs(5)).await;
+    a.apply(&[JournalWrite::Prepare(entry("k1"))]).unwrap();
+    let db = sql(&url).await;
+    db.batch_execute(
+        "ALTER TABLE arcp_calls ALTER COLUMN deadline_ms TYPE text, \
+         ALTER COLUMN created_ms TYPE text",
+    )
+    .await
+    .unwrap();
+    let err = a.list(10).await.unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Schema, "{err}");
+    assert!(err.message.contains("column"), "{err}");
+    let err = a.get(&key("k1")).unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Schema, "{err}");
+    // Preparing the key again reads its record (its creation time among
+    // the columns) before writing.
+    let err = a.apply(&[JournalWrite::Prepare(entry("k1"))]).unwrap_err();
+    assert_eq!(err.kind, JournalErrorKind::Schema, "{err}");
+}

@@ -164,10 +164,9 @@ impl PostgresJournal {
             )
             .await?;
         let rows = client.query(&stmt, &[&keys]).await?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
-            .collect())
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?))))
+            .collect()
     }
 }
 

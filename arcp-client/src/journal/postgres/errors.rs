@@ -7,9 +7,16 @@ use crate::journal::{JournalError, JournalErrorKind};
 pub(super) fn classify(location: &str, e: &tokio_postgres::Error) -> JournalError {
     use tokio_postgres::error::SqlState;
     let Some(db) = e.as_db_error() else {
+        let message = with_cause(e);
+        // A row or parameter of another type than this code reads or
+        // writes: the tables are not the ones it made (a hand-made change).
+        // Retrying cannot help.
+        if is_type_mismatch(e) {
+            return JournalError::new(JournalErrorKind::Schema, location, message);
+        }
         // No answer from the server: the connection failed, closed or timed
         // out. The store may be back soon.
-        return JournalError::new(JournalErrorKind::Unavailable, location, e.to_string());
+        return JournalError::new(JournalErrorKind::Unavailable, location, message);
     };
     let code = db.code().code();
     let kind = match code {
@@ -45,4 +52,30 @@ pub(super) fn classify(location: &str, e: &tokio_postgres::Error) -> JournalErro
         _ => JournalErrorKind::Io,
     };
     JournalError::new(kind, location, format!("{} ({code})", db.message()))
+}
+
+/// Whether a client-side error is a value that does not convert between
+/// the tables and this code (tokio-postgres names no kind publicly: its
+/// conversion errors carry the cause, and their messages say which).
+fn is_type_mismatch(e: &tokio_postgres::Error) -> bool {
+    use std::error::Error as _;
+    use tokio_postgres::types::{WasNull, WrongType};
+    let converting = e
+        .source()
+        .is_some_and(|cause| cause.is::<WrongType>() || cause.is::<WasNull>());
+    let text = e.to_string();
+    converting
+        || text.starts_with("error deserializing column")
+        || text.starts_with("error serializing parameter")
+        || text.starts_with("invalid column")
+        || text.starts_with("query returned an unexpected number of columns")
+}
+
+/// The error with its cause (tokio-postgres' own message leaves it out).
+fn with_cause(e: &tokio_postgres::Error) -> String {
+    use std::error::Error as _;
+    match e.source() {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
 }

@@ -152,7 +152,10 @@ impl PostgresJournal {
         self.off_thread(
             "SELECT max(version) FROM arcp_journal_schema",
             None,
-            |_, row| Ok(row.get::<_, Option<i32>>(0).unwrap_or(0)),
+            |location, row| {
+                let version: Option<i32> = row.try_get(0).map_err(|e| classify(location, &e))?;
+                Ok(version.unwrap_or(0))
+            },
         )
         .await
         .map(|versions| versions.into_iter().next().unwrap_or(0))
@@ -338,7 +341,7 @@ impl Journal for PostgresJournal {
                 let count: i64 = tx
                     .query_one("SELECT count(*) FROM arcp_calls", &[])
                     .await?
-                    .get(0);
+                    .try_get(0)?;
                 if count > max {
                     report.evicted = tx
                         .execute(

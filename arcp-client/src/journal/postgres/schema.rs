@@ -502,7 +502,8 @@ pub(super) async fn migrate(pool: &Pool, location: &str) -> Result<(), JournalEr
         )
         .await
         .map_err(err)?
-        .get(0);
+        .try_get(0)
+        .map_err(err)?;
     let latest = super::PostgresJournal::latest_schema_version();
     if current > latest {
         return Err(JournalError::new(

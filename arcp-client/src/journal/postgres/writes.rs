@@ -52,13 +52,21 @@ pub(super) fn note_changed(write: &JournalWrite, held: &mut HashMap<String, i64>
 /// id and creation time. An attempt of this write whose answer was lost
 /// (a round trip that timed out while its commit was slow) committed after
 /// all; its retry must take the record as its own, not as another's.
-fn this_prepare_landed(row: &tokio_postgres::Row, prepare: &JournalEntry, me: &str) -> bool {
-    let (state, owner, trace_id, created_ms): (&str, &str, &str, i64) =
-        (row.get(0), row.get(1), row.get(3), row.get(4));
-    state != "terminal"
+fn this_prepare_landed(
+    row: &tokio_postgres::Row,
+    prepare: &JournalEntry,
+    me: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    let (state, owner, trace_id, created_ms): (&str, &str, &str, i64) = (
+        row.try_get(0)?,
+        row.try_get(1)?,
+        row.try_get(3)?,
+        row.try_get(4)?,
+    );
+    Ok(state != "terminal"
         && owner == me
         && trace_id == prepare.trace_id
-        && created_ms == to_millis(prepare.created_at)
+        && created_ms == to_millis(prepare.created_at))
 }
 
 impl PostgresJournal {
@@ -158,8 +166,8 @@ impl PostgresJournal {
                     None => 1,
                     Some(row) => {
                         let (old_state, owner, generation): (String, String, i64) =
-                            (row.get(0), row.get(1), row.get(2));
-                        if this_prepare_landed(&row, e, me) {
+                            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+                        if this_prepare_landed(&row, e, me)? {
                             held.insert(key.to_owned(), generation);
                             return Ok(());
                         }
@@ -205,9 +213,13 @@ impl PostgresJournal {
                     // landing late from an attempt whose answer was lost,
                     // or another worker's.
                     let now = tx.query_opt(RECORD_FOR_UPDATE, &[&key]).await?;
+                    let landed = match &now {
+                        Some(row) => this_prepare_landed(row, e, me)?,
+                        None => false,
+                    };
                     match now {
-                        Some(row) if this_prepare_landed(&row, e, me) => {
-                            held.insert(key.to_owned(), row.get(2));
+                        Some(row) if landed => {
+                            held.insert(key.to_owned(), row.try_get(2)?);
                         }
                         _ => {
                             held.remove(key);
@@ -325,7 +337,10 @@ impl PostgresJournal {
                 &[&key.as_str()],
             )
             .await?;
-        let now: Option<(String, String, i64)> = row.map(|r| (r.get(0), r.get(1), r.get(2)));
+        let now: Option<(String, String, i64)> = match row {
+            Some(r) => Some((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)),
+            None => None,
+        };
         Ok(self.why_unchanged_of(
             now.as_ref().map(|(s, o, g)| (s.as_str(), o.as_str(), *g)),
             generation,
