@@ -18,6 +18,9 @@ use crate::progress::EventRenderer;
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// The client's default handshake timeout, lowered to the deadline when shorter.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The client's default connect timeout (per connection, either transport),
+/// lowered to the deadline when shorter.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `connect` rides out transient failures unless told otherwise.
 const DEFAULT_CONNECT_BUDGET: Duration = Duration::from_secs(30);
 /// How long to let the event renderer drain after the call ended.
@@ -79,6 +82,7 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
         .dialect(arcp_sdk::DialectChoice::from(args.dialect))
         .retry(retry)
         .handshake_timeout(HANDSHAKE_TIMEOUT.min(deadline))
+        .connect_timeout(CONNECT_TIMEOUT.min(deadline))
         .connect_budget(
             args.connect_budget
                 .map(Duration::from_secs_f64)

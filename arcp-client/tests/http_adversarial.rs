@@ -112,7 +112,7 @@ fn builder(url: &str) -> ClientBuilder {
                 .max_attempts(4)
                 .max_elapsed(Duration::from_secs(10)),
         )
-        .handshake_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
         .default_deadline(Duration::from_secs(20))
 }
 

@@ -113,7 +113,7 @@ fn builder(url: &str) -> ClientBuilder {
                 .max_attempts(6)
                 .max_elapsed(Duration::from_secs(10)),
         )
-        .handshake_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
         .default_deadline(Duration::from_secs(5))
 }
 
@@ -800,7 +800,7 @@ async fn credentials_in_the_endpoint_url() {
     .await;
     let url = url.replace("http://", "http://user:pw@");
     let client = Client::builder(&url)
-        .handshake_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
         .connect()
         .await
         .unwrap();

@@ -31,7 +31,7 @@ pub(crate) fn client(url: &str) -> ClientBuilder {
     Client::builder(url)
         .bearer_token(TOKEN)
         .retry(fast_retry())
-        .handshake_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
         .default_deadline(Duration::from_secs(20))
 }
 
