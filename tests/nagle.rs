@@ -11,14 +11,41 @@ use arcp_sdk::Client;
 use arcp_types::{Accepted, Dialect, Frame, JobEvent, JobResult, Message, Welcome};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message as Ws;
+
+/// How the runtime writes each reply frame.
+#[derive(Clone, Copy)]
+enum Writes {
+    /// Each frame whole, flushed on its own.
+    Frames,
+    /// Each frame in two writes: its first bytes (the WebSocket header and
+    /// a little more), then the rest, as a server that writes a frame's
+    /// header and body separately does.
+    SplitFrames,
+}
+
+/// A text frame from a server (unmasked), as bytes.
+fn text_frame(text: &str) -> Vec<u8> {
+    let mut frame = vec![0x81];
+    match u16::try_from(text.len()) {
+        Ok(len) if len < 126 => frame.push(len as u8),
+        Ok(len) => {
+            frame.push(126);
+            frame.extend_from_slice(&len.to_be_bytes());
+        }
+        Err(_) => panic!("a test frame under 64 KiB"),
+    }
+    frame.extend_from_slice(text.as_bytes());
+    frame
+}
 
 /// Serves sessions of an unknown runtime (so the client assumes nothing of
 /// how it writes) whose socket keeps Nagle on: each submit is answered with
 /// `job.accepted`, a progress event and the result, each sent and flushed
 /// on its own.
-async fn runtime_writing_in_pieces(dialect: Dialect) -> String {
+async fn runtime_writing_in_pieces(dialect: Dialect, writes: Writes) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/arcp", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -73,7 +100,17 @@ async fn runtime_writing_in_pieces(dialect: Dialect) -> String {
                         _ => Vec::new(),
                     };
                     for reply in replies {
-                        if ws.send(Ws::text(dialect.encode(&reply))).await.is_err() {
+                        let text = dialect.encode(&reply);
+                        let sent = match writes {
+                            Writes::Frames => ws.send(Ws::text(text)).await.is_ok(),
+                            Writes::SplitFrames => {
+                                let frame = text_frame(&text);
+                                let socket = ws.get_mut();
+                                socket.write_all(&frame[..6]).await.is_ok()
+                                    && socket.write_all(&frame[6..]).await.is_ok()
+                            }
+                        };
+                        if !sent {
                             return;
                         }
                     }
@@ -86,8 +123,8 @@ async fn runtime_writing_in_pieces(dialect: Dialect) -> String {
 
 /// The median of sequential calls' latencies, after a warm-up long enough
 /// for the kernel's quick-ACK start of a connection to end.
-async fn median_call_latency(dialect: Dialect) -> Duration {
-    let url = runtime_writing_in_pieces(dialect).await;
+async fn median_call_latency(dialect: Dialect, writes: Writes) -> Duration {
+    let url = runtime_writing_in_pieces(dialect, writes).await;
     let client = Client::builder(url)
         .dialect(dialect)
         .connect()
@@ -114,13 +151,31 @@ async fn median_call_latency(dialect: Dialect) -> Duration {
 
 #[tokio::test]
 async fn replies_written_in_pieces_wait_for_no_delayed_ack_v1_1() {
-    let median = median_call_latency(Dialect::V1_1).await;
+    let median = median_call_latency(Dialect::V1_1, Writes::Frames).await;
     // A delayed ACK costs at least 40 ms; a call here takes well under 1 ms.
     assert!(median < Duration::from_millis(20), "median {median:?}");
 }
 
 #[tokio::test]
 async fn replies_written_in_pieces_wait_for_no_delayed_ack_legacy() {
-    let median = median_call_latency(Dialect::Legacy).await;
+    let median = median_call_latency(Dialect::Legacy, Writes::Frames).await;
     assert!(median < Duration::from_millis(20), "median {median:?}");
+}
+
+/// A frame's first piece never completes a message, so the driver's re-arm
+/// after reading never runs for it, and the rest waits out a delayed ACK:
+/// about 44 ms a call. A known gap, kept here as its reproducer: quick-ACK
+/// mode re-armed after each write closes it (measured), but the kernel then
+/// acknowledges every reply on its own, 3.3 segments a call instead of 2.2,
+/// for every runtime not known to write whole frames; the precise fix is to
+/// notice a read that ends inside a frame, below tungstenite. Neither
+/// published runtime writes a frame in pieces (docs/compatibility.md,
+/// TCP_NODELAY).
+#[tokio::test]
+#[ignore = "known gap: a runtime that writes one frame in two pieces with Nagle on"]
+async fn frames_written_in_two_pieces_wait_for_no_delayed_ack() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        let median = median_call_latency(dialect, Writes::SplitFrames).await;
+        assert!(median < Duration::from_millis(20), "{dialect}: median {median:?}");
+    }
 }
