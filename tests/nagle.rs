@@ -176,6 +176,9 @@ async fn replies_written_in_pieces_wait_for_no_delayed_ack_legacy() {
 async fn frames_written_in_two_pieces_wait_for_no_delayed_ack() {
     for dialect in [Dialect::V1_1, Dialect::Legacy] {
         let median = median_call_latency(dialect, Writes::SplitFrames).await;
-        assert!(median < Duration::from_millis(20), "{dialect}: median {median:?}");
+        assert!(
+            median < Duration::from_millis(20),
+            "{dialect}: median {median:?}"
+        );
     }
 }
