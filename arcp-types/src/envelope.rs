@@ -8,6 +8,8 @@
 mod read;
 mod write;
 
+pub(crate) use read::Field;
+
 use std::borrow::Cow;
 
 use serde::Serialize;

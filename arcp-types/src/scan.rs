@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Map;
 
-use crate::envelope::Header;
+use crate::envelope::{Field, Header};
 use crate::json_escape::plain_string_at;
 use crate::raw_json::RawJson;
 
@@ -56,7 +56,7 @@ pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>
         match field {
             Field::Arcp => set(&mut slots.arcp, s.plain_string()?)?,
             Field::Id => set(&mut slots.id, s.plain_string()?)?,
-            Field::Kind => set(&mut slots.kind, s.plain_string()?)?,
+            Field::Type => set(&mut slots.kind, s.plain_string()?)?,
             Field::Timestamp => set(&mut slots.timestamp, s.optional_string()?)?,
             Field::SessionId => set(&mut slots.session_id, s.optional_string()?)?,
             Field::JobId => set(&mut slots.job_id, s.optional_string()?)?,
@@ -68,6 +68,8 @@ pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>
             Field::SubscriptionId => set(&mut slots.subscription_id, s.optional_string()?)?,
             Field::EventSeq => set(&mut slots.event_seq, s.optional_u64()?)?,
             Field::Payload => set(&mut slots.payload, s.raw_value()?)?,
+            // Never made by `field`: serde's, as every other name.
+            Field::Extensions | Field::Other(_) => return None,
         }
         s.skip_ws();
         match s.next()? {
@@ -127,25 +129,6 @@ pub fn peek_kind(text: &str) -> Option<&str> {
         s.skip_ws();
         s.eat(b',')?;
     }
-}
-
-/// The header fields the scan reads.
-#[derive(Clone, Copy)]
-enum Field {
-    Arcp,
-    Id,
-    Kind,
-    Timestamp,
-    SessionId,
-    JobId,
-    CorrelationId,
-    CausationId,
-    IdempotencyKey,
-    TraceId,
-    Priority,
-    SubscriptionId,
-    EventSeq,
-    Payload,
 }
 
 /// Each field as read: `Some(None)` is an explicit `null`.
@@ -209,7 +192,8 @@ impl<'a> Scanner<'a> {
 
     /// A header field's name, quotes included, when it is one the scan
     /// reads: compared byte for byte with the known names (one that
-    /// matches holds no escape), by its first letter.
+    /// matches holds no escape), by its first letter. `extensions` and
+    /// unknown names are `None`: serde keeps them as JSON trees.
     fn field(&mut self) -> Option<Field> {
         let rest = &self.bytes[self.at..];
         let is = |name: &[u8]| rest.starts_with(name);
@@ -217,7 +201,7 @@ impl<'a> Scanner<'a> {
             b'a' if is(b"\"arcp\"") => (b"\"arcp\"", Field::Arcp),
             b'i' if is(b"\"id\"") => (b"\"id\"", Field::Id),
             b'i' if is(b"\"idempotency_key\"") => (b"\"idempotency_key\"", Field::IdempotencyKey),
-            b't' if is(b"\"type\"") => (b"\"type\"", Field::Kind),
+            b't' if is(b"\"type\"") => (b"\"type\"", Field::Type),
             b't' if is(b"\"timestamp\"") => (b"\"timestamp\"", Field::Timestamp),
             b't' if is(b"\"trace_id\"") => (b"\"trace_id\"", Field::TraceId),
             b's' if is(b"\"session_id\"") => (b"\"session_id\"", Field::SessionId),

@@ -12,8 +12,9 @@ use serde_json::{Map, Value};
 
 use super::{Envelope, Header};
 
-/// A header key, matched without allocating for the known ones.
-enum Field {
+/// A header key, matched without allocating for the known ones (also the
+/// fast scanner's, `crate::scan`, which declines `Extensions` and `Other`).
+pub(crate) enum Field {
     Arcp,
     Id,
     Type,
