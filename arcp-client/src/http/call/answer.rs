@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
-use arcp_types::RawJson;
 use arcp_types::{
-    Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope,
+    Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope, RawJson,
 };
 use futures_util::FutureExt;
 use hyper::body::Incoming;
