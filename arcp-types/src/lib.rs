@@ -42,7 +42,7 @@ mod message;
 mod raw_json;
 mod scan;
 
-pub use dialect::{DecodeError, Dialect, EncodedRequest, PayloadScope};
+pub use dialect::{DecodeError, Decoded, Dialect, EncodedRequest, PayloadScope};
 pub use envelope::{Envelope, Header, PROTOCOL_VERSION};
 pub use error_code::ErrorCode;
 pub use events::EventBody;

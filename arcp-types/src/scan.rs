@@ -33,6 +33,34 @@ const PLAIN_DEPTH: usize = 64;
 /// The header and raw payload of `text`, or `None` when the frame needs
 /// the serde path (see the module docs).
 pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>)> {
+    match scan(text, false)? {
+        (header, Payload::Checked(payload)) => Some((header, payload)),
+        // Not made without deferring.
+        (_, Payload::Tail(_)) => None,
+    }
+}
+
+/// A payload as [`scan_header_deferring`] leaves it.
+pub(crate) enum Payload<'a> {
+    /// Checked JSON (or no payload): the scan read the whole frame.
+    Checked(Option<RawJson<'a>>),
+    /// The text between `"payload":` and the frame's closing brace, not
+    /// checked: the payload, if the frame is valid JSON that ends with its
+    /// payload (as runtimes write frames). Whoever reads it must check
+    /// that it is one whole JSON value, and read the frame otherwise.
+    Tail(&'a str),
+}
+
+/// [`scan_header`], except that a payload written after every required
+/// header field is not scanned but left as its [`Payload::Tail`]: one
+/// reader that checks as it reads then passes over it once instead of
+/// twice.
+#[inline]
+pub(crate) fn scan_header_deferring(text: &str) -> Option<(Header<'_>, Payload<'_>)> {
+    scan(text, true)
+}
+
+fn scan(text: &str, defer_tail: bool) -> Option<(Header<'_>, Payload<'_>)> {
     let mut s = Scanner {
         text,
         bytes: text.as_bytes(),
@@ -67,7 +95,18 @@ pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>
             Field::Priority => set(&mut slots.priority, s.optional_string()?)?,
             Field::SubscriptionId => set(&mut slots.subscription_id, s.optional_string()?)?,
             Field::EventSeq => set(&mut slots.event_seq, s.optional_u64()?)?,
-            Field::Payload => set(&mut slots.payload, s.raw_value()?)?,
+            Field::Payload => {
+                if defer_tail && slots.payload.is_none() {
+                    // Only once the required fields are read: a frame that
+                    // names its type after the payload is scanned whole.
+                    if let Some(tail) = s.tail() {
+                        if let Some(header) = slots.header() {
+                            return Some((header, Payload::Tail(tail)));
+                        }
+                    }
+                }
+                set(&mut slots.payload, s.raw_value()?)?
+            }
             // Never made by `field`: serde's, as every other name.
             Field::Extensions | Field::Other(_) => return None,
         }
@@ -82,24 +121,8 @@ pub(crate) fn scan_header(text: &str) -> Option<(Header<'_>, Option<RawJson<'_>>
     if s.at != s.bytes.len() {
         return None;
     }
-    let header = Header {
-        arcp: Cow::Borrowed(slots.arcp?),
-        id: Cow::Borrowed(slots.id?),
-        kind: Cow::Borrowed(slots.kind?),
-        timestamp: borrowed(slots.timestamp),
-        session_id: borrowed(slots.session_id),
-        job_id: borrowed(slots.job_id),
-        event_seq: slots.event_seq.flatten(),
-        correlation_id: borrowed(slots.correlation_id),
-        causation_id: borrowed(slots.causation_id),
-        idempotency_key: borrowed(slots.idempotency_key),
-        trace_id: borrowed(slots.trace_id),
-        priority: borrowed(slots.priority),
-        subscription_id: borrowed(slots.subscription_id),
-        extensions: None,
-        extra: Cow::Owned(Map::new()),
-    };
-    Some((header, slots.payload))
+    let payload = slots.payload;
+    Some((slots.header()?, Payload::Checked(payload)))
 }
 
 /// A frame's `type`, read without the rest of it, when only fields with
@@ -148,6 +171,30 @@ struct Slots<'a> {
     priority: Option<Option<&'a str>>,
     subscription_id: Option<Option<&'a str>>,
     payload: Option<RawJson<'a>>,
+}
+
+impl<'a> Slots<'a> {
+    /// The header read, when its required fields were.
+    #[inline]
+    fn header(&self) -> Option<Header<'a>> {
+        Some(Header {
+            arcp: Cow::Borrowed(self.arcp?),
+            id: Cow::Borrowed(self.id?),
+            kind: Cow::Borrowed(self.kind?),
+            timestamp: borrowed(self.timestamp),
+            session_id: borrowed(self.session_id),
+            job_id: borrowed(self.job_id),
+            event_seq: self.event_seq.flatten(),
+            correlation_id: borrowed(self.correlation_id),
+            causation_id: borrowed(self.causation_id),
+            idempotency_key: borrowed(self.idempotency_key),
+            trace_id: borrowed(self.trace_id),
+            priority: borrowed(self.priority),
+            subscription_id: borrowed(self.subscription_id),
+            extensions: None,
+            extra: Cow::Owned(Map::new()),
+        })
+    }
 }
 
 /// Fills a slot once; a repeated field declines (serde reports it).
@@ -266,10 +313,19 @@ impl<'a> Scanner<'a> {
         Some(Some(value))
     }
 
+    /// The rest of the frame up to its closing brace, whitespace trimmed:
+    /// the value starting here, if it is the frame's last. Not checked.
+    fn tail(&self) -> Option<&'a str> {
+        let json_ws: &[char] = &[' ', '\t', '\n', '\r'];
+        let inner = self.text.trim_end_matches(json_ws).strip_suffix('}')?;
+        let tail = inner.get(self.at..)?.trim_end_matches(json_ws);
+        (!tail.is_empty()).then_some(tail)
+    }
+
     /// The next JSON value, validated: by the plain skip, else by serde's
     /// `RawValue`.
     fn raw_value(&mut self) -> Option<RawJson<'a>> {
-        if let Some(end) = plain_value_end(self.text, self.at, 0) {
+        if let Some(end) = plain_value_end(self.text, self.at, 0, Numbers::Any) {
             let value = self.text.get(self.at..end)?;
             self.at = end;
             return Some(RawJson::checked(value));
@@ -285,12 +341,39 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// `text` as one whole JSON value, checked: by the plain skip, else by
+/// serde. `None` when it is not exactly one value.
+pub(crate) fn checked_value(text: &str) -> Option<RawJson<'_>> {
+    if plain_value_end(text, 0, 0, Numbers::Any) == Some(text.len()) {
+        return Some(RawJson::checked(text));
+    }
+    serde_json::from_str::<&RawValue>(text)
+        .ok()
+        .map(RawJson::from)
+}
+
+/// Which numbers [`plain_value_end`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Numbers {
+    /// Any, by JSON's grammar (a raw value has no range).
+    Any,
+    /// Those without an exponent and at most 40 characters long: what
+    /// building a `serde_json::Value` never refuses.
+    Small,
+}
+
 /// Where the JSON value that starts at byte `at` of `text` ends, when it is
 /// valid JSON of the plain kind: strings without escapes or control
-/// characters, nesting up to [`PLAIN_DEPTH`]. `None` for anything else,
-/// valid or not (serde then judges it): a value this accepts, serde's
-/// `RawValue` accepts with the same extent (`plain_values_are_what_serde_reads`).
-pub(crate) fn plain_value_end(text: &str, at: usize, depth: usize) -> Option<usize> {
+/// characters, nesting up to [`PLAIN_DEPTH`] (counting from `depth`),
+/// numbers as `numbers` says. `None` for anything else, valid or not
+/// (serde then judges it): a value this accepts, serde's `RawValue`
+/// accepts with the same extent (`plain_values_are_what_serde_reads`).
+pub(crate) fn plain_value_end(
+    text: &str,
+    at: usize,
+    depth: usize,
+    numbers: Numbers,
+) -> Option<usize> {
     let bytes = text.as_bytes();
     match *bytes.get(at)? {
         b'"' => plain_string_at(text, at + 1).map(|(_, next)| next),
@@ -314,7 +397,7 @@ pub(crate) fn plain_value_end(text: &str, at: usize, depth: usize) -> Option<usi
                     }
                     i = json_ws(bytes, i + 1);
                 }
-                i = json_ws(bytes, plain_value_end(text, i, depth + 1)?);
+                i = json_ws(bytes, plain_value_end(text, i, depth + 1, numbers)?);
                 match *bytes.get(i)? {
                     b',' => i = json_ws(bytes, i + 1),
                     b if b == close => return Some(i + 1),
@@ -325,7 +408,11 @@ pub(crate) fn plain_value_end(text: &str, at: usize, depth: usize) -> Option<usi
         b't' => literal_end(bytes, at, b"true"),
         b'f' => literal_end(bytes, at, b"false"),
         b'n' => literal_end(bytes, at, b"null"),
-        b'-' | b'0'..=b'9' => number_end(bytes, at),
+        b'-' | b'0'..=b'9' => {
+            let end = number_end(bytes, at)?;
+            let small = || end - at <= 40 && !bytes[at..end].iter().any(|b| b | 0x20 == b'e');
+            (numbers == Numbers::Any || small()).then_some(end)
+        }
         _ => None,
     }
 }
@@ -394,6 +481,41 @@ mod tests {
 
     use super::*;
     use crate::envelope::Envelope;
+
+    #[test]
+    fn a_payload_written_last_is_left_as_the_frames_tail() {
+        let tail = |text| match scan_header_deferring(text) {
+            Some((_, Payload::Tail(tail))) => Some(tail),
+            _ => None,
+        };
+        let frame = r#"{"arcp":"1.1","id":"m","type":"job.result","payload":{"result":1} }
+"#;
+        assert_eq!(tail(frame), Some(r#"{"result":1}"#));
+        // Not checked: a tail is whatever comes before the closing brace.
+        let more = r#"{"arcp":"1.1","id":"m","type":"job.result","payload":{"a":1},"x":2}"#;
+        assert_eq!(tail(more), Some(r#"{"a":1},"x":2"#));
+        // A required field after the payload: scanned whole, checked.
+        let late = r#"{"arcp":"1.1","id":"m","payload":{"a":1},"type":"job.result"}"#;
+        assert!(matches!(
+            scan_header_deferring(late),
+            Some((_, Payload::Checked(Some(raw)))) if raw.get() == r#"{"a":1}"#
+        ));
+        // Nothing before the brace: not a tail. A frame cut short: its
+        // payload's own brace is taken for the frame's (the reader finds
+        // the rest is not one whole value).
+        assert_eq!(
+            tail(r#"{"arcp":"1.1","id":"m","type":"t","payload": }"#),
+            None
+        );
+        let cut = r#"{"arcp":"1.1","id":"m","type":"t","payload":{"a":1}"#;
+        assert_eq!(tail(cut), Some(r#"{"a":1"#));
+        assert!(crate::Dialect::V1_1
+            .decode_with(cut, |_| crate::PayloadScope::OutcomeOnly)
+            .is_err());
+        // Without deferring, the same frames read as before.
+        assert!(scan_header(frame).is_some());
+        assert!(scan_header(more).is_none());
+    }
 
     #[test]
     fn peek_kind_reads_a_leading_type_and_nothing_else() {
@@ -717,7 +839,7 @@ mod tests {
         /// where serde does.
         #[test]
         fn plain_values_are_what_serde_reads(text in json_text()) {
-            if let Some(end) = plain_value_end(&text, 0, 0) {
+            if let Some(end) = plain_value_end(&text, 0, 0, Numbers::Any) {
                 prop_assert_eq!(Some(end), serde_value_end(&text), "{:?}", text);
             }
         }
@@ -735,7 +857,11 @@ mod tests {
             ("0,", 1),
             ("{ \"a\" :\n[ {\"b\":\"c\"} ] }", 23),
         ] {
-            assert_eq!(plain_value_end(text, 0, 0), Some(end), "{text}");
+            assert_eq!(
+                plain_value_end(text, 0, 0, Numbers::Any),
+                Some(end),
+                "{text}"
+            );
             assert_eq!(serde_value_end(text), Some(end), "{text}");
         }
         let deep = format!(
@@ -756,7 +882,7 @@ mod tests {
             "",
         ] {
             assert!(
-                plain_value_end(text, 0, 0).is_none_or(|end| end < text.len()),
+                plain_value_end(text, 0, 0, Numbers::Any).is_none_or(|end| end < text.len()),
                 "took {text}"
             );
         }

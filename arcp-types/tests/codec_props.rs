@@ -282,6 +282,61 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// Frames written as runtimes write them, payload last, which
+    /// [`Dialect::decode_with`] reads in one pass over the payload; with
+    /// one byte of the payload changed, fields after it, or text after the
+    /// frame: it agrees with the two-step reading on all of them.
+    #[test]
+    fn frames_ending_with_their_payload_read_in_one_pass_agree(
+        kind in proptest::sample::select(vec![
+            "job.accepted", "job.event", "job.result", "job.completed", "job.started", "log",
+            "job.progress", "session.pong", "x.unknown",
+        ]),
+        mut body in object(),
+        status in proptest::option::of(proptest::sample::select(vec!["success", "error", "cancelled"])),
+        result in proptest::option::of(json_value()),
+        event_kind in proptest::option::of(proptest::sample::select(vec!["log", "result_chunk", "progress"])),
+        edit in proptest::option::of((any::<prop::sample::Index>(), 0..3u8, proptest::sample::select(
+            b"\"{}[]:,0123456789.-+eEtrufalsn \\\t\nx".to_vec(),
+        ))),
+        after in proptest::sample::select(vec!["", " ", ",\"x\":1", ",\"job_id\":\"j2\"", ",\"payload\":{}", "} ", "}{}"]),
+    ) {
+        if let Some(status) = status {
+            body.insert("final_status".into(), Value::from(status));
+        }
+        if let Some(result) = result {
+            body.insert("result".into(), result.clone());
+            body.insert("value".into(), result);
+        }
+        if let Some(event_kind) = event_kind {
+            body.insert("kind".into(), Value::from(event_kind));
+        }
+        body.insert("job_id".into(), Value::from("job_1"));
+        let mut payload = Value::Object(body).to_string().into_bytes();
+        if let Some((at, op, byte)) = edit {
+            let at = at.index(payload.len());
+            match op {
+                0 => payload[at] = byte,
+                1 => payload.insert(at, byte),
+                _ => {
+                    payload.remove(at);
+                }
+            }
+        }
+        // The edits keep it UTF-8 only where they touch ASCII; skip the rest.
+        let Ok(payload) = String::from_utf8(payload) else { return Ok(()) };
+        let text = format!(
+            r#"{{"arcp":"1.1","id":"msg_x","type":"{kind}","job_id":"job_1","correlation_id":"msg_w","event_seq":3,"payload":{payload}{after}}}"#
+        );
+        for dialect in [Dialect::V1_1, Dialect::Legacy] {
+            decode_with_agrees(dialect, &text)?;
+        }
+    }
+}
+
 const KNOWN_TYPES: &[&str] = &[
     "session.hello",
     "session.welcome",
@@ -326,7 +381,38 @@ fn agree(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
         (Err(_), Err(_)) => {}
         (a, b) => prop_assert!(false, "{dialect}: one pass {a:?}, tree {b:?}: {text}"),
     }
+    decode_with_agrees(dialect, text)?;
     lean_agrees(dialect, text)
+}
+
+/// [`Dialect::decode_with`] gives what reading the header, then the
+/// payload, gives (for either scope), and refuses what that refuses, with
+/// the same error.
+fn decode_with_agrees(dialect: Dialect, text: &str) -> Result<(), TestCaseError> {
+    for scope in [PayloadScope::All, PayloadScope::OutcomeOnly] {
+        let steps = dialect.decode_header(text).and_then(|(header, payload)| {
+            if scope == PayloadScope::OutcomeOnly {
+                if let Some(value) = dialect.plain_result_value(&header, payload) {
+                    return Ok((header, Decoded::PlainResult(value)));
+                }
+            }
+            let message = dialect.decode_payload(&header, payload, scope)?;
+            Ok((header, Decoded::Message(message)))
+        });
+        let one = dialect.decode_with(text, |_| scope);
+        match (one, steps) {
+            (Ok((header, read, read_scope)), Ok(expected)) => {
+                prop_assert_eq!(read_scope, scope);
+                prop_assert_eq!((header, read), expected, "{} {:?} {}", dialect, scope, text);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string(), "{}", text),
+            (a, b) => prop_assert!(
+                false,
+                "{dialect} {scope:?}: decode_with {a:?}, steps {b:?}: {text}"
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// A frame decoded with [`PayloadScope::OutcomeOnly`] is the full decoding minus what

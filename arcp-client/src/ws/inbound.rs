@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arcp_types::{Frame, Header, JobEvent, JobResult, Message, PayloadScope, Pong};
+use arcp_types::{Decoded, Frame, Header, JobEvent, JobResult, Message, PayloadScope, Pong};
 use serde_json::Value;
 use tracing::{debug, warn};
 
@@ -29,15 +29,6 @@ use crate::retry::saturating_deadline;
 use crate::telemetry;
 
 mod verdicts;
-
-/// A frame as `on_text` reads it (one at a time, on the stack: the
-/// variants' sizes do not matter).
-#[allow(clippy::large_enum_variant)]
-enum Read<'a> {
-    Message(Message),
-    /// A plainly successful result's value, unparsed.
-    PlainResult(arcp_types::RawJson<'a>),
-}
 
 /// A terminal result: decoded, or only its inline value's text.
 enum ResultBody<'a> {
@@ -57,21 +48,11 @@ impl Core {
             return;
         };
         let dialect = up.dialect();
-        let decoded = dialect.decode_header(text).and_then(|(header, payload)| {
-            let scope = self.scope_for(&header);
-            if scope == PayloadScope::OutcomeOnly {
-                if let Some(value) = dialect.plain_result_value(&header, payload) {
-                    return Ok((header, Read::PlainResult(value), scope));
-                }
-            }
-            let message = dialect.decode_payload(&header, payload, scope)?;
-            Ok((header, Read::Message(message), scope))
-        });
-        match decoded {
-            Ok((header, Read::Message(message), scope)) => {
+        match dialect.decode_with(text, |header| self.scope_for(header)) {
+            Ok((header, Decoded::Message(message), scope)) => {
                 self.handle_frame(&header, message, scope, now)
             }
-            Ok((header, Read::PlainResult(value), _)) => {
+            Ok((header, Decoded::PlainResult(value), _)) => {
                 if self.frame_arrived(&header, now) {
                     self.on_result(&header, ResultBody::Plain(value), now);
                 }

@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::message::{Frame, Message, Object};
+use crate::scan;
 use crate::{Envelope, Header, RawJson};
 
 /// Which ARCP message set is on the wire.
@@ -68,6 +69,18 @@ pub enum DecodeError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// A frame's payload as [`Dialect::decode_with`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // read one at a time, on the stack
+pub enum Decoded<'a> {
+    /// The payload decoded.
+    Message(Message),
+    /// A plainly successful result's value, unparsed (see
+    /// [`Dialect::plain_result_value`]): read with
+    /// [`PayloadScope::OutcomeOnly`] only.
+    PlainResult(RawJson<'a>),
 }
 
 /// How much of a payload [`Dialect::decode_payload`] keeps.
@@ -165,6 +178,88 @@ impl Dialect {
             }
             _ => None,
         }
+    }
+
+    /// One frame read the way a receiver of calls' replies reads it, in one
+    /// pass over the payload where the frame allows: the header first, then
+    /// `scope_of(&header)` says how much of the payload to keep, and with
+    /// [`PayloadScope::OutcomeOnly`] a plainly successful result is handed
+    /// out as its value's text ([`plain_result_value`](Self::plain_result_value)).
+    ///
+    /// The same answer as [`decode_header`](Self::decode_header), then
+    /// `plain_result_value` (outcome-only scope) or
+    /// [`decode_payload`](Self::decode_payload), and the same errors. What
+    /// differs is the cost: when the payload is the frame's last field (as
+    /// runtimes write it), an acceptance, an event or a result read for its
+    /// outcome is checked by the reading itself instead of by a scan before
+    /// it. `scope_of` may be called twice (a frame that turns out not to end
+    /// with its payload is read again, whole).
+    pub fn decode_with<'a>(
+        self,
+        text: &'a str,
+        scope_of: impl Fn(&Header<'a>) -> PayloadScope,
+    ) -> Result<(Header<'a>, Decoded<'a>, PayloadScope), DecodeError> {
+        let (header, payload) = match scan::scan_header_deferring(text) {
+            Some((header, scan::Payload::Tail(tail))) => {
+                let scope = scope_of(&header);
+                if let Some(read) = self.read_tail(&header, tail, scope) {
+                    return Ok((header, read, scope));
+                }
+                // Not the payload after all (a field after it), or not
+                // JSON: the full reading decides.
+                self.decode_header(text)?
+            }
+            Some((header, scan::Payload::Checked(payload))) => (header, payload),
+            None => self.decode_header(text)?,
+        };
+        let scope = scope_of(&header);
+        let read = self.read_payload(&header, payload, scope)?;
+        Ok((header, read, scope))
+    }
+
+    /// The payload of [`decode_with`](Self::decode_with) from checked text.
+    #[inline]
+    fn read_payload<'a>(
+        self,
+        header: &Header<'_>,
+        payload: Option<RawJson<'a>>,
+        scope: PayloadScope,
+    ) -> Result<Decoded<'a>, DecodeError> {
+        if scope == PayloadScope::OutcomeOnly {
+            if let Some(value) = self.plain_result_value(header, payload) {
+                return Ok(Decoded::PlainResult(value));
+            }
+        }
+        self.decode_payload(header, payload, scope)
+            .map(Decoded::Message)
+    }
+
+    /// The payload of [`decode_with`](Self::decode_with) from a frame's
+    /// unchecked tail, or `None` when it is not one whole JSON value.
+    ///
+    /// The readers of a call's acceptance, events and result, read for the
+    /// outcome, check every byte of their payload (a walk that checks as
+    /// it skips, or serde reading the text whole); they take the tail as
+    /// it is. Every other frame's payload is checked first, as the scan
+    /// would have (some readers skip a payload they have no use for).
+    #[inline]
+    fn read_tail<'a>(
+        self,
+        header: &Header<'_>,
+        tail: &'a str,
+        scope: PayloadScope,
+    ) -> Option<Decoded<'a>> {
+        let reads_all = scope == PayloadScope::OutcomeOnly
+            && matches!(
+                &*header.kind,
+                "job.accepted" | "job.event" | "job.result" | "job.completed"
+            );
+        let payload = if reads_all {
+            RawJson::unchecked(tail)
+        } else {
+            scan::checked_value(tail)?
+        };
+        self.read_payload(header, Some(payload), scope).ok()
     }
 
     /// Decodes an already parsed envelope (its `payload` tree included).

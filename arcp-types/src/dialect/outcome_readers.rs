@@ -387,6 +387,7 @@ fn serde_plain_result_value<'a>(
         })
         .ok()
         .flatten()?;
+    de.end().ok()?;
     // A raw value is only checked to be JSON; the full decoding builds
     // values, which also refuses numbers out of range and nesting past the
     // parser's limit. Refuse what it refuses (anywhere in the payload, from
@@ -460,7 +461,8 @@ mod tests {
                 r#"{"job_id":"j1","agent":"echo","lease":{"a":[1,{"b":null}]},"request_id":"m1"}"#,
                 true,
             ),
-            (r#"{"request_id":null,"x":"a\"b\\c","job_id":"j1"}"#, true),
+            // An escape, even in a skipped field: serde's.
+            (r#"{"request_id":null,"x":"a\"b\\c","job_id":"j1"}"#, false),
             (r#"{ "job_id" : "j1" , "n" : -1.5e3 }"#, true),
             (r#"{"job_id":"j\u0031"}"#, false),
             (r#"{"job\u005fid":"j1"}"#, false),
@@ -498,6 +500,39 @@ mod tests {
                 let serde = serde_json::from_str::<LeanEvent>(text).unwrap().0;
                 assert_eq!(walk, serde, "{text}");
             }
+        }
+        // Not JSON: the walk checks what it skips, so it declines, and
+        // serde refuses (the payload of a frame read in one pass is
+        // checked by this walk alone).
+        for text in [
+            r#"{"job_id":"j1","x":nul}"#,
+            r#"{"job_id":"j1","x":nulls}"#,
+            r#"{"job_id":"j1","x":tru}"#,
+            r#"{"job_id":"j1","x":01}"#,
+            r#"{"job_id":"j1","x":1.}"#,
+            r#"{"job_id":"j1","x":-}"#,
+            r#"{"job_id":"j1","x":[1,]}"#,
+            r#"{"job_id":"j1","x":{"a"}}"#,
+            r#"{"job_id":"j1","x":{"a":1,}}"#,
+            r#"{"job_id":"j1","x":"a}"#,
+            r#"{"job_id":"j1","x":"tab	in"}"#,
+            r#"{"job_id":"j1"},"x":1}"#,
+            r#"{"job_id":"j1"} x"#,
+            r#"{"job_id":"j1","request_id":nul}"#,
+        ] {
+            assert!(walk_accepted(text).is_none(), "{text}");
+            assert!(
+                serde_json::from_str::<LeanAccepted>(text).is_err(),
+                "{text}"
+            );
+            let event = text.replace("job_id", "kind");
+            assert!(walk_event(&event).is_none(), "{event}");
+            assert!(
+                serde_json::from_str::<LeanEvent>(&event).is_err(),
+                "{event}"
+            );
+            let result = text.replace("job_id", "result");
+            assert_eq!(walk_plain_result(&result, "result", None), None, "{result}");
         }
         let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
         assert!(walk_accepted(&format!(r#"{{"job_id":"j","x":{deep}}}"#)).is_none());

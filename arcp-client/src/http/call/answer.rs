@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use arcp_types::{
-    Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope, RawJson,
+    Decoded, Dialect, ErrorCode, ErrorReply, Header, JobEvent, JobResult, Message, PayloadScope,
+    RawJson,
 };
 use futures_util::FutureExt;
 use hyper::body::Incoming;
@@ -204,16 +205,12 @@ impl Call<'_> {
         if scope == PayloadScope::OutcomeOnly && arcp_types::peek_kind(text) == Some("job.event") {
             return Ok(None);
         }
-        let (header, payload) = dialect.decode_header(text)?;
-        if scope == PayloadScope::OutcomeOnly {
-            if let Some(value) = dialect.plain_result_value(&header, payload) {
-                return Ok(Some(Next::Done(
-                    self.on_plain_result(&header, value, replayed),
-                )));
+        Ok(match dialect.decode_with(text, |_| scope)? {
+            (header, Decoded::PlainResult(value), _) => {
+                Some(Next::Done(self.on_plain_result(&header, value, replayed)))
             }
-        }
-        let message = dialect.decode_payload(&header, payload, scope)?;
-        Ok(self.on_frame(&header, message, replayed))
+            (header, Decoded::Message(message), _) => self.on_frame(&header, message, replayed),
+        })
     }
 
     /// One decoded envelope of the answer. Returns the call's next step

@@ -1,24 +1,27 @@
-//! [`Walk`]: one pass over JSON already checked (a `RawJson`), without
-//! serde, that skips what it does not read instead of parsing it again,
-//! and declines (returns `None`) anything it would have to judge rather
-//! than skip: an escape where it reads, a number that might not fit, deep
-//! nesting, another shape. The readers then ask serde instead.
+//! [`Walk`]: one pass over a payload's text without serde, that reads the
+//! fields a reader wants and skips the rest, checking as it goes that the
+//! text is JSON of the plain kind (strings without escapes, nesting up to
+//! 64 levels) and that the object is all of it. It declines (returns
+//! `None`) anything else, valid or not: an escape, a number that might not
+//! fit, deep nesting, another shape, text after the object. The readers
+//! then ask serde, which reads the same text or reports why it cannot.
+//!
+//! So the walk needs no checked text: it checks what it walks, and a
+//! payload it reads is known to be JSON without another pass
+//! ([`Dialect::decode_with`](crate::Dialect::decode_with)).
 
-use crate::json_escape::{first_special, plain_string_at};
+use crate::json_escape::plain_string_at;
+use crate::scan::{plain_value_end, Numbers};
 
-/// Nesting the walk follows; deeper payloads go to serde (whose own limit
-/// is 128 levels).
-const WALK_DEPTH: usize = 64;
-
-/// A walk over JSON known to be valid. Every method returns `None` to
-/// decline (see the module docs); the walk is then abandoned.
+/// A walk over a payload's text. Every method returns `None` to decline
+/// (see the module docs); the walk is then abandoned.
 pub(super) struct Walk<'a> {
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
-    /// Decline strings with escapes and numbers with an exponent or many
-    /// digits even where they are skipped (for a reader whose serde
-    /// counterpart builds every value, and so can refuse one).
+    /// Decline numbers with an exponent or many digits even where they are
+    /// skipped (for a reader whose serde counterpart builds every value,
+    /// and so can refuse one).
     strict: bool,
 }
 
@@ -58,76 +61,25 @@ impl<'a> Walk<'a> {
     /// `null` (`Some(true)`) or not (`Some(false)`, nothing consumed).
     pub(super) fn null(&mut self) -> Option<bool> {
         if self.peek()? == b'n' {
+            self.bytes[self.at..].starts_with(b"null").then_some(())?;
             self.at += 4;
             return Some(true);
         }
         Some(false)
     }
 
-    /// Skips one value, returning its text.
+    /// Skips one value, checking it is JSON of the plain kind
+    /// ([`plain_value_end`]: no escapes, bounded nesting), returning its
+    /// text. `depth` is the nesting of the value's container.
     pub(super) fn skip(&mut self, depth: usize) -> Option<&'a str> {
-        let first = self.peek()?;
+        self.ws();
         let start = self.at;
-        match first {
-            b'"' => {
-                self.at += 1;
-                loop {
-                    let n = first_special(&self.bytes[self.at..])?;
-                    self.at += n;
-                    if self.bytes[self.at] == b'"' {
-                        self.at += 1;
-                        break;
-                    }
-                    // A backslash: it and the byte it escapes.
-                    if self.strict {
-                        return None;
-                    }
-                    self.at += 2;
-                }
-            }
-            b'{' | b'[' => {
-                if depth >= WALK_DEPTH {
-                    return None;
-                }
-                let close = if first == b'{' { b'}' } else { b']' };
-                self.at += 1;
-                if self.peek()? == close {
-                    self.at += 1;
-                } else {
-                    loop {
-                        if first == b'{' {
-                            self.skip(depth + 1)?;
-                            self.eat(b':')?;
-                        }
-                        self.skip(depth + 1)?;
-                        match self.peek()? {
-                            b',' => self.at += 1,
-                            b if b == close => {
-                                self.at += 1;
-                                break;
-                            }
-                            _ => return None,
-                        }
-                    }
-                }
-            }
-            b't' => self.at += 4,
-            b'f' => self.at += 5,
-            b'n' => self.at += 4,
-            _ => {
-                let len = self.bytes[start..]
-                    .iter()
-                    .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
-                    .unwrap_or(self.bytes.len() - start);
-                let number = &self.bytes[start..start + len];
-                if len == 0
-                    || (self.strict && (len > 40 || number.iter().any(|b| b | 0x20 == b'e')))
-                {
-                    return None;
-                }
-                self.at += len;
-            }
-        }
+        let numbers = if self.strict {
+            Numbers::Small
+        } else {
+            Numbers::Any
+        };
+        self.at = plain_value_end(self.text, start, depth + 1, numbers)?;
         self.text.get(start..self.at)
     }
 
