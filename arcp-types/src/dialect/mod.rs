@@ -92,8 +92,8 @@ pub enum PayloadScope {
     All,
     /// What deciding a call's outcome needs, for a receiver nobody watches:
     /// the fields this crate does not model are skipped in an acceptance, an
-    /// event and a started job (whose payload is then empty), and so is an
-    /// event's body unless the event is a `result_chunk` (a body written
+    /// event and a started job (whose payload is then empty), and so are an
+    /// event's `ts` and its body unless the event is a `result_chunk` (a body written
     /// before its event's `kind` is read, then dropped); a result with a
     /// value keeps, of its other fields, only those that say how the job
     /// ended (`final_status`, `code`, `message`, `result_id`, `result_ref`),

@@ -82,16 +82,17 @@ pub(super) fn event(kind: &str, payload: Payload<'_>) -> Result<JobEvent, Decode
 }
 
 fn walk_event(text: &str) -> Option<JobEvent> {
-    let (mut kind, mut ts, mut body) = (None::<&str>, None::<Option<&str>>, false);
+    let (mut kind, mut ts, mut body) = (None::<&str>, false, false);
     Walk::new(text, false).object(|name, w| {
         match name {
             "kind" if kind.is_none() => kind = Some(w.plain_string()?),
-            "ts" if ts.is_none() => {
-                ts = Some(if w.null()? {
-                    None
-                } else {
-                    Some(w.plain_string()?)
-                });
+            // Read (a string or null, as the full decoding wants one) but
+            // not kept: no outcome depends on it.
+            "ts" if !ts => {
+                ts = true;
+                if !w.null()? {
+                    w.plain_string()?;
+                }
             }
             // A body is skipped only once the kind says it is not a
             // result chunk (whose body serde builds).
@@ -109,7 +110,7 @@ fn walk_event(text: &str) -> Option<JobEvent> {
     let kind = kind.filter(|k| *k != RESULT_CHUNK)?;
     Some(JobEvent {
         kind: kind.to_owned(),
-        ts: ts.flatten().map(str::to_owned),
+        ts: None,
         body: Value::Null,
         extra: Object::new(),
     })
@@ -156,8 +157,8 @@ impl<'de> Deserialize<'de> for LeanAccepted {
     }
 }
 
-/// An event with its unmodelled fields skipped, and its body too unless
-/// the event is a result chunk. A body that comes before the `kind` is
+/// An event with its unmodelled fields and its `ts` skipped, and its body
+/// too unless the event is a result chunk. A body that comes before the `kind` is
 /// kept (the kind is not known yet); the runtimes write the kind first.
 pub(super) struct LeanEvent(pub(super) JobEvent);
 
@@ -170,11 +171,15 @@ impl<'de> Deserialize<'de> for LeanEvent {
                 f.write_str("a JobEvent object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LeanEvent, A::Error> {
-                let (mut kind, mut ts, mut body) = (None::<String>, None, None::<Value>);
+                let (mut kind, mut ts, mut body) = (None::<String>, false, None::<Value>);
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
                         "kind" if kind.is_none() => kind = Some(map.next_value()?),
-                        "ts" if ts.is_none() => ts = Some(map.next_value::<Option<String>>()?),
+                        // Read as the full decoding reads it, not kept.
+                        "ts" if !ts => {
+                            ts = true;
+                            map.next_value::<Option<String>>()?;
+                        }
                         "body" if body.is_none() => {
                             if kind.as_deref().is_some_and(|k| k != RESULT_CHUNK) {
                                 map.next_value::<IgnoredAny>()?;
@@ -202,7 +207,7 @@ impl<'de> Deserialize<'de> for LeanEvent {
                 };
                 Ok(LeanEvent(JobEvent {
                     kind,
-                    ts: ts.flatten(),
+                    ts: None,
                     body,
                     extra: Object::new(),
                 }))
