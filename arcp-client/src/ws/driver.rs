@@ -37,6 +37,13 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let mut writing: Option<(Writing, u64)> = None;
     let mut batch: Vec<String> = Vec::new();
     let mut handles_gone = false;
+    // One timer for the loop's whole life, moved to each new wake-up time:
+    // a timer made afresh each turn was entered into (and taken out of)
+    // tokio's timer wheel each turn, under its lock; moving a registered
+    // timer later takes no lock. `armed`: the time it is set for, if any.
+    let timer = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(timer);
+    let mut armed: Option<Instant> = None;
     loop {
         let now = Instant::now();
         if core.take_drop().is_some() {
@@ -59,6 +66,12 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             }
         }
         let wake = core.poll_timeout();
+        if wake != armed {
+            if let Some(at) = wake {
+                timer.as_mut().reset(at.into());
+            }
+            armed = wake;
+        }
         // One per loop turn, on the stack: its size costs nothing.
         #[allow(clippy::large_enum_variant)]
         enum Turn {
@@ -73,7 +86,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             dialed = poll_opt(&mut dialing) => Turn::Dialed(Box::new(dialed)),
             inbound = read(&mut reader) => Turn::Read(inbound),
             (idle, result) = write_done(&mut writing) => Turn::Wrote(idle, result),
-            _ = sleep_until(wake) => Turn::Timer,
+            () = &mut timer, if armed.is_some() => Turn::Timer,
         };
         let now = Instant::now();
         match turn {
@@ -138,7 +151,9 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                 (reader, writer, writing) = (None, None, None);
                 core.on_lost(Loss::Network(reason), now);
             }
-            Turn::Timer => {}
+            // Elapsed: set again (even for the same time) before it is
+            // awaited again.
+            Turn::Timer => armed = None,
         }
         core.handle_timeout(Instant::now());
         core.hand_out_replies();
@@ -210,13 +225,6 @@ async fn read(reader: &mut Option<Reader>) -> Inbound {
 async fn write_done(writing: &mut Option<(Writing, u64)>) -> (Writer, Result<(), String>) {
     match writing {
         Some((pending, _)) => pending.await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
 }
