@@ -316,10 +316,21 @@ impl<'a> Scanner<'a> {
     /// The rest of the frame up to its closing brace, whitespace trimmed:
     /// the value starting here, if it is the frame's last. Not checked.
     fn tail(&self) -> Option<&'a str> {
-        let json_ws: &[char] = &[' ', '\t', '\n', '\r'];
-        let inner = self.text.trim_end_matches(json_ws).strip_suffix('}')?;
-        let tail = inner.get(self.at..)?.trim_end_matches(json_ws);
-        (!tail.is_empty()).then_some(tail)
+        let end_before_ws = |mut end: usize| {
+            while end > self.at && matches!(self.bytes[end - 1], b' ' | b'\t' | b'\n' | b'\r') {
+                end -= 1;
+            }
+            end
+        };
+        let brace = end_before_ws(self.bytes.len()).checked_sub(1)?;
+        if brace < self.at || self.bytes[brace] != b'}' {
+            return None;
+        }
+        let end = end_before_ws(brace);
+        // Both ends sit next to ASCII bytes: char boundaries.
+        (end > self.at)
+            .then(|| self.text.get(self.at..end))
+            .flatten()
     }
 
     /// The next JSON value, validated: by the plain skip, else by serde's
