@@ -67,6 +67,7 @@ fn scan(text: &str, defer_tail: bool) -> Option<(Header<'_>, Payload<'_>)> {
         at: 0,
     };
     let mut slots = Slots::default();
+    let mut tail = None;
     s.skip_ws();
     s.eat(b'{')?;
     s.skip_ws();
@@ -96,13 +97,13 @@ fn scan(text: &str, defer_tail: bool) -> Option<(Header<'_>, Payload<'_>)> {
             Field::SubscriptionId => set(&mut slots.subscription_id, s.optional_string()?)?,
             Field::EventSeq => set(&mut slots.event_seq, s.optional_u64()?)?,
             Field::Payload => {
-                if defer_tail && slots.payload.is_none() {
-                    // Only once the required fields are read: a frame that
-                    // names its type after the payload is scanned whole.
-                    if let Some(tail) = s.tail() {
-                        if let Some(header) = slots.header() {
-                            return Some((header, Payload::Tail(tail)));
-                        }
+                // Only once the required fields are read: a frame that
+                // names its type after the payload is scanned whole.
+                let required = slots.arcp.is_some() && slots.id.is_some() && slots.kind.is_some();
+                if defer_tail && required && slots.payload.is_none() {
+                    if let Some(rest) = s.tail() {
+                        tail = Some(rest);
+                        break;
                     }
                 }
                 set(&mut slots.payload, s.raw_value()?)?
@@ -117,12 +118,34 @@ fn scan(text: &str, defer_tail: bool) -> Option<(Header<'_>, Payload<'_>)> {
             _ => return None,
         }
     }
-    s.skip_ws();
-    if s.at != s.bytes.len() {
-        return None;
-    }
-    let payload = slots.payload;
-    Some((slots.header()?, Payload::Checked(payload)))
+    let payload = match tail {
+        Some(tail) => Payload::Tail(tail),
+        None => {
+            s.skip_ws();
+            if s.at != s.bytes.len() {
+                return None;
+            }
+            Payload::Checked(slots.payload)
+        }
+    };
+    let header = Header {
+        arcp: Cow::Borrowed(slots.arcp?),
+        id: Cow::Borrowed(slots.id?),
+        kind: Cow::Borrowed(slots.kind?),
+        timestamp: borrowed(slots.timestamp),
+        session_id: borrowed(slots.session_id),
+        job_id: borrowed(slots.job_id),
+        event_seq: slots.event_seq.flatten(),
+        correlation_id: borrowed(slots.correlation_id),
+        causation_id: borrowed(slots.causation_id),
+        idempotency_key: borrowed(slots.idempotency_key),
+        trace_id: borrowed(slots.trace_id),
+        priority: borrowed(slots.priority),
+        subscription_id: borrowed(slots.subscription_id),
+        extensions: None,
+        extra: Cow::Owned(Map::new()),
+    };
+    Some((header, payload))
 }
 
 /// A frame's `type`, read without the rest of it, when only fields with
@@ -171,30 +194,6 @@ struct Slots<'a> {
     priority: Option<Option<&'a str>>,
     subscription_id: Option<Option<&'a str>>,
     payload: Option<RawJson<'a>>,
-}
-
-impl<'a> Slots<'a> {
-    /// The header read, when its required fields were.
-    #[inline]
-    fn header(&self) -> Option<Header<'a>> {
-        Some(Header {
-            arcp: Cow::Borrowed(self.arcp?),
-            id: Cow::Borrowed(self.id?),
-            kind: Cow::Borrowed(self.kind?),
-            timestamp: borrowed(self.timestamp),
-            session_id: borrowed(self.session_id),
-            job_id: borrowed(self.job_id),
-            event_seq: self.event_seq.flatten(),
-            correlation_id: borrowed(self.correlation_id),
-            causation_id: borrowed(self.causation_id),
-            idempotency_key: borrowed(self.idempotency_key),
-            trace_id: borrowed(self.trace_id),
-            priority: borrowed(self.priority),
-            subscription_id: borrowed(self.subscription_id),
-            extensions: None,
-            extra: Cow::Owned(Map::new()),
-        })
-    }
 }
 
 /// Fills a slot once; a repeated field declines (serde reports it).
