@@ -15,7 +15,9 @@
 //! ([`plain_value_end`]), which takes the plain kind (strings without
 //! escapes, nesting up to [`PLAIN_DEPTH`]); anything else in a payload is
 //! read by serde as a borrowed `RawValue`, which validates it. Either way
-//! the payload is valid JSON where the scan goes on after it.
+//! the payload is valid JSON where the scan goes on after it. For a reader
+//! that checks what it reads ([`scan_header_deferring`]), a payload written
+//! last is not scanned at all but left to that reader.
 
 use std::borrow::Cow;
 
