@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use arcp_types::{DecodeError, Dialect, EncodedRequest, IdempotencyKey, Invoke};
 use tokio::sync::{mpsc, Notify};
 
-use crate::cache::{intent_of, Intent};
+use crate::cache::{fingerprint_of, serialized_size, Intent};
 use crate::outcome::InvocationEvent;
 use crate::sync::lock;
 use crate::telemetry::Answered;
@@ -369,15 +369,22 @@ impl PreparedCall {
     /// `dialect` when given. Takes the request's `invoke`: from here on the
     /// call sends `outgoing`.
     pub(crate) fn new(req: &mut CallRequest, dialect: Option<Dialect>) -> Self {
-        let intent = intent_of(&req.invoke);
+        let fingerprint = fingerprint_of(&req.invoke);
         let span = req.span("ws");
         let invoke = std::mem::replace(&mut req.invoke, taken_invoke());
-        let outgoing = match dialect {
-            Some(dialect) => Outgoing::Encoded(dialect.encode_invoke(&invoke)),
-            None => Outgoing::Request(Box::new(invoke)),
+        let (outgoing, size) = match dialect {
+            Some(dialect) => {
+                let encoded = dialect.encode_invoke(&invoke);
+                let size = encoded.payload().len();
+                (Outgoing::Encoded(encoded), size)
+            }
+            None => {
+                let size = serialized_size(&invoke);
+                (Outgoing::Request(Box::new(invoke)), size)
+            }
         };
         PreparedCall {
-            intent,
+            intent: Intent { fingerprint, size },
             trace_id: req.trace_id.clone(),
             outgoing,
             span,
