@@ -297,6 +297,9 @@ struct Call<'a> {
     job_id: Option<String>,
     /// The runtime said the key is bound to a job (409, `job.accepted`).
     bound: bool,
+    /// Whether the key was bound when the current attempt was sent, and to
+    /// which job if the runtime said (`replayed`).
+    bound_before: Option<Option<String>>,
     /// An attempt may have started the job and its answer was lost.
     uncertain: bool,
     /// A request is on its way: handed to the HTTP client and not yet
@@ -337,6 +340,7 @@ impl<'a> Call<'a> {
             attempts: 0,
             job_id: None,
             bound: false,
+            bound_before: None,
             uncertain: false,
             in_flight: false,
             gate: None,
@@ -447,10 +451,8 @@ impl<'a> Call<'a> {
         header.trace_id = Some(Cow::Borrowed(self.req.trace_id.write(&mut trace)));
         // The body is this string's buffer, taken without a copy.
         let body = Bytes::from(self.encoded.frame_with(&header));
-        // An earlier attempt bound the job: what comes back is a stored
-        // outcome even without the replay header. (After an attempt that was
-        // merely lost, the answer may as well be a first execution.)
-        let earlier = self.bound;
+        // What the key was bound to before this attempt, for `replayed`.
+        self.bound_before = self.bound.then(|| self.job_id.clone());
         self.accepted_now = false;
         self.attempts += 1;
         let gate = AttemptGate::new(self.req.shared.clone());
@@ -473,16 +475,16 @@ impl<'a> Call<'a> {
         // From here until an answer, the request may reach the runtime
         // (once its gate releases the body).
         self.in_flight = true;
-        let next = self.send(request, earlier).await;
+        let next = self.send(request).await;
         self.in_flight = false;
         next
     }
 
-    async fn send(&mut self, request: Request<GatedBody>, earlier: bool) -> Next {
+    async fn send(&mut self, request: Request<GatedBody>) -> Next {
         match self.backend.transport.send(request).await {
             Ok(response) => {
                 let (parts, mut body) = response.into_parts();
-                self.on_response(parts.status.as_u16(), &parts.headers, &mut body, earlier)
+                self.on_response(parts.status.as_u16(), &parts.headers, &mut body)
                     .await
             }
             Err(e) => {

@@ -361,3 +361,47 @@ fn an_idless_refusal_after_a_raced_cancel_is_not_a_waiting_submits() {
     );
     assert_eq!(h.core.stats().calls, 1);
 }
+
+/// After a lost connection, the re-sent request is answered by another job
+/// than the one the key was bound to: the runtime lost its record of the key
+/// and ran the call again, so the result is a first execution, not a replay
+/// (the HTTP binding says the same). Answered by the bound job, it is one.
+#[test]
+fn a_resend_answered_by_another_job_is_not_a_replay() {
+    for (second_job, replay) in [("job_2", false), ("job_1", true)] {
+        let mut h = Harness::new();
+        let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+        h.establish(1);
+        let first = submits(&h.transmit(2))[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        h.feed(captured("job.accepted", 0), Some(&first), "job_1", 3);
+        h.core.on_lost(Loss::Network("cut".into()), h.at(4));
+        // A new session (another id): the request is sent again.
+        let mut welcome = captured("session.welcome", 0);
+        welcome["payload"]["session_id"] = json!("sess_after_restart");
+        h.establish_with(welcome, 10_000);
+        let sent = h.transmit(10_001);
+        let again = submits(&sent);
+        assert_eq!(again.len(), 1, "{sent:?}");
+        let second = again[0]["id"].as_str().unwrap().to_owned();
+        // Frames of the new session.
+        let of_session = |mut frame: Value| {
+            frame["session_id"] = json!("sess_after_restart");
+            frame
+        };
+        let accepted = of_session(captured("job.accepted", 0));
+        h.feed(accepted, Some(&second), second_job, 10_002);
+        h.feed(
+            of_session(captured("job.result", 0)),
+            None,
+            second_job,
+            10_003,
+        );
+        h.core.hand_out_replies();
+        let out = rx.try_recv().expect("resolved").expect("ok");
+        assert_eq!(out.job_id.as_deref(), Some(second_job));
+        assert_eq!((out.attempts, out.replayed), (2, replay), "{second_job}");
+    }
+}

@@ -23,7 +23,7 @@ use crate::outcome::{InvocationEvent, ToolOutput};
 
 impl Call<'_> {
     /// `application/json`: one envelope, normally the terminal.
-    pub(super) async fn read_single(&mut self, response: &mut Incoming, replayed: bool) -> Next {
+    pub(super) async fn read_single(&mut self, response: &mut Incoming, marked: bool) -> Next {
         let limit = self.config().max_frame_size;
         let body = match read_capped(response, limit).await {
             Ok(body) => body,
@@ -44,7 +44,7 @@ impl Call<'_> {
         };
         let read = std::str::from_utf8(&body)
             .map_err(|e| e.to_string())
-            .and_then(|text| self.on_text(text, replayed).map_err(|e| e.to_string()));
+            .and_then(|text| self.on_text(text, marked).map_err(|e| e.to_string()));
         match read {
             Ok(Some(next)) => next,
             Ok(None) => self.no_terminal("the response held no terminal envelope"),
@@ -62,8 +62,8 @@ impl Call<'_> {
     /// A line is bounded by the frame size limit. Lines whole within a
     /// chunk are read where they are; only a line cut between chunks is
     /// put together in a buffer.
-    pub(super) async fn read_stream(&mut self, response: &mut Incoming, replayed: bool) -> Next {
-        let next = self.read_lines(response, replayed).await;
+    pub(super) async fn read_stream(&mut self, response: &mut Incoming, marked: bool) -> Next {
+        let next = self.read_lines(response, marked).await;
         // What follows the terminal (the stream's end, sent with it) is
         // read when it comes at once: the connection then goes back to the
         // pool before this caller's next call looks for one (else the pool
@@ -85,7 +85,7 @@ impl Call<'_> {
         next
     }
 
-    async fn read_lines(&mut self, response: &mut Incoming, replayed: bool) -> Next {
+    async fn read_lines(&mut self, response: &mut Incoming, marked: bool) -> Next {
         let limit = self.config().max_frame_size;
         let mut partial: Vec<u8> = Vec::new();
         loop {
@@ -103,12 +103,12 @@ impl Call<'_> {
                         partial.extend_from_slice(&rest[..end]);
                         rest = &rest[end + 1..];
                         let line = std::mem::take(&mut partial);
-                        if let Some(next) = self.on_line(&line, replayed) {
+                        if let Some(next) = self.on_line(&line, marked) {
                             return next;
                         }
                     }
                     while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-                        if let Some(next) = self.on_line(&rest[..end], replayed) {
+                        if let Some(next) = self.on_line(&rest[..end], marked) {
                             return next;
                         }
                         rest = &rest[end + 1..];
@@ -120,7 +120,7 @@ impl Call<'_> {
                 }
                 Ok(None) => {
                     // The last line may lack its newline.
-                    if let Some(next) = self.on_line(&partial, replayed) {
+                    if let Some(next) = self.on_line(&partial, marked) {
                         return next;
                     }
                     return self
@@ -162,7 +162,7 @@ impl Call<'_> {
         }
     }
 
-    fn on_line(&mut self, line: &[u8], replayed: bool) -> Option<Next> {
+    fn on_line(&mut self, line: &[u8], marked: bool) -> Option<Next> {
         let text = match std::str::from_utf8(line) {
             Ok(text) => text.trim(),
             Err(_) => {
@@ -173,7 +173,7 @@ impl Call<'_> {
         if text.is_empty() {
             return None;
         }
-        match self.on_text(text, replayed) {
+        match self.on_text(text, marked) {
             Ok(next) => next,
             Err(e) => {
                 warn!(error = %e, "skipping an NDJSON line that does not decode");
@@ -190,7 +190,7 @@ impl Call<'_> {
     fn on_text(
         &mut self,
         text: &str,
-        replayed: bool,
+        marked: bool,
     ) -> Result<Option<Next>, arcp_types::DecodeError> {
         let dialect = Dialect::V1_1;
         let scope = if self.req.shared.is_watched() {
@@ -207,9 +207,9 @@ impl Call<'_> {
         }
         Ok(match dialect.decode_with(text, |_| scope)? {
             (header, Decoded::PlainResult(value), _) => {
-                Some(Next::Done(self.on_plain_result(&header, value, replayed)))
+                Some(Next::Done(self.on_plain_result(&header, value, marked)))
             }
-            (header, Decoded::Message(message), _) => self.on_frame(&header, message, replayed),
+            (header, Decoded::Message(message), _) => self.on_frame(&header, message, marked),
         })
     }
 
@@ -219,7 +219,7 @@ impl Call<'_> {
         &mut self,
         header: &Header<'_>,
         message: Message,
-        replayed: bool,
+        marked: bool,
     ) -> Option<Next> {
         match message {
             Message::Accepted(accepted) => {
@@ -231,7 +231,7 @@ impl Call<'_> {
                 self.on_event(header, event);
                 None
             }
-            Message::Result(result) => Some(Next::Done(self.on_result(header, result, replayed))),
+            Message::Result(result) => Some(Next::Done(self.on_result(header, result, marked))),
             Message::Cancelled(_) => {
                 if let Some(job) = header.job_id.as_deref() {
                     self.bind(job);
@@ -245,7 +245,7 @@ impl Call<'_> {
             Message::Error(e)
             | Message::SessionError(e)
             | Message::Nack(e)
-            | Message::Rejected(e) => Some(self.on_error(header, e, replayed)),
+            | Message::Rejected(e) => Some(self.on_error(header, e, marked)),
             other => {
                 debug!(message = ?std::mem::discriminant(&other), "ignoring an unexpected envelope");
                 None
@@ -253,8 +253,31 @@ impl Call<'_> {
         }
     }
 
+    /// Whether this attempt's answer is a stored outcome: the runtime
+    /// marked it so (`marked`), or the key was bound before the attempt
+    /// and the answer is that job's. An answer from another job is a new
+    /// execution (the runtime lost its record of the key and ran the call
+    /// again), as over WebSocket; after an attempt that was merely lost,
+    /// the answer may as well be a first execution.
+    fn replayed(&self, marked: bool) -> bool {
+        marked
+            || match &self.bound_before {
+                None => false,
+                Some(None) => true,
+                Some(Some(before)) => self.job_id.as_deref() == Some(before.as_str()),
+            }
+    }
+
     /// Records the job the runtime bound the key to.
     pub(super) fn bind(&mut self, job_id: &str) {
+        if let Some(before) = self.job_id.as_deref().filter(|before| *before != job_id) {
+            warn!(
+                key = %self.req.key,
+                before,
+                now = job_id,
+                "the runtime answered with another job for the same key: the call ran again"
+            );
+        }
         if self.job_id.as_deref() != Some(job_id) {
             self.req.shared.set_job(&Arc::from(job_id));
             self.job_id = Some(job_id.to_owned());
@@ -294,7 +317,7 @@ impl Call<'_> {
         &mut self,
         header: &Header<'_>,
         value: RawJson<'_>,
-        replayed: bool,
+        marked: bool,
     ) -> Outcome {
         if let Some(job) = header.job_id.as_deref() {
             self.bind(job);
@@ -304,16 +327,17 @@ impl Call<'_> {
             value: serde_json::Value::Null,
             job_id: self.job_id.clone(),
             key: self.req.key.clone(),
-            replayed,
+            replayed: self.replayed(marked),
             attempts: self.attempts,
             trace_id: self.req.trace_id.text(),
         })
     }
 
-    fn on_result(&mut self, header: &Header<'_>, result: JobResult, replayed: bool) -> Outcome {
+    fn on_result(&mut self, header: &Header<'_>, result: JobResult, marked: bool) -> Outcome {
         if let Some(job) = header.job_id.as_deref() {
             self.bind(job);
         }
+        let replayed = self.replayed(marked);
         let key = self.req.key.clone();
         let value = match read_result(result, None) {
             ResultReading::Value(value) => value,
@@ -339,7 +363,7 @@ impl Call<'_> {
         })
     }
 
-    fn on_error(&mut self, header: &Header<'_>, mut e: ErrorReply, replayed: bool) -> Next {
+    fn on_error(&mut self, header: &Header<'_>, mut e: ErrorReply, marked: bool) -> Next {
         e.message = self.redact(std::mem::take(&mut e.message));
         let names_job = header.job_id.is_some();
         let verdict = classify_error(&e, names_job, self.accepted_now);
@@ -369,7 +393,7 @@ impl Call<'_> {
                 }
                 // A job's error with no acceptance before it on this
                 // attempt is a stored outcome.
-                let replayed = replayed || (names_job && !self.accepted_now);
+                let replayed = self.replayed(marked) || (names_job && !self.accepted_now);
                 Next::Done(Err(tool_error(
                     &self.req.key,
                     self.job_id.clone(),

@@ -22,14 +22,13 @@ impl Call<'_> {
         status: u16,
         headers: &HeaderMap,
         response: &mut Incoming,
-        earlier: bool,
     ) -> Next {
-        let replayed = earlier || header_is_true(headers, REPLAYED_HEADER);
+        let marked = header_is_true(headers, REPLAYED_HEADER);
         let floor = retry_after(headers, SystemTime::now());
         let stream = has_media_type(headers, NDJSON);
         match status {
-            200..=299 if stream => self.read_stream(response, replayed).await,
-            200..=299 => self.read_single(response, replayed).await,
+            200..=299 if stream => self.read_stream(response, marked).await,
+            200..=299 => self.read_single(response, marked).await,
             401 | 403 => {
                 let detail = self.error_detail(response).await;
                 self.in_flight = false;
@@ -84,7 +83,7 @@ impl Call<'_> {
                     .and_then(|text| Dialect::V1_1.decode_borrowed(text).ok())
                     .filter(|(_, message)| is_error(message))
                 {
-                    if let Some(next) = self.on_frame(&header, message, replayed) {
+                    if let Some(next) = self.on_frame(&header, message, marked) {
                         return next;
                     }
                 }
