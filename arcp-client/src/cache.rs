@@ -75,10 +75,11 @@ pub(crate) struct Intent {
 
 /// The fingerprint of a request's intent: its tool, arguments, key and
 /// every other field, walked as values (not serialized: that cost as much
-/// as encoding the request). Two intents meet exactly when their JSON texts
-/// would be equal: values are equal, and a number keeps its kind and sign
-/// (`1` and `1.0`, `0.0` and `-0.0` are different texts, so different
-/// intents, as a runtime that compares texts sees them). Fingerprints are
+/// as encoding the request). Two sealed intents (the key in
+/// `idempotency_key`, as every caller passes them) meet exactly when their
+/// JSON texts would be equal: values are equal, and a number keeps its
+/// kind and sign (`1` and `1.0`, `0.0` and `-0.0` are different texts, so
+/// different intents, as a runtime that compares texts sees them). Fingerprints are
 /// compared only inside this process, so the hash need not be stable
 /// across builds; foldhash's quality hasher (fixed seed: equal intents
 /// must meet).

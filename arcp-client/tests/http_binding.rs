@@ -376,6 +376,42 @@ async fn a_retry_answered_by_the_bound_job_is_a_replay() {
     assert_eq!((out.attempts, out.replayed), (2, true));
 }
 
+/// A job's error in a single JSON body: the body carries the terminal
+/// alone, so no acceptance before it says nothing of a stored outcome. On
+/// a first attempt it is not a replay; after the key was bound to `job_3`,
+/// an error of `job_4` is a new execution and one of `job_3` a replay.
+#[tokio::test]
+async fn a_jobs_error_in_a_json_body_is_a_replay_only_of_the_bound_job() {
+    let server = MockServer::start().await;
+    answer(
+        &server,
+        json_body(error(Some("job_1"), ErrorCode::Internal, false)),
+        1,
+    )
+    .await;
+    let once = client(&server.uri()).connect().await.unwrap();
+    let tool_error = |err: Error| match err {
+        Error::Tool(tool) => tool,
+        other => panic!("expected a tool error, got {other:?}"),
+    };
+    let first = tool_error(once.invoke_tool("refund", json!({})).await.unwrap_err());
+    assert_eq!((first.attempts, first.replayed), (1, false));
+    for (job, replayed) in [("job_4", false), ("job_3", true)] {
+        let server = MockServer::start().await;
+        answer(&server, json_body(accepted("job_3")), 1).await;
+        answer(
+            &server,
+            json_body(error(Some(job), ErrorCode::Internal, false)),
+            1,
+        )
+        .await;
+        let client = client(&server.uri()).connect().await.unwrap();
+        let e = tool_error(client.invoke_tool("refund", json!({})).await.unwrap_err());
+        assert_eq!(e.job_id.as_deref(), Some(job));
+        assert_eq!((e.attempts, e.replayed), (2, replayed), "{job}");
+    }
+}
+
 #[tokio::test]
 async fn an_undefined_status_is_an_http_error_not_retried() {
     let server = MockServer::start().await;

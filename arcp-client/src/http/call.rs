@@ -300,6 +300,10 @@ struct Call<'a> {
     /// Whether the key was bound when the current attempt was sent, and to
     /// which job if the runtime said (`replayed`).
     bound_before: Option<Option<String>>,
+    /// The current attempt's answer is a stream of envelopes, where a new
+    /// execution's `job.accepted` comes before its terminal (a JSON body
+    /// carries the terminal alone).
+    streamed: bool,
     /// An attempt may have started the job and its answer was lost.
     uncertain: bool,
     /// A request is on its way: handed to the HTTP client and not yet
@@ -341,6 +345,7 @@ impl<'a> Call<'a> {
             job_id: None,
             bound: false,
             bound_before: None,
+            streamed: false,
             uncertain: false,
             in_flight: false,
             gate: None,

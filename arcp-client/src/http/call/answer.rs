@@ -391,9 +391,10 @@ impl Call<'_> {
                 if let Some(job) = header.job_id.as_deref() {
                     self.bind(job);
                 }
-                // A job's error with no acceptance before it on this
-                // attempt is a stored outcome.
-                let replayed = self.replayed(marked) || (names_job && !self.accepted_now);
+                // A job's error with no acceptance before it in a stream
+                // is a stored outcome (a JSON body has no room for one).
+                let unaccepted = self.streamed && names_job && !self.accepted_now;
+                let replayed = self.replayed(marked) || unaccepted;
                 Next::Done(Err(tool_error(
                     &self.req.key,
                     self.job_id.clone(),

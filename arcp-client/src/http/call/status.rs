@@ -26,6 +26,7 @@ impl Call<'_> {
         let marked = header_is_true(headers, REPLAYED_HEADER);
         let floor = retry_after(headers, SystemTime::now());
         let stream = has_media_type(headers, NDJSON);
+        self.streamed = stream;
         match status {
             200..=299 if stream => self.read_stream(response, marked).await,
             200..=299 => self.read_single(response, marked).await,
