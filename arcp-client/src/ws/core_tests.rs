@@ -405,3 +405,42 @@ fn a_resend_answered_by_another_job_is_not_a_replay() {
         assert_eq!((out.attempts, out.replayed), (2, replay), "{second_job}");
     }
 }
+
+/// An earlier attempt's acceptance showed a stored binding (a frame of
+/// another session); after a lost connection the re-sent request is
+/// accepted as another job: the runtime ran the call again, and the
+/// outcome is that new execution's, not a replay.
+#[test]
+fn an_earlier_replayed_acceptance_does_not_make_a_new_job_a_replay() {
+    let mut h = Harness::new();
+    let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let first = submits(&h.transmit(2))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut foreign = captured("job.accepted", 0);
+    foreign["session_id"] = json!("sess_of_an_earlier_process");
+    h.feed(foreign, Some(&first), "job_1", 3);
+    h.core.on_lost(Loss::Network("cut".into()), h.at(4));
+    let mut welcome = captured("session.welcome", 0);
+    welcome["payload"]["session_id"] = json!("sess_after_restart");
+    h.establish_with(welcome, 10_000);
+    let sent = h.transmit(10_001);
+    let second = submits(&sent)[0]["id"].as_str().unwrap().to_owned();
+    let of_session = |mut frame: Value| {
+        frame["session_id"] = json!("sess_after_restart");
+        frame
+    };
+    h.feed(
+        of_session(captured("job.accepted", 0)),
+        Some(&second),
+        "job_2",
+        10_002,
+    );
+    h.feed(of_session(captured("job.result", 0)), None, "job_2", 10_003);
+    h.core.hand_out_replies();
+    let out = rx.try_recv().expect("resolved").expect("ok");
+    assert_eq!(out.job_id.as_deref(), Some("job_2"));
+    assert_eq!((out.attempts, out.replayed), (2, false));
+}

@@ -224,7 +224,9 @@ impl Core {
         // The answer shows a stored binding: another session's frame, a
         // runtime's replay mark, or the job an earlier attempt was bound to.
         let replay = foreign || marked || known_job;
-        call.replayed |= replay;
+        // The latest acceptance decides: one of another job than an
+        // earlier attempt's is a new execution, whatever that one showed.
+        call.replayed = replay;
         if replay {
             telemetry::accepted_replay();
         }
