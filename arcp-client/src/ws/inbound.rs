@@ -221,6 +221,17 @@ impl Core {
             return;
         }
         let known_job = matches!((&call.job_id, &job_id), (Some(a), Some(b)) if **a == **b);
+        if let (Some(before), Some(now)) = (&call.job_id, &job_id) {
+            if !known_job {
+                warn!(
+                    parent: &call.span,
+                    key = %call.key,
+                    before = %before,
+                    now = %now,
+                    "the runtime accepted the call as another job for the same key: it ran again"
+                );
+            }
+        }
         // The answer shows a stored binding: another session's frame, a
         // runtime's replay mark, or the job an earlier attempt was bound to.
         let replay = foreign || marked || known_job;
