@@ -351,29 +351,20 @@ async fn an_accepted_only_answer_is_asked_again_with_the_same_key() {
 /// The key was bound to `job_3`; the retry's answer is the result of
 /// another job, `job_4`, with no replay mark: the runtime ran the call
 /// again (it lost its record of the key), so the result is a first
-/// execution of `job_4`, not a stored outcome, as over WebSocket.
+/// execution of `job_4`, not a stored outcome, as over WebSocket. The
+/// result of `job_3` is its stored outcome.
 #[tokio::test]
 async fn a_retry_answered_by_another_job_is_not_a_replay() {
-    let server = MockServer::start().await;
-    answer(&server, json_body(accepted("job_3")), 1).await;
-    answer(&server, json_body(result("job_4", json!("again"))), 1).await;
-    let client = client(&server.uri()).connect().await.unwrap();
-    let out = client.invoke_tool("refund", json!({})).await.unwrap();
-    assert_eq!(out.value, json!("again"));
-    assert_eq!(out.job_id.as_deref(), Some("job_4"));
-    assert_eq!((out.attempts, out.replayed), (2, false));
-}
-
-/// The same, answered by the job the key was bound to: its stored outcome.
-#[tokio::test]
-async fn a_retry_answered_by_the_bound_job_is_a_replay() {
-    let server = MockServer::start().await;
-    answer(&server, json_body(accepted("job_3")), 1).await;
-    answer(&server, json_body(result("job_3", json!("late"))), 1).await;
-    let client = client(&server.uri()).connect().await.unwrap();
-    let out = client.invoke_tool("refund", json!({})).await.unwrap();
-    assert_eq!(out.job_id.as_deref(), Some("job_3"));
-    assert_eq!((out.attempts, out.replayed), (2, true));
+    for (job, replayed) in [("job_4", false), ("job_3", true)] {
+        let server = MockServer::start().await;
+        answer(&server, json_body(accepted("job_3")), 1).await;
+        answer(&server, json_body(result(job, json!("again"))), 1).await;
+        let client = client(&server.uri()).connect().await.unwrap();
+        let out = client.invoke_tool("refund", json!({})).await.unwrap();
+        assert_eq!(out.value, json!("again"));
+        assert_eq!(out.job_id.as_deref(), Some(job));
+        assert_eq!((out.attempts, out.replayed), (2, replayed), "{job}");
+    }
 }
 
 /// A job's error in a single JSON body: the body carries the terminal

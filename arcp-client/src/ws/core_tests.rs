@@ -362,6 +362,44 @@ fn an_idless_refusal_after_a_raced_cancel_is_not_a_waiting_submits() {
     assert_eq!(h.core.stats().calls, 1);
 }
 
+/// A call accepted as `job_1` on its first attempt (by a frame of
+/// `first_session` when given: a session other than the current one), the
+/// connection lost, the request sent again on a new session and answered
+/// there as `second_job`: the call's outcome.
+fn resent_and_answered_by(first_session: Option<&str>, second_job: &str) -> crate::ToolOutput {
+    let mut h = Harness::new();
+    let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let first = submits(&h.transmit(2))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut accepted = captured("job.accepted", 0);
+    if let Some(session) = first_session {
+        accepted["session_id"] = json!(session);
+    }
+    h.feed(accepted, Some(&first), "job_1", 3);
+    h.core.on_lost(Loss::Network("cut".into()), h.at(4));
+    // A new session (another id): the request is sent again.
+    let mut welcome = captured("session.welcome", 0);
+    welcome["payload"]["session_id"] = json!("sess_after_restart");
+    h.establish_with(welcome, 10_000);
+    let sent = h.transmit(10_001);
+    let again = submits(&sent);
+    assert_eq!(again.len(), 1, "{sent:?}");
+    let second = again[0]["id"].as_str().unwrap().to_owned();
+    let of_new_session = |mut frame: Value| {
+        frame["session_id"] = json!("sess_after_restart");
+        frame
+    };
+    let accepted = of_new_session(captured("job.accepted", 0));
+    h.feed(accepted, Some(&second), second_job, 10_002);
+    let result = of_new_session(captured("job.result", 0));
+    h.feed(result, None, second_job, 10_003);
+    h.core.hand_out_replies();
+    rx.try_recv().expect("resolved").expect("ok")
+}
+
 /// After a lost connection, the re-sent request is answered by another job
 /// than the one the key was bound to: the runtime lost its record of the key
 /// and ran the call again, so the result is a first execution, not a replay
@@ -369,38 +407,7 @@ fn an_idless_refusal_after_a_raced_cancel_is_not_a_waiting_submits() {
 #[test]
 fn a_resend_answered_by_another_job_is_not_a_replay() {
     for (second_job, replay) in [("job_2", false), ("job_1", true)] {
-        let mut h = Harness::new();
-        let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
-        h.establish(1);
-        let first = submits(&h.transmit(2))[0]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        h.feed(captured("job.accepted", 0), Some(&first), "job_1", 3);
-        h.core.on_lost(Loss::Network("cut".into()), h.at(4));
-        // A new session (another id): the request is sent again.
-        let mut welcome = captured("session.welcome", 0);
-        welcome["payload"]["session_id"] = json!("sess_after_restart");
-        h.establish_with(welcome, 10_000);
-        let sent = h.transmit(10_001);
-        let again = submits(&sent);
-        assert_eq!(again.len(), 1, "{sent:?}");
-        let second = again[0]["id"].as_str().unwrap().to_owned();
-        // Frames of the new session.
-        let of_session = |mut frame: Value| {
-            frame["session_id"] = json!("sess_after_restart");
-            frame
-        };
-        let accepted = of_session(captured("job.accepted", 0));
-        h.feed(accepted, Some(&second), second_job, 10_002);
-        h.feed(
-            of_session(captured("job.result", 0)),
-            None,
-            second_job,
-            10_003,
-        );
-        h.core.hand_out_replies();
-        let out = rx.try_recv().expect("resolved").expect("ok");
+        let out = resent_and_answered_by(None, second_job);
         assert_eq!(out.job_id.as_deref(), Some(second_job));
         assert_eq!((out.attempts, out.replayed), (2, replay), "{second_job}");
     }
@@ -412,35 +419,7 @@ fn a_resend_answered_by_another_job_is_not_a_replay() {
 /// outcome is that new execution's, not a replay.
 #[test]
 fn an_earlier_replayed_acceptance_does_not_make_a_new_job_a_replay() {
-    let mut h = Harness::new();
-    let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
-    h.establish(1);
-    let first = submits(&h.transmit(2))[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut foreign = captured("job.accepted", 0);
-    foreign["session_id"] = json!("sess_of_an_earlier_process");
-    h.feed(foreign, Some(&first), "job_1", 3);
-    h.core.on_lost(Loss::Network("cut".into()), h.at(4));
-    let mut welcome = captured("session.welcome", 0);
-    welcome["payload"]["session_id"] = json!("sess_after_restart");
-    h.establish_with(welcome, 10_000);
-    let sent = h.transmit(10_001);
-    let second = submits(&sent)[0]["id"].as_str().unwrap().to_owned();
-    let of_session = |mut frame: Value| {
-        frame["session_id"] = json!("sess_after_restart");
-        frame
-    };
-    h.feed(
-        of_session(captured("job.accepted", 0)),
-        Some(&second),
-        "job_2",
-        10_002,
-    );
-    h.feed(of_session(captured("job.result", 0)), None, "job_2", 10_003);
-    h.core.hand_out_replies();
-    let out = rx.try_recv().expect("resolved").expect("ok");
+    let out = resent_and_answered_by(Some("sess_of_an_earlier_process"), "job_2");
     assert_eq!(out.job_id.as_deref(), Some("job_2"));
     assert_eq!((out.attempts, out.replayed), (2, false));
 }
