@@ -1,5 +1,6 @@
 //! Every limit has a test that hits it and checks the error: frame size (in
-//! and out), events buffered per call, calls in flight, retry budget.
+//! and out), events buffered per call, calls in flight, retry budget, and
+//! the option names a request cannot carry.
 
 mod support;
 
@@ -56,6 +57,41 @@ async fn an_outbound_request_over_the_limit_is_rejected_before_sending() {
         other => panic!("expected InvalidCall, got {other:?}"),
     }
     assert!(submits(&mock).is_empty(), "nothing was sent");
+}
+
+/// An option under a name the request already carries (either dialect's)
+/// would be dropped from the payload by the modelled field yet still count
+/// in the call's intent: it is refused, named, and nothing is sent.
+#[tokio::test]
+async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        let mock = mock(dialect).start().await.unwrap();
+        let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        for name in ["agent", "input", "idempotency_key", "tool", "arguments"] {
+            let err = client
+                .invoke("echo", json!({"n": 1}))
+                .option(name, json!("elsewhere"))
+                .send()
+                .await
+                .unwrap_err();
+            match &err {
+                Error::InvalidCall(message) => {
+                    assert!(message.contains(&format!("{name:?}")), "{message}")
+                }
+                other => panic!("{dialect}: {name}: expected InvalidCall, got {other:?}"),
+            }
+        }
+        let out = client
+            .invoke("echo", json!({"n": 1}))
+            .option("max_runtime_sec", json!(30))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.attempts, 1, "{dialect}: an unmodelled option is sent");
+        let sent = submits(&mock);
+        assert_eq!(sent.len(), 1, "{dialect}: only the valid call was sent");
+        assert_eq!(sent[0].payload["max_runtime_sec"], json!(30), "{dialect}");
+    }
 }
 
 #[tokio::test]

@@ -202,6 +202,10 @@ impl<Out> InvokeBuilder<Out> {
     /// Adds a dialect payload field to the request (for example
     /// `lease_request` or `max_runtime_sec` in v1.1). It is part of the
     /// intent the runtime fingerprints: keep it identical across retries.
+    /// A name the request already carries (the tool, its arguments or its
+    /// key, under either dialect's name: [`Invoke::MODELLED_FIELDS`]) fails
+    /// the call with [`Error::InvalidCall`] naming it, before anything is
+    /// sent.
     pub fn option(mut self, name: impl Into<String>, value: Value) -> Self {
         self.extra.insert(name.into(), value);
         self
@@ -226,6 +230,17 @@ impl<Out> InvokeBuilder<Out> {
             ))),
             None => Ok(TraceId::random()),
         };
+        let options = match Invoke::MODELLED_FIELDS
+            .iter()
+            .find(|name| self.extra.contains_key(**name))
+        {
+            Some(name) => Err(Error::InvalidCall(format!(
+                "option {name:?} names a field the request already carries \
+                 (the tool, its arguments or its idempotency key); set it through \
+                 invoke_tool and the builder instead"
+            ))),
+            None => Ok(self.extra),
+        };
         let key_for_handle = key.as_ref().ok().cloned();
         let deadline = self
             .deadline
@@ -238,7 +253,7 @@ impl<Out> InvokeBuilder<Out> {
             Ok(Box::new(CallRequest {
                 key,
                 trace_id: trace_id?,
-                invoke: Invoke::new(self.tool, arguments?).with_extra(self.extra),
+                invoke: Invoke::new(self.tool, arguments?).with_extra(options?),
                 deadline,
                 started: Instant::now(),
                 events_end: EventsEnd(shared.clone()),

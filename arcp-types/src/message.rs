@@ -441,6 +441,15 @@ pub struct Invoke {
     pub extra: Object,
 }
 
+impl Invoke {
+    /// The payload field names either dialect writes from this request's
+    /// own fields (v1.1 `agent`, `input`, `idempotency_key`; legacy `tool`,
+    /// `arguments`). An entry of [`extra`](Self::extra) under one of these
+    /// names is not sent as given: the modelled field takes its place.
+    pub const MODELLED_FIELDS: [&'static str; 5] =
+        ["agent", "input", "idempotency_key", "tool", "arguments"];
+}
+
 /// `job.cancel` / `cancel`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
