@@ -162,17 +162,13 @@ async fn replies_written_in_pieces_wait_for_no_delayed_ack_legacy() {
     assert!(median < Duration::from_millis(20), "median {median:?}");
 }
 
-/// A frame's first piece never completes a message, so the driver's re-arm
-/// after reading never runs for it, and the rest waits out a delayed ACK:
-/// about 44 ms a call. A known gap, kept here as its reproducer: quick-ACK
-/// mode re-armed after each write closes it (measured), but the kernel then
-/// acknowledges every reply on its own, 3.3 segments a call instead of 2.2,
-/// for every runtime not known to write whole frames; the precise fix is to
-/// notice a read that ends inside a frame, below tungstenite. Neither
-/// published runtime writes a frame in pieces (docs/compatibility.md,
-/// TCP_NODELAY).
+/// A frame's first piece completes no message, so the driver's re-arm
+/// after reading messages never runs for it, and the rest would wait out a
+/// delayed ACK (about 44 ms a call). The reader notices a read that took
+/// bytes from the socket yet completed no message, below tungstenite, and
+/// asks for the ACK at once. Neither published runtime writes a frame in
+/// pieces (docs/compatibility.md, TCP_NODELAY).
 #[tokio::test]
-#[ignore = "known gap: a runtime that writes one frame in two pieces with Nagle on"]
 async fn frames_written_in_two_pieces_wait_for_no_delayed_ack() {
     for dialect in [Dialect::V1_1, Dialect::Legacy] {
         let median = median_call_latency(dialect, Writes::SplitFrames).await;

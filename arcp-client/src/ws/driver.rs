@@ -157,6 +157,10 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
         }
         core.handle_timeout(Instant::now());
         core.hand_out_replies();
+        // For a frame that arrives in part before the next turn (`transport`).
+        if let Some(r) = reader.as_mut() {
+            r.set_quickack_wanted(core.wants_quickack());
+        }
     }
     // Outcomes decided as the loop ended (a close fails every call).
     core.hand_out_replies();

@@ -1,12 +1,31 @@
 //! The WebSocket under a session: dialing (TCP, TLS, upgrade), and the
 //! connection split into a reader and a writer, so the driver can read
 //! while a write is in progress and never blocks on either.
+//!
+//! ```text
+//!  TcpStream ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── Reader / Writer
+//! ```
+//!
+//! The count below TLS and tungstenite tells the reader when a read took
+//! bytes from the socket yet completed no message: a frame arrived in part,
+//! and the rest may wait in the runtime's kernel for this side's ACK
+//! (Nagle). The reader then asks for that ACK at once (`TCP_QUICKACK`)
+//! instead of leaving it to the delayed-ACK timer.
 
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::UrlError;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -16,7 +35,7 @@ use crate::config::{shown_url, Config};
 use crate::error::Error;
 use crate::telemetry;
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Ws = WebSocketStream<MaybeTlsStream<CountedTcp>>;
 
 /// Bytes asked of the socket per read (larger frames take several reads).
 const READ_BUFFER: usize = 16 * 1024;
@@ -25,6 +44,65 @@ const READ_BUFFER: usize = 16 * 1024;
 pub(crate) struct Reader {
     stream: SplitStream<Ws>,
     socket: Option<socket2::Socket>,
+    /// Bytes read from the socket so far (`CountedTcp`).
+    bytes_read: Arc<AtomicU64>,
+    /// Whether a frame that arrived in part gets its ACK at once: the
+    /// driver's [`set_quickack_wanted`](Self::set_quickack_wanted).
+    quickack_wanted: bool,
+}
+
+/// The TCP stream under TLS and tungstenite, counting the bytes read from
+/// it (see the module).
+struct CountedTcp {
+    tcp: TcpStream,
+    read: Arc<AtomicU64>,
+}
+
+impl AsyncRead for CountedTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            this.read.fetch_add(read as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for CountedTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
 }
 
 /// The writing half.
@@ -52,23 +130,42 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         .read_buffer_size(READ_BUFFER)
         .max_message_size(Some(config.max_frame_size))
         .max_frame_size(Some(config.max_frame_size));
-    // `disable_nagle = true`: requests are small and latency-bound; with
-    // Nagle on, a runtime that writes replies in pieces costs ~40 ms per call.
     let connector = config
         .tls
         .client_config()
         .map(tokio_tungstenite::Connector::Rustls);
-    let connect = tokio_tungstenite::connect_async_tls_with_config(
-        &config.url,
-        Some(ws_config),
-        true,
-        connector,
-    );
-    let (ws, _response) = tokio::time::timeout(config.connect_timeout, connect)
+    let url = shown_url(&config.url);
+    let request = config
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| connect_error(&url, e))?;
+    let (host, port) = host_and_port(&request).map_err(|e| connect_error(&url, e))?;
+    let bytes_read = Arc::new(AtomicU64::new(0));
+    let counted = bytes_read.clone();
+    let dial = async move {
+        let tcp = TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(tungstenite::Error::Io)?;
+        // Requests are small and latency-bound; with Nagle on, a runtime
+        // that writes replies in pieces costs ~40 ms per call.
+        tcp.set_nodelay(true).map_err(tungstenite::Error::Io)?;
+        let socket = quickack_handle(&tcp);
+        let tcp = CountedTcp { tcp, read: counted };
+        let (ws, _response) = tokio_tungstenite::client_async_tls_with_config(
+            request,
+            tcp,
+            Some(ws_config),
+            connector,
+        )
+        .await?;
+        Ok::<_, tungstenite::Error>((ws, socket))
+    };
+    let (ws, socket) = tokio::time::timeout(config.connect_timeout, dial)
         .await
         .map_err(|_| DialFailure {
             error: Error::Connect {
-                url: shown_url(&config.url),
+                url: url.clone(),
                 message: format!(
                     "no WebSocket upgrade within the connect timeout of {:?}",
                     config.connect_timeout
@@ -78,32 +175,67 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
             transient: true,
             floor: None,
         })?
-        .map_err(|e| connect_error(&shown_url(&config.url), e))?;
-    let socket = tcp_of(&ws).and_then(|tcp| {
-        use std::os::fd::AsFd;
-        tcp.as_fd()
-            .try_clone_to_owned()
-            .ok()
-            .map(socket2::Socket::from)
-    });
+        .map_err(|e| connect_error(&url, e))?;
     let (sink, stream) = ws.split();
-    let reader = Reader { stream, socket };
+    let reader = Reader {
+        stream,
+        socket,
+        bytes_read,
+        quickack_wanted: true,
+    };
     reader.rearm_quickack();
     Ok((reader, Writer { sink }))
 }
 
-fn tcp_of(ws: &Ws) -> Option<&TcpStream> {
-    match ws.get_ref() {
-        MaybeTlsStream::Plain(tcp) => Some(tcp),
-        MaybeTlsStream::Rustls(tls) => Some(tls.get_ref().0),
-        _ => None,
-    }
+/// The host to dial (an IPv6 address without its brackets) and the port
+/// (the scheme's when the URL names none), as tungstenite's own dialer
+/// takes them.
+fn host_and_port(request: &Request) -> Result<(String, u16), tungstenite::Error> {
+    let uri = request.uri();
+    let host = match uri.host() {
+        Some(h) if h.starts_with('[') && h.ends_with(']') => &h[1..h.len() - 1],
+        Some(h) => h,
+        None => return Err(tungstenite::Error::Url(UrlError::NoHostName)),
+    };
+    let port = uri
+        .port_u16()
+        .or_else(|| match uri.scheme_str() {
+            Some("wss") => Some(443),
+            Some("ws") => Some(80),
+            _ => None,
+        })
+        .ok_or(tungstenite::Error::Url(UrlError::UnsupportedUrlScheme))?;
+    Ok((host.to_owned(), port))
+}
+
+/// A second handle on the socket, for `TCP_QUICKACK` while the stream
+/// itself is inside TLS and tungstenite.
+fn quickack_handle(tcp: &TcpStream) -> Option<socket2::Socket> {
+    use std::os::fd::AsFd;
+    tcp.as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(socket2::Socket::from)
 }
 
 impl Reader {
-    /// Reads the next frame.
+    /// Reads the next frame. A read that takes bytes from the socket yet
+    /// completes no message re-arms `TCP_QUICKACK` when the driver wants it
+    /// (see the module).
     pub(crate) async fn recv(&mut self) -> Inbound {
-        let inbound = match self.stream.next().await {
+        let next = std::future::poll_fn(|cx| {
+            let seen = self.bytes_read.load(Ordering::Relaxed);
+            let polled = self.stream.poll_next_unpin(cx);
+            if polled.is_pending()
+                && self.quickack_wanted
+                && self.bytes_read.load(Ordering::Relaxed) != seen
+            {
+                rearm_quickack(self.socket.as_ref());
+            }
+            polled
+        })
+        .await;
+        let inbound = match next {
             Some(Ok(WsMessage::Text(text))) => {
                 telemetry::bytes_received(text.len());
                 Inbound::Text(text)
@@ -138,11 +270,26 @@ impl Reader {
     /// per wake-up, not once per frame: a `setsockopt` per frame was a
     /// third of the client's syscalls).
     pub(crate) fn rearm_quickack(&self) {
-        #[cfg(target_os = "linux")]
-        if let Some(socket) = &self.socket {
-            let _ = socket.set_tcp_quickack(true);
-        }
+        rearm_quickack(self.socket.as_ref());
     }
+
+    /// Whether something waits for the runtime's next bytes, so that a
+    /// frame arriving in part should get its ACK at once (the driver's
+    /// `Core::wants_quickack`, set after every turn).
+    pub(crate) fn set_quickack_wanted(&mut self, wanted: bool) {
+        self.quickack_wanted = wanted;
+    }
+}
+
+/// Asks the kernel to acknowledge received data now (and leave delayed-ACK
+/// mode until it re-enters it by itself).
+fn rearm_quickack(socket: Option<&socket2::Socket>) {
+    #[cfg(target_os = "linux")]
+    if let Some(socket) = socket {
+        let _ = socket.set_tcp_quickack(true);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
 }
 
 impl Writer {
@@ -270,6 +417,51 @@ fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_and_port_dialed_are_the_urls() {
+        let dialed = |url: &str| host_and_port(&url.into_client_request().unwrap());
+        assert_eq!(
+            dialed("ws://127.0.0.1:9000/arcp").unwrap(),
+            ("127.0.0.1".into(), 9000)
+        );
+        assert_eq!(
+            dialed("ws://runtime.example/arcp").unwrap(),
+            ("runtime.example".into(), 80)
+        );
+        assert_eq!(
+            dialed("wss://runtime.example/arcp").unwrap(),
+            ("runtime.example".into(), 443)
+        );
+        assert_eq!(dialed("ws://[::1]:9000/").unwrap(), ("::1".into(), 9000));
+    }
+
+    /// A frame's first bytes are counted as read although they complete no
+    /// message: the reader's signal to ask for the ACK of a frame that
+    /// arrived in part.
+    #[tokio::test]
+    async fn bytes_read_below_the_websocket_are_counted() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let peer = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            socket.write_all(b"\x81\x05he").await.unwrap();
+            socket
+        });
+        let read = Arc::new(AtomicU64::new(0));
+        let mut tcp = CountedTcp {
+            tcp: TcpStream::connect(address).await.unwrap(),
+            read: read.clone(),
+        };
+        let _peer = peer.await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = tcp.read(&mut buf).await.unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(read.load(Ordering::Relaxed), 4);
+        tcp.write_all(b"x").await.unwrap();
+        assert_eq!(read.load(Ordering::Relaxed), 4, "writes are not counted");
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {
