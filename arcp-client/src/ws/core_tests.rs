@@ -122,6 +122,15 @@ impl Harness {
             .collect()
     }
 
+    /// Writes what the core wants written and returns the envelope id of
+    /// the one submit among it.
+    fn sent_submit_id(&mut self, ms: u64) -> String {
+        submits(&self.transmit(ms))[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
     /// Feeds a captured frame, answering `request_id` when given.
     fn feed(&mut self, mut frame: Value, request_id: Option<&str>, job_id: &str, ms: u64) {
         if let Some(r) = request_id {
@@ -240,10 +249,7 @@ fn an_idless_duplicate_key_error_goes_to_the_waiting_submit_not_a_cancel() {
     let mut h = Harness::new();
     let _long = h.invoke(json!({"long": true}), Duration::from_secs(30), 0);
     h.establish(1);
-    let long = submits(&h.transmit(2))[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let long = h.sent_submit_id(2);
     h.feed(captured("job.accepted", 0), Some(&long), "job_long", 3);
     // Cancel the long call: its request stays outstanding, unanswered.
     let (cancel_tx, _cancel_rx) = oneshot::channel();
@@ -326,10 +332,7 @@ fn an_idless_refusal_after_a_raced_cancel_is_not_a_waiting_submits() {
     let mut h = Harness::new();
     let mut first = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
     h.establish(1);
-    let id = submits(&h.transmit(2))[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = h.sent_submit_id(2);
     h.feed(captured("job.accepted", 0), Some(&id), "job_1", 3);
     let (cancel_tx, _cancel_rx) = oneshot::channel();
     let key = h.core_key_of("job_1");
@@ -370,10 +373,7 @@ fn resent_and_answered_by(first_session: Option<&str>, second_job: &str) -> crat
     let mut h = Harness::new();
     let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
     h.establish(1);
-    let first = submits(&h.transmit(2))[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let first = h.sent_submit_id(2);
     let mut accepted = captured("job.accepted", 0);
     if let Some(session) = first_session {
         accepted["session_id"] = json!(session);
