@@ -61,12 +61,18 @@ async fn an_outbound_request_over_the_limit_is_rejected_before_sending() {
 
 /// An option under a name the request already carries (either dialect's)
 /// would be dropped from the payload by the modelled field yet still count
-/// in the call's intent: it is refused, named, and nothing is sent.
+/// in the call's intent: it is refused, named, and nothing is sent, over
+/// WebSocket in both dialects and over HTTP.
 #[tokio::test]
 async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending() {
-    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+    for (dialect, http) in [
+        (Dialect::V1_1, false),
+        (Dialect::Legacy, false),
+        (Dialect::V1_1, true),
+    ] {
         let mock = mock(dialect).start().await.unwrap();
-        let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        let url = if http { mock.http_url() } else { mock.ws_url() };
+        let client = client(&url, dialect).connect().await.unwrap();
         for name in ["agent", "input", "idempotency_key", "tool", "arguments"] {
             let err = client
                 .invoke("echo", json!({"n": 1}))
@@ -78,7 +84,7 @@ async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending()
                 Error::InvalidCall(message) => {
                     assert!(message.contains(&format!("{name:?}")), "{message}")
                 }
-                other => panic!("{dialect}: {name}: expected InvalidCall, got {other:?}"),
+                other => panic!("{url}: {name}: expected InvalidCall, got {other:?}"),
             }
         }
         let out = client
@@ -87,10 +93,10 @@ async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending()
             .send()
             .await
             .unwrap();
-        assert_eq!(out.attempts, 1, "{dialect}: an unmodelled option is sent");
+        assert_eq!(out.attempts, 1, "{url}: an unmodelled option is sent");
         let sent = submits(&mock);
-        assert_eq!(sent.len(), 1, "{dialect}: only the valid call was sent");
-        assert_eq!(sent[0].payload["max_runtime_sec"], json!(30), "{dialect}");
+        assert_eq!(sent.len(), 1, "{url}: only the valid call was sent");
+        assert_eq!(sent[0].payload["max_runtime_sec"], json!(30), "{url}");
     }
 }
 
