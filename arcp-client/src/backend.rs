@@ -227,7 +227,7 @@ mod tests {
     use arcp_types::Invoke;
 
     use super::*;
-    use crate::outcome::ToolOutput;
+    use crate::cache::PlainResult;
     use crate::request::{EventsEnd, TraceId};
 
     fn request(trace_id: &str) -> Box<CallRequest> {
@@ -276,17 +276,13 @@ mod tests {
         assert_eq!(encoded.dialect(), Dialect::Legacy);
         // The value as the connection task hands out a plain result's: text,
         // parsed by the caller.
-        let _ = reply.send(Settled {
-            outcome: Ok(ToolOutput {
-                value: serde_json::Value::Null,
-                job_id: None,
-                key: request.key.clone(),
-                replayed: false,
-                attempts: 1,
-                trace_id: String::new(),
-            }),
-            value_text: Some(r#"{"n":1}"#.into()),
-        });
+        let _ = reply.send(Settled::Plain(PlainResult {
+            value_text: r#"{"n":1}"#.into(),
+            job_id: None,
+            key: request.key.clone(),
+            replayed: false,
+            attempts: 1,
+        }));
         let out = call.await.unwrap().unwrap();
         assert_eq!(out.trace_id, TRACE);
         assert_eq!(out.value, serde_json::json!({"n": 1}));

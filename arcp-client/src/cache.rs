@@ -20,46 +20,100 @@ use crate::FastMap;
 /// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;
 
-/// An outcome as the connection task hands it out and the outcome cache
-/// keeps it. A plainly successful result's value may still be its wire
-/// text: the caller that receives it parses it, so the value is built (and
-/// later freed) on the caller's thread rather than the connection task's,
-/// and the cache keeps one shared copy of the text instead of a tree.
-/// (A block freed on another thread than the one that allocated it
-/// contends for the allocator's lock: measured, it was most of the
-/// client's futex waits.)
+/// An outcome as a transport hands it out and the outcome cache keeps it.
+///
+/// A plainly successful result travels in parts ([`PlainResult`]): its
+/// value as wire text and its job id shared, not copied. The caller that
+/// receives it builds the [`ToolOutput`] (parses the value, copies the job
+/// id), so those blocks are allocated and freed on the caller's thread
+/// rather than the connection task's, and keeping the outcome in the cache
+/// costs no copy. (A block freed on another thread than the one that
+/// allocated it contends for the allocator's lock: measured, it was most of
+/// the client's futex waits.)
 #[derive(Debug, Clone)]
-pub(crate) struct Settled {
-    /// The outcome; with `value_text`, its value is a placeholder.
-    pub(crate) outcome: Outcome,
+pub(crate) enum Settled {
+    /// A successful result whose value is still its text.
+    Plain(PlainResult),
+    /// Any other outcome, whole.
+    Whole(Outcome),
+}
+
+/// A successful result in shared parts (see [`Settled`]).
+#[derive(Debug, Clone)]
+pub(crate) struct PlainResult {
     /// The result's value as JSON text (checked JSON: it was read as such).
-    pub(crate) value_text: Option<Arc<str>>,
+    pub(crate) value_text: Arc<str>,
+    /// The job the runtime bound the call to, when it said.
+    pub(crate) job_id: Option<Arc<str>>,
+    /// The call's key.
+    pub(crate) key: IdempotencyKey,
+    /// Whether the answer was a stored outcome.
+    pub(crate) replayed: bool,
+    /// Attempts the call took.
+    pub(crate) attempts: u32,
 }
 
 impl From<Outcome> for Settled {
     fn from(outcome: Outcome) -> Self {
-        Settled {
-            outcome,
-            value_text: None,
-        }
+        Settled::Whole(outcome)
     }
 }
 
 impl Settled {
-    /// The outcome with its value in place, parsed here if it is text.
+    /// The outcome with its value in place, parsed here if it is text. Its
+    /// `trace_id` is left empty: the caller's own is set where it awaits.
     pub(crate) fn into_outcome(self) -> Outcome {
-        match (self.outcome, self.value_text) {
-            (Ok(mut out), Some(text)) => match serde_json::from_str(&text) {
-                Ok(value) => {
-                    out.value = value;
-                    Ok(out)
-                }
+        match self {
+            Settled::Plain(plain) => match serde_json::from_str(&plain.value_text) {
+                Ok(value) => Ok(ToolOutput {
+                    value,
+                    job_id: plain.job_id.as_deref().map(str::to_owned),
+                    key: plain.key,
+                    replayed: plain.replayed,
+                    attempts: plain.attempts,
+                    trace_id: String::new(),
+                }),
                 // The text was read as JSON by the same parser: not reached.
                 Err(e) => Err(Error::Internal(
                     format!("a result's value could not be read back: {e}").into(),
                 )),
             },
-            (outcome, _) => outcome,
+            Settled::Whole(outcome) => outcome,
+        }
+    }
+
+    /// The error the call ends with; `None` for a result.
+    pub(crate) fn error(&self) -> Option<&Error> {
+        match self {
+            Settled::Whole(Err(e)) => Some(e),
+            Settled::Plain(_) | Settled::Whole(Ok(_)) => None,
+        }
+    }
+
+    /// The same outcome, its error (if any) counting `attempts`.
+    pub(crate) fn with_attempts(self, attempts: u32) -> Settled {
+        match self {
+            Settled::Whole(Err(e)) => Settled::Whole(Err(e.with_attempts(attempts))),
+            other => other,
+        }
+    }
+
+    /// The same outcome marked as a stored one handed to a repeated call.
+    fn replayed(self) -> Settled {
+        match self {
+            Settled::Plain(mut plain) => {
+                plain.replayed = true;
+                Settled::Plain(plain)
+            }
+            Settled::Whole(outcome) => Settled::Whole(replayed(outcome)),
+        }
+    }
+
+    /// Whether the cache keeps it (see [`admits`]).
+    fn admitted(&self) -> bool {
+        match self {
+            Settled::Plain(_) => true,
+            Settled::Whole(outcome) => admits(outcome),
         }
     }
 }
@@ -268,10 +322,7 @@ impl OutcomeCache {
         self.expire(now);
         match self.entries.get(key) {
             Some(e) if e.fingerprint == fingerprint => match &e.outcome {
-                Some(settled) => Cached::Hit(Settled {
-                    outcome: replayed(settled.outcome.clone()),
-                    value_text: settled.value_text.clone(),
-                }),
+                Some(settled) => Cached::Hit(settled.clone().replayed()),
                 None => Cached::Bound,
             },
             Some(_) => Cached::Conflict,
@@ -291,12 +342,11 @@ impl OutcomeCache {
         if self.capacity == 0 {
             return;
         }
-        let outcome = &settled.outcome;
-        let outcome = if admits(outcome) {
+        let outcome = if settled.admitted() {
             Some(settled.clone())
-        } else if outcome
-            .as_ref()
-            .is_err_and(|e| e.execution() == Execution::MayHaveRun)
+        } else if settled
+            .error()
+            .is_some_and(|e| e.execution() == Execution::MayHaveRun)
         {
             None
         } else {
@@ -320,8 +370,8 @@ impl OutcomeCache {
         // another intent that may have run did not bind it (the runtime
         // refused it, or will), and one of the same intent adds nothing to
         // it, so neither replaces that outcome.
-        let settled = self.entries.get(&key).is_some_and(|e| e.outcome.is_some());
-        if outcome.is_none() && settled {
+        // (Looked up only then: a result, the common case, costs one hash.)
+        if outcome.is_none() && self.entries.get(&key).is_some_and(|e| e.outcome.is_some()) {
             return;
         }
         while self.entries.len() >= self.capacity {

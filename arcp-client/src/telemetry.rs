@@ -18,7 +18,7 @@
 //! | `arcp_client_resumes_refused_total` | counter | | resumes the runtime refused |
 //! | `arcp_client_bytes_sent_total`, `arcp_client_bytes_received_total` | counter | | WebSocket payload bytes |
 
-use std::time::Duration;
+use std::time::Instant;
 
 use crate::error::Error;
 
@@ -102,10 +102,11 @@ mod imp {
 
     pub(crate) fn call_ended(
         outcome: Result<bool, &Error>,
-        elapsed: Duration,
+        started: Instant,
         attempts: u32,
         answered: Answered,
     ) {
+        let elapsed = started.elapsed();
         gauge!("arcp_client_calls_in_flight").decrement(1.0);
         let execution = match &outcome {
             Ok(_) => Execution::Ran,
@@ -170,7 +171,8 @@ mod imp {
     #[inline(always)]
     pub(crate) fn call_ended(
         _outcome: Result<bool, &Error>,
-        _elapsed: Duration,
+        // The start, not the duration: without metrics the clock is not read.
+        _started: Instant,
         _attempts: u32,
         _answered: Answered,
     ) {

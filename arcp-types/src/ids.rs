@@ -24,6 +24,25 @@ pub fn write_new_message_id(out: &mut String) {
     out.push_str(ulid::Ulid::new().array_to_str(&mut buf));
 }
 
+/// Replaces `id` with a fresh envelope id and `timestamp` with the current
+/// time, both from one reading of the clock (the id's ULID carries the
+/// same instant): what a sender stamps on each envelope, without reading
+/// the clock twice.
+pub fn write_new_message_id_and_timestamp(id: &mut String, timestamp: &mut String) {
+    let now = SystemTime::now();
+    let mut buf = [0u8; ulid::ULID_LEN];
+    id.clear();
+    id.push_str("msg_");
+    id.push_str(ulid::Ulid::from_datetime(now).array_to_str(&mut buf));
+    let since_epoch = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    timestamp.clear();
+    write_rfc3339(
+        timestamp,
+        since_epoch.as_secs(),
+        since_epoch.subsec_micros(),
+    );
+}
+
 /// A fresh W3C trace id: 32 lowercase hex digits, never all zero.
 pub fn new_trace_id() -> String {
     // UUIDv7 bits are time + randomness; hex of its 128 bits is never zero.
@@ -140,6 +159,35 @@ mod tests {
         assert!(!is_message_id("not-a-msg-id", false));
         assert!(!is_message_id("01M81BT91MAJGNR4A5M2292MWQ", true));
         assert!(is_message_id("01M81BT91MAJGNR4A5M2292MWQ", false));
+    }
+
+    #[test]
+    fn an_id_and_timestamp_stamped_together_name_one_instant() {
+        let (mut id, mut timestamp) = (String::from("stale"), String::from("stale"));
+        let before = SystemTime::now();
+        write_new_message_id_and_timestamp(&mut id, &mut timestamp);
+        let after = SystemTime::now();
+        assert!(is_message_id(&id, true), "{id}");
+        let ulid_ms = ulid::Ulid::from_string(&id["msg_".len()..])
+            .expect("a ULID after the prefix")
+            .timestamp_ms();
+        // The timestamp's milliseconds are the ULID's: one clock reading.
+        let stamped = |at: SystemTime| {
+            let d = at.duration_since(UNIX_EPOCH).unwrap();
+            format_rfc3339(d.as_secs(), d.subsec_micros())
+        };
+        let ms_of = |text: &str| text[..23].to_owned();
+        let ulid_time = UNIX_EPOCH + std::time::Duration::from_millis(ulid_ms);
+        assert_eq!(
+            ms_of(&timestamp),
+            ms_of(&stamped(ulid_time)),
+            "{timestamp} vs {id}"
+        );
+        assert!(stamped(before) <= timestamp && timestamp <= stamped(after));
+        // Fresh each time.
+        let first = id.clone();
+        write_new_message_id_and_timestamp(&mut id, &mut timestamp);
+        assert_ne!(id, first);
     }
 
     #[test]

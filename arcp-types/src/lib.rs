@@ -48,7 +48,7 @@ pub use error_code::ErrorCode;
 pub use events::EventBody;
 pub use ids::{
     format_rfc3339, is_message_id, is_trace_id, new_message_id, new_trace_id, now_rfc3339,
-    write_new_message_id, write_now_rfc3339,
+    write_new_message_id, write_new_message_id_and_timestamp, write_now_rfc3339,
 };
 pub use key::{canonical_json, IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use message::*;

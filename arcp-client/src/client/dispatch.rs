@@ -133,7 +133,7 @@ impl Client {
         };
         telemetry::call_ended(
             outcome.as_ref().map(|out| out.replayed),
-            request_started.elapsed(),
+            request_started,
             shared.attempts(),
             shared.answered(),
         );

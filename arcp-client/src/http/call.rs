@@ -36,7 +36,9 @@ use super::{
     bearer_header, describe, display_uri, endpoint, idempotency_key_header, redact,
     take_url_credentials, IDEMPOTENCY_KEY_HEADER,
 };
-use crate::cache::{conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, Settled};
+use crate::cache::{
+    conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, PlainResult, Settled,
+};
 use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::config::Config;
 use crate::error::{Error, Execution};
@@ -232,17 +234,24 @@ impl HttpBackend {
         }
         // The cache admits only the key's own outcome (`cache::admits`); a
         // value kept as text is shared with it, and parsed here once.
-        let value_text = match &outcome {
-            Ok(_) => call.value_text.take(),
-            Err(_) => None,
-        };
-        let settled = Settled {
-            outcome,
-            value_text,
+        let settled = match (outcome, call.value_text.take()) {
+            (Ok(out), Some(value_text)) => Settled::Plain(PlainResult {
+                value_text,
+                job_id: out.job_id.map(Arc::from),
+                key: out.key,
+                replayed: out.replayed,
+                attempts: out.attempts,
+            }),
+            (outcome, _) => Settled::Whole(outcome),
         };
         self.cache()
             .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
-        settled.into_outcome()
+        settled.into_outcome().map(|mut out| {
+            if out.trace_id.is_empty() {
+                out.trace_id = call.req.trace_id.text();
+            }
+            out
+        })
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, OutcomeCache> {
@@ -449,8 +458,7 @@ impl<'a> Call<'a> {
     /// Sends the request once: the same intent (its payload encoded once,
     /// so byte-identical) under a fresh envelope id and timestamp.
     async fn attempt(&mut self) -> Next {
-        arcp_types::write_new_message_id(&mut self.message_id);
-        arcp_types::write_now_rfc3339(&mut self.timestamp);
+        arcp_types::write_new_message_id_and_timestamp(&mut self.message_id, &mut self.timestamp);
         let mut header = Header::outgoing(&self.message_id, &self.timestamp);
         let mut trace = [0; 32];
         header.trace_id = Some(Cow::Borrowed(self.req.trace_id.write(&mut trace)));

@@ -50,7 +50,7 @@ impl Core {
                 let (key, fingerprint) = (call.key.clone(), call.fingerprint);
                 self.cache.remember_binding(key, fingerprint, now);
             }
-            self.forget(id);
+            self.forget(id, now);
             return;
         }
         if now >= call.deadline_at {
@@ -130,7 +130,7 @@ impl Core {
         // up first is dropped, and nothing goes out if none is left.
         call.waiters.retain(|w| w.shared.mark_sent());
         if call.waiters.is_empty() {
-            self.forget(id);
+            self.forget(id, now);
             return;
         }
         call.attempts += 1;
@@ -144,9 +144,8 @@ impl Core {
         let Some(encoded) = call.outgoing.encoded() else {
             return;
         };
-        arcp_types::write_new_message_id(&mut self.message_id);
+        arcp_types::write_new_message_id_and_timestamp(&mut self.message_id, &mut self.timestamp);
         let request = RequestId::from(self.message_id.as_str());
-        arcp_types::write_now_rfc3339(&mut self.timestamp);
         let mut header = Header::outgoing(&request, &self.timestamp);
         let mut trace = [0; 32];
         header.trace_id = Some(Cow::Borrowed(call.trace_id.write(&mut trace)));
@@ -279,23 +278,23 @@ impl Core {
     /// Resolves a call: answers every waiter, caches a terminal outcome,
     /// and removes all state of the call.
     pub(super) fn finish(&mut self, id: CallId, outcome: Outcome) {
-        self.settle(id, outcome.into());
+        self.settle(id, outcome.into(), Instant::now());
     }
 
     /// [`finish`](Self::finish) with an outcome whose value may still be
     /// text (see [`Settled`]).
-    pub(super) fn settle(&mut self, id: CallId, mut settled: Settled) {
-        let Some(mut call) = self.forget(id) else {
+    /// `now` is the caller's reading of the clock, if it has one.
+    pub(super) fn settle(&mut self, id: CallId, mut settled: Settled, now: Instant) {
+        let Some(mut call) = self.forget(id, now) else {
             return;
         };
-        let attempts = call.attempts;
-        settled.outcome = settled.outcome.map_err(|e| e.with_attempts(attempts));
-        match &settled.outcome {
-            Ok(out) => {
+        settled = settled.with_attempts(call.attempts);
+        match settled.error() {
+            None => {
                 call.span.record("outcome", "ok");
-                info!(parent: &call.span, attempts = out.attempts, replayed = out.replayed, "call succeeded")
+                info!(parent: &call.span, attempts = call.attempts, "call succeeded")
             }
-            Err(e) => {
+            Some(e) => {
                 call.span.record("outcome", e.code_name().as_str());
                 info!(parent: &call.span, attempts = call.attempts, execution = %e.execution(), error = %e, "call failed")
             }
@@ -304,16 +303,15 @@ impl Core {
             warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
         }
         self.cache
-            .insert(call.key.clone(), call.fingerprint, &settled, Instant::now());
-        let outcome = &settled.outcome;
-        let cancel = match outcome {
-            Err(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
+            .insert(call.key.clone(), call.fingerprint, &settled, now);
+        let cancel = match settled.error() {
+            Some(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.
-            Ok(_) | Err(Error::Tool(_) | Error::DuplicateKey { .. }) => {
+            None | Some(Error::Tool(_) | Error::DuplicateKey { .. }) => {
                 CancelOutcome::AlreadyFinished
             }
             // The client stopped waiting; the job may still run.
-            Err(_) => call.cancel_so_far("the call ended before the cancel was written"),
+            Some(_) => call.cancel_so_far("the call ended before the cancel was written"),
         };
         call.answer_cancel(cancel);
         // Clones for joined callers; the last one takes the outcome itself.
@@ -339,7 +337,7 @@ impl Core {
     }
 
     /// Removes every trace of a call (maps, requests, window) and returns it.
-    fn forget(&mut self, id: CallId) -> Option<Box<Call>> {
+    fn forget(&mut self, id: CallId, now: Instant) -> Option<Box<Call>> {
         let call = self.calls.remove(&id)?;
         if self.by_key.get(&call.key) == Some(&id) {
             self.by_key.remove(&call.key);
@@ -351,7 +349,7 @@ impl Core {
         }
         if let Phase::Sent { request, .. } = &call.phase {
             if self.requests.remove(request).is_some() {
-                self.answered(Instant::now());
+                self.answered(now);
             }
         }
         if let Some(request) = call.subscribe_request() {

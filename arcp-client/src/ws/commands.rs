@@ -77,9 +77,9 @@ impl Core {
         // Answered here, without a request of its own: the span the caller
         // opened says so.
         let answer = |waiter: Waiter, settled: Settled| {
-            let how = match &settled.outcome {
-                Ok(_) => "ok".to_owned(),
-                Err(e) => e.code_name().as_str().to_owned(),
+            let how = match settled.error() {
+                None => "ok".to_owned(),
+                Some(e) => e.code_name().as_str().to_owned(),
             };
             prepared.span.record("outcome", how.as_str());
             info!(parent: &prepared.span, outcome = %how, "call answered without a request");

@@ -329,7 +329,8 @@ impl Call<'_> {
             key: self.req.key.clone(),
             replayed: self.replayed(marked),
             attempts: self.attempts,
-            trace_id: self.req.trace_id.text(),
+            // Set with the outcome (`into_outcome` leaves it empty).
+            trace_id: String::new(),
         })
     }
 

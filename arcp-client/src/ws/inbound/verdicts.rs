@@ -11,7 +11,7 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::{owned, unindex_job, ResultBody};
-use crate::cache::Settled;
+use crate::cache::{PlainResult, Settled};
 use crate::classify::{
     classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
 };
@@ -42,20 +42,28 @@ impl Core {
         }
         let replayed = call.replayed || foreign || unaccepted;
         let assembly = call.assembly.take();
-        let (reading, value_text) = match result {
+        let reading = match result {
             ResultBody::Decoded(result) => {
                 let streamed = result.extra.get("result_id").and_then(Value::as_str);
                 let assembled = match (assembly, streamed) {
                     (Some(a), Some(r)) if a.result_id == r => a.value(),
                     _ => None,
                 };
-                (read_result(result, assembled), None)
+                read_result(result, assembled)
             }
-            // An inline value: chunks streamed before it are not used.
-            ResultBody::Plain(value) => (
-                ResultReading::Value(Value::Null),
-                Some(Arc::<str>::from(value.get())),
-            ),
+            // An inline value: chunks streamed before it are not used. Handed
+            // out in parts, the job id shared (see `Settled`).
+            ResultBody::Plain(value) => {
+                let plain = PlainResult {
+                    value_text: Arc::from(value.get()),
+                    job_id: call.job_id.clone(),
+                    key: call.key.clone(),
+                    replayed,
+                    attempts: call.attempts,
+                };
+                self.settle(id, Settled::Plain(plain), now);
+                return;
+            }
         };
         let key = call.key.clone();
         let job_id = call.job();
@@ -83,14 +91,7 @@ impl Core {
                 ))
             }
         };
-        let _ = now;
-        self.settle(
-            id,
-            Settled {
-                outcome,
-                value_text,
-            },
-        );
+        self.settle(id, Settled::Whole(outcome), now);
     }
 
     /// An error frame: attributed to a request (by the id it names, its
