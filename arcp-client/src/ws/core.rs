@@ -248,6 +248,11 @@ impl Core {
     /// still waits for it. With nothing waiting, the ACK rides on the next
     /// request instead: an ACK of its own is a packet through both ends'
     /// network stacks, a fifth of a call's client CPU at one in flight.
+    /// Calls in progress (sent or waiting to be).
+    pub(crate) fn calls_waiting(&self) -> usize {
+        self.calls.len()
+    }
+
     pub(crate) fn wants_quickack(&self) -> bool {
         let awaited = !self.calls.is_empty() || self.requests.len() > 0;
         awaited

@@ -91,6 +91,15 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
         let now = Instant::now();
         match turn {
             Turn::Command(Some(command)) => {
+                // With calls in flight, callers come in bursts (woken
+                // together by the replies handed out last turn): let those
+                // already runnable send theirs first, so one turn and one
+                // write take the burst. Measured at 64 in flight: a
+                // quarter of the writes, 5-8 % less CPU per call. A lone
+                // call is taken at once.
+                if core.calls_waiting() > 0 {
+                    tokio::task::yield_now().await;
+                }
                 core.command(command, now);
                 for _ in 0..MAX_COMMANDS_PER_TURN {
                     match rx.try_recv() {
