@@ -236,6 +236,9 @@ pub(crate) struct Config {
     pub(crate) response_timeout: Duration,
     /// How long `cancel()` waits for the runtime's confirmation.
     pub(crate) cancel_timeout: Duration,
+    /// The longest a WebSocket driver polls instead of sleeping for a lone
+    /// call's reply (`ws/spin.rs`); zero: never.
+    pub(crate) spin_limit: Duration,
     pub(crate) default_deadline: Duration,
     pub(crate) client_name: String,
     pub(crate) client_version: String,
@@ -287,6 +290,7 @@ impl Config {
             write_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(10),
             cancel_timeout: Duration::from_secs(2),
+            spin_limit: Duration::from_micros(100),
             default_deadline: Duration::from_secs(300),
             client_name: "arcp-rust".into(),
             client_version: env!("CARGO_PKG_VERSION").into(),

@@ -124,6 +124,20 @@ impl ClientBuilder {
         self
     }
 
+    /// Over WebSocket, the longest the connection task keeps polling for
+    /// the reply to the only call in flight instead of sleeping (default
+    /// 100 us; `Duration::ZERO` turns it off). It polls only while recent
+    /// lone calls have ended sooner than this, for up to twice their
+    /// usual time: a runtime that answers within microseconds (on the same
+    /// host or LAN) answers a lone call up to twice as fast, since a
+    /// sleeping thread (above all on a virtual machine) is slow to wake,
+    /// while calls to a slower runtime, or several at once, never spin.
+    /// The cost is that CPU time, spent only while such a call waits.
+    pub fn spin_limit(mut self, limit: Duration) -> Self {
+        self.config.spin_limit = limit;
+        self
+    }
+
     /// How long [`cancel`](crate::CallHandle::cancel) waits for the
     /// runtime's confirmation before reporting
     /// [`CancelOutcome::Dispatched`](crate::CancelOutcome::Dispatched) (or

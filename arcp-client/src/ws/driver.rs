@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::connector;
 use super::core::{Command, Core, DialFailure, Established, Loss};
+use super::spin::Spin;
 use super::transport::{Inbound, Reader, Writer};
 use crate::config::Config;
 
@@ -44,6 +45,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let timer = tokio::time::sleep_until(tokio::time::Instant::now());
     tokio::pin!(timer);
     let mut armed: Option<Instant> = None;
+    let mut spin = Spin::new(config.spin_limit);
     loop {
         let now = Instant::now();
         if core.take_drop().is_some() {
@@ -80,13 +82,18 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             Read(Inbound),
             Wrote(Writer, Result<(), String>),
             Timer,
+            Spun,
         }
+        let spinning = reader.is_some() && spin.spinning(Instant::now());
         let turn = tokio::select! {
             command = rx.recv(), if !handles_gone => Turn::Command(command),
             dialed = poll_opt(&mut dialing) => Turn::Dialed(Box::new(dialed)),
             inbound = read(&mut reader) => Turn::Read(inbound),
             (idle, result) = write_done(&mut writing) => Turn::Wrote(idle, result),
             () = &mut timer, if armed.is_some() => Turn::Timer,
+            // Polling instead of sleeping (`spin.rs`): back at once, after
+            // every other ready task and a look at the sockets.
+            () = tokio::task::yield_now(), if spinning => Turn::Spun,
         };
         let now = Instant::now();
         match turn {
@@ -155,6 +162,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                     core.on_flushed(upto, now);
                 }
                 writer = Some(idle);
+                spin.on_written(now, core.calls_waiting());
             }
             Turn::Wrote(_, Err(reason)) => {
                 (reader, writer, writing) = (None, None, None);
@@ -163,9 +171,11 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             // Elapsed: set again (even for the same time) before it is
             // awaited again.
             Turn::Timer => armed = None,
+            Turn::Spun => {}
         }
         core.handle_timeout(Instant::now());
         core.hand_out_replies();
+        spin.on_turn(Instant::now(), core.calls_waiting());
         // For a frame that arrives in part before the next turn (`transport`).
         if let Some(r) = reader.as_mut() {
             r.set_quickack_wanted(core.wants_quickack());

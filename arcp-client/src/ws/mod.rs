@@ -14,7 +14,8 @@
 //!   invariants: `connection.rs` (the link, the send window), `outbox.rs`,
 //!   `timers.rs`, `attribution.rs` (the request table), `calls.rs`,
 //!   `session.rs`; `assembly.rs`, `ids.rs`.
-//! - `connector.rs`, `transport.rs`, `driver.rs`: the shell.
+//! - `connector.rs`, `transport.rs`, `driver.rs`: the shell; `spin.rs`, when
+//!   the driver polls instead of sleeping for a lone call's reply.
 //!
 //! `docs/architecture.md` has the state machines, the request table and
 //! the outcome rule.
@@ -35,6 +36,7 @@ mod inbound;
 mod link;
 mod outbox;
 mod session;
+mod spin;
 mod timers;
 mod transport;
 
