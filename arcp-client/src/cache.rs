@@ -82,6 +82,15 @@ impl Settled {
         }
     }
 
+    /// Whether a result is a stored outcome (a replay).
+    pub(crate) fn replayed_result(&self) -> bool {
+        match self {
+            Settled::Plain(plain) => plain.replayed,
+            Settled::Whole(Ok(out)) => out.replayed,
+            Settled::Whole(Err(_)) => false,
+        }
+    }
+
     /// The error the call ends with; `None` for a result.
     pub(crate) fn error(&self) -> Option<&Error> {
         match self {

@@ -130,9 +130,11 @@ impl ClientBuilder {
     /// lone calls have ended sooner than this, for up to twice their
     /// usual time: a runtime that answers within microseconds (on the same
     /// host or LAN) answers a lone call up to twice as fast, since a
-    /// sleeping thread (above all on a virtual machine) is slow to wake,
-    /// while calls to a slower runtime, or several at once, never spin.
-    /// The cost is that CPU time, spent only while such a call waits.
+    /// sleeping thread (above all on a virtual machine) is slow to wake.
+    /// Several calls at once never spin, and against a runtime slower than
+    /// the limit only the first call after faster ones does. The cost is
+    /// that CPU time: at most this long per call sent, and only while the
+    /// call waits.
     pub fn spin_limit(mut self, limit: Duration) -> Self {
         self.config.spin_limit = limit;
         self

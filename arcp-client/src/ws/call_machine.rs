@@ -292,7 +292,7 @@ impl Core {
         match settled.error() {
             None => {
                 call.span.record("outcome", "ok");
-                info!(parent: &call.span, attempts = call.attempts, "call succeeded")
+                info!(parent: &call.span, attempts = call.attempts, replayed = settled.replayed_result(), "call succeeded")
             }
             Some(e) => {
                 call.span.record("outcome", e.code_name().as_str());

@@ -243,16 +243,16 @@ impl Core {
         std::mem::take(&mut self.close_replies)
     }
 
-    /// Whether reads should re-arm TCP_QUICKACK: the runtime may write a
-    /// reply in pieces ([`RuntimeProfile::writes_in_pieces`]) and something
-    /// still waits for it. With nothing waiting, the ACK rides on the next
-    /// request instead: an ACK of its own is a packet through both ends'
-    /// network stacks, a fifth of a call's client CPU at one in flight.
     /// Calls in progress (sent or waiting to be).
     pub(crate) fn calls_waiting(&self) -> usize {
         self.calls.len()
     }
 
+    /// Whether reads should re-arm TCP_QUICKACK: the runtime may write a
+    /// reply in pieces ([`RuntimeProfile::writes_in_pieces`]) and something
+    /// still waits for it. With nothing waiting, the ACK rides on the next
+    /// request instead: an ACK of its own is a packet through both ends'
+    /// network stacks, a fifth of a call's client CPU at one in flight.
     pub(crate) fn wants_quickack(&self) -> bool {
         let awaited = !self.calls.is_empty() || self.requests.len() > 0;
         awaited

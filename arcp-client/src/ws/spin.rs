@@ -46,16 +46,20 @@ impl Spin {
         }
     }
 
-    /// A write completed at `now`, with `calls` calls in flight.
+    /// A write completed at `now`, with `calls` calls in flight: the first
+    /// write of a lone call may open a window.
     pub(super) fn on_written(&mut self, now: Instant, calls: usize) {
         if calls != 1 || self.limit.is_zero() {
             self.written_at = None;
             self.until = None;
             return;
         }
-        // Timed from its first write (a later one, a ping say, is not
-        // the call's).
-        self.written_at.get_or_insert(now);
+        // Timed, and polled for, from its first write only: a later one (a
+        // ping, a re-send) neither restarts the clock nor opens a window.
+        if self.written_at.is_some() {
+            return;
+        }
+        self.written_at = Some(now);
         self.until = self
             .expected
             .filter(|expected| *expected < self.limit)
@@ -168,12 +172,16 @@ mod tests {
     fn a_lone_call_is_timed_from_its_first_write() {
         let t = Instant::now();
         let mut spin = Spin::new(LIMIT);
-        spin.on_written(t, 1);
-        // Another frame written while it waits (a ping).
+        lone_call(&mut spin, t, us(20));
+        spin.on_written(t + us(100), 1);
+        assert!(spin.spinning(t + us(100)));
+        // Another frame written while it waits (a ping): no new window.
         spin.on_written(t + us(500), 1);
-        spin.on_turn(t + us(510), 0);
+        assert!(!spin.spinning(t + us(500)));
+        spin.on_turn(t + us(610), 0);
+        // (20 x 3 + 510) / 4 = 142 us expected: past the limit.
         spin.on_written(t + us(1000), 1);
-        assert!(!spin.spinning(t + us(1000)), "510 us, not 10 us");
+        assert!(!spin.spinning(t + us(1000)), "timed from the first write");
     }
 
     #[test]
