@@ -91,3 +91,30 @@ async fn a_call_answered_by_another_reports_its_own_trace() {
         assert_eq!(mock.executions("refund"), 1, "{dialect}");
     }
 }
+
+/// Over HTTP too: a result carries its caller's trace, the first call's
+/// and a repeat answered from the outcome cache alike.
+#[tokio::test]
+async fn over_http_each_result_carries_its_callers_trace() {
+    const OTHER_PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const OTHER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.http_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    let call = |parent: &'static str| {
+        client
+            .invoke("refund", json!({"order": 8}))
+            .key_str("http-trace-key")
+            .traceparent(parent)
+            .send()
+    };
+    let first = call(PARENT).await.unwrap();
+    assert_eq!(first.trace_id, TRACE);
+    let cached = call(OTHER_PARENT).await.unwrap();
+    assert!(cached.replayed, "answered from the cache");
+    assert_eq!(cached.trace_id, OTHER_TRACE);
+    assert_eq!(first.value, cached.value);
+    assert_eq!(mock.executions("refund"), 1);
+}

@@ -246,10 +246,10 @@ impl HttpBackend {
         };
         self.cache()
             .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
+        // The trace is set here, for every result alike (the cache keeps
+        // none: a hit gets its own caller's).
         settled.into_outcome().map(|mut out| {
-            if out.trace_id.is_empty() {
-                out.trace_id = call.req.trace_id.text();
-            }
+            out.trace_id = call.req.trace_id.text();
             out
         })
     }

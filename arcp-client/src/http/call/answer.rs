@@ -360,7 +360,8 @@ impl Call<'_> {
             key,
             replayed,
             attempts: self.attempts,
-            trace_id: self.req.trace_id.text(),
+            // Set with the outcome, as for a plain result.
+            trace_id: String::new(),
         })
     }
 
