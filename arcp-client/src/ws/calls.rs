@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use super::assembly::Assembly;
 use super::ids::RequestId;
 use super::timers::TimerSlot;
+use super::waiters::Waiters;
 use crate::cache::Settled;
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
@@ -83,7 +84,7 @@ pub(crate) struct Call {
     /// (invariant 1 by construction).
     pub(crate) outgoing: Outgoing,
     pub(crate) fingerprint: u64,
-    pub(crate) waiters: Vec<Waiter>,
+    pub(crate) waiters: Waiters,
     pub(crate) recorder: Option<Box<dyn crate::request::CallRecorder>>,
     pub(crate) phase: Phase,
     pub(crate) attempts: u32,
@@ -202,10 +203,14 @@ impl Call {
         if self.waiters.iter().all(|w| now < w.deadline_at) {
             return Vec::new();
         }
-        let (expired, kept) = std::mem::take(&mut self.waiters)
-            .into_iter()
-            .partition(|w| now >= w.deadline_at);
-        self.waiters = kept;
+        let mut expired = Vec::new();
+        for waiter in std::mem::take(&mut self.waiters) {
+            if now >= waiter.deadline_at {
+                expired.push(waiter);
+            } else {
+                self.waiters.push(waiter);
+            }
+        }
         expired
     }
 

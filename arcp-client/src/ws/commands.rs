@@ -13,6 +13,7 @@ use super::attribution::ReqKind;
 use super::calls::{Call, CancelState, Phase, Waiter};
 use super::ids::{CallId, RequestId};
 use super::timers::TimerSlot;
+use super::waiters::Waiters;
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::{Ending, Exposure};
 use crate::error::Error;
@@ -159,7 +160,7 @@ impl Core {
             trace_id: prepared.trace_id,
             outgoing: prepared.outgoing,
             fingerprint,
-            waiters: vec![waiter],
+            waiters: Waiters::one(waiter),
             recorder: req.recorder,
             phase: Phase::Queued { not_before: now },
             attempts: 0,

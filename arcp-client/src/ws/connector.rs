@@ -220,7 +220,7 @@ async fn handshake(
 /// Writes one frame during the handshake.
 async fn write(writer: &mut Writer, text: String, config: &Config) -> Result<(), Refusal> {
     writer
-        .send(vec![text], config.write_timeout)
+        .send(&mut vec![text], config.write_timeout)
         .await
         .map_err(|e| Refusal::Transient(e, None))
 }

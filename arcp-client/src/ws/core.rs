@@ -441,7 +441,7 @@ impl Core {
     #[cfg(test)]
     pub(crate) fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
         let call = self.by_job.get(job).and_then(|id| self.calls.get(id))?;
-        call.waiters.first().map(|w| w.shared.clone())
+        call.waiters.iter().next().map(|w| w.shared.clone())
     }
 
     /// What the core holds (`Client::stats`).

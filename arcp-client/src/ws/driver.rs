@@ -21,7 +21,7 @@ use crate::config::Config;
 
 type Dialing =
     Pin<Box<dyn Future<Output = Result<(Reader, Writer, Established), DialFailure>> + Send>>;
-type Writing = Pin<Box<dyn Future<Output = (Writer, Result<(), String>)> + Send>>;
+type Writing = Pin<Box<dyn Future<Output = (Writer, Vec<String>, Result<(), String>)> + Send>>;
 
 /// Commands taken per loop turn before writing, so bursts leave in one flush.
 const MAX_COMMANDS_PER_TURN: usize = 512;
@@ -31,6 +31,14 @@ const MAX_FRAMES_PER_TURN: usize = 256;
 /// Yields in a row that gathered nothing before the driver stops yielding
 /// to gather a burst of commands.
 const FUTILE_YIELDS: u32 = 4;
+/// A read turn hands out the outcomes it has decided every this many
+/// frames, not only at its end: a turn that drains a burst of replies takes
+/// a few hundred microseconds, and the callers, on other workers, start
+/// their next calls meanwhile instead of waiting for all of it. Measured at
+/// 64 calls in flight: +9 % calls/s for +4 % CPU per call (a wake of a
+/// parked worker per early hand-out); every 24 or 32 frames gained no more
+/// and cost more. Turns at fewer calls in flight are shorter than this.
+const FRAMES_PER_HAND_OUT: usize = 64;
 
 /// Runs the core until the client closes or every handle is gone.
 pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mut core: Core) {
@@ -40,6 +48,8 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let mut reader: Option<Reader> = None;
     let mut writer: Option<Writer> = None;
     let mut writing: Option<(Writing, u64)> = None;
+    // The frames of the next write; the list a write empties comes back
+    // (`Writer::write`), so its block is allocated once.
     let mut batch: Vec<String> = Vec::new();
     let mut handles_gone = false;
     // One timer for the loop's whole life, moved to each new wake-up time:
@@ -94,7 +104,10 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             command = rx.recv(), if !handles_gone => Turn::Command(command),
             dialed = poll_opt(&mut dialing) => Turn::Dialed(Box::new(dialed)),
             inbound = read(&mut reader) => Turn::Read(inbound),
-            (idle, result) = write_done(&mut writing) => Turn::Wrote(idle, result),
+            (idle, frames, result) = write_done(&mut writing) => {
+                batch = frames;
+                Turn::Wrote(idle, result)
+            }
             () = &mut timer, if armed.is_some() => Turn::Timer,
             // Polling instead of sleeping (`spin.rs`): back at once, after
             // every other ready task and a look at the sockets.
@@ -158,6 +171,9 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                         }
                     }
                     taken += 1;
+                    if taken % FRAMES_PER_HAND_OUT == 0 {
+                        core.hand_out_replies();
+                    }
                     if taken < MAX_FRAMES_PER_TURN && !core.drop_pending() {
                         inbound = reader.as_mut().and_then(|r| r.recv().now_or_never());
                     }
@@ -205,16 +221,14 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     // Closing: write what is queued (the session close), briefly, then close.
     drop(reader);
     if let Some((pending, upto)) = writing.take() {
-        if let Ok((idle, _)) = tokio::time::timeout(Duration::from_millis(500), pending).await {
+        if let Ok((idle, _, _)) = tokio::time::timeout(Duration::from_millis(500), pending).await {
             core.on_flushed(upto, Instant::now());
             writer = Some(idle);
         }
     }
     if let Some(mut w) = writer.take() {
         core.take_transmit(&mut batch);
-        let _ = w
-            .send(std::mem::take(&mut batch), Duration::from_millis(500))
-            .await;
+        let _ = w.send(&mut batch, Duration::from_millis(500)).await;
         w.close().await;
     }
     for reply in core.take_close_replies() {
@@ -285,7 +299,9 @@ async fn read(reader: &mut Option<Reader>) -> Inbound {
     }
 }
 
-async fn write_done(writing: &mut Option<(Writing, u64)>) -> (Writer, Result<(), String>) {
+async fn write_done(
+    writing: &mut Option<(Writing, u64)>,
+) -> (Writer, Vec<String>, Result<(), String>) {
     match writing {
         Some((pending, _)) => pending.await,
         None => std::future::pending().await,

@@ -13,7 +13,7 @@
 //!   concern of `impl Core` each); its state in owned types, each with its
 //!   invariants: `connection.rs` (the link, the send window), `outbox.rs`,
 //!   `timers.rs`, `attribution.rs` (the request table), `calls.rs`,
-//!   `session.rs`; `assembly.rs`, `ids.rs`.
+//!   `waiters.rs` (a call's callers), `session.rs`; `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs`, `driver.rs`: the shell; `spin.rs`, when
 //!   the driver polls instead of sleeping for a lone call's reply.
 //!
@@ -39,6 +39,7 @@ mod session;
 mod spin;
 mod timers;
 mod transport;
+mod waiters;
 
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;
