@@ -19,33 +19,11 @@ use tokio::sync::oneshot;
 use super::assembly::Assembly;
 use super::ids::RequestId;
 use super::timers::TimerSlot;
-use super::waiters::Waiters;
-use crate::cache::Settled;
+use super::waiters::{Waiter, Waiters};
 use crate::classify::Exposure;
 use crate::outcome::CancelOutcome;
-use crate::request::{CallShared, EventsEnd, Outgoing, TraceId};
+use crate::request::{Outgoing, TraceId};
 use crate::retry::Schedule;
-
-/// One caller awaiting the call (a repeated call with the same key and
-/// intent joins the first one).
-pub(crate) struct Waiter {
-    pub(crate) reply: oneshot::Sender<Settled>,
-    pub(crate) shared: Arc<CallShared>,
-    /// This caller's own deadline: the connection task keeps it (the
-    /// caller runs no timer of its own), and a joined caller's may come
-    /// before the call's, which is its most patient caller's.
-    pub(crate) deadline_at: Instant,
-    pub(crate) deadline: std::time::Duration,
-    /// Dropping it ends this caller's event stream.
-    pub(crate) _events_end: EventsEnd,
-}
-
-impl Waiter {
-    /// Whether this caller still wants the outcome.
-    pub(crate) fn is_live(&self) -> bool {
-        !self.reply.is_closed() && !self.shared.is_abandoned()
-    }
-}
 
 /// Where a call stands. Each phase carries its own data.
 #[derive(Debug)]

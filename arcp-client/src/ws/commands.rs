@@ -10,10 +10,10 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use super::attribution::ReqKind;
-use super::calls::{Call, CancelState, Phase, Waiter};
+use super::calls::{Call, CancelState, Phase};
 use super::ids::{CallId, RequestId};
 use super::timers::TimerSlot;
-use super::waiters::Waiters;
+use super::waiters::{Waiter, Waiters};
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::{Ending, Exposure};
 use crate::error::Error;

@@ -1,13 +1,42 @@
-//! The callers awaiting one call: nearly always one, held in place.
+//! The callers awaiting one call ([`Waiter`]): nearly always one, held in
+//! place ([`Waiters`]).
 //!
 //! A call's callers were a `Vec`, so every call allocated a block on the
 //! connection task when it started and freed it when it ended, a turn
 //! later and dozens of calls at a time: more than the allocator's
 //! per-thread cache holds, so most of those frees and allocations took its
-//! slow path (measured: about 2 % of the client's CPU at 64 in flight).
+//! slow path (measured by `perf` at 64 calls in flight: the allocator's
+//! share of the client's CPU went from 11.0 % to 9.7 % without it).
 //! The first caller is kept in place; only joined callers take a `Vec`.
 
-use super::calls::Waiter;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use crate::cache::Settled;
+use crate::request::{CallShared, EventsEnd};
+
+/// One caller awaiting the call (a repeated call with the same key and
+/// intent joins the first one).
+pub(crate) struct Waiter {
+    pub(crate) reply: oneshot::Sender<Settled>,
+    pub(crate) shared: Arc<CallShared>,
+    /// This caller's own deadline: the connection task keeps it (the
+    /// caller runs no timer of its own), and a joined caller's may come
+    /// before the call's, which is its most patient caller's.
+    pub(crate) deadline_at: Instant,
+    pub(crate) deadline: std::time::Duration,
+    /// Dropping it ends this caller's event stream.
+    pub(crate) _events_end: EventsEnd,
+}
+
+impl Waiter {
+    /// Whether this caller still wants the outcome.
+    pub(crate) fn is_live(&self) -> bool {
+        !self.reply.is_closed() && !self.shared.is_abandoned()
+    }
+}
 
 /// The callers of one call, in the order they came.
 ///
@@ -100,13 +129,9 @@ impl FromIterator<Waiter> for Waiters {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    use tokio::sync::oneshot;
+    use std::time::Duration;
 
     use super::*;
-    use crate::request::{CallShared, EventsEnd};
 
     /// A caller told apart by its deadline (`n` seconds).
     fn waiter(n: u64) -> Waiter {
