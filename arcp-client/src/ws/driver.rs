@@ -49,7 +49,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let mut writer: Option<Writer> = None;
     let mut writing: Option<(Writing, u64)> = None;
     // The frames of the next write; the list a write empties comes back
-    // (`Writer::write`), so its block is allocated once.
+    // (`Writer::write`), so its block is allocated once per connection.
     let mut batch: Vec<String> = Vec::new();
     let mut handles_gone = false;
     // One timer for the loop's whole life, moved to each new wake-up time:

@@ -296,8 +296,8 @@ impl Writer {
     /// Writes `frames` and flushes once (one syscall batch instead of one
     /// per frame), bounded by `timeout`; hands the writer back, and the
     /// emptied list for the next batch (a list of a few dozen frames is a
-    /// block the allocator handles slowly: made afresh per write, it was a
-    /// few percent of the connection task's time).
+    /// block the allocator handles slowly: made afresh per write, it was
+    /// 1.3 % of the client's CPU samples at 64 calls in flight).
     pub(crate) async fn write(
         mut self,
         mut frames: Vec<String>,

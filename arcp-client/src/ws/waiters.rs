@@ -166,6 +166,7 @@ mod tests {
             w.deadline.as_secs() % 2 == 0
         });
         assert_eq!(seen, [1, 2, 3, 4, 5], "each caller seen once, in order");
+        assert!(!waiters.is_empty(), "callers are left");
         assert_eq!(order(&waiters), [2, 4]);
         assert_eq!(waiters.iter().next().map(|w| w.deadline.as_secs()), Some(2));
 
