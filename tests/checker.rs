@@ -913,15 +913,18 @@ async fn second_client(
             ));
         }
     }
-    // The unfinished records' intents, to tell which planned call a
-    // recovered one is.
-    let intents: HashMap<String, u64> = store
+    // The unfinished records' intents and deadlines, to tell which planned
+    // call a recovered one is: two planned calls may share a key and an
+    // intent, and the record holds the deadline of the one that wrote it
+    // last, which is the deadline its recovery is held to.
+    let intents: HashMap<String, (u64, Duration)> = store
         .unfinished(1_000)
         .unwrap_or_default()
         .into_iter()
         .filter_map(|e| {
             let invoke: Value = serde_json::from_str(&e.intent).ok()?;
-            Some((e.key.to_string(), invoke["arguments"]["v"].as_u64()?))
+            let v = invoke["arguments"]["v"].as_u64()?;
+            Some((e.key.to_string(), (v, e.deadline)))
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(plan.seed % 50)).await;
@@ -929,15 +932,18 @@ async fn second_client(
     let mut recovering = Vec::new();
     for invocation in recovered {
         let key = invocation.key().map(|k| k.to_string()).unwrap_or_default();
-        let planned = intents.get(&key).and_then(|v| {
-            plan.calls
-                .iter()
-                .position(|c| keys[c.key].to_string() == key && c.v == *v)
-        });
+        let Some(&(v, deadline)) = intents.get(&key) else {
+            continue;
+        };
+        let same_intent = |c: &PlannedCall| keys[c.key].to_string() == key && c.v == v;
+        let by_deadline = plan
+            .calls
+            .iter()
+            .position(|c| same_intent(c) && c.deadline == deadline);
+        let planned = by_deadline.or_else(|| plan.calls.iter().position(same_intent));
         let Some(i) = planned else {
             continue;
         };
-        let deadline = plan.calls[i].deadline;
         recovering.push((
             i,
             tokio::spawn(async move {
