@@ -85,23 +85,15 @@ impl Client {
         // Both transports hold every caller to its own deadline (the
         // connection task in one heap of timers for every call, the HTTP
         // binding in its attempt loop, which knows what each attempt
-        // exposed); a call that needs no other wait (no journal, a free
-        // in-flight slot) runs no timer here. Anything else is bounded here.
-        let direct = self.inner.journal.is_none();
-        let untimed = match direct {
-            // Borrowed, not owned: no shared reference count to bump.
-            true => self.inner.in_flight.try_acquire().ok(),
-            false => None,
-        };
+        // exposed); a call that needs no other wait runs no timer
+        // (`dispatch`). This one waits for a slot or the journal: bounded
+        // here.
         // Callers of one key share their fate from here: the transport
         // joins them only later (after the journal's record), or never
         // (HTTP). The WebSocket transport alone joins them at once.
         let joined_at_once = self.inner.journal.is_none() && self.inner.backend.joins_callers();
         let fate = (!joined_at_once).then(|| KeyFateGuard::join(&self.inner.live_keys, &key));
-        let timed = match untimed {
-            Some(_permit) => Ok(self.inner.backend.invoke(request).await),
-            None => tokio::time::timeout_at(deadline_at, self.run_call(request)).await,
-        };
+        let timed = tokio::time::timeout_at(deadline_at, self.run_call(request)).await;
         let outcome = match timed {
             Ok(outcome) => {
                 guard.armed = false;

@@ -111,22 +111,6 @@ impl<'a> IntoIterator for &'a Waiters {
     }
 }
 
-impl Extend<Waiter> for Waiters {
-    fn extend<I: IntoIterator<Item = Waiter>>(&mut self, iter: I) {
-        for waiter in iter {
-            self.push(waiter);
-        }
-    }
-}
-
-impl FromIterator<Waiter> for Waiters {
-    fn from_iter<I: IntoIterator<Item = Waiter>>(iter: I) -> Self {
-        let mut waiters = Waiters::default();
-        waiters.extend(iter);
-        waiters
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -180,7 +164,9 @@ mod tests {
         waiters.retain(|_| false);
         assert!(waiters.is_empty() && waiters.iter().next().is_none());
 
-        let rebuilt: Waiters = (8..=10).map(waiter).collect();
+        let mut rebuilt = Waiters::one(waiter(8));
+        rebuilt.push(waiter(9));
+        rebuilt.push(waiter(10));
         let back: Vec<u64> = rebuilt.into_iter().map(|w| w.deadline.as_secs()).collect();
         assert_eq!(back, [8, 9, 10]);
     }
