@@ -326,3 +326,46 @@ async fn a_legacy_tool_that_drops_its_connection_never_delivers_its_terminal() {
     assert_eq!(side_effects.load(Ordering::SeqCst), 1);
     assert_eq!(mock.executions("refund"), 1);
 }
+
+#[tokio::test]
+async fn over_http_a_tool_that_drops_its_connection_ends_the_response_without_its_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn post(mock: &MockRuntime, body: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(mock.http_address())
+            .await
+            .unwrap();
+        let request = format!(
+            "POST /arcp HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut response)).await;
+        String::from_utf8_lossy(&response).into_owned()
+    }
+
+    let side_effects = Arc::new(AtomicU64::new(0));
+    let mock = losing_refund(Dialect::V1_1, Arc::clone(&side_effects))
+        .start()
+        .await
+        .unwrap();
+    let body = Dialect::V1_1.encode(&invoke("refund", json!({"order": 9}), Some("h")));
+    let first = post(&mock, &body).await;
+    assert!(!first.contains("refunded"), "the answer was lost: {first}");
+    assert_eq!(side_effects.load(Ordering::SeqCst), 1);
+    // The retry (same key, same body) gets the stored result replayed.
+    let mut replayed = String::new();
+    for _ in 0..20 {
+        replayed = post(&mock, &body).await;
+        if replayed.contains("refunded") {
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(replayed.contains("Arcp-Replayed: true"), "{replayed}");
+    assert!(replayed.contains("\"refunded\":9"), "{replayed}");
+    assert_eq!(side_effects.load(Ordering::SeqCst), 1);
+    assert_eq!(mock.executions_for_key("h"), 1);
+}
