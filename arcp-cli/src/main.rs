@@ -19,6 +19,7 @@ mod output;
 mod progress;
 mod signals;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -70,7 +71,8 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
             // The key is chosen and shown before anything is sent, so a user
             // who interrupts the call can still repeat it with that key.
             let key = args.key.get_or_insert_with(arcp_types::IdempotencyKey::new);
-            eprintln!("idempotency key: {key}");
+            // A closed stderr must not stop the call.
+            let _ = writeln!(std::io::stderr(), "idempotency key: {key}");
             let outcome = invoke::run(&args, arguments, logging).await;
             let printer = Printer {
                 json: args.json,

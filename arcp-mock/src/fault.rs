@@ -13,8 +13,11 @@ use arcp_types::ErrorCode;
 /// fault that applies to it (a submit consumes the oldest `DropOnSubmit` or
 /// `RejectNextSubmit`, an outbound frame the oldest `DelayReplies` and counts
 /// down the oldest `DropAfterFrames`, ...), on whichever connection the event
-/// happens. "Drop" always means abruptly: the TCP connection is closed with no
-/// WebSocket close frame, as the legacy Rust runtime does; jobs keep running.
+/// happens; a fault injected with
+/// [`MockRuntime::inject_for`](crate::MockRuntime::inject_for) is consumed
+/// only by an event of a call in its [`FaultScope`]. "Drop" always means
+/// abruptly: the TCP connection is closed with no WebSocket close frame, as
+/// the legacy Rust runtime does; jobs keep running.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Fault {
