@@ -10,6 +10,11 @@ use arcp_types::IdempotencyKey;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
+/// The exit status of a usage error (a bad flag, value or argument, found
+/// by clap or after parsing): sysexits' `EX_USAGE`, apart from the statuses
+/// that say how a call ended.
+pub(crate) const EXIT_USAGE: u8 = 64;
+
 const TOP_EXAMPLES: &str = "\
 Examples:
   # Start a local mock runtime (prints its ws:// URL), then call a tool on it:
@@ -20,7 +25,10 @@ Examples:
   arcp invoke echo --url ws://127.0.0.1:7777/arcp --args '{\"hello\": \"world\"}' --json
 
 Exit status of `arcp invoke`: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable,
-1 anything else (bad arguments included).";
+1 anything else. Every command: 64 usage error (a bad flag, value or argument: sysexits EX_USAGE).
+
+Environment: ARCP_URL (the runtime's URL, for --url), ARCP_TOKEN (the bearer token, for --token),
+ARCP_JOURNAL (for --journal), RUST_LOG (diagnostics).";
 
 const INVOKE_EXAMPLES: &str = "\
 Examples:
@@ -39,7 +47,11 @@ Output with --json (exactly one object on stdout, nothing else):
   {\"status\":\"ok\",\"result\":...,\"job_id\":\"...\"|null,\"key\":\"...\",\"replayed\":false,\"attempts\":1}
   {\"status\":\"error\",\"code\":\"...\",\"message\":\"...\",\"key\":\"...\",\"job_id\":\"...\"|null,\"attempts\":1}
 
-Exit status: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable, 1 anything else.";
+Exit status: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable, 1 anything else.
+A usage error (a bad flag, value or --args-file) exits 64 (sysexits EX_USAGE) before connecting.
+
+The idempotency key is printed on stderr before the call starts (`idempotency key: KEY`),
+so a call that is interrupted can be repeated with --key KEY: the tool still runs at most once.";
 
 const MOCK_EXAMPLES: &str = "\
 Examples:
@@ -163,7 +175,7 @@ pub(crate) enum JournalCommand {
     /// the same keys (each tool still runs at most once), reporting each.
     Recover {
         /// The runtime's URL (ws://, wss://, http:// or https://).
-        #[arg(long, value_name = "URL", value_parser = parse_url)]
+        #[arg(long, value_name = "URL", value_parser = parse_url, env = "ARCP_URL")]
         url: String,
         /// Bearer token. Never printed. Prefer the ARCP_TOKEN environment variable.
         #[arg(long, value_name = "T", env = "ARCP_TOKEN", hide_env_values = true)]
@@ -210,7 +222,7 @@ pub(crate) struct InvokeArgs {
 
     /// The runtime's URL: ws:// or wss://, or http:// or https:// for the
     /// HTTP binding.
-    #[arg(long, value_name = "URL", value_parser = parse_url)]
+    #[arg(long, value_name = "URL", value_parser = parse_url, env = "ARCP_URL")]
     pub url: String,
 
     /// Bearer token. Never printed. Prefer the ARCP_TOKEN environment variable:

@@ -28,7 +28,8 @@ const EVENTS_DRAIN: Duration = Duration::from_millis(500);
 /// How long a graceful session close may take before the process exits anyway.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A problem with the command line found after parsing (exit status 1).
+/// A problem with the command line found after parsing (exit status 64,
+/// `EX_USAGE`).
 #[derive(Debug)]
 pub(crate) struct UsageError(pub String);
 

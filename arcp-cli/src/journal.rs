@@ -24,7 +24,7 @@ use crate::output::redact;
 pub(crate) async fn run(args: JournalArgs) -> u8 {
     let Some(path) = args.journal.clone() else {
         eprintln!("error: which journal? Give --journal PATH (or set ARCP_JOURNAL)");
-        return EXIT_OTHER;
+        return crate::cli::EXIT_USAGE;
     };
     let result = match args.command {
         JournalCommand::List {

@@ -19,11 +19,12 @@ mod output;
 mod progress;
 mod signals;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, MockCommand};
+use crate::cli::{Cli, Command, MockCommand, EXIT_USAGE};
 use crate::outcome::EXIT_OTHER;
 use crate::output::Printer;
 
@@ -32,8 +33,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            // clap exits 2 on usage errors; 2 means "tool error" here.
-            return ExitCode::from(if e.use_stderr() { EXIT_OTHER } else { 0 });
+            // clap exits 2 on usage errors; 2 means "tool error" here, so
+            // they exit EX_USAGE. --help and --version print on stdout: 0.
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
     let logging = init_tracing(cli.verbose);
@@ -58,14 +60,19 @@ fn main() -> ExitCode {
 /// are on (they go to stderr too).
 async fn dispatch(command: Command, logging: bool) -> u8 {
     match command {
-        Command::Invoke(args) => {
+        Command::Invoke(mut args) => {
             let arguments = match invoke::arguments(&args) {
                 Ok(arguments) => arguments,
                 Err(invoke::UsageError(message)) => {
                     eprintln!("error: {message}");
-                    return EXIT_OTHER;
+                    return EXIT_USAGE;
                 }
             };
+            // The key is chosen and shown before anything is sent, so a user
+            // who interrupts the call can still repeat it with that key.
+            let key = args.key.get_or_insert_with(arcp_types::IdempotencyKey::new);
+            // A closed stderr must not stop the call.
+            let _ = writeln!(std::io::stderr(), "idempotency key: {key}");
             let outcome = invoke::run(&args, arguments, logging).await;
             let printer = Printer {
                 json: args.json,

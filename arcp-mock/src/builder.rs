@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_types::Dialect;
@@ -13,7 +12,7 @@ use serde_json::Value;
 
 use crate::config::{Config, ConflictSignal, Preset, ReplayPolicy};
 use crate::runtime::MockRuntime;
-use crate::tool::{ToolContext, ToolFailure, ToolFn, Tools};
+use crate::tool::{erase, ToolContext, ToolFailure, Tools};
 
 impl MockRuntime {
     /// A builder with the defaults of the v1.1 reference runtime.
@@ -138,8 +137,7 @@ impl MockRuntimeBuilder {
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, ToolFailure>> + Send + 'static,
     {
-        let tool: ToolFn = Arc::new(move |args, ctx| Box::pin(tool(args, ctx)));
-        self.tools.insert(name.into(), tool);
+        self.tools.insert(name.into(), erase(tool));
         self
     }
 

@@ -1,6 +1,7 @@
 //! Scriptable faults.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::time::Duration;
 
 use arcp_types::ErrorCode;
@@ -12,8 +13,11 @@ use arcp_types::ErrorCode;
 /// fault that applies to it (a submit consumes the oldest `DropOnSubmit` or
 /// `RejectNextSubmit`, an outbound frame the oldest `DelayReplies` and counts
 /// down the oldest `DropAfterFrames`, ...), on whichever connection the event
-/// happens. "Drop" always means abruptly: the TCP connection is closed with no
-/// WebSocket close frame, as the legacy Rust runtime does; jobs keep running.
+/// happens; a fault injected with
+/// [`MockRuntime::inject_for`](crate::MockRuntime::inject_for) is consumed
+/// only by an event of a call in its [`FaultScope`]. "Drop" always means
+/// abruptly: the TCP connection is closed with no WebSocket close frame, as
+/// the legacy Rust runtime does; jobs keep running.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Fault {
@@ -80,9 +84,122 @@ pub enum Fault {
     StrayFrames,
 }
 
+impl Fault {
+    /// Whether the fault concerns one call (a submit, its `job.accepted`,
+    /// its terminal), so that it can be scoped to a tool or a key.
+    fn concerns_a_call(&self) -> bool {
+        matches!(
+            self,
+            Fault::DropOnSubmit
+                | Fault::DropAfterAccepted
+                | Fault::DropBeforeTerminal
+                | Fault::RejectNextSubmit { .. }
+                | Fault::CloseWith { .. }
+                | Fault::StrayFrames
+        )
+    }
+}
+
+/// Which calls a scoped fault applies to, for
+/// [`MockRuntime::inject_for`](crate::MockRuntime::inject_for) and
+/// [`MockRuntime::inject_always_for`](crate::MockRuntime::inject_always_for):
+/// the calls of one tool, or the calls with one idempotency key. Other calls
+/// pass untouched (and do not consume a one-shot scoped fault).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FaultScope {
+    /// Calls of this tool.
+    Tool(String),
+    /// Calls with this idempotency key (any principal).
+    Key(String),
+}
+
+impl FaultScope {
+    /// Calls of `tool`.
+    pub fn tool(tool: impl Into<String>) -> Self {
+        FaultScope::Tool(tool.into())
+    }
+
+    /// Calls with idempotency key `key`.
+    pub fn key(key: impl Into<String>) -> Self {
+        FaultScope::Key(key.into())
+    }
+
+    fn matches(&self, call: Call<'_>) -> bool {
+        match self {
+            FaultScope::Tool(tool) => call.tool == tool,
+            FaultScope::Key(key) => call.key == Some(key.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for FaultScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FaultScope::Tool(tool) => write!(f, "tool `{tool}`"),
+            FaultScope::Key(key) => write!(f, "idempotency key `{key}`"),
+        }
+    }
+}
+
+/// A fault that cannot be scoped to a tool or key, refused by
+/// [`MockRuntime::inject_for`](crate::MockRuntime::inject_for): it concerns
+/// a connection or every frame, not one call (`DropAfterFrames`,
+/// `DropDuringHandshake`, `DelayReplies`, `BlackHole`, `Recover`,
+/// `RefuseUpgrade`). Inject it with
+/// [`MockRuntime::inject`](crate::MockRuntime::inject) instead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnscopableFault {
+    fault: Fault,
+    scope: FaultScope,
+}
+
+impl UnscopableFault {
+    /// The fault that was refused.
+    pub fn fault(&self) -> &Fault {
+        &self.fault
+    }
+
+    /// The scope it was asked for.
+    pub fn scope(&self) -> &FaultScope {
+        &self.scope
+    }
+}
+
+impl fmt::Display for UnscopableFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "arcp-mock: {:?} concerns a connection, not one call, so it cannot be scoped to {}; \
+             inject it with `inject` or `inject_always`",
+            self.fault, self.scope
+        )
+    }
+}
+
+impl std::error::Error for UnscopableFault {}
+
+/// The call an event belongs to, for matching scoped faults.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub tool: &'a str,
+    pub key: Option<&'a str>,
+}
+
+/// Whether a fault with `scope` applies to an event of `call` (`None`: an
+/// event of no call, which only unscoped faults apply to).
+fn applies(scope: Option<&FaultScope>, call: Option<Call<'_>>) -> bool {
+    match (scope, call) {
+        (None, _) => true,
+        (Some(scope), Some(call)) => scope.matches(call),
+        (Some(_), None) => false,
+    }
+}
+
 #[derive(Debug)]
 struct Queued {
     fault: Fault,
+    scope: Option<FaultScope>,
     /// Frames still to send, for `DropAfterFrames`.
     remaining: u64,
 }
@@ -99,14 +216,26 @@ pub(crate) struct FrameAction {
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     queue: VecDeque<Queued>,
-    always: Vec<Fault>,
+    always: Vec<(Fault, Option<FaultScope>)>,
 }
 
 /// Bound on queued and standing faults (a test injects a handful).
 const MAX_FAULTS: usize = 1024;
 
 impl Faults {
-    pub(crate) fn push(&mut self, fault: Fault) {
+    /// Checks that `fault` can be scoped to `scope`.
+    pub(crate) fn scopable(fault: &Fault, scope: &FaultScope) -> Result<(), UnscopableFault> {
+        if fault.concerns_a_call() {
+            Ok(())
+        } else {
+            Err(UnscopableFault {
+                fault: fault.clone(),
+                scope: scope.clone(),
+            })
+        }
+    }
+
+    pub(crate) fn push(&mut self, fault: Fault, scope: Option<FaultScope>) {
         if self.queue.len() >= MAX_FAULTS {
             self.queue.pop_front();
         }
@@ -114,12 +243,16 @@ impl Faults {
             Fault::DropAfterFrames(n) => n,
             _ => 0,
         };
-        self.queue.push_back(Queued { fault, remaining });
+        self.queue.push_back(Queued {
+            fault,
+            scope,
+            remaining,
+        });
     }
 
-    pub(crate) fn push_always(&mut self, fault: Fault) {
+    pub(crate) fn push_always(&mut self, fault: Fault, scope: Option<FaultScope>) {
         if self.always.len() < MAX_FAULTS {
-            self.always.push(fault);
+            self.always.push((fault, scope));
         }
     }
 
@@ -128,13 +261,32 @@ impl Faults {
         self.always.clear();
     }
 
-    /// Consumes the oldest queued fault matching `pred`, else returns a
-    /// standing one.
+    /// Consumes the oldest unscoped queued fault matching `pred`, else
+    /// returns an unscoped standing one: for events of no particular call.
     pub(crate) fn take(&mut self, pred: impl Fn(&Fault) -> bool) -> Option<Fault> {
-        if let Some(i) = self.queue.iter().position(|q| pred(&q.fault)) {
+        self.take_for(pred, None)
+    }
+
+    /// Consumes the oldest queued fault matching `pred` that applies to
+    /// `call` (unscoped, or scoped to its tool or key), else returns such a
+    /// standing one.
+    pub(crate) fn take_for(
+        &mut self,
+        pred: impl Fn(&Fault) -> bool,
+        call: Option<Call<'_>>,
+    ) -> Option<Fault> {
+        let fits = |fault: &Fault, scope: Option<&FaultScope>| pred(fault) && applies(scope, call);
+        if let Some(i) = self
+            .queue
+            .iter()
+            .position(|q| fits(&q.fault, q.scope.as_ref()))
+        {
             return self.queue.remove(i).map(|q| q.fault);
         }
-        self.always.iter().find(|f| pred(f)).cloned()
+        self.always
+            .iter()
+            .find(|(f, scope)| fits(f, scope.as_ref()))
+            .map(|(f, _)| f.clone())
     }
 
     /// Decides the fate of one outbound frame; `sent` counts the frames this
@@ -147,7 +299,7 @@ impl Faults {
         if let Some(i) = self
             .queue
             .iter()
-            .position(|q| matches!(q.fault, Fault::DropAfterFrames(_)))
+            .position(|q| q.scope.is_none() && matches!(q.fault, Fault::DropAfterFrames(_)))
         {
             let q = &mut self.queue[i];
             if q.remaining == 0 {
@@ -162,7 +314,7 @@ impl Faults {
             }
         }
         *sent += 1;
-        for fault in &self.always {
+        for (fault, _) in &self.always {
             if let Fault::DropAfterFrames(n) = fault {
                 if *n == 0 {
                     action.drop_before = true;

@@ -97,14 +97,23 @@
 //!   401); close with a given code; follow terminals with stray and
 //!   duplicate frames. Inbound frames over
 //!   [`MockRuntimeBuilder::max_inbound_frame_size`] are closed with 1009.
+//!   A fault that concerns one call can be scoped to a tool or a key
+//!   ([`MockRuntime::inject_for`], [`FaultScope`]); a running tool can drop
+//!   its own connection after its side effect
+//!   ([`ToolContext::drop_connection`]).
 //! - **Ground truth** for checkers, during and after a run:
 //!   [`MockRuntime::jobs`] (per job: key, tool, arguments, principal, how
 //!   many times the tool ran, status, whether the terminal ever reached a
 //!   client), [`MockRuntime::executions_by_key`], and
 //!   [`MockRuntime::connection_log`] (what each connection received and
 //!   sent).
-//! - **Verification**: [`MockRuntime::expect_executions`] and friends,
-//!   checked by [`MockRuntime::verify`] and when the mock is dropped;
+//! - **Verification**: [`MockRuntime::expect_executions`] and friends, and
+//!   [`MockRuntime::expect`] with an [`Expectation`] (named, exact or ranged
+//!   [`Times`]), checked by [`MockRuntime::verify`] and when the mock is
+//!   dropped; [`MockRuntime::expect_scoped`] returns an
+//!   [`ExpectationGuard`] that counts only while it lives and checks on drop;
+//!   [`MockRuntime::reset`] starts a test over (counts, expectations,
+//!   faults); [`MockRuntime::add_tool`] adds a tool to a running mock;
 //!   [`MockRuntime::received`] returns every envelope the client sent, to
 //!   assert for example that every attempt reused the key with a
 //!   byte-identical payload under a fresh envelope id.
@@ -136,9 +145,12 @@
 //! |---|---|---|
 //! | start | `MockServer::start().await` | `MockRuntime::builder()..start().await` |
 //! | stub | `Mock::given(..).respond_with(..)` | `.tool(name, closure)` |
-//! | expectations | `.expect(n)`, verified on drop | `expect_executions(tool, n)`, verified on drop |
+//! | expectations | `.expect(n)` or a range, `.named(..)`, verified on drop | `expect(Expectation::tool(t).times(n).named(..))`, verified on drop |
+//! | scoped | `mount_as_scoped` | `expect_scoped`, checked when the guard drops |
+//! | start over | `reset()` | `reset()` |
+//! | add stubs later | `mount(&server)` | `add_tool(name, closure)` |
 //! | inspect requests | `received_requests()` | `received()` |
-//! | failure injection | a responder returning errors or delays | [`Fault`], [`ChaosProxy`] |
+//! | failure injection | a responder returning errors or delays | [`Fault`] (per tool or key with [`FaultScope`]), [`ChaosProxy`] |
 //! | protocol state | stateless | sessions, resume, idempotency keys, replay |
 //!
 //! [wiremock]: https://docs.rs/wiremock
@@ -154,18 +166,23 @@ struct ReadmeDoctests;
 // Module order: each module imports only modules listed before it, so the
 // arrows run one way.
 //
-// - `config`, `fault`, `verify`, `tool`: leaves (settings, fault scripts,
-//   ground-truth records, tools and the event sink they write to);
+// - `config`, `expect`, `fault`, `verify`, `tool`: leaves (settings,
+//   expectations, fault scripts, ground-truth records, tools and the event
+//   sink they write to);
 // - `engine`: state and protocol logic, knows no socket;
+// - `guard`: a scoped expectation, holding the engine;
 // - `ws`, `http`: the transports, which move frames for the engine;
 // - `runtime`, `builder`: the public handle and its builder;
 // - `chaos`: the chaos proxy, standalone.
 mod config;
+mod expect;
 mod fault;
 mod tool;
 mod verify;
 
 mod engine;
+
+mod guard;
 
 mod http;
 mod ws;
@@ -179,7 +196,9 @@ pub use arcp_types::{Dialect, Envelope, ErrorCode};
 pub use builder::MockRuntimeBuilder;
 pub use chaos::{ChaosProxy, ChaosProxyBuilder, ChaosProxyHandle, ChaosReport, Kill, KillReason};
 pub use config::{ConflictSignal, Preset, ReplayPolicy};
-pub use fault::Fault;
+pub use expect::{Expectation, Times};
+pub use fault::{Fault, FaultScope, UnscopableFault};
+pub use guard::ExpectationGuard;
 pub use runtime::MockRuntime;
 pub use tool::{ToolContext, ToolFailure};
 pub use verify::{ConnRecord, JobRecord, JobStatus, VerifyError};

@@ -9,11 +9,17 @@ use arcp_types::{Dialect, Envelope};
 use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
+use std::future::Future;
+
+use serde_json::Value;
+
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::fault::Fault;
-use crate::tool::Tools;
-use crate::verify::{ConnRecord, Expectation, JobRecord, VerifyError};
+use crate::expect::Expectation;
+use crate::fault::{Fault, FaultScope, Faults, UnscopableFault};
+use crate::guard::ExpectationGuard;
+use crate::tool::{erase, ToolContext, ToolFailure, Tools};
+use crate::verify::{ConnRecord, JobRecord, VerifyError};
 
 /// An in-process ARCP runtime on a loopback WebSocket, for tests.
 ///
@@ -172,25 +178,98 @@ impl MockRuntime {
     }
 
     /// Expects `tool` to have run exactly `times` times, checked by
-    /// [`verify`](Self::verify) and on drop.
+    /// [`verify`](Self::verify) and on drop. Short for
+    /// `expect(Expectation::tool(tool).times(times))`.
     pub fn expect_executions(&self, tool: &str, times: u64) {
-        self.engine.expect(Expectation::Tool {
-            tool: tool.to_owned(),
-            times,
-        });
+        self.expect(Expectation::tool(tool).times(times));
     }
 
     /// Expects exactly `times` executions with idempotency key `key`.
     pub fn expect_executions_for_key(&self, key: &str, times: u64) {
-        self.engine.expect(Expectation::Key {
-            key: key.to_owned(),
-            times,
-        });
+        self.expect(Expectation::key(key).times(times));
     }
 
     /// Expects exactly `times` executions of all tools together.
     pub fn expect_total_executions(&self, times: u64) {
-        self.engine.expect(Expectation::Total { times });
+        self.expect(Expectation::total().times(times));
+    }
+
+    /// Registers an [`Expectation`], counting every execution since the
+    /// runtime started (or since the last [`reset`](Self::reset)), checked
+    /// by [`verify`](Self::verify) and when the mock is dropped. The report
+    /// names it when it was [`named`](Expectation::named).
+    ///
+    /// ```
+    /// # use arcp_mock::{Expectation, MockRuntime};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let mock = MockRuntime::builder()
+    ///     .tool("refund", |args, _ctx| async move { Ok(args) })
+    ///     .start()
+    ///     .await?;
+    /// mock.expect(Expectation::tool("refund").times(..=1).named("a refund runs at most once"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expect(&self, expectation: Expectation) {
+        self.engine.expect(expectation, false);
+    }
+
+    /// Registers an [`Expectation`] that counts only executions from now
+    /// until the returned guard is dropped; dropping the guard checks it
+    /// (and panics with its report when it is unmet, unless the thread is
+    /// already panicking) and unregisters it. Until then it is also
+    /// checked by [`verify`](Self::verify) and when the mock is dropped. As
+    /// wiremock's `mount_as_scoped`.
+    ///
+    /// ```
+    /// # use arcp_mock::{Expectation, MockRuntime};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let mock = MockRuntime::builder()
+    ///     .tool("refund", |args, _ctx| async move { Ok(args) })
+    ///     .start()
+    ///     .await?;
+    /// {
+    ///     let guard = mock.expect_scoped(Expectation::tool("refund").times(0).named("phase one"));
+    ///     // ... phase one of the test: no refund ...
+    ///     assert_eq!(guard.executions(), 0);
+    /// } // checked here
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expect_scoped(&self, expectation: Expectation) -> ExpectationGuard {
+        let name = expectation.name().map(str::to_owned);
+        let id = self.engine.expect(expectation, true);
+        ExpectationGuard::new(Arc::clone(&self.engine), id, name)
+    }
+
+    /// Registers a tool on the running runtime (or replaces the one of that
+    /// name): submits from now on find it. Jobs already running keep the
+    /// closure they started with. The v1.1 welcome of later sessions lists
+    /// it among the agents.
+    pub fn add_tool<F, Fut>(&self, name: impl Into<String>, tool: F)
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ToolFailure>> + Send + 'static,
+    {
+        self.engine.add_tool(name.into(), erase(tool));
+    }
+
+    /// Starts the test over on the same runtime, as wiremock's
+    /// `MockServer::reset`: the execution counts ([`executions`](Self::executions)
+    /// and friends) go back to zero, every expectation (scoped ones
+    /// included: their guards then check nothing) and every fault is
+    /// removed, a black hole ends, and [`received`](Self::received) is
+    /// emptied.
+    ///
+    /// The runtime's own state stays: tools, sessions, connections, jobs
+    /// (with their per-job counts in [`jobs`](Self::jobs)), the
+    /// [`connection_log`](Self::connection_log), and the idempotency keys
+    /// already bound, so a retry of a call made before the reset is still
+    /// answered as a replay and does not run again.
+    pub fn reset(&self) {
+        self.engine.reset();
     }
 
     /// Checks the expectations.
@@ -219,7 +298,7 @@ impl MockRuntime {
         match fault {
             Fault::BlackHole => self.engine.set_blackhole(true),
             Fault::Recover => self.engine.set_blackhole(false),
-            fault => self.engine.push_fault(fault, false),
+            fault => self.engine.push_fault(fault, None, false),
         }
     }
 
@@ -229,8 +308,55 @@ impl MockRuntime {
         match fault {
             Fault::BlackHole => self.engine.set_blackhole(true),
             Fault::Recover => self.engine.set_blackhole(false),
-            fault => self.engine.push_fault(fault, true),
+            fault => self.engine.push_fault(fault, None, true),
         }
+    }
+
+    /// Queues a one-shot fault that only calls in `scope` trigger: the
+    /// next call of that tool (or with that key) consumes it, other calls
+    /// pass untouched. Scoped and unscoped one-shot faults share one FIFO.
+    ///
+    /// ```
+    /// # use arcp_mock::{Fault, FaultScope, MockRuntime};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mock = MockRuntime::builder()
+    ///     .tool("refund", |args, _ctx| async move { Ok(args) })
+    ///     .tool("lookup", |args, _ctx| async move { Ok(args) })
+    ///     .start()
+    ///     .await?;
+    /// // Lookups go through; the first refund loses its answer.
+    /// mock.inject_for(FaultScope::tool("refund"), Fault::DropBeforeTerminal)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`UnscopableFault`] for a fault that concerns a connection or every
+    /// frame rather than one call (`DropAfterFrames`, `DropDuringHandshake`,
+    /// `DelayReplies`, `BlackHole`, `Recover`, `RefuseUpgrade`); nothing is
+    /// injected.
+    pub fn inject_for(&self, scope: FaultScope, fault: Fault) -> Result<(), UnscopableFault> {
+        Faults::scopable(&fault, &scope)?;
+        self.engine.push_fault(fault, Some(scope), false);
+        Ok(())
+    }
+
+    /// Applies a fault to every call in `scope` until
+    /// [`clear_faults`](Self::clear_faults).
+    ///
+    /// # Errors
+    ///
+    /// As [`inject_for`](Self::inject_for).
+    pub fn inject_always_for(
+        &self,
+        scope: FaultScope,
+        fault: Fault,
+    ) -> Result<(), UnscopableFault> {
+        Faults::scopable(&fault, &scope)?;
+        self.engine.push_fault(fault, Some(scope), true);
+        Ok(())
     }
 
     /// Removes every queued and standing fault and ends a black hole.

@@ -24,6 +24,15 @@ pub(crate) type ToolFn = Arc<
 /// The registered tools, by name.
 pub(crate) type Tools = HashMap<String, ToolFn>;
 
+/// Type-erases a tool closure.
+pub(crate) fn erase<F, Fut>(tool: F) -> ToolFn
+where
+    F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Value, ToolFailure>> + Send + 'static,
+{
+    Arc::new(move |args, ctx| Box::pin(tool(args, ctx)))
+}
+
 /// Where a running tool's job events go. The runtime shapes them in its
 /// dialect and delivers them; events of a job that has ended are dropped.
 pub(crate) trait EventSink: Send + Sync {
@@ -33,6 +42,8 @@ pub(crate) trait EventSink: Send + Sync {
     fn progress(&self, job_id: &str, current: u64, total: u64);
     /// One streamed piece of the result.
     fn result_chunk(&self, job_id: &str, data: String, more: bool);
+    /// Drops the connection the job's frames go to.
+    fn drop_connection(&self, job_id: &str);
 }
 
 /// What a running tool can see and do: emit job events, sleep, and read
@@ -144,6 +155,31 @@ impl ToolContext {
     pub async fn event(&self, kind: &str, body: Value) {
         self.inner.sink.event(&self.inner.job_id, kind, body);
         // Let the connection writer drain between bursts of events.
+        tokio::task::yield_now().await;
+    }
+
+    /// Drops the connection this job's answer would go to, abruptly (no
+    /// close frame), once the frames already queued on it are sent: the
+    /// way to script a lost answer *after* the side effect. The tool keeps
+    /// running; what it returns is stored as the job's terminal, so a retry
+    /// with the same key gets it replayed (per the
+    /// [`ReplayPolicy`](crate::ReplayPolicy)) and the tool still ran once.
+    ///
+    /// Over v1.1 it is the connection attached to the job's session now;
+    /// over the legacy dialect and the HTTP binding, the submitting one.
+    /// Nothing happens when that connection is already gone.
+    ///
+    /// ```
+    /// # use arcp_mock::MockRuntime;
+    /// # use serde_json::json;
+    /// let builder = MockRuntime::builder().tool("refund", |args, ctx| async move {
+    ///     // ... the side effect happens here ...
+    ///     ctx.drop_connection().await; // the client never hears back
+    ///     Ok(json!({"refunded": args["order"]}))
+    /// });
+    /// ```
+    pub async fn drop_connection(&self) {
+        self.inner.sink.drop_connection(&self.inner.job_id);
         tokio::task::yield_now().await;
     }
 

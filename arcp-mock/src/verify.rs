@@ -1,31 +1,7 @@
-//! wiremock-style expectations on execution counts.
+//! What verification and inspection return: the report of unmet
+//! expectations, and the ground-truth records of jobs and connections.
 
 use std::fmt;
-
-/// One expectation registered on a running mock.
-#[derive(Debug, Clone)]
-pub(crate) enum Expectation {
-    Tool { tool: String, times: u64 },
-    Key { key: String, times: u64 },
-    Total { times: u64 },
-}
-
-impl Expectation {
-    /// `None` when met, else a one-line description of the mismatch.
-    pub(crate) fn check(&self, actual: u64) -> Option<String> {
-        let (what, times) = match self {
-            Expectation::Tool { tool, times } => (format!("tool `{tool}`"), *times),
-            Expectation::Key { key, times } => (format!("idempotency key `{key}`"), *times),
-            Expectation::Total { times } => ("all tools together".to_owned(), *times),
-        };
-        (actual != times).then(|| {
-            format!(
-                "{what}: expected {times} execution{}, got {actual}",
-                if times == 1 { "" } else { "s" }
-            )
-        })
-    }
-}
 
 /// Expectations that a [`MockRuntime`](crate::MockRuntime) found unmet,
 /// returned by [`MockRuntime::try_verify`](crate::MockRuntime::try_verify).

@@ -211,6 +211,9 @@ async fn heartbeat(engine: &Engine, id: u64, link: &Link) {
         if engine.blackholed() {
             tokio::time::sleep(interval / 4).await;
             last_ping = Instant::now();
+            // A black hole is the runtime's silence, not the client's: once
+            // it ends, the client gets two fresh intervals.
+            link.touch();
             continue;
         }
         let now = Instant::now();

@@ -213,6 +213,28 @@ async fn black_hole_stops_answering_and_pinging_without_closing() {
 }
 
 #[tokio::test]
+async fn the_silence_of_a_black_hole_does_not_count_as_heartbeat_loss() {
+    let mock = builder(Dialect::V1_1)
+        .heartbeat(ms(100))
+        .start()
+        .await
+        .unwrap();
+    let mut client = connected(&mock).await;
+    mock.inject(Fault::BlackHole);
+    client.expect_silence(ms(400)).await;
+    mock.inject(Fault::Recover);
+    // Long enough for the heartbeat watch to look again: the connection
+    // must still be there, with a fresh two intervals.
+    tokio::time::sleep(ms(60)).await;
+    client.ping("back").await;
+    let (pong, _) = client.recv_type("session.pong").await;
+    let Message::Pong(pong) = pong.message else {
+        unreachable!()
+    };
+    assert_eq!(pong.ping_nonce, "back");
+}
+
+#[tokio::test]
 async fn one_shot_faults_are_fifo() {
     let mock = builder(Dialect::V1_1).start().await.unwrap();
     mock.inject(Fault::DropOnSubmit);

@@ -1,5 +1,6 @@
 //! Bad command lines: a message naming the problem on stderr, nothing on
-//! stdout, exit status 1 (never clap's 2, which means "tool error" here).
+//! stdout, exit status 64 (sysexits' EX_USAGE; never clap's 2, which means
+//! "tool error" here).
 
 use predicates::prelude::*;
 use predicates::str::contains;
@@ -10,7 +11,7 @@ use crate::support::arcp;
 const URL: &str = "ws://127.0.0.1:9/arcp";
 
 fn fails_with(args: &[&str], needles: &[&str]) {
-    let out = arcp(args).assert().code(1).stdout("").get_output().clone();
+    let out = arcp(args).assert().code(64).stdout("").get_output().clone();
     let stderr = String::from_utf8(out.stderr).unwrap();
     for needle in needles {
         assert!(
@@ -132,7 +133,7 @@ fn bad_numbers() {
 }
 
 #[test]
-fn unknown_flags_commands_and_values_exit_1_not_2() {
+fn unknown_flags_commands_and_values_exit_64_not_2() {
     fails_with(
         &["invoke", "echo", "--url", URL, "--frobnicate"],
         &["--frobnicate"],
@@ -142,17 +143,38 @@ fn unknown_flags_commands_and_values_exit_1_not_2() {
         &["mock", "serve", "--replay-policy", "sometimes"],
         &["--replay-policy", "terminal-replay", "accepted-only"],
     );
-    // No command at all: usage on stderr, exit 1.
+    // No command at all: usage on stderr, exit 64.
     arcp(Vec::<&str>::new())
         .assert()
-        .code(1)
+        .code(64)
         .stdout("")
         .stderr(contains("Usage: arcp"));
     arcp(["mock"])
         .assert()
-        .code(1)
+        .code(64)
         .stdout("")
         .stderr(contains("serve"));
+}
+
+#[test]
+fn a_journal_command_without_a_journal_is_a_usage_error() {
+    fails_with(&["journal", "list"], &["--journal PATH", "ARCP_JOURNAL"]);
+}
+
+#[test]
+fn help_and_version_exit_0_on_stdout() {
+    for args in [&["--help"][..], &["invoke", "--help"], &["-h"]] {
+        arcp(args)
+            .assert()
+            .code(0)
+            .stdout(contains("Usage: arcp"))
+            .stderr("");
+    }
+    arcp(["--version"])
+        .assert()
+        .code(0)
+        .stdout(contains(env!("CARGO_PKG_VERSION")))
+        .stderr("");
 }
 
 #[test]
@@ -179,7 +201,7 @@ fn the_token_is_not_echoed_in_argument_errors() {
         "{oops",
     ])
     .assert()
-    .code(1)
+    .code(64)
     .get_output()
     .clone();
     let all = [out.stdout, out.stderr].concat();

@@ -60,3 +60,28 @@ fn version_prints_and_exits_0() {
         .success()
         .stdout(predicates::str::starts_with("arcp "));
 }
+
+#[test]
+fn help_documents_the_environment_the_usage_status_and_the_early_key() {
+    let out = arcp(["invoke", "--help"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in ["[env: ARCP_URL=]", "[env: ARCP_TOKEN", "64", "EX_USAGE"] {
+        assert!(
+            help.contains(needle),
+            "invoke help lacks {needle:?}:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("key is printed on stderr before the call starts"),
+        "{help}"
+    );
+    let out = arcp(["--help"]).assert().success().get_output().clone();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in ["64 usage error", "ARCP_URL", "ARCP_TOKEN"] {
+        assert!(help.contains(needle), "top help lacks {needle:?}:\n{help}");
+    }
+}

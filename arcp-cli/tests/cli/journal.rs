@@ -200,8 +200,9 @@ fn a_missing_journal_is_named() {
         .code(1)
         .stderr(predicates::str::contains("absent.db"));
     assert!(!path.exists(), "list must not create a journal");
+    // No journal named at all: a usage error.
     arcp(["journal", "list"])
         .assert()
-        .code(1)
+        .code(64)
         .stderr(predicates::str::contains("--journal"));
 }

@@ -5,6 +5,7 @@
 
 mod against_mock_serve;
 mod bad_arguments;
+mod environment;
 mod help;
 mod in_process;
 mod journal;

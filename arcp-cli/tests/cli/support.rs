@@ -26,6 +26,7 @@ where
     let mut cmd = Command::new(bin());
     cmd.args(args)
         .env_remove("ARCP_TOKEN")
+        .env_remove("ARCP_URL")
         .env_remove("ARCP_JOURNAL")
         .env_remove("RUST_LOG")
         .timeout(TIMEOUT);

@@ -57,6 +57,25 @@ impl State {
         self.evict_finished();
     }
 
+    /// A running tool asked to lose its connection: the one its job's
+    /// frames go to now (v1.1: its session's; legacy and HTTP: the
+    /// submitting one) is dropped abruptly once the frames already queued
+    /// are sent. The job runs on; its terminal is stored for replay (and
+    /// kept in a v1.1 session's resume buffer).
+    pub(super) fn drop_job_connection(&mut self, job_id: &str) {
+        let Some(job) = self.jobs.get(job_id).filter(|j| j.is_running()) else {
+            return;
+        };
+        let conn = if self.flavor.sessions_outlive_connections() {
+            self.sessions.conn(&job.session).unwrap_or(job.origin_conn)
+        } else {
+            job.origin_conn
+        };
+        if self.conns.is_live(conn) {
+            self.kill(conn);
+        }
+    }
+
     pub(super) fn cancel_job(&mut self, job_id: &str) {
         self.finish(job_id, Outcome::Cancelled);
     }
@@ -107,7 +126,7 @@ impl State {
         if !self.conns.is_live(origin) {
             return Some((None, frame));
         }
-        if terminal && self.fault(|f| matches!(f, Fault::DropBeforeTerminal)) {
+        if terminal && self.job_fault(job_id, |f| matches!(f, Fault::DropBeforeTerminal)) {
             self.kill(origin);
             return Some((None, frame));
         }
@@ -138,7 +157,7 @@ impl State {
             return Some((None, frame));
         }
         if let Some(conn) = target.filter(|_| terminal) {
-            if self.fault(|f| matches!(f, Fault::DropBeforeTerminal)) {
+            if self.job_fault(job_id, |f| matches!(f, Fault::DropBeforeTerminal)) {
                 self.kill(conn);
                 target = None;
                 if !reattach {
@@ -159,7 +178,12 @@ impl State {
     /// duplicate of it, a late event for its job, and a terminal for a job
     /// and a request that never existed.
     pub(super) fn after_terminal(&mut self, conn: u64, terminal: &Frame) {
-        if !self.fault(|f| matches!(f, Fault::StrayFrames)) {
+        let stray = |f: &Fault| matches!(f, Fault::StrayFrames);
+        let fault = match terminal.envelope.job_id.as_deref() {
+            Some(job_id) => self.job_fault(job_id, stray),
+            None => self.fault(stray),
+        };
+        if !fault {
             return;
         }
         self.send_stray(conn, terminal.clone());

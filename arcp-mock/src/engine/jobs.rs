@@ -275,6 +275,14 @@ impl Jobs {
         self.exec_total
     }
 
+    /// Zeroes the execution counters (per tool, per key, in all). The jobs
+    /// and their own counts stay: they are the runtime's history.
+    pub(super) fn reset_counts(&mut self) {
+        self.exec_tool.clear();
+        self.exec_key.clear();
+        self.exec_total = 0;
+    }
+
     pub(super) fn abort_handles(&self) -> Vec<AbortHandle> {
         self.map
             .values()

@@ -55,9 +55,10 @@ use jobs::{JobHost, Outcome};
 use state::{Host, State};
 
 use crate::config::Config;
-use crate::fault::{Fault, FrameAction};
-use crate::tool::{EventSink, Tools};
-use crate::verify::{ConnRecord, Expectation, JobRecord, VerifyError};
+use crate::expect::Expectation;
+use crate::fault::{Fault, FaultScope, FrameAction};
+use crate::tool::{EventSink, ToolFn, Tools};
+use crate::verify::{ConnRecord, JobRecord, VerifyError};
 
 /// The runtime shared by its tasks: the settings, the state under its lock,
 /// and the black-hole switch (read on every frame, so kept out of the lock).
@@ -71,7 +72,7 @@ impl Engine {
     pub(crate) fn new(cfg: Config, tools: Tools) -> Self {
         let cfg = Arc::new(cfg);
         Engine {
-            state: Mutex::new(State::new(Arc::clone(&cfg), Arc::new(tools))),
+            state: Mutex::new(State::new(Arc::clone(&cfg), tools)),
             cfg,
             blackhole: AtomicBool::new(false),
         }
@@ -317,26 +318,56 @@ impl Engine {
         self.lock().conns.log()
     }
 
-    pub(crate) fn expect(&self, expectation: Expectation) {
-        self.lock().expectations.push(expectation);
+    /// Registers an expectation (`scoped`: counting from now); returns its id.
+    pub(crate) fn expect(&self, expectation: Expectation, scoped: bool) -> u64 {
+        self.lock().expect(expectation, scoped)
     }
 
     pub(crate) fn verify(&self) -> Result<(), VerifyError> {
         self.lock().verify()
     }
 
-    /// Queues a one-shot fault, or (`always`) a standing one.
-    pub(crate) fn push_fault(&self, fault: Fault, always: bool) {
+    /// Checks expectation `id` alone; `remove` unregisters it.
+    pub(crate) fn verify_one(&self, id: u64, remove: bool) -> Result<(), VerifyError> {
+        self.lock().verify_one(id, remove)
+    }
+
+    /// Executions counted by expectation `id` so far.
+    pub(crate) fn counted_by(&self, id: u64) -> u64 {
+        self.lock().counted_by(id)
+    }
+
+    /// Queues a one-shot fault, or (`always`) a standing one, for every call
+    /// or (`scope`) some.
+    pub(crate) fn push_fault(&self, fault: Fault, scope: Option<FaultScope>, always: bool) {
         let mut st = self.lock();
         if always {
-            st.faults.push_always(fault);
+            st.faults.push_always(fault, scope);
         } else {
-            st.faults.push(fault);
+            st.faults.push(fault, scope);
         }
     }
 
     pub(crate) fn clear_faults(&self) {
         self.lock().faults.clear();
+    }
+
+    /// Registers (or replaces) a tool; submits from now on find it. Jobs
+    /// already running keep the closure they started with.
+    pub(crate) fn add_tool(&self, name: String, tool: ToolFn) {
+        self.lock().tools.insert(name, tool);
+    }
+
+    /// Zeroes the execution counts, removes every expectation and fault,
+    /// ends a black hole and empties the received log.
+    pub(crate) fn reset(&self) {
+        let mut st = self.lock();
+        st.jobs.reset_counts();
+        st.expectations.clear();
+        st.faults.clear();
+        st.clear_received();
+        drop(st);
+        self.set_blackhole(false);
     }
 }
 
@@ -353,6 +384,10 @@ impl EventSink for Engine {
 
     fn result_chunk(&self, job_id: &str, data: String, more: bool) {
         self.lock().emit_chunk(job_id, data, more);
+    }
+
+    fn drop_connection(&self, job_id: &str) {
+        self.lock().drop_job_connection(job_id);
     }
 }
 

@@ -12,9 +12,10 @@ use super::idempotency::{Bindings, Fingerprint, Lookup};
 use super::jobs::{Job, JobHost, Jobs};
 use super::sessions::Sessions;
 use crate::config::{Config, ConflictSignal};
-use crate::fault::{Fault, Faults};
+use crate::expect::{Counted, Expectation};
+use crate::fault::{Call, Fault, Faults};
 use crate::tool::{EventSink, Tools};
-use crate::verify::{Expectation, VerifyError};
+use crate::verify::VerifyError;
 
 /// Client envelopes kept for [`crate::MockRuntime::received`].
 const MAX_RECEIVED: usize = 10_000;
@@ -29,6 +30,14 @@ pub(crate) enum Bound {
     Job(String),
 }
 
+/// An expectation registered with the runtime. A scoped one counts from
+/// `baseline`, the count when its guard was made.
+pub(crate) struct Registered {
+    pub id: u64,
+    pub expectation: Expectation,
+    pub baseline: u64,
+}
+
 /// What a submit needs to run a tool: where its events go and whom its task
 /// reports to.
 #[derive(Clone)]
@@ -41,20 +50,22 @@ pub(crate) struct Host {
 pub(crate) struct State {
     pub cfg: Arc<Config>,
     pub flavor: Flavor,
-    pub tools: Arc<Tools>,
+    pub tools: Tools,
     pub conns: Conns,
     pub sessions: Sessions,
     pub jobs: Jobs,
     pub bindings: Bindings,
     pub faults: Faults,
-    pub expectations: Vec<Expectation>,
+    pub expectations: Vec<Registered>,
+    /// The id of the next registered expectation.
+    next_expectation: u64,
     /// Requests received by the HTTP binding.
     pub http_requests: u64,
     received: VecDeque<Envelope>,
 }
 
 impl State {
-    pub(super) fn new(cfg: Arc<Config>, tools: Arc<Tools>) -> Self {
+    pub(super) fn new(cfg: Arc<Config>, tools: Tools) -> Self {
         State {
             flavor: Flavor::of(cfg.dialect),
             cfg,
@@ -65,6 +76,7 @@ impl State {
             bindings: Bindings::default(),
             faults: Faults::default(),
             expectations: Vec::new(),
+            next_expectation: 0,
             http_requests: 0,
             received: VecDeque::new(),
         }
@@ -85,18 +97,76 @@ impl State {
         self.received.iter().cloned().collect()
     }
 
+    pub(super) fn clear_received(&mut self) {
+        self.received.clear();
+    }
+
+    /// How many executions `counted` has had so far.
+    pub(super) fn count(&self, counted: &Counted) -> u64 {
+        match counted {
+            Counted::Tool(tool) => self.jobs.executions(tool),
+            Counted::Key(key) => self.jobs.executions_for_key(key),
+            Counted::Total => self.jobs.total_executions(),
+        }
+    }
+
+    /// Registers an expectation, counting from now when `scoped`; returns
+    /// its id.
+    pub(super) fn expect(&mut self, expectation: Expectation, scoped: bool) -> u64 {
+        let baseline = if scoped {
+            self.count(expectation.counted())
+        } else {
+            0
+        };
+        self.next_expectation += 1;
+        let id = self.next_expectation;
+        self.expectations.push(Registered {
+            id,
+            expectation,
+            baseline,
+        });
+        id
+    }
+
+    /// The mismatch of one registered expectation, if any.
+    fn mismatch(&self, registered: &Registered) -> Option<String> {
+        let actual = self
+            .count(registered.expectation.counted())
+            .saturating_sub(registered.baseline);
+        registered.expectation.check(actual)
+    }
+
+    /// Executions counted by expectation `id` so far (0 once it is gone).
+    pub(super) fn counted_by(&self, id: u64) -> u64 {
+        self.expectations
+            .iter()
+            .find(|r| r.id == id)
+            .map_or(0, |r| {
+                self.count(r.expectation.counted())
+                    .saturating_sub(r.baseline)
+            })
+    }
+
+    /// Checks expectation `id` alone; `remove` unregisters it.
+    pub(super) fn verify_one(&mut self, id: u64, remove: bool) -> Result<(), VerifyError> {
+        let Some(i) = self.expectations.iter().position(|r| r.id == id) else {
+            return Ok(());
+        };
+        let failure = self.mismatch(&self.expectations[i]);
+        if remove {
+            self.expectations.remove(i);
+        }
+        match failure {
+            None => Ok(()),
+            Some(failure) => Err(VerifyError::new(1, vec![failure])),
+        }
+    }
+
     pub(super) fn verify(&self) -> Result<(), VerifyError> {
         let failures: Vec<String> = self
             .expectations
             .iter()
-            .filter_map(|e| {
-                let actual = match e {
-                    Expectation::Tool { tool, .. } => self.jobs.executions(tool),
-                    Expectation::Key { key, .. } => self.jobs.executions_for_key(key),
-                    Expectation::Total { .. } => self.jobs.total_executions(),
-                };
-                e.check(actual)
-            })
+            .filter_map(|r| self.mismatch(r))
             .collect();
         if failures.is_empty() {
             Ok(())
@@ -109,6 +179,19 @@ impl State {
     /// one); `true` when there was one.
     pub(super) fn fault(&mut self, pred: impl Fn(&Fault) -> bool) -> bool {
         self.faults.take(pred).is_some()
+    }
+
+    /// As [`State::fault`], for an event of job `job_id`: faults scoped to
+    /// its tool or key apply too.
+    pub(super) fn job_fault(&mut self, job_id: &str, pred: impl Fn(&Fault) -> bool) -> bool {
+        let Some(job) = self.jobs.get(job_id) else {
+            return self.fault(pred);
+        };
+        let call = Call {
+            tool: &job.tool,
+            key: job.key.as_deref(),
+        };
+        self.faults.take_for(pred, Some(call)).is_some()
     }
 
     // -------------------------------------------------------- connections

@@ -16,7 +16,7 @@ use super::flavor::{error_reply, new_id, object, session_error};
 use super::jobs::{spawn_tool, Job};
 use super::state::{Bound, Host, State};
 use crate::config::{ConflictSignal, ReplayPolicy};
-use crate::fault::Fault;
+use crate::fault::{Call, Fault};
 use crate::tool::ToolContext;
 
 /// Who sent a submit.
@@ -104,12 +104,19 @@ impl State {
             return;
         };
         let principal = self.conns.principal(conn);
-        let fault = self.faults.take(|f| {
-            matches!(
-                f,
-                Fault::DropOnSubmit | Fault::RejectNextSubmit { .. } | Fault::CloseWith { .. }
-            )
-        });
+        let call = Call {
+            tool: &invoke.tool,
+            key: invoke.idempotency_key.as_deref(),
+        };
+        let fault = self.faults.take_for(
+            |f| {
+                matches!(
+                    f,
+                    Fault::DropOnSubmit | Fault::RejectNextSubmit { .. } | Fault::CloseWith { .. }
+                )
+            },
+            Some(call),
+        );
         match fault {
             Some(Fault::DropOnSubmit) => return self.kill(conn),
             Some(Fault::CloseWith { code }) => return self.end(conn, Out::Close(code)),
@@ -156,7 +163,7 @@ impl State {
             accepted.clone(),
         );
         self.jobs.start(job);
-        self.send_accepted(conn, accepted);
+        self.send_accepted(conn, &job_id, accepted);
         if self.flavor.announces_start() {
             let description = format!("invoking {}", invoke.tool);
             let started = Message::Started(object(json!({ "description": description })));
@@ -183,10 +190,11 @@ impl State {
         self.jobs.set_abort(&job_id, abort);
     }
 
-    /// Sends a `job.accepted`, then applies [`Fault::DropAfterAccepted`].
-    fn send_accepted(&mut self, conn: u64, frame: Frame) {
+    /// Sends job `job_id`'s `job.accepted`, then applies
+    /// [`Fault::DropAfterAccepted`].
+    fn send_accepted(&mut self, conn: u64, job_id: &str, frame: Frame) {
         self.send(conn, frame);
-        if self.fault(|f| matches!(f, Fault::DropAfterAccepted)) {
+        if self.job_fault(job_id, |f| matches!(f, Fault::DropAfterAccepted)) {
             self.kill(conn);
         }
     }
@@ -323,6 +331,6 @@ impl State {
             }
             frame
         };
-        self.send_accepted(conn, frame);
+        self.send_accepted(conn, job_id, frame);
     }
 }
