@@ -13,7 +13,10 @@
 //! opens the file and again after (SQLite creates them with the main file's
 //! mode). After SQLite has opened the path, the path must still name the
 //! file that was checked (same device and inode), so a swap between the
-//! check and the open is caught. Elsewhere the checks are skipped.
+//! check and the open is caught. The file checked is closed before SQLite
+//! opens it: closing any descriptor of a file drops every POSIX lock the
+//! process holds on it, SQLite's exclusive lock included. Elsewhere the
+//! checks are skipped.
 
 use std::path::Path;
 
@@ -22,12 +25,11 @@ use crate::journal::JournalError;
 /// The companion files SQLite keeps beside a database.
 const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 
-/// The file that was checked, held open until SQLite has opened the same
-/// path (so the identity compared after is the one checked before).
+/// The identity (device, inode) of the file that was checked.
 #[derive(Debug)]
 pub(super) struct Checked {
     #[cfg(unix)]
-    file: std::fs::File,
+    id: (u64, u64),
 }
 
 /// How the journal file is about to be opened.
@@ -65,7 +67,9 @@ mod unix {
         let file = open_no_follow(path, location, access)?;
         let meta = file.metadata().map_err(|e| io_error(location, path, &e))?;
         check_metadata(path, &meta, location)?;
-        Ok(Checked { file })
+        Ok(Checked {
+            id: (meta.dev(), meta.ino()),
+        })
     }
 
     pub(super) fn check_after(
@@ -73,12 +77,8 @@ mod unix {
         checked: &Checked,
         location: &str,
     ) -> Result<(), JournalError> {
-        let held = checked
-            .file
-            .metadata()
-            .map_err(|e| io_error(location, path, &e))?;
         let now = std::fs::symlink_metadata(path).map_err(|e| io_error(location, path, &e))?;
-        if (now.dev(), now.ino()) != (held.dev(), held.ino()) {
+        if (now.dev(), now.ino()) != checked.id {
             return Err(insecure(
                 location,
                 format!(
