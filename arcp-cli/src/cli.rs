@@ -322,7 +322,14 @@ pub(crate) struct MockServeArgs {
     pub replay_policy: Option<ReplayPolicyArg>,
 
     /// Accept only this bearer token (default: accept any). Never printed.
-    #[arg(long, value_name = "T")]
+    /// Prefer the environment variable: a flag's value is visible to every
+    /// local user in the process list.
+    #[arg(
+        long,
+        value_name = "T",
+        env = "ARCP_MOCK_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
 }
 

@@ -162,7 +162,10 @@ async fn recover(
     }
     let client = builder.connect().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(redact(&format!("cannot connect to {url}: {e}"), token)),
+        e => Failure::Other(without_url_secrets(
+            url,
+            &redact(&format!("cannot connect to {}: {e}", shown_url(url)), token),
+        )),
     })?;
     let calls = client.recover().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
@@ -339,4 +342,75 @@ fn unix_secs(at: SystemTime) -> f64 {
     at.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64()
+}
+
+/// `url` as it may be printed: no `user:password@`, and `?<redacted>` for
+/// a query (which may carry a token).
+fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        let cut = url.find(['?', '#']).unwrap_or(url.len());
+        return url[..cut].to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let path_end = tail.find(['?', '#']).unwrap_or(tail.len());
+    let mut shown = format!("{scheme}://{host}{}", &tail[..path_end]);
+    if tail[path_end..].starts_with('?') {
+        shown.push_str("?<redacted>");
+    }
+    shown
+}
+
+/// `message` with the password and query of `url` taken out, wherever an
+/// error may have repeated them.
+fn without_url_secrets(url: &str, message: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let mut secrets = Vec::new();
+    if let Some((user_info, _)) = authority.rsplit_once('@') {
+        if let Some((_, password)) = user_info.split_once(':') {
+            secrets.push(password);
+        }
+    }
+    if let Some(at) = rest.find('?') {
+        let query = &rest[at + 1..];
+        let query = &query[..query.find('#').unwrap_or(query.len())];
+        // The whole query first, then each value an error may show alone.
+        secrets.push(query);
+        secrets.extend(
+            query
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .map(|(_, v)| v),
+        );
+    }
+    secrets
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .fold(message.to_owned(), |m, s| m.replace(s, "<redacted>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_urls_carry_no_credentials_or_query() {
+        assert_eq!(
+            shown_url("ws://user:pw@h:7/arcp?access_token=t#f"),
+            "ws://h:7/arcp?<redacted>"
+        );
+        assert_eq!(shown_url("wss://h/arcp"), "wss://h/arcp");
+        assert_eq!(shown_url("http://u@h"), "http://h");
+        assert_eq!(shown_url("h:7/x?q=1"), "h:7/x");
+        let message = "cannot reach ws://user:pw1@h/?access_token=t1: pw1 t1";
+        let cleaned = without_url_secrets("ws://user:pw1@h/?access_token=t1", message);
+        assert!(
+            !cleaned.contains("pw1") && !cleaned.contains("t1"),
+            "{cleaned}"
+        );
+    }
 }

@@ -253,6 +253,8 @@ pub(crate) struct Config {
     pub(crate) max_result_size: usize,
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) max_artifact_size: u64,
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) allow_link_local_artifacts: bool,
 }
 
 impl fmt::Debug for Config {
@@ -304,6 +306,7 @@ impl Config {
             tls: TlsSettings::default(),
             max_result_size: 64 << 20,
             max_artifact_size: DEFAULT_MAX_ARTIFACT_SIZE,
+            allow_link_local_artifacts: false,
         }
     }
 

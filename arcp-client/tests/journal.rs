@@ -513,6 +513,7 @@ async fn a_file_that_is_not_a_database_is_refused_as_corrupt() {
         "this is not a SQLite database, but it is long enough to have a header\n".repeat(20),
     )
     .unwrap();
+    private(&path);
     let e = connect_err(&path).await;
     assert_eq!(e.kind, JournalErrorKind::Corrupt, "{e}");
     assert_eq!(Error::Journal(e.clone()).code_name(), "JOURNAL_CORRUPT");
@@ -568,6 +569,7 @@ async fn a_database_of_something_else_is_refused_and_left_alone() {
         conn.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users (name) VALUES ('ada');")
             .unwrap();
     }
+    private(&path);
     let e = connect_err(&path).await;
     assert_eq!(e.kind, JournalErrorKind::Schema, "{e}");
     assert!(e.message.contains("users"), "{e}");
@@ -976,6 +978,7 @@ async fn an_earlier_journal_table_is_rebuilt_in_place() {
     let path = dir.path().join("j.db");
     let (unfinished, finished) = (IdempotencyKey::new(), IdempotencyKey::new());
     earlier_journal(&path, &unfinished, &finished);
+    private(&path);
     let insert = "INSERT INTO arcp_calls (key, tool, intent, trace_id, deadline_ms, state, \
                   attempts, job_id, outcome, created_ms, updated_ms) \
                   VALUES ('k', 't', '{}', 'x', 1, 'prepared', 0, NULL, NULL, 1, 1)";
@@ -1081,4 +1084,15 @@ async fn an_earlier_journal_table_is_rebuilt_in_place() {
         "nothing of the rebuild is left"
     );
     assert_eq!(count("PRAGMA user_version"), 1, "the same schema version");
+}
+
+/// Makes a file written here as private as a journal must be (0600).
+fn private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }

@@ -277,6 +277,27 @@ fn a_wrong_token_is_unauthenticated_and_never_printed() {
 }
 
 #[test]
+fn the_mock_reads_its_token_from_the_environment() {
+    // Off the command line: the process list shows no token.
+    let mock = MockServe::start_with_env(&[], &[("ARCP_MOCK_TOKEN", "env-token-5678")]);
+    let out = invoke_json("echo", &mock.url, &[])
+        .env("ARCP_TOKEN", "wrong-token-9876")
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    assert_eq!(single_json_object(&out.stdout)["code"], "UNAUTHENTICATED");
+    invoke_json("echo", &mock.url, &[])
+        .env("ARCP_TOKEN", "env-token-5678")
+        .assert()
+        .code(0);
+    arcp(["mock", "serve", "--help"])
+        .assert()
+        .success()
+        .stdout(contains("ARCP_MOCK_TOKEN"));
+}
+
+#[test]
 fn an_unreachable_runtime_is_an_error_object_with_zero_attempts() {
     // Bind and drop a listener: nothing listens on that port afterwards.
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use arcp_mock::{Dialect, MockRuntime};
 use serde_json::{json, Value};
 
-use crate::support::{arcp, bin, runtime, ChildGuard};
+use crate::support::{arcp, bin, runtime, ChildGuard, MockServe};
 
 /// A mock whose `slow` tool sleeps `ms` milliseconds and returns them,
 /// with the runtime it is served on (keep both alive).
@@ -205,4 +205,38 @@ fn a_missing_journal_is_named() {
         .assert()
         .code(64)
         .stderr(predicates::str::contains("--journal"));
+}
+
+#[test]
+fn recover_never_prints_the_url_credentials_or_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    // A runtime that refuses the token: connecting fails at once, and the
+    // message names the runtime without its password or query.
+    let mock = MockServe::start(&["--token", "right-token-1234"]);
+    let address = mock
+        .url
+        .trim_start_matches("ws://")
+        .trim_end_matches("/arcp");
+    let url = format!("ws://operator:pw-hunter2-secret@{address}/arcp?access_token=q-secret-77");
+    let out = arcp([
+        "journal",
+        "recover",
+        "--url",
+        &url,
+        "--token",
+        "wrong-token-9876",
+    ])
+    .arg("--journal")
+    .arg(&journal)
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let all = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
+    assert!(all.contains(address), "names the runtime:\n{all}");
+    assert!(
+        !all.contains("pw-hunter2-secret"),
+        "password printed:\n{all}"
+    );
+    assert!(!all.contains("q-secret-77"), "query printed:\n{all}");
 }

@@ -71,10 +71,17 @@ pub(crate) struct MockServe {
 impl MockServe {
     /// Starts `arcp mock serve --port 0 EXTRA..` and reads its URL line.
     pub(crate) fn start(extra: &[&str]) -> MockServe {
+        MockServe::start_with_env(extra, &[])
+    }
+
+    /// [`MockServe::start`] with these environment variables set.
+    pub(crate) fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> MockServe {
         let child = StdCommand::new(bin())
             .args(["mock", "serve", "--port", "0"])
             .args(extra)
             .env_remove("RUST_LOG")
+            .env_remove("ARCP_MOCK_TOKEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

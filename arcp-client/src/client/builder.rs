@@ -257,6 +257,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Lets [`Client::fetch_artifact`] reach link-local and cloud metadata
+    /// addresses (default: refused; see
+    /// [`ArtifactFetcherBuilder::allow_link_local`](crate::ArtifactFetcherBuilder::allow_link_local)).
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub fn allow_link_local_artifacts(mut self, allow: bool) -> Self {
+        self.config.allow_link_local_artifacts = allow;
+        self
+    }
+
     /// Records every call in `journal` before it is sent (prepared before
     /// send), so that a restarted process can resume calls the crashed one
     /// left unfinished ([`Client::recover`]) and read their outcomes

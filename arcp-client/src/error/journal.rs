@@ -34,6 +34,11 @@ pub enum JournalErrorKind {
     /// client retries the write while the call's deadline allows, so a
     /// brief outage costs latency, not failures.
     Unavailable,
+    /// The journal file is not private to this process's user: a symbolic
+    /// link, not a regular file, owned by another user, or readable or
+    /// writable by its group or others. The message names the file, its
+    /// owner and its mode.
+    Insecure,
 }
 
 impl JournalErrorKind {
@@ -49,6 +54,7 @@ impl JournalErrorKind {
             JournalErrorKind::Intent => "JOURNAL_INTENT",
             JournalErrorKind::Fenced => "JOURNAL_FENCED",
             JournalErrorKind::Unavailable => "JOURNAL_UNAVAILABLE",
+            JournalErrorKind::Insecure => "JOURNAL_INSECURE",
         }
     }
 }
@@ -65,6 +71,7 @@ impl fmt::Display for JournalErrorKind {
             JournalErrorKind::Intent => "unusable intent",
             JournalErrorKind::Fenced => "owned by another worker",
             JournalErrorKind::Unavailable => "unavailable",
+            JournalErrorKind::Insecure => "not private to its owner",
         })
     }
 }

@@ -8,14 +8,21 @@
 //! Transient failures (connection loss, 408, 429, 5xx) are retried with the
 //! [`RetryPolicy`], `Retry-After` being a floor; `GET` is safe to repeat.
 //!
+//! Redirects are followed here, hop by hop, so that each hop is checked:
+//! never from `https` to `http`, the bearer token only to the runtime's own
+//! origin, no `Referer`, no link-local or cloud metadata address unless
+//! allowed. A URL's query (where presigned URLs carry credentials) never
+//! appears in an error or a log.
+//!
 //! This file is the fetcher; what a reference says (and the digest it
-//! promises) is `artifact/reference.rs`.
+//! promises) is `artifact/reference.rs`; which hosts a fetch may reach,
+//! `artifact/hosts.rs`.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION};
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, LOCATION};
 use reqwest::Url;
 use sha2::{Digest, Sha256};
 
@@ -28,6 +35,7 @@ use crate::config::{Config, Secret};
 use crate::error::Error;
 use crate::retry::saturating_deadline;
 
+mod hosts;
 mod reference;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use reference::ArtifactRef;
@@ -74,6 +82,8 @@ struct FetcherInner {
     /// The bearer token, sent only to URIs of this origin.
     credential: Option<(Origin, HeaderValue)>,
     token: Option<Secret>,
+    /// Whether link-local and cloud metadata addresses may be fetched.
+    allow_link_local: bool,
 }
 
 impl fmt::Debug for ArtifactFetcher {
@@ -82,6 +92,7 @@ impl fmt::Debug for ArtifactFetcher {
             .field("max_size", &self.inner.max_size)
             .field("retry", &self.inner.retry)
             .field("timeout", &self.inner.timeout)
+            .field("allow_link_local", &self.inner.allow_link_local)
             .field(
                 "token_origin",
                 &self.inner.credential.as_ref().map(|(o, _)| o),
@@ -102,6 +113,7 @@ pub struct ArtifactFetcherBuilder {
     token: Option<(String, Secret)>,
     tls: Option<Arc<rustls::ClientConfig>>,
     user_agent: String,
+    allow_link_local: bool,
 }
 
 impl ArtifactFetcherBuilder {
@@ -135,9 +147,22 @@ impl ArtifactFetcherBuilder {
     /// Sends `Authorization: Bearer <token>` to URIs with the same origin
     /// (scheme, host, port) as `origin`, and to no other: an artifact URI
     /// may point at third-party storage. `ws://`/`wss://` origins match
-    /// `http://`/`https://`. Redirects to another host drop the header.
+    /// `http://`/`https://`. Each redirect hop is matched on its own: a hop
+    /// to another scheme, host or port goes without the header.
     pub fn bearer_token(mut self, origin: impl Into<String>, token: impl Into<String>) -> Self {
         self.token = Some((origin.into(), Secret(token.into())));
+        self
+    }
+
+    /// Allows fetching from link-local addresses (169.254.0.0/16, fe80::/10)
+    /// and the cloud metadata addresses (169.254.169.254, fd00:ec2::254),
+    /// directly or through a redirect or a name resolving there (default:
+    /// refused, with a non-retryable [`Error::ArtifactFetch`]). A runtime
+    /// chooses artifact URIs: on a cloud machine the metadata service hands
+    /// the machine's credentials to whoever asks from it. Not checked when
+    /// a proxy resolves names (`HTTP_PROXY` and friends).
+    pub fn allow_link_local(mut self, allow: bool) -> Self {
+        self.allow_link_local = allow;
         self
     }
 
@@ -160,7 +185,10 @@ impl ArtifactFetcherBuilder {
             self.user_agent,
             self.connect_timeout,
             self.tls,
-            reqwest::redirect::Policy::limited(MAX_REDIRECTS),
+            // Followed by hand, hop by hop (`follow`): reqwest's policy would
+            // send a `Referer` and keep the token across a scheme change.
+            reqwest::redirect::Policy::none(),
+            (!self.allow_link_local).then_some(hosts::CheckedResolver),
         )
         .map_err(|message| Error::Connect {
             url: "artifact fetcher".into(),
@@ -191,6 +219,7 @@ impl ArtifactFetcherBuilder {
                 timeout: self.timeout,
                 credential,
                 token,
+                allow_link_local: self.allow_link_local,
             }),
         })
     }
@@ -218,6 +247,7 @@ impl ArtifactFetcher {
             token: None,
             tls: None,
             user_agent: format!("arcp-rust/{}", env!("CARGO_PKG_VERSION")),
+            allow_link_local: false,
         }
     }
 
@@ -228,7 +258,8 @@ impl ArtifactFetcher {
             .max_size(config.max_artifact_size)
             .retry(config.retry.clone())
             .timeout(config.default_deadline)
-            .connect_timeout(config.connect_timeout);
+            .connect_timeout(config.connect_timeout)
+            .allow_link_local(config.allow_link_local_artifacts);
         builder.user_agent = format!("{}/{}", config.client_name, config.client_version);
         builder.tls = config.tls.client_config();
         if let Some(token) = &config.token {
@@ -335,28 +366,9 @@ impl ArtifactFetcher {
         artifact: &ArtifactRef,
         expected: Option<[u8; 32]>,
     ) -> Fetch {
-        let mut request = self.inner.http.get(url.clone());
-        if let Some(accept) = artifact
-            .media_type
-            .as_deref()
-            .and_then(|m| HeaderValue::from_str(&format!("{m}, */*;q=0.1")).ok())
-        {
-            request = request.header(ACCEPT, accept);
-        }
-        if let Some((origin, header)) = &self.inner.credential {
-            if Origin::of(url).as_ref() == Some(origin) {
-                request = request.header(AUTHORIZATION, header.clone());
-            }
-        }
-        let mut response = match request.send().await {
+        let mut response = match self.follow(url, shown, artifact).await {
             Ok(response) => response,
-            Err(e) => {
-                return Fetch::Retry {
-                    status: None,
-                    floor: None,
-                    message: describe(&e),
-                }
-            }
+            Err(fetch) => return fetch,
         };
         let status = response.status().as_u16();
         let uri = || shown.to_owned();
@@ -437,7 +449,7 @@ impl ArtifactFetcher {
                         message: format!(
                             "the body was cut off after {} bytes: {}",
                             body.len(),
-                            describe(&e)
+                            describe(&e.without_url())
                         ),
                     }
                 }
@@ -458,6 +470,108 @@ impl ArtifactFetcher {
             }
         }
         Fetch::Done(Ok(body))
+    }
+
+    /// Sends the `GET` and follows redirects by hand, checking each hop.
+    /// An `Err` is what the attempt led to instead of a response.
+    async fn follow(
+        &self,
+        url: &Url,
+        shown: &str,
+        artifact: &ArtifactRef,
+    ) -> Result<reqwest::Response, Fetch> {
+        let refuse = |status: Option<u16>, message: String| {
+            Fetch::Done(Err(Error::ArtifactFetch {
+                uri: shown.to_owned(),
+                status,
+                message,
+                retryable: false,
+            }))
+        };
+        let accept = artifact
+            .media_type
+            .as_deref()
+            .and_then(|m| HeaderValue::from_str(&format!("{m}, */*;q=0.1")).ok());
+        let mut hop = url.clone();
+        let mut redirects = 0;
+        loop {
+            if !self.inner.allow_link_local {
+                if let Some(ip) = hosts::refused_literal(&hop) {
+                    return Err(refuse(None, hosts::refusal(&ip.to_string())));
+                }
+            }
+            let mut request = self.inner.http.get(hop.clone());
+            if let Some(accept) = &accept {
+                request = request.header(ACCEPT, accept.clone());
+            }
+            if let Some((origin, header)) = &self.inner.credential {
+                if Origin::of(&hop).as_ref() == Some(origin) {
+                    request = request.header(AUTHORIZATION, header.clone());
+                }
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => {
+                    if let Some(refused) = hosts::link_local_refusal(&e) {
+                        return Err(refuse(None, refused.to_string()));
+                    }
+                    // reqwest's message carries the URL, query included.
+                    return Err(Fetch::Retry {
+                        status: None,
+                        floor: None,
+                        message: describe(&e.without_url()),
+                    });
+                }
+            };
+            let status = response.status().as_u16();
+            if !matches!(status, 301 | 302 | 303 | 307 | 308) {
+                return Ok(response);
+            }
+            let Some(location) = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|l| l.to_str().ok())
+            else {
+                return Ok(response);
+            };
+            let next = match hop.join(location) {
+                Ok(next) => next,
+                Err(e) => {
+                    return Err(refuse(
+                        Some(status),
+                        format!("HTTP {status} redirect to an invalid location: {e}"),
+                    ))
+                }
+            };
+            let target = display_uri(next.as_str());
+            redirects += 1;
+            if redirects > MAX_REDIRECTS {
+                return Err(refuse(
+                    Some(status),
+                    format!("more than {MAX_REDIRECTS} redirects (the last to {target})"),
+                ));
+            }
+            match (hop.scheme(), next.scheme()) {
+                ("https", "https") | ("http", "http" | "https") => {}
+                ("https", "http") => {
+                    return Err(refuse(
+                        Some(status),
+                        format!(
+                            "HTTP {status} redirect from https to {target} refused: \
+                             it would fetch in clear what was asked for over TLS"
+                        ),
+                    ))
+                }
+                (_, other) => {
+                    return Err(refuse(
+                        Some(status),
+                        format!("HTTP {status} redirect to the {other} scheme refused"),
+                    ))
+                }
+            }
+            tracing::debug!(uri = %shown, to = %target, status, "artifact redirected");
+            hop = next;
+        }
     }
 
     async fn detail(&self, response: &mut reqwest::Response) -> String {

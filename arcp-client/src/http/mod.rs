@@ -137,6 +137,7 @@ pub(crate) fn build_http_client(
     connect_timeout: Duration,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     redirect: reqwest::redirect::Policy,
+    resolver: Option<impl reqwest::dns::Resolve + 'static>,
 ) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .user_agent(user_agent)
@@ -146,6 +147,9 @@ pub(crate) fn build_http_client(
         .pool_idle_timeout(Duration::from_secs(60));
     if let Some(tls) = tls {
         builder = builder.use_preconfigured_tls((*tls).clone());
+    }
+    if let Some(resolver) = resolver {
+        builder = builder.dns_resolver(std::sync::Arc::new(resolver));
     }
     builder
         .build()

@@ -3,12 +3,14 @@
 //! `open.rs` opens the file (`options.rs` says how), `schema.rs` holds the
 //! table, its guards and the checks that recognise a journal,
 //! `statements.rs` the writes and the read, `rows.rs` a row read back,
-//! `errors.rs` SQLite failures as journal errors; this file is the
+//! `errors.rs` SQLite failures as journal errors, `private.rs` the rule
+//! that a journal file is its owner's alone; this file is the
 //! [`Journal`] implementation.
 
 mod errors;
 mod open;
 mod options;
+mod private;
 mod rows;
 mod schema;
 mod statements;

@@ -1,0 +1,113 @@
+//! Artifact fetch over `https://`: a redirect to `http://` is refused (the
+//! bytes asked for over TLS would come in clear, and a token would follow),
+//! while a redirect that stays on `https://` is followed. A loopback TLS
+//! endpoint (rcgen's self-signed certificate) fronts a wiremock server.
+
+use std::sync::Arc;
+
+use arcp_sdk::{ArtifactFetcher, ArtifactRef, Error, RetryPolicy};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const BODY: &[u8] = b"over tls";
+
+/// Terminates TLS for "localhost" and forwards the plain bytes to `upstream`.
+/// Returns the TLS port and the certificate to trust.
+async fn tls_front(upstream: std::net::SocketAddr) -> (u16, CertificateDer<'static>) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert = CertificateDer::from(certified.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        certified.signing_key.serialize_der(),
+    ));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(socket).await else {
+                    return;
+                };
+                let Ok(mut plain) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (port, cert)
+}
+
+fn trusting(cert: CertificateDer<'static>) -> ArtifactFetcher {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    ArtifactFetcher::builder()
+        .tls_config(Arc::new(tls))
+        .retry(RetryPolicy::exponential().max_attempts(2))
+        .build()
+        .unwrap()
+}
+
+async fn redirect(server: &MockServer, at: &str, to: &str) {
+    Mock::given(method("GET"))
+        .and(path(at))
+        .respond_with(ResponseTemplate::new(302).insert_header("location", to))
+        .mount(server)
+        .await;
+}
+
+#[tokio::test]
+async fn a_redirect_from_https_to_http_is_refused() {
+    let storage = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/plain"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(BODY, "text/plain"))
+        .mount(&storage)
+        .await;
+    let (port, cert) = tls_front(*storage.address()).await;
+    let fetcher = trusting(cert);
+    redirect(&storage, "/down", &format!("{}/plain", storage.uri())).await;
+    redirect(
+        &storage,
+        "/across",
+        &format!("https://localhost:{port}/plain"),
+    )
+    .await;
+
+    // Staying on https is followed.
+    let across = ArtifactRef::new(format!("https://localhost:{port}/across"));
+    assert_eq!(fetcher.fetch(&across).await.unwrap(), BODY);
+
+    let before = storage.received_requests().await.unwrap().len();
+    let down = ArtifactRef::new(format!("https://localhost:{port}/down"));
+    match fetcher.fetch(&down).await {
+        Err(Error::ArtifactFetch {
+            status, retryable, ..
+        }) => {
+            assert_eq!(status, Some(302));
+            assert!(!retryable, "a policy refusal is not retried");
+        }
+        other => panic!("expected the redirect refused, got {other:?}"),
+    }
+    let seen: Vec<String> = storage.received_requests().await.unwrap()[before..]
+        .iter()
+        .map(|r| r.url.path().to_owned())
+        .collect();
+    assert_eq!(seen, ["/down"], "the http location was never requested");
+}
