@@ -119,7 +119,7 @@ pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};
 pub use config::{DialectChoice, RetryPolicy};
 pub use connection_events::{ConnectionEvent, ConnectionEvents};
-pub use error::{Error, Execution, ResultDecodeError, ToolError};
+pub use error::{Error, ErrorSource, Execution, ResultDecodeError, ToolError};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};

@@ -405,10 +405,11 @@ fn http_backend(
 ) -> Result<Backend, Error> {
     Err(Error::Connect {
         url: crate::config::shown_url(&config.url),
-        message: "this build of arcp-client has no HTTP binding: enable its `http` feature \
+        message: "this build of arcp-sdk has no HTTP binding: enable its `http` feature \
                   (or use a ws:// or wss:// URL)"
             .into(),
         retryable: false,
+        source: None,
     })
 }
 
@@ -421,6 +422,7 @@ fn check_ws_url(url: &str) -> Result<(), Error> {
         url: crate::config::shown_url(url),
         message,
         retryable: false,
+        source: None,
     };
     let (scheme, rest) = url.split_once("://").ok_or_else(|| {
         bad("the URL has no scheme (expected ws://, wss://, http:// or https://)".into())
