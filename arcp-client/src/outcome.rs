@@ -36,6 +36,19 @@ impl<T> ToolOutput<T> {
     /// the runtime's answers; this is for tests of code that handles them
     /// (a fake that returns what a call would), since the struct is
     /// `#[non_exhaustive]`.
+    ///
+    /// ```
+    /// use arcp_sdk::{IdempotencyKey, ToolOutput};
+    /// use serde_json::json;
+    ///
+    /// let key = IdempotencyKey::new();
+    /// let out = ToolOutput::new(key.clone(), json!({"refunded": 4812}))
+    ///     .with_job_id("job_1")
+    ///     .with_attempts(2)
+    ///     .with_replayed(true);
+    /// assert_eq!((out.key.clone(), out.attempts, out.replayed), (key, 2, true));
+    /// assert_eq!(out.map(|v| v["refunded"].as_u64()).value, Some(4812));
+    /// ```
     pub fn new(key: IdempotencyKey, value: T) -> Self {
         ToolOutput {
             value,

@@ -44,7 +44,11 @@ impl ToolError {
     /// methods set the rest. The client builds these from the runtime's
     /// answers; this is for tests of code that handles them (a fake that
     /// returns what a call would), since the struct is `#[non_exhaustive]`.
-    pub fn new(key: IdempotencyKey, code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
+    pub fn new(
+        key: IdempotencyKey,
+        code: impl Into<ErrorCode>,
+        message: impl Into<String>,
+    ) -> Self {
         ToolError {
             code: code.into(),
             message: message.into(),
@@ -124,7 +128,8 @@ mod tests {
         assert_eq!(err.job_id(), Some("job_1"));
         assert_eq!(err.attempts(), Some(2));
         assert!(!err.is_retryable(), "the same key replays a tool error");
-        let refused = ToolError::new(key, "UNAUTHENTICATED", "who?").with_execution(Execution::NotRun);
+        let refused =
+            ToolError::new(key, "UNAUTHENTICATED", "who?").with_execution(Execution::NotRun);
         assert!(Error::from(refused).is_auth());
     }
 }
