@@ -65,6 +65,8 @@ impl fmt::Display for JobSuffix<'_> {
 /// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`: maybe, at most once) |
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
+/// The crate root's [handling outcomes](crate#handling-outcomes) guide has
+/// what each variant means over WebSocket and over the HTTP binding.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
