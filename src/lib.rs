@@ -6,3 +6,9 @@
 //! `arcp_sdk`, `arcp_mock`). It exports nothing.
 
 #![forbid(unsafe_code)]
+
+// The root README's code compiles (its first program also runs in CI, as
+// `examples/first_program.rs`, against `arcp mock serve`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -88,6 +88,16 @@ async fn an_untrusted_certificate_is_a_clear_non_retried_error() {
         other => panic!("expected a connect error, got {other:?}"),
     }
     assert!(!err.is_retryable());
+    assert!(err.is_connect() && !err.is_timeout() && !err.is_auth());
+    // `source()` leads to the rustls error that says why.
+    let source = std::error::Error::source(&err).expect("a source");
+    let tls = source
+        .downcast_ref::<rustls::Error>()
+        .expect("a rustls error");
+    assert!(
+        matches!(tls, rustls::Error::InvalidCertificate(_)),
+        "{tls:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2), "failed at once");
     assert_eq!(mock.connections(), 0, "nothing reached the runtime");
 }

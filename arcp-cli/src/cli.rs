@@ -66,6 +66,7 @@ Demo tools:
   counter  {\"steps\": N, \"sleep_ms\": MS} (both optional): sleeps MS in all, emits N progress
            events, returns {\"count\": n} where n counts this runtime's executions of counter
   fail     {\"code\": \"PERMISSION_DENIED\", \"message\": \"...\"}: fails with that code
+  refund   {\"order\": N, \"cents\": C}: returns {\"refunded\": N, \"cents\": C} (the README's program)
 
 Examples:
   # In one terminal:

@@ -46,7 +46,7 @@ pub(crate) async fn run(args: &MockServeArgs) -> Result<(), String> {
         .unwrap_or_else(|| ReplayPolicy::default_for(dialect));
     eprintln!(
         "arcp mock: serving {dialect} on {}, and the HTTP binding on {} (replay policy {}, {}); \
-         tools: echo, counter, fail. Ctrl-C to stop.",
+         tools: echo, counter, fail, refund. Ctrl-C to stop.",
         mock.ws_url(),
         mock.http_url(),
         policy_name(policy),
@@ -77,7 +77,7 @@ fn policy_name(policy: ReplayPolicy) -> &'static str {
     }
 }
 
-/// Registers the demo tools: `echo`, `counter` and `fail`.
+/// Registers the demo tools: `echo`, `counter`, `fail` and `refund`.
 pub(crate) fn with_demo_tools(builder: MockRuntimeBuilder) -> MockRuntimeBuilder {
     let count = Arc::new(AtomicU64::new(0));
     builder
@@ -87,6 +87,17 @@ pub(crate) fn with_demo_tools(builder: MockRuntimeBuilder) -> MockRuntimeBuilder
             async move { counter(&count, args, ctx).await }
         })
         .tool("fail", |args, _ctx| async move { Err(fail(&args)) })
+        .tool("refund", |args, _ctx| async move { refund(&args) })
+}
+
+/// `refund {order, cents}`: the README's first program calls it; answers
+/// `{"refunded": order, "cents": cents}` (`cents` defaults to 0).
+fn refund(args: &Value) -> Result<Value, ToolFailure> {
+    let order = args.get("order").and_then(Value::as_u64).ok_or_else(|| {
+        ToolFailure::new("INVALID_ARGUMENT", "order must be a non-negative integer")
+    })?;
+    let cents = uint_arg(args, "cents", u64::MAX)?;
+    Ok(json!({ "refunded": order, "cents": cents }))
 }
 
 /// `counter {steps, sleep_ms}`: sleeps `sleep_ms` in all, emitting `steps`
@@ -146,6 +157,22 @@ mod tests {
         assert_eq!(f.code().as_str(), "PERMISSION_DENIED");
         assert_eq!(f.message(), "nope");
         assert_eq!(fail(&json!({})).code().as_str(), "FAILED_PRECONDITION");
+    }
+
+    #[test]
+    fn refund_answers_the_order_and_refuses_a_missing_one() {
+        let out = refund(&json!({"order": 4812, "cents": 500})).ok();
+        assert_eq!(out, Some(json!({"refunded": 4812, "cents": 500})));
+        let out = refund(&json!({"order": 7})).ok();
+        assert_eq!(out, Some(json!({"refunded": 7, "cents": 0})));
+        for bad in [json!({}), json!({"order": "7"}), json!({"order": -1})] {
+            let err = refund(&bad).err();
+            assert_eq!(
+                err.as_ref().map(|f| f.code().as_str()),
+                Some("INVALID_ARGUMENT"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

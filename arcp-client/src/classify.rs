@@ -499,6 +499,7 @@ mod tests {
                 url: "ws://x".into(),
                 message: "refused".into(),
                 retryable: false,
+                source: None,
             }),
         ]
     }

@@ -59,6 +59,23 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+// `Client` is shared between tasks and threads, and its calls are spawned
+// onto multi-threaded runtimes: checked at compile time, so that a change
+// that loses `Send` or `Sync` fails the build here rather than in users' code.
+const _: fn(&Client) = |client| {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<Client>();
+    send_sync::<ClientBuilder>();
+    send_sync::<crate::CallHandle>();
+    send_sync::<crate::Error>();
+    send(&client.invoke_tool("tool", Value::Null));
+    send(&client.invoke("tool", Value::Null).send());
+    send(&client.invoke_as::<Value>("tool", &Value::Null));
+    send(&client.recover());
+    send(&client.close());
+};
+
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
@@ -77,6 +94,25 @@ impl Client {
 
     /// Invokes a tool with a fresh idempotency key, retrying across failures
     /// without ever running it twice. The common case.
+    ///
+    /// # Errors
+    ///
+    /// Everything a call can end with but a result is an [`Error`] that
+    /// says whether the tool ran ([`Error::execution`]); the crate's
+    /// [handling outcomes](crate#handling-outcomes) guide has the table for
+    /// WebSocket and HTTP. The runtime's own error for the job is
+    /// [`Error::Tool`]; the key bound to another intent,
+    /// [`Error::DuplicateKey`]; a request that may have run but whose
+    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
+    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
+    /// refusals before acceptance until the budget ran out,
+    /// [`Error::RetriesExhausted`]; refused credentials,
+    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
+    /// [`Error::Interrupted`].
+    ///
+    /// Dropping the returned future before it resolves stops this client
+    /// from driving the call (see [`Invocation`](crate::Invocation),
+    /// "Dropping a call").
     pub async fn invoke_tool(&self, tool: &str, args: Value) -> Result<ToolOutput, Error> {
         self.invoke(tool, args).send().await
     }
@@ -142,6 +178,12 @@ impl Client {
     /// it ended, its outcome ([`JournalEntry::outcome`]). Reads everything
     /// this client recorded before the call. `Ok(None)` without a journal or
     /// when the key is unknown (or its record expired).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Journal`] when the journal cannot be read (closed with the
+    /// client: `JOURNAL_CLOSED`; a database that cannot be reached:
+    /// `JOURNAL_UNAVAILABLE`).
     pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, Error> {
         match &self.inner.journal {
             Some(journal) => journal.lookup(key).await,
@@ -152,6 +194,11 @@ impl Client {
     /// Deletes the journal's record of `key`, so it is neither recovered
     /// nor answered from the journal again; whether there was one. For
     /// unfinished calls the caller decided to abandon.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Journal`] when the journal cannot be written (as for
+    /// [`Client::lookup`]).
     pub async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
         match &self.inner.journal {
             Some(journal) => journal.discard(key).await,

@@ -12,10 +12,12 @@ use arcp_types::{ErrorCode, IdempotencyKey};
 mod decode;
 mod execution;
 mod journal;
+mod source;
 mod tool;
 pub use decode::ResultDecodeError;
 pub use execution::Execution;
 pub use journal::{JournalError, JournalErrorKind};
+pub use source::ErrorSource;
 pub use tool::ToolError;
 
 /// "; the last failed attempt: <reason>" when a reason is known, else
@@ -63,6 +65,8 @@ impl fmt::Display for JobSuffix<'_> {
 /// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`: maybe, at most once) |
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
+/// The crate root's [handling outcomes](crate#handling-outcomes) guide has
+/// what each variant means over WebSocket and over the HTTP binding.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -197,6 +201,13 @@ pub enum Error {
         /// Whether retrying may help (false for TLS certificate errors, bad
         /// URLs, HTTP statuses that are not transient).
         retryable: bool,
+        /// What failed underneath, when something did: the I/O, TLS,
+        /// WebSocket or HTTP client error, or the timer that ran out.
+        /// [`std::error::Error::source`] returns it, so a program can walk
+        /// the chain down to, for example, the `std::io::Error` of a refused
+        /// connection or the `rustls::Error` of an untrusted certificate.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The session handshake did not complete.
     #[error("the session handshake with {url} failed: {message}")]
@@ -208,6 +219,10 @@ pub enum Error {
         /// Whether retrying may help (false when the runtime answered but
         /// speaks neither dialect, or refused the session for good).
         retryable: bool,
+        /// What failed underneath, when something did (the handshake
+        /// timeout's timer); [`std::error::Error::source`] returns it.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// A typed call ([`Client::invoke_as`](crate::Client::invoke_as),
     /// [`Tool`](crate::Tool), [`InvokeBuilder::returning`](crate::InvokeBuilder::returning))
@@ -373,6 +388,66 @@ impl Error {
         }
     }
 
+    /// Whether a timer ran out: the call's deadline
+    /// ([`Error::DeadlineExceeded`]), or, while connecting, the connect
+    /// timeout, the handshake timeout or the connect budget
+    /// ([`Error::Connect`] or [`Error::Handshake`] whose
+    /// [`source`](std::error::Error::source) chain holds a
+    /// `tokio::time::error::Elapsed` or an `std::io::Error` of kind
+    /// `TimedOut`). A call that gave up on its retry budget is
+    /// [`Error::RetriesExhausted`] or [`Error::OutcomeUnavailable`], not a
+    /// timeout.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::DeadlineExceeded { .. } => true,
+            Error::Connect { .. } | Error::Handshake { .. } => {
+                let mut next = std::error::Error::source(self);
+                while let Some(cause) = next {
+                    if cause.is::<tokio::time::error::Elapsed>()
+                        || cause
+                            .downcast_ref::<std::io::Error>()
+                            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+                    {
+                        return true;
+                    }
+                    next = cause.source();
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the connection or the session could not be established:
+    /// [`Error::Connect`] (dialing, TLS, the WebSocket upgrade, an HTTP
+    /// binding's connection) or [`Error::Handshake`] (the session hello).
+    /// Nothing of the call was sent. Credentials the runtime refused are
+    /// [`Error::is_auth`] instead.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Error::Connect { .. } | Error::Handshake { .. })
+    }
+
+    /// Whether the runtime refused the credentials: [`Error::Unauthenticated`]
+    /// (the session handshake, a WebSocket upgrade or an HTTP call answered
+    /// 401 or 403), or a request refused before acceptance with
+    /// `UNAUTHENTICATED` or `PERMISSION_DENIED` (an [`Error::Tool`] whose
+    /// [`execution`](ToolError::execution) is [`Execution::NotRun`]). A tool
+    /// that ran and reported one of those codes itself is not an auth error
+    /// of the client's.
+    pub fn is_auth(&self) -> bool {
+        match self {
+            Error::Unauthenticated { .. } => true,
+            Error::Tool(e) => {
+                e.execution == Execution::NotRun
+                    && matches!(
+                        e.code,
+                        ErrorCode::Unauthenticated | ErrorCode::PermissionDenied
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// The wire error code, where the runtime sent one.
     pub fn code(&self) -> Option<&ErrorCode> {
         match self {
@@ -532,5 +607,38 @@ mod tests {
         // The runtime says a new call may succeed; the same key replays it.
         assert!(!e.is_retryable());
         assert_eq!(e.execution(), Execution::Ran);
+    }
+
+    #[test]
+    fn a_refusal_before_acceptance_is_auth_and_a_tools_own_code_is_not() {
+        let refusal = |code, execution| {
+            Error::Tool(Box::new(ToolError {
+                code,
+                message: "no".into(),
+                retryable: false,
+                details: None,
+                replayed: false,
+                job_id: None,
+                key: IdempotencyKey::new(),
+                attempts: 1,
+                execution,
+            }))
+        };
+        assert!(refusal(ErrorCode::Unauthenticated, Execution::NotRun).is_auth());
+        assert!(refusal(ErrorCode::PermissionDenied, Execution::NotRun).is_auth());
+        assert!(!refusal(ErrorCode::Unauthenticated, Execution::Ran).is_auth());
+        assert!(!refusal(ErrorCode::Unavailable, Execution::NotRun).is_auth());
+        let connect = Error::Connect {
+            url: "ws://x".into(),
+            message: "budget".into(),
+            retryable: true,
+            source: Some(ErrorSource::new(std::io::Error::from(
+                std::io::ErrorKind::TimedOut,
+            ))),
+        };
+        assert!(connect.is_timeout() && connect.is_connect() && !connect.is_auth());
+        // The cause itself, not a wrapper: a downcast sees it.
+        let cause = std::error::Error::source(&connect).expect("a source");
+        assert!(cause.downcast_ref::<std::io::Error>().is_some());
     }
 }

@@ -64,6 +64,14 @@ impl Client {
     /// With [`RecoveryMode::Automatic`] the client does this itself on
     /// connect, batch after batch.
     ///
+    /// # Errors
+    ///
+    /// [`Error::Journal`] when the journal cannot be read or the claims
+    /// cannot be recorded (then nothing is handed out, and nothing was
+    /// sent); each recovered call then ends as
+    /// [`Client::invoke_tool`](crate::Client::invoke_tool)'s do, but never
+    /// with "did not run".
+    ///
     /// ```no_run
     /// # async fn demo(journal: impl arcp_sdk::Journal) -> Result<(), arcp_sdk::Error> {
     /// use arcp_sdk::Client;
@@ -213,6 +221,14 @@ impl<Out> InvokeBuilder<Out> {
 
     /// Finishes the call. Nothing is sent until the returned [`Invocation`]
     /// is first polled (awaited), as with any Rust future.
+    ///
+    /// # Errors
+    ///
+    /// None here: a bad key, trace id or option, or arguments that did not
+    /// serialize, end the [`Invocation`] with [`Error::InvalidCall`] or
+    /// [`Error::ArgumentsEncode`] when it is awaited, before anything is
+    /// sent; its other errors are those of
+    /// [`Client::invoke_tool`](crate::Client::invoke_tool).
     pub fn send(self) -> Invocation<Out> {
         let shared = Arc::new(CallShared::default());
         let key_supplied = self.key.is_some();
@@ -289,6 +305,25 @@ type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Se
 /// JSON [`Value`] unless the call is typed); meanwhile read its
 /// [`events`](Invocation::events), its [`job_id`](Invocation::job_id), or
 /// [`cancel`](Invocation::cancel) it.
+///
+/// # Errors
+///
+/// It resolves to `Err` with the errors of
+/// [`Client::invoke_tool`](crate::Client::invoke_tool); a typed call also
+/// with [`Error::ResultDecode`] and [`Error::ArgumentsEncode`].
+///
+/// # Dropping a call
+///
+/// Nothing is sent before the first poll: an invocation dropped unpolled
+/// sent nothing. Dropped while in flight, it stops this client from
+/// driving the call (no more retries, no cancel is sent): a request that
+/// reached the runtime may still run there, at most once, and the
+/// runtime keeps its outcome under the key ([`Invocation::key`]), so a
+/// later call with the same key gets that outcome instead of running the
+/// tool again. To stop the job itself, [`cancel`](Invocation::cancel) it
+/// first. With a journal, the call's record stays unfinished, so
+/// [`Client::recover`](crate::Client::recover) (in this process or, with a
+/// shared journal, another worker) can finish it.
 #[must_use = "a call does nothing unless awaited"]
 pub struct Invocation<Out = Value> {
     future: OutcomeFuture,

@@ -58,6 +58,74 @@
 //! and outcomes. `Client::fetch_artifact` (or an `ArtifactFetcher`)
 //! downloads an `ArtifactRef` with a size limit and sha256 verification.
 //!
+//! ## Handling outcomes
+//!
+//! Every call ends with a [`ToolOutput`] or an [`Error`], and every error
+//! says whether the tool ran ([`Error::execution`]). Decide on that, not on
+//! the variant:
+//!
+//! ```ignore
+//! use arcp_sdk::{Client, Error, Execution};
+//! use serde_json::json;
+//!
+//! async fn refund(client: &Client) -> Result<(), Error> {
+//!     match client.invoke_tool("refund", json!({"order": 4812})).await {
+//!         Ok(out) => println!("refunded: {} (replayed: {})", out.value, out.replayed),
+//!         Err(e) => match e.execution() {
+//!             // Proven: the runtime never ran this intent under this key.
+//!             // Safe to issue the work again, even under a new key.
+//!             Execution::NotRun => eprintln!("not run: {e}"),
+//!             // This call sent nothing, but the key was supplied (an earlier
+//!             // call with it may have run): retry with the same key.
+//!             Execution::NotSent => eprintln!("not sent; retry with key {:?}", e.key()),
+//!             // It ran and failed (`Error::Tool`), was cancelled, or its
+//!             // result did not decode: do not run it again.
+//!             Execution::Ran => eprintln!("ran: {e}"),
+//!             // At most once, outcome unknown: keep the key and job id and
+//!             // ask again later with the same key.
+//!             Execution::MayHaveRun => {
+//!                 eprintln!("may have run: key {:?}, job {:?}", e.key(), e.job_id())
+//!             }
+//!         },
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! (The match has no wildcard arm: [`Execution`] has exactly these four
+//! classes. Until `Execution::NotSent` is part of this crate, the example
+//! is not compiled.)
+//!
+//! What each outcome means, over WebSocket (`ws://`, `wss://`) and over the
+//! HTTP binding (`http://`, `https://`):
+//!
+//! | outcome | did the tool run? | WebSocket | HTTP binding |
+//! |---|---|---|---|
+//! | `Ok(`[`ToolOutput`]`)` | yes, once | the job's result; `replayed` when it is a stored outcome | the same; `replayed` when the runtime marks it (`Arcp-Replayed`) or an earlier attempt bound the key (409, `job.accepted`) |
+//! | [`Error::Tool`] | yes (its [`ToolError::execution`]: not run for a refusal before acceptance) | the job failed with `e.code`, or the runtime refused the request before accepting it; not retried with the same key | the same, from the ARCP envelope in the body |
+//! | [`Error::DuplicateKey`] | no: this intent did not run under the key (had the runtime bound the key to this call before, the call ends [`Error::OutcomeUnavailable`] instead) | the key is bound to another intent; never retried | also HTTP 422 |
+//! | [`Error::RetriesExhausted`] | no | every attempt refused before acceptance (`UNAVAILABLE`, rate limits) or not sent, until the budget ran out | 429 or 503 with `Retry-After` (or retryable refusals) every time |
+//! | [`Error::OutcomeUnavailable`] | maybe, at most once | a request may have run and its outcome could not be had (the budget ran out, a later attempt was refused, a runtime that replays only `job.accepted`); retry later with `key` | also a 5xx other than 501 and 505, a 503 without `Retry-After`, a cut or unreadable answer, then a final status |
+//! | [`Error::DeadlineExceeded`] | as its `execution` field says | the call's deadline passed | a POST handed to the HTTP client and unanswered counts as sent |
+//! | [`Error::Interrupted`] | maybe, at most once | the client was closed with the call in flight | the same for a POST in flight |
+//! | [`Error::RequestRejected`] | no | the runtime closed the connection because of the request itself (1009, 1002, 1003, 1007, 1008), again when re-sent alone | (WebSocket only) |
+//! | [`Error::Unauthenticated`] | no | the runtime refused the credentials in the handshake, or the upgrade with 401/403 | HTTP 401 or 403 |
+//! | [`Error::Http`] | no | (HTTP only) | a status the binding does not define (400, 404, 405, 501, 505, ...) |
+//! | [`Error::Cancelled`] | yes | the runtime cancelled the job | the same |
+//! | [`Error::ResultDecode`] | yes | a typed call's result does not decode; the raw result is kept | the same |
+//! | [`Error::ArgumentsEncode`], [`Error::InvalidCall`] | no | rejected before anything was sent | the same |
+//! | [`Error::Connect`], [`Error::Handshake`] | no | no connection or session (`connect()`, or a call that could not get one) | the endpoint cannot be used (a bad URL, an untrusted certificate) |
+//! | [`Error::Journal`] | no (`JOURNAL_FENCED`, `JOURNAL_UNAVAILABLE`: maybe) | the journal failed; the call was not sent by this client | the same |
+//! | [`Error::Closed`] | no | the client was closed before the call was sent | the same |
+//!
+//! For programs that branch on the kind of failure, as with reqwest:
+//! [`Error::is_timeout`] (a deadline, or a connect or handshake timeout),
+//! [`Error::is_connect`] (no connection or session could be established),
+//! [`Error::is_auth`] (credentials refused) and [`Error::is_retryable`]
+//! (the same call, with the same key, may end differently). Connect and
+//! handshake errors carry their cause: [`std::error::Error::source`] leads
+//! to the `std::io::Error`, `rustls::Error` or timer underneath.
+//!
 //! ## Cargo features
 //!
 //! The default build is lean: WebSocket (`ws://`, `wss://` with rustls) and
@@ -119,7 +187,7 @@ pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};
 pub use config::{DialectChoice, RetryPolicy};
 pub use connection_events::{ConnectionEvent, ConnectionEvents};
-pub use error::{Error, Execution, ResultDecodeError, ToolError};
+pub use error::{Error, ErrorSource, Execution, ResultDecodeError, ToolError};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
@@ -136,7 +204,7 @@ pub use journal::{PostgresJournal, PostgresOptions};
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 pub use profile::RuntimeProfile;
-/// The TLS library of `wss://` connections, re-exported so that the
+/// The TLS library of `wss://` and `https://` connections, re-exported so that the
 /// `rustls::ClientConfig` given to [`ClientBuilder::tls_config`] comes from
 /// the version this crate uses.
 pub use rustls;

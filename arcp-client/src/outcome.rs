@@ -30,6 +30,60 @@ pub struct ToolOutput<T = Value> {
 }
 
 impl<T> ToolOutput<T> {
+    /// A successful outcome with `value`, for the call with `key`: answered
+    /// directly (not replayed), one attempt, no job id and an empty trace
+    /// id; the `with_*` methods set the rest. The client builds these from
+    /// the runtime's answers; this is for tests of code that handles them
+    /// (a fake that returns what a call would), since the struct is
+    /// `#[non_exhaustive]`.
+    ///
+    /// ```
+    /// use arcp_sdk::{IdempotencyKey, ToolOutput};
+    /// use serde_json::json;
+    ///
+    /// let key = IdempotencyKey::new();
+    /// let out = ToolOutput::new(key.clone(), json!({"refunded": 4812}))
+    ///     .with_job_id("job_1")
+    ///     .with_attempts(2)
+    ///     .with_replayed(true);
+    /// assert_eq!((out.key.clone(), out.attempts, out.replayed), (key, 2, true));
+    /// assert_eq!(out.map(|v| v["refunded"].as_u64()).value, Some(4812));
+    /// ```
+    pub fn new(key: IdempotencyKey, value: T) -> Self {
+        ToolOutput {
+            value,
+            job_id: None,
+            key,
+            replayed: false,
+            attempts: 1,
+            trace_id: String::new(),
+        }
+    }
+
+    /// Sets [`job_id`](Self::job_id).
+    pub fn with_job_id(mut self, job_id: impl Into<String>) -> Self {
+        self.job_id = Some(job_id.into());
+        self
+    }
+
+    /// Sets [`replayed`](Self::replayed).
+    pub fn with_replayed(mut self, replayed: bool) -> Self {
+        self.replayed = replayed;
+        self
+    }
+
+    /// Sets [`attempts`](Self::attempts).
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Sets [`trace_id`](Self::trace_id).
+    pub fn with_trace_id(mut self, trace_id: impl Into<String>) -> Self {
+        self.trace_id = trace_id.into();
+        self
+    }
+
     /// The same outcome with its result mapped by `f` (key, job id,
     /// attempts, replay flag and trace id unchanged).
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> ToolOutput<U> {

@@ -81,6 +81,23 @@ impl<In: ?Sized, Out> Tool<In, Out> {
 impl<In: ?Sized + Serialize, Out: DeserializeOwned> Tool<In, Out> {
     /// Invokes the tool with a fresh idempotency key: the typed
     /// [`Client::invoke_tool`].
+    ///
+    /// # Errors
+    ///
+    /// Everything a call can end with but a result is an [`Error`] that
+    /// says whether the tool ran ([`Error::execution`]); the crate's
+    /// [handling outcomes](crate#handling-outcomes) guide has the table for
+    /// WebSocket and HTTP. The runtime's own error for the job is
+    /// [`Error::Tool`]; the key bound to another intent,
+    /// [`Error::DuplicateKey`]; a request that may have run but whose
+    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
+    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
+    /// refusals before acceptance until the budget ran out,
+    /// [`Error::RetriesExhausted`]; refused credentials,
+    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
+    /// [`Error::Interrupted`].
+    /// A result that does not decode into `Out` is [`Error::ResultDecode`]
+    /// (the tool ran; the raw result is kept).
     pub async fn call(&self, client: &Client, args: &In) -> Result<ToolOutput<Out>, Error> {
         self.invoke(client, args).send().await
     }
@@ -128,10 +145,12 @@ impl Client {
     /// arguments serialized from `args` and the result decoded into `Out`.
     /// Every retry, key and replay rule is the untyped call's.
     ///
-    /// A result that does not decode fails with [`Error::ResultDecode`]
-    /// (the tool ran; the raw result is kept); arguments that do not
-    /// serialize fail with [`Error::ArgumentsEncode`] before anything is
-    /// sent.
+    /// # Errors
+    ///
+    /// Those of [`invoke_tool`](Client::invoke_tool), and: a result that
+    /// does not decode fails with [`Error::ResultDecode`] (the tool ran; the
+    /// raw result is kept); arguments that do not serialize fail with
+    /// [`Error::ArgumentsEncode`] before anything is sent.
     ///
     /// ```no_run
     /// # async fn demo(client: arcp_sdk::Client) -> Result<(), arcp_sdk::Error> {

@@ -10,12 +10,30 @@ use arcp_sdk::{Client, Error, Execution, IdempotencyKey, RetryPolicy};
 use arcp_types::Envelope;
 use serde_json::{json, Value};
 
-// The examples' typed refund tool.
-#[allow(dead_code)]
-#[path = "../examples/support/refund.rs"]
-mod refund;
+use arcp_sdk::Tool;
+use serde::{Deserialize, Serialize};
 
-use refund::{refunded, Refund, Refunded, REFUND};
+/// The refund tool's arguments, as an application types them.
+#[derive(Debug, Serialize)]
+struct Refund {
+    order: u64,
+    cents: u64,
+}
+
+/// The refund tool's result.
+#[derive(Debug, PartialEq, Deserialize)]
+struct Refunded {
+    refunded: u64,
+    cents: u64,
+}
+
+/// The refund tool, typed.
+const REFUND: Tool<Refund, Refunded> = Tool::new("refund");
+
+/// What the mock's `refund` answers for `args`: the order and the amount.
+fn refunded(args: &Value) -> Value {
+    json!({"refunded": args["order"], "cents": args["cents"]})
+}
 
 /// `refund` answers `{"refunded": order, "cents": cents}`, after `ms`;
 /// `garbled` answers a result no `Refunded` decodes from.

@@ -213,7 +213,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Trusts this certificate (DER) as a root for `wss://`, in addition to
+    /// Trusts this certificate (DER) as a root for `wss://` and `https://`, in addition to
     /// the bundled web PKI roots: for a runtime with a private CA or a
     /// self-signed certificate.
     pub fn add_root_certificate_der(mut self, der: impl Into<Vec<u8>>) -> Self {
@@ -224,7 +224,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Trusts every certificate in this PEM text as a root for `wss://`.
+    /// Trusts every certificate in this PEM text as a root for `wss://` and
+    /// `https://`.
     /// Fails with [`Error::InvalidCall`] naming the problem if the text holds
     /// no valid certificate.
     pub fn add_root_certificates_pem(mut self, pem: &str) -> Result<Self, Error> {
@@ -241,7 +242,7 @@ impl ClientBuilder {
         Ok(self)
     }
 
-    /// Uses this rustls configuration for `wss://` as is (roots, client
+    /// Uses this rustls configuration for `wss://` and `https://` as is (roots, client
     /// certificates, protocol versions); overrides the other TLS settings.
     pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Self {
         self.config.tls.config = Some(config);
@@ -415,10 +416,11 @@ fn http_backend(
 ) -> Result<Backend, Error> {
     Err(Error::Connect {
         url: crate::config::shown_url(&config.url),
-        message: "this build of arcp-client has no HTTP binding: enable its `http` feature \
+        message: "this build of arcp-sdk has no HTTP binding: enable its `http` feature \
                   (or use a ws:// or wss:// URL)"
             .into(),
         retryable: false,
+        source: None,
     })
 }
 
@@ -431,6 +433,7 @@ fn check_ws_url(url: &str) -> Result<(), Error> {
         url: crate::config::shown_url(url),
         message,
         retryable: false,
+        source: None,
     };
     let (scheme, rest) = url.split_once("://").ok_or_else(|| {
         bad("the URL has no scheme (expected ws://, wss://, http:// or https://)".into())

@@ -194,6 +194,7 @@ impl ArtifactFetcherBuilder {
             url: "artifact fetcher".into(),
             message,
             retryable: false,
+            source: None,
         })?;
         let (credential, token) = match self.token {
             Some((origin_url, token)) => {

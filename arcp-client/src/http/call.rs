@@ -95,6 +95,7 @@ impl HttpBackend {
             url: display_uri(&config.url),
             message,
             retryable: false,
+            source: None,
         };
         let target = Uri::try_from(endpoint.as_str())
             .map_err(|e| setup_failed(format!("invalid HTTP URL: {e}")))?;
@@ -522,6 +523,7 @@ impl<'a> Call<'a> {
                         url: self.backend.endpoint.clone(),
                         message,
                         retryable: false,
+                        source: Some(crate::error::ErrorSource::new(e)),
                     };
                     return Next::Done(Err(self.end(Ending::ConnectFailed(refused))));
                 }

@@ -47,6 +47,7 @@ pub(crate) fn endpoint(url: &str) -> Result<Url, Error> {
         url: display_uri(url),
         message,
         retryable: false,
+        source: None,
     };
     let mut parsed =
         Url::parse(url.trim()).map_err(|e| invalid(format!("invalid HTTP URL: {e}")))?;

@@ -30,6 +30,9 @@ enum Refusal {
     ClosedSilently(String),
     /// Worth dialing again (a timeout, a cut, a transient refusal).
     Transient(String, Option<Duration>),
+    /// No welcome within the handshake timeout (transient; the timer is
+    /// the error's source, so `Error::is_timeout` sees it).
+    TimedOut(String, tokio::time::error::Elapsed),
     /// Refused for good.
     Definitive(String),
 }
@@ -98,6 +101,15 @@ pub(crate) async fn dial(
                 Err(Refusal::Transient(message, floor)) => {
                     return Err(transient(handshake_error(&config, message, true), floor))
                 }
+                Err(Refusal::TimedOut(message, elapsed)) => {
+                    let error = Error::Handshake {
+                        url: shown_url(&config.url),
+                        message,
+                        retryable: true,
+                        source: Some(crate::error::ErrorSource::new(elapsed)),
+                    };
+                    return Err(transient(error, None));
+                }
                 Err(Refusal::Definitive(message)) => {
                     return Err(definitive(handshake_error(&config, message, false)))
                 }
@@ -123,6 +135,7 @@ fn handshake_error(config: &Config, message: String, retryable: bool) -> Error {
         url: shown_url(&config.url),
         message,
         retryable,
+        source: None,
     }
 }
 
@@ -210,9 +223,9 @@ async fn handshake(
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(result) => result,
-        Err(_) => Err(Refusal::Transient(
+        Err(elapsed) => Err(Refusal::TimedOut(
             format!("no session welcome within the handshake timeout of {timeout:?}"),
-            None,
+            elapsed,
         )),
     }
 }

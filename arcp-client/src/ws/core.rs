@@ -458,15 +458,27 @@ impl Core {
 /// The same error with a note on why it is final.
 pub(super) fn with_context(error: Error, context: &str) -> Error {
     match error {
-        Error::Connect { url, message, .. } => Error::Connect {
+        Error::Connect {
+            url,
+            message,
+            source,
+            ..
+        } => Error::Connect {
             url,
             message: format!("{message}; {context}"),
             retryable: true,
+            source,
         },
-        Error::Handshake { url, message, .. } => Error::Handshake {
+        Error::Handshake {
+            url,
+            message,
+            source,
+            ..
+        } => Error::Handshake {
             url,
             message: format!("{message}; {context}"),
             retryable: true,
+            source,
         },
         other => other,
     }

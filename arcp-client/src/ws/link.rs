@@ -183,6 +183,9 @@ impl Core {
                 self.config.connect_budget
             ),
             retryable: true,
+            source: Some(crate::error::ErrorSource::new(std::io::Error::from(
+                std::io::ErrorKind::TimedOut,
+            ))),
         }
     }
 

@@ -163,7 +163,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
     };
     let (ws, socket) = tokio::time::timeout(config.connect_timeout, dial)
         .await
-        .map_err(|_| DialFailure {
+        .map_err(|elapsed| DialFailure {
             error: Error::Connect {
                 url: url.clone(),
                 message: format!(
@@ -171,6 +171,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
                     config.connect_timeout
                 ),
                 retryable: true,
+                source: Some(crate::error::ErrorSource::new(elapsed)),
             },
             transient: true,
             floor: None,
@@ -369,6 +370,9 @@ fn connect_error(url: &str, e: tungstenite::Error) -> DialFailure {
                 url: url.to_owned(),
                 message: format!("the TLS handshake failed: {tls}"),
                 retryable: false,
+                // The rustls error itself: an io::Error's `source()` skips
+                // the error it wraps.
+                source: Some(crate::error::ErrorSource::new(tls.clone())),
             };
             return fail(error, false, None);
         }
@@ -391,6 +395,7 @@ fn connect_error(url: &str, e: tungstenite::Error) -> DialFailure {
             url: url.to_owned(),
             message: format!("the runtime answered the WebSocket upgrade with HTTP {status}"),
             retryable: transient,
+            source: Some(crate::error::ErrorSource::new(e)),
         };
         return fail(error, transient, floor);
     }
@@ -402,6 +407,7 @@ fn connect_error(url: &str, e: tungstenite::Error) -> DialFailure {
         url: url.to_owned(),
         message: describe(&e),
         retryable: transient,
+        source: Some(crate::error::ErrorSource::new(e)),
     };
     fail(error, transient, None)
 }

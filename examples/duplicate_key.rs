@@ -11,7 +11,7 @@
 //! it was meant to be the same call, send the original arguments again: that
 //! is always safe and gets the stored answer.
 //!
-//! Run it: `cargo run -p arcp-sdk --example duplicate_key`
+//! Run it: `cargo run --example duplicate_key`
 
 use arcp_sdk::{Client, Error};
 use arcp_types::IdempotencyKey;

@@ -3,13 +3,13 @@
 //! client reported (calls by outcome and by whether the tool ran, replays
 //! by kind, sessions, reconnects, latency, bytes).
 //!
-//! arcp-client reports through the `metrics` facade (its `metrics`
+//! arcp-sdk reports through the `metrics` facade (its `metrics`
 //! feature); the application picks the exporter. Here it is
 //! `metrics-exporter-prometheus`, rendered once at the end; a service
 //! would serve `handle.render()` on its `/metrics` endpoint.
 //!
 //! ```sh
-//! cargo run -p arcp-sdk --example metrics_prometheus --features metrics
+//! cargo run --example metrics_prometheus --features metrics
 //! ```
 
 use std::time::Duration;

@@ -16,7 +16,7 @@
 //! the same journal file: it recovers the call and gets the outcome. The
 //! charge ran once.
 //!
-//! Run it: `cargo run -p arcp-sdk --example journal_recovery --features sqlite`
+//! Run it: `cargo run --example journal_recovery --features sqlite`
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -12,8 +12,8 @@
 //! Run it (no setup needed):
 //!
 //! ```sh
-//! cargo run -p arcp-sdk --example retry_across_disconnect
-//! RUST_LOG=arcp_sdk=debug cargo run -p arcp-sdk --example retry_across_disconnect  # every client step
+//! cargo run --example retry_across_disconnect
+//! RUST_LOG=arcp_sdk=debug cargo run --example retry_across_disconnect  # every client step
 //! ```
 
 use std::time::{Duration, Instant};

@@ -13,7 +13,7 @@
 //! It needs a PostgreSQL database it may create tables in:
 //!
 //! ```text
-//! ARCP_POSTGRES_URL='postgres://user@localhost/arcp' cargo run -p arcp-sdk --example fleet_recovery --features postgres
+//! ARCP_POSTGRES_URL='postgres://user@localhost/arcp' cargo run --example fleet_recovery --features postgres
 //! ```
 //!
 //! (A local server over its Unix socket: `host=/var/run/postgresql
@@ -39,7 +39,7 @@ async fn main() -> Result<(), Error> {
     let Ok(db) = std::env::var(URL_VAR) else {
         eprintln!(
             "fleet_recovery needs a PostgreSQL database: set {URL_VAR}, for example\n  \
-             {URL_VAR}='postgres://user@localhost/arcp' cargo run -p arcp-sdk --example fleet_recovery --features postgres"
+             {URL_VAR}='postgres://user@localhost/arcp' cargo run --example fleet_recovery --features postgres"
         );
         std::process::exit(2);
     };

@@ -11,7 +11,7 @@
 //! steps, a log line at each step and a cost metric; a spawned task prints them
 //! as they arrive while the main task awaits the result.
 //!
-//! Run it: `cargo run -p arcp-sdk --example progress_events`
+//! Run it: `cargo run --example progress_events`
 
 use std::time::{Duration, Instant};
 

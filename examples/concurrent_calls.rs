@@ -10,7 +10,7 @@
 //! unfinished call with its own key; the runtime deduplicates. In the end each
 //! of the 200 keys executed once: no charge lost, none doubled.
 //!
-//! Run it: `cargo run -p arcp-sdk --example concurrent_calls`
+//! Run it: `cargo run --example concurrent_calls`
 //! (change `SEED` to get another, equally reproducible, kill schedule)
 
 use std::collections::BTreeMap;

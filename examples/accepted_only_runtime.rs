@@ -14,7 +14,7 @@
 //! and drops the connection instead of sending the result
 //! (`Fault::DropBeforeTerminal`). A short `RetryPolicy` ends it in a few seconds.
 //!
-//! Run it: `cargo run -p arcp-sdk --example accepted_only_runtime`
+//! Run it: `cargo run --example accepted_only_runtime`
 //! (`RUST_LOG=arcp_sdk=debug` shows the client's reasoning at each step.)
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,7 +8,7 @@
 //! request is still running) means "ask again later", and the runtime's
 //! stored answer comes back marked `Arcp-Replayed: true`. The tool runs once.
 //!
-//! Run it: `cargo run -p arcp-sdk --example http_invoke --features http`
+//! Run it: `cargo run --example http_invoke --features http`
 
 use std::time::Duration;
 

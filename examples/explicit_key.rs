@@ -15,7 +15,7 @@
 //! connection, a new session, an empty local cache), which re-issues the same
 //! derived key: the runtime replays the stored answer and the tool runs once.
 //!
-//! Run it: `cargo run -p arcp-sdk --example explicit_key`
+//! Run it: `cargo run --example explicit_key`
 
 use arcp_mock::MockRuntime;
 use arcp_sdk::{Client, Error};
