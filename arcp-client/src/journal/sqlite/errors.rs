@@ -18,7 +18,15 @@ pub(super) fn classify(location: &str, e: rusqlite::Error) -> JournalError {
                  one client at a time"
             ),
         ),
-        Some(C::DiskFull) => (JournalErrorKind::Io, format!("disk full ({e})")),
+        // Nothing of the refused transaction committed, and space may be
+        // freed or the file system remounted read-write: retried as an
+        // absent store, so a call waits within its deadline instead of
+        // failing as "not run".
+        Some(C::DiskFull) => (JournalErrorKind::Unavailable, format!("disk full ({e})")),
+        Some(C::ReadOnly) => (
+            JournalErrorKind::Unavailable,
+            format!("the journal cannot be written now ({e})"),
+        ),
         _ => (JournalErrorKind::Io, e.to_string()),
     };
     JournalError::new(kind, location, message)

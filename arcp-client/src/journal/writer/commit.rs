@@ -82,6 +82,14 @@ impl Writer {
         prepares: &[(JournalEntry, PrepareReply)],
         transitions: &HashMap<IdempotencyKey, Pending>,
     ) -> Result<Committed, JournalError> {
+        // Keys whose record an earlier commit may have landed (its answer
+        // was lost): whatever error this batch meets, their callers cannot
+        // be told "did not run", since a recovery may find and send it.
+        let unsure_before: HashSet<IdempotencyKey> = prepares
+            .iter()
+            .filter(|(e, _)| self.unsure.contains(&e.key))
+            .map(|(e, _)| e.key.clone())
+            .collect();
         let Merged {
             writes: transition_writes,
             doubtful,
@@ -105,7 +113,13 @@ impl Writer {
                 // Nothing of the batch committed: every prepare fails with
                 // the store's error, and so do the transitions.
                 Failed::Refused(e) => Ok(Committed {
-                    decisions: prepares.iter().map(|_| (Err(e.clone()), false)).collect(),
+                    decisions: prepares
+                        .iter()
+                        .map(|(entry, _)| {
+                            let failed = self.failed_prepare(&entry.key, &e, &unsure_before);
+                            (Err(failed), false)
+                        })
+                        .collect(),
                     transitions: Err(e.clone()),
                     result: Err(e),
                     refused: journal.take_fenced().into_iter().collect(),
@@ -117,18 +131,63 @@ impl Writer {
             Ok(result) => result,
             Err(e) => return retry(self, e),
         };
+        let decisions = step
+            .decisions
+            .into_iter()
+            .zip(prepares)
+            .map(|(d, (entry, _))| {
+                let (decision, wrote) = d.expect("every prepare decided");
+                let failed = match (&decision, &result) {
+                    (Err(e), _) => Some(e),
+                    (Ok(_), Err(e)) if wrote => Some(e),
+                    _ => None,
+                };
+                match failed {
+                    Some(e) if unsure_before.contains(&entry.key) => (
+                        Err(self.failed_prepare(&entry.key, e, &unsure_before)),
+                        false,
+                    ),
+                    _ => (decision, wrote),
+                }
+            })
+            .collect();
         Ok(Committed {
-            decisions: step
-                .decisions
-                .into_iter()
-                .map(|d| d.expect("every prepare decided"))
-                .collect(),
+            decisions,
             transitions: step.transitions_apart.unwrap_or_else(|| result.clone()),
             result,
             // Writes the store refused: the calls belong to another worker.
             refused: journal.take_fenced().into_iter().collect(),
             doubtful,
         })
+    }
+
+    /// The error a prepare's caller gets when its batch failed with `e`. A
+    /// key an earlier commit may have recorded (that commit's answer was
+    /// lost) gets [`JournalErrorKind::Unavailable`], which says the call
+    /// may have run: the record may be there for a recovery to send, so a
+    /// refusal of the retry proves nothing about it.
+    pub(super) fn failed_prepare(
+        &self,
+        key: &IdempotencyKey,
+        e: &JournalError,
+        unsure_before: &HashSet<IdempotencyKey>,
+    ) -> JournalError {
+        let settled = matches!(
+            e.kind,
+            JournalErrorKind::Unavailable | JournalErrorKind::Fenced
+        );
+        if settled || !unsure_before.contains(key) {
+            return e.clone();
+        }
+        JournalError::new(
+            JournalErrorKind::Unavailable,
+            &self.shared.location,
+            format!(
+                "call {key}: an earlier commit of its record may have landed (its answer was \
+                 lost), and the retry failed ({}): a recovery may send it",
+                e.message
+            ),
+        )
     }
 
     /// Step 1: the writes of the batch's transitions. A key another caller
