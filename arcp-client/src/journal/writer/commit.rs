@@ -4,10 +4,12 @@
 //! against its record and write what it needs.
 
 use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
 
 use arcp_types::IdempotencyKey;
 use tracing::warn;
 
+use super::expiry::{ended_unknown, past_key_retention};
 use super::queue::{pending_writes, Pending, PrepareReply, Prepared, Prior};
 use super::state::Writer;
 use crate::journal::memory::transition;
@@ -487,6 +489,19 @@ impl Writer {
         if existing.intent != entry.intent {
             return Ok((Prepared::Conflict(existing.clone()), None));
         }
+        // Possibly sent longer ago than the runtime remembers keys: never
+        // sent again, the answer is "outcome unknown". An unfinished record
+        // is left as it is (the next recovery ends it, under the store's
+        // ownership rules).
+        let now = SystemTime::now();
+        let resent = matches!(
+            existing.state,
+            JournalState::Terminal(JournalOutcome::OutcomeUnknown { .. })
+        ) || !existing.state.is_terminal();
+        if resent && past_key_retention(existing, self.runtime_key_retention, now) {
+            let ended = ended_unknown(existing, self.runtime_key_retention, now);
+            return Ok((Prepared::Answer(ended), None));
+        }
         Ok(match &existing.state {
             JournalState::Terminal(o) if o.answers_repeat() => {
                 (Prepared::Answer(existing.clone()), None)
@@ -496,6 +511,8 @@ impl Writer {
             // (sent, and the job).
             JournalState::Terminal(JournalOutcome::OutcomeUnknown { job_id, .. }) => {
                 let mut record = entry.clone();
+                // Its age still counts from the first prepare.
+                record.created_at = existing.created_at;
                 record.state = match job_id {
                     Some(job_id) => JournalState::Accepted {
                         job_id: job_id.clone(),

@@ -118,6 +118,7 @@ fn writer(max_records: usize) -> Writer {
         retry_delay: None,
         unavailable_since: None,
         unsure: HashSet::new(),
+        runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
     }
 }
 
