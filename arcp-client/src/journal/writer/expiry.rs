@@ -35,10 +35,10 @@ pub(super) fn expired_outcome(
     JournalOutcome::OutcomeUnknown {
         job_id: entry.job_id().map(str::to_owned),
         reason: format!(
-            "first sent up to {}s ago, longer than the runtime keeps keys \
-             (runtime_key_retention {}s): not sent again, since the runtime would run it afresh",
-            age.as_secs(),
-            retention.as_secs()
+            "first sent up to {:?} ago, longer than the runtime keeps keys \
+             (runtime_key_retention {retention:?}): not sent again, since the runtime would run \
+             it afresh",
+            Duration::from_millis(age.as_millis().try_into().unwrap_or(u64::MAX)),
         ),
         attempts: entry.attempts,
     }
