@@ -18,16 +18,31 @@ pub(super) fn classify(location: &str, e: rusqlite::Error) -> JournalError {
                  one client at a time"
             ),
         ),
-        // Nothing of the refused transaction committed, and space may be
-        // freed or the file system remounted read-write: retried as an
-        // absent store, so a call waits within its deadline instead of
-        // failing as "not run".
-        Some(C::DiskFull) => (JournalErrorKind::Unavailable, format!("disk full ({e})")),
-        Some(C::ReadOnly) => (
-            JournalErrorKind::Unavailable,
-            format!("the journal cannot be written now ({e})"),
-        ),
+        Some(C::DiskFull) => (JournalErrorKind::Io, format!("disk full ({e})")),
         _ => (JournalErrorKind::Io, e.to_string()),
     };
     JournalError::new(kind, location, message)
+}
+
+/// Maps a failure of an open journal's read or write: as [`classify`], but
+/// a full disk and a file that turned read-only (a file system remounted)
+/// are the store being away for now. Nothing of the refused transaction
+/// committed, and space may be freed or the file system remounted
+/// read-write: the writer retries within each call's deadline instead of
+/// failing calls as "not run".
+pub(super) fn classify_open_journal(location: &str, e: rusqlite::Error) -> JournalError {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(C::DiskFull) => JournalError::new(
+            JournalErrorKind::Unavailable,
+            location,
+            format!("disk full ({e})"),
+        ),
+        Some(C::ReadOnly) => JournalError::new(
+            JournalErrorKind::Unavailable,
+            location,
+            format!("the journal cannot be written now ({e})"),
+        ),
+        _ => classify(location, e),
+    }
 }
