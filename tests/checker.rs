@@ -148,6 +148,10 @@ struct JournalPlan {
     /// A second client opens the store once the first closed, re-issues
     /// the keys that may have run and recovers the unfinished calls.
     second_client: bool,
+    /// After a commit that lands unanswered, the store refuses this many
+    /// commits outright (a read-only database after a failover, a full
+    /// disk): a lost answer, then a refused retry.
+    refuse_after_landed: u64,
 }
 
 /// Tools whose own errors look like the runtime's refusals: a key conflict
@@ -235,6 +239,7 @@ fn plan(seed: u64) -> Plan {
             sqlite: s.chance(25),
             short_deadline_percent: if s.chance(50) { s.range(10, 40) } else { 0 },
             second_client,
+            refuse_after_landed: 0,
         }
     });
     let dialect = if r.chance(25) {
@@ -488,6 +493,8 @@ struct Faulty {
     plan: JournalPlan,
     /// The outage window, in time (both clients see the same one).
     outage: Option<(Instant, Instant)>,
+    /// Commits still to refuse after one landed unanswered.
+    refusals_due: AtomicU64,
 }
 
 fn unanswered() -> JournalError {
@@ -510,6 +517,7 @@ impl Faulty {
             rng: Mutex::new(Rng(seed)),
             plan,
             outage,
+            refusals_due: AtomicU64::new(0),
         }
     }
 
@@ -521,13 +529,22 @@ impl Faulty {
     fn fate(&self) -> Fate {
         let mut r = self.rng.lock().unwrap();
         let p = &self.plan;
+        let due = self.refusals_due.load(Ordering::Relaxed);
+        if due > 0 {
+            self.refusals_due.store(due - 1, Ordering::Relaxed);
+            return Fate::Refused;
+        }
         if self.down() || (p.unavailable_percent > 0 && r.chance(p.unavailable_percent)) {
             if !r.chance(p.landed_percent) {
                 Fate::Lost
-            } else if r.chance(50) {
-                Fate::Landed
             } else {
-                Fate::LandsLate(r.ms(1, 1_000))
+                self.refusals_due
+                    .store(p.refuse_after_landed, Ordering::Relaxed);
+                if r.chance(50) {
+                    Fate::Landed
+                } else {
+                    Fate::LandsLate(r.ms(1, 1_000))
+                }
             }
         } else if p.refuse_percent > 0 && r.chance(p.refuse_percent) {
             Fate::Refused
@@ -1179,4 +1196,55 @@ fn same_seed_same_schedule() {
         assert_eq!(format!("{:?}", plan(seed)), format!("{:?}", plan(seed)));
     }
     assert_ne!(format!("{:?}", plan(1)), format!("{:?}", plan(2)));
+}
+
+/// Schedules whose journal loses a commit's answer (the commit landed) and
+/// then refuses the retries outright, as a database demoted to read-only by
+/// a failover or a full disk does. Same oracle; in particular a call told
+/// "did not run" never runs later, by the second client's recovery or
+/// otherwise. `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as above (a
+/// tenth as many seeds by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_commit_answers_then_refused_retries_never_lie() {
+    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
+    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(30, |n| (n / 10).max(1));
+    let gate = Arc::new(Semaphore::new(
+        env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(10).max(1) as usize,
+    ));
+    let mut runs = Vec::new();
+    for seed in first..first + n {
+        let gate = gate.clone();
+        runs.push(tokio::spawn(async move {
+            let _slot = gate.acquire_owned().await.expect("gate");
+            let mut plan = plan(seed);
+            let mut r = Rng(seed ^ 0x0105_7EAD);
+            plan.journal = Some(JournalPlan {
+                refuse_percent: 0,
+                unavailable_percent: r.range(10, 40),
+                landed_percent: 100,
+                outage: None,
+                sqlite: r.chance(25),
+                short_deadline_percent: r.range(0, 30),
+                second_client: true,
+                refuse_after_landed: r.range(1, 4),
+            });
+            let shown = format!("{plan:?}");
+            let violations = tokio::time::timeout(Duration::from_secs(30), run(plan))
+                .await
+                .unwrap_or_else(|_| vec!["the schedule did not finish within 30 s".into()]);
+            (seed, shown, violations)
+        }));
+    }
+    let mut failed = Vec::new();
+    for r in runs {
+        let (seed, shown, violations) = r.await.expect("schedule task");
+        if !violations.is_empty() {
+            eprintln!(
+                "seed {seed} FAILED:\n  {}\n  plan: {shown}",
+                violations.join("\n  ")
+            );
+            failed.push(seed);
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds {failed:?}");
 }

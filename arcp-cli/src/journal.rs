@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use arcp_sdk::{
-    Client, Error, Journal, JournalEntry, JournalError, JournalErrorKind, JournalState,
-    JournalWrite, Retention, SqliteJournal,
+    Client, Error, Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome,
+    JournalState, JournalWrite, Retention, SqliteJournal,
 };
 use arcp_types::IdempotencyKey;
 use futures_util::StreamExt;
@@ -114,7 +114,7 @@ fn list(path: &Path, unfinished: bool, limit: usize, json: bool) -> Result<(), F
             "{:<38} {:<16} {:<9} {:>8}  {:<28} {}",
             entry.key.as_str(),
             entry.tool,
-            entry.state.name(),
+            state_name(entry),
             age(entry.updated_at),
             job_id(entry).unwrap_or("-"),
             ran
@@ -302,7 +302,27 @@ fn summary(entry: &JournalEntry) -> Value {
         "attempts": entry.attempts,
         "outcome": outcome,
         "ran": ran,
+        "first_prepared_at": unix_secs(entry.created_at),
+        "reason": unknown_reason(entry),
     })
+}
+
+/// The state's name; a call that ended with its outcome unknown (never
+/// re-sent past the runtime's key retention, or a runtime that keeps no
+/// outcomes) says so.
+fn state_name(entry: &JournalEntry) -> &'static str {
+    match unknown_reason(entry) {
+        Some(_) => "unknown",
+        None => entry.state.name(),
+    }
+}
+
+/// Why the call's outcome is unknown, when it ended so.
+fn unknown_reason(entry: &JournalEntry) -> Option<&str> {
+    match &entry.state {
+        JournalState::Terminal(JournalOutcome::OutcomeUnknown { reason, .. }) => Some(reason),
+        _ => None,
+    }
 }
 
 /// The recorded outcome's name and whether the tool ran (`ran`,

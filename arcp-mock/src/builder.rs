@@ -43,6 +43,7 @@ pub struct MockRuntimeBuilder {
     subscribe: Option<bool>,
     max_inbound_frame: Option<usize>,
     drop_on_unparseable: bool,
+    key_retention: Option<Duration>,
 }
 
 impl std::fmt::Debug for MockRuntimeBuilder {
@@ -66,6 +67,7 @@ impl Default for MockRuntimeBuilder {
     fn default() -> Self {
         MockRuntimeBuilder {
             dialect: Dialect::V1_1,
+            key_retention: None,
             replay: None,
             conflict: None,
             tokens: HashMap::new(),
@@ -96,6 +98,15 @@ impl MockRuntimeBuilder {
     /// [`ReplayPolicy::default_for`] the dialect.
     pub fn replay_policy(mut self, policy: ReplayPolicy) -> Self {
         self.replay = Some(policy);
+        self
+    }
+
+    /// How long an idempotency key stays bound to its job (default: as
+    /// long as the job is kept). Past it, a resubmission with the key is a
+    /// new call and runs the tool again, as the Python runtime does after
+    /// its key retention (24 hours by default).
+    pub fn key_retention(mut self, retention: Duration) -> Self {
+        self.key_retention = Some(retention);
         self
     }
 
@@ -325,6 +336,7 @@ impl MockRuntimeBuilder {
             subscribe: self.subscribe.unwrap_or(true) && self.dialect != Dialect::Legacy,
             max_inbound_frame: self.max_inbound_frame,
             drop_on_unparseable: self.drop_on_unparseable,
+            key_retention: self.key_retention,
         };
         MockRuntime::bind(addr, config, self.tools).await
     }

@@ -135,4 +135,6 @@ pub(crate) struct Config {
     pub subscribe: bool,
     pub max_inbound_frame: Option<usize>,
     pub drop_on_unparseable: bool,
+    /// How long a key stays bound; `None`: as long as its job is kept.
+    pub key_retention: Option<Duration>,
 }

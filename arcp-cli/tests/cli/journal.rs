@@ -240,3 +240,46 @@ fn recover_never_prints_the_url_credentials_or_query() {
     );
     assert!(!all.contains("q-secret-77"), "query printed:\n{all}");
 }
+
+/// A call left unfinished, then recovered after the runtime's key retention:
+/// it is ended "outcome unknown", not re-sent, and `list` shows why.
+#[test]
+fn a_call_past_the_runtime_key_retention_is_listed_as_unknown() {
+    let (rt, mock) = slow_mock();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    let retention = Duration::from_millis(300);
+    rt.block_on(async {
+        let client = arcp_sdk::Client::builder(mock.ws_url())
+            .journal_path(&journal)
+            .runtime_key_retention(retention)
+            .connect()
+            .await
+            .unwrap();
+        let e = client
+            .invoke("slow", json!({"ms": 100}))
+            .key_str("old-1")
+            .deadline(Duration::from_millis(50))
+            .send()
+            .await
+            .expect_err("the deadline passes while the tool works");
+        assert_eq!(e.execution(), arcp_sdk::Execution::MayHaveRun, "{e}");
+        tokio::time::sleep(retention).await;
+        let recovered = client.recover().await.unwrap();
+        assert!(recovered.is_empty(), "not re-sent");
+        client.close().await;
+    });
+    let calls = list_json(&journal);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["state"], "terminal");
+    assert_eq!(calls[0]["ran"], "may_have_run");
+    let reason = calls[0]["reason"].as_str().expect("a reason");
+    assert!(reason.contains("runtime_key_retention"), "{reason}");
+    arcp(["journal", "list"])
+        .arg("--journal")
+        .arg(&journal)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("unknown"));
+    assert_eq!(mock.executions("slow"), 1, "ran once, ever");
+}

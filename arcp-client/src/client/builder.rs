@@ -301,6 +301,29 @@ impl ClientBuilder {
         self
     }
 
+    /// How long the runtime remembers an idempotency key (default 24
+    /// hours). A journaled call first sent longer ago than that is never
+    /// sent again: past it, the runtime would take the key as new and run
+    /// the tool a second time. [`Client::recover`] ends such a record
+    /// "outcome unknown" (the journal keeps it as
+    /// [`JournalOutcome::OutcomeUnknown`](crate::JournalOutcome) with the
+    /// reason; `arcp journal list` shows it) instead of re-sending it, and a
+    /// call re-issuing its key is answered [`Error::OutcomeUnavailable`].
+    /// The age counts from the call's prepare, which precedes its first
+    /// send.
+    ///
+    /// Known retentions: the v1.1 Python runtime keeps keys 24 hours by
+    /// default (configurable there). The v1.1 specification sets no
+    /// minimum; the legacy RFC asks runtimes to keep a key "for at least the
+    /// lease horizon of the operation", and the legacy Rust runtime (2.0.0)
+    /// documents no expiry. The TypeScript, Go, Java and PHP runtimes'
+    /// retention is unknown. Set this to the shortest retention of the
+    /// runtimes the client may reach.
+    pub fn runtime_key_retention(mut self, retention: Duration) -> Self {
+        self.journal.set_runtime_key_retention(retention);
+        self
+    }
+
     /// Whether unfinished journaled calls are re-driven automatically on
     /// connect, or only when [`Client::recover`] is called (the default).
     pub fn recovery(mut self, mode: RecoveryMode) -> Self {

@@ -2,6 +2,7 @@
 //! the intent fingerprint it was bound with.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -40,6 +41,7 @@ pub(crate) enum Lookup {
 struct Binding {
     fingerprint: Fingerprint,
     job_id: String,
+    bound_at: Instant,
 }
 
 /// Idempotency bindings, scoped by (principal, key).
@@ -49,11 +51,19 @@ pub(crate) struct Bindings {
 }
 
 impl Bindings {
-    /// What `key` of `principal` is bound to, compared with `fingerprint`.
-    pub(super) fn lookup(&self, principal: &str, key: &str, fingerprint: &Fingerprint) -> Lookup {
+    /// What `key` of `principal` is bound to, compared with `fingerprint`;
+    /// a binding older than `retention` is forgotten.
+    pub(super) fn lookup(
+        &self,
+        principal: &str,
+        key: &str,
+        fingerprint: &Fingerprint,
+        retention: Option<Duration>,
+    ) -> Lookup {
         let scope = (principal.to_owned(), key.to_owned());
         match self.map.get(&scope) {
             None => Lookup::Fresh,
+            Some(b) if retention.is_some_and(|r| b.bound_at.elapsed() >= r) => Lookup::Fresh,
             Some(b) if b.fingerprint.matches(fingerprint) => Lookup::Same(b.job_id.clone()),
             Some(b) => Lookup::Other(b.job_id.clone()),
         }
@@ -74,6 +84,7 @@ impl Bindings {
         let binding = Binding {
             fingerprint,
             job_id: job_id.to_owned(),
+            bound_at: Instant::now(),
         };
         self.map
             .insert((principal.to_owned(), key.to_owned()), binding);
@@ -137,23 +148,35 @@ mod tests {
         let fp = |s: &str| Fingerprint::Text(s.to_owned());
         bindings.bind("alice", "k", fp("a"), "job_1");
         assert_eq!(
-            bindings.lookup("alice", "k", &fp("a")),
+            bindings.lookup("alice", "k", &fp("a"), None),
             Lookup::Same("job_1".into())
         );
         assert_eq!(
-            bindings.lookup("alice", "k", &fp("b")),
+            bindings.lookup("alice", "k", &fp("b"), None),
             Lookup::Other("job_1".into())
         );
-        assert_eq!(bindings.lookup("bob", "k", &fp("a")), Lookup::Fresh);
+        assert_eq!(bindings.lookup("bob", "k", &fp("a"), None), Lookup::Fresh);
         bindings.forget("alice", "k", "job_2");
         assert_eq!(
-            bindings.lookup("alice", "k", &fp("a")),
+            bindings.lookup("alice", "k", &fp("a"), None),
             Lookup::Same("job_1".into())
         );
         bindings.forget("alice", "k", "job_1");
-        assert_eq!(bindings.lookup("alice", "k", &fp("a")), Lookup::Fresh);
+        assert_eq!(bindings.lookup("alice", "k", &fp("a"), None), Lookup::Fresh);
         bindings.bind("alice", "k", fp("a"), "job_3");
         bindings.unbind("alice", "k");
-        assert_eq!(bindings.lookup("alice", "k", &fp("a")), Lookup::Fresh);
+        assert_eq!(bindings.lookup("alice", "k", &fp("a"), None), Lookup::Fresh);
+    }
+
+    #[test]
+    fn a_binding_older_than_the_retention_is_forgotten() {
+        let mut bindings = Bindings::default();
+        let fp = Fingerprint::Text("a".into());
+        bindings.bind("alice", "k", fp.clone(), "job_1");
+        let kept = bindings.lookup("alice", "k", &fp, Some(Duration::from_secs(60)));
+        assert_eq!(kept, Lookup::Same("job_1".into()));
+        std::thread::sleep(Duration::from_millis(5));
+        let gone = bindings.lookup("alice", "k", &fp, Some(Duration::from_millis(1)));
+        assert_eq!(gone, Lookup::Fresh);
     }
 }

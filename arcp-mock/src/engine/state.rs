@@ -319,7 +319,10 @@ impl State {
     /// is answered as the bound job), and a binding to a job no longer kept
     /// is dropped.
     pub(super) fn bound(&mut self, principal: &str, key: &str, fingerprint: &Fingerprint) -> Bound {
-        match self.bindings.lookup(principal, key, fingerprint) {
+        match self
+            .bindings
+            .lookup(principal, key, fingerprint, self.cfg.key_retention)
+        {
             Lookup::Fresh => Bound::Fresh,
             Lookup::Other(_) if self.cfg.conflict != ConflictSignal::Ignored => Bound::Conflict,
             Lookup::Same(job_id) | Lookup::Other(job_id) if self.jobs.contains(&job_id) => {

@@ -31,6 +31,23 @@ pub(super) fn classify(location: &str, e: &tokio_postgres::Error) -> JournalErro
         {
             JournalErrorKind::Unavailable
         }
+        // The server refuses writes for now, and nothing of the refused
+        // transaction committed: a read-only database (a failover demoted
+        // it, or `default_transaction_read_only`), a full disk, exhausted
+        // resources or connections, a prepared statement a pooler dropped.
+        // Retried like an absent server (a promoted primary, freed space),
+        // so a call waits within its deadline instead of failing as "not
+        // run" (a refusal proves nothing about an earlier commit whose
+        // answer was lost).
+        _ if db.code() == &SqlState::READ_ONLY_SQL_TRANSACTION
+            || db.code() == &SqlState::INSUFFICIENT_RESOURCES
+            || db.code() == &SqlState::DISK_FULL
+            || db.code() == &SqlState::OUT_OF_MEMORY
+            || db.code() == &SqlState::TOO_MANY_CONNECTIONS
+            || db.code() == &SqlState::INVALID_SQL_STATEMENT_NAME =>
+        {
+            JournalErrorKind::Unavailable
+        }
         // The guard trigger: a write by a superseded generation.
         "AR002" => JournalErrorKind::Fenced,
         // The guard trigger: a terminal record changed, or a transition

@@ -23,3 +23,26 @@ pub(super) fn classify(location: &str, e: rusqlite::Error) -> JournalError {
     };
     JournalError::new(kind, location, message)
 }
+
+/// Maps a failure of an open journal's read or write: as [`classify`], but
+/// a full disk and a file that turned read-only (a file system remounted)
+/// are the store being away for now. Nothing of the refused transaction
+/// committed, and space may be freed or the file system remounted
+/// read-write: the writer retries within each call's deadline instead of
+/// failing calls as "not run".
+pub(super) fn classify_open_journal(location: &str, e: rusqlite::Error) -> JournalError {
+    use rusqlite::ErrorCode as C;
+    match e.sqlite_error_code() {
+        Some(C::DiskFull) => JournalError::new(
+            JournalErrorKind::Unavailable,
+            location,
+            format!("disk full ({e})"),
+        ),
+        Some(C::ReadOnly) => JournalError::new(
+            JournalErrorKind::Unavailable,
+            location,
+            format!("the journal cannot be written now ({e})"),
+        ),
+        _ => classify(location, e),
+    }
+}

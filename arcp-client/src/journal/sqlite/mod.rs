@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use arcp_types::IdempotencyKey;
 use rusqlite::{Connection, OptionalExtension};
 
-use errors::classify;
+use errors::classify_open_journal;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use options::{SqliteOptions, Synchronous};
 use statements::{apply_one, insert_absent, SELECT};
@@ -134,7 +134,7 @@ impl SqliteJournal {
     }
 
     fn err(&self, e: rusqlite::Error) -> JournalError {
-        classify(&self.location, e)
+        classify_open_journal(&self.location, e)
     }
 }
 

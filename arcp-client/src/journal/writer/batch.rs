@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::commit::Committed;
+use super::expiry::{expired_outcome, past_key_retention};
 use super::queue::{DurableReply, Pending, PrepareReply, Prepared, Request, Shared};
 use super::state::Writer;
 use super::{CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
@@ -383,7 +384,9 @@ impl Writer {
                     // can start driving soon (a fleet's other workers take
                     // the rest).
                     let limit = self.retention.max_records.min(RECOVER_BATCH);
-                    let claimed = journal.claim(limit, &driving);
+                    let claimed = journal
+                        .claim(limit, &driving)
+                        .map(|entries| self.end_expired(journal, entries));
                     if let Ok(entries) = &claimed {
                         // Recovered here: an old fence no longer applies.
                         let mut fenced = lock(&self.shared.fenced);
@@ -427,6 +430,46 @@ impl Writer {
             }
         }
         close
+    }
+
+    /// Of the claimed `entries`, those prepared longer ago than the runtime
+    /// remembers keys are ended "outcome unknown" instead of being handed
+    /// out (re-sent, they would run afresh); the rest are returned. One
+    /// whose ending cannot be written stays unfinished, and is not handed
+    /// out either.
+    pub(super) fn end_expired(
+        &self,
+        journal: &dyn Journal,
+        entries: Vec<JournalEntry>,
+    ) -> Vec<JournalEntry> {
+        let now = SystemTime::now();
+        let retention = self.runtime_key_retention;
+        let (expired, live): (Vec<JournalEntry>, Vec<JournalEntry>) = entries
+            .into_iter()
+            .partition(|e| past_key_retention(e, retention, now));
+        if expired.is_empty() {
+            return live;
+        }
+        let writes: Vec<JournalWrite> = expired
+            .iter()
+            .map(|e| {
+                warn!(
+                    key = %e.key,
+                    tool = %e.tool,
+                    "unfinished call older than the runtime's key retention: ended outcome \
+                     unknown, not re-sent"
+                );
+                JournalWrite::Terminal {
+                    key: e.key.clone(),
+                    outcome: expired_outcome(e, retention, now),
+                    at: now,
+                }
+            })
+            .collect();
+        if let Err(e) = journal.apply(&writes) {
+            warn!(error = %e, "journal write failed; the expired calls stay unfinished (never re-sent)");
+        }
+        live
     }
 
     /// Renews this client's leases; fences the calls it lost.

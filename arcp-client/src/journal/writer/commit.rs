@@ -4,10 +4,12 @@
 //! against its record and write what it needs.
 
 use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
 
 use arcp_types::IdempotencyKey;
 use tracing::warn;
 
+use super::expiry::{ended_unknown, past_key_retention};
 use super::queue::{pending_writes, Pending, PrepareReply, Prepared, Prior};
 use super::state::Writer;
 use crate::journal::memory::transition;
@@ -82,6 +84,14 @@ impl Writer {
         prepares: &[(JournalEntry, PrepareReply)],
         transitions: &HashMap<IdempotencyKey, Pending>,
     ) -> Result<Committed, JournalError> {
+        // Keys whose record an earlier commit may have landed (its answer
+        // was lost): whatever error this batch meets, their callers cannot
+        // be told "did not run", since a recovery may find and send it.
+        let unsure_before: HashSet<IdempotencyKey> = prepares
+            .iter()
+            .filter(|(e, _)| self.unsure.contains(&e.key))
+            .map(|(e, _)| e.key.clone())
+            .collect();
         let Merged {
             writes: transition_writes,
             doubtful,
@@ -105,7 +115,13 @@ impl Writer {
                 // Nothing of the batch committed: every prepare fails with
                 // the store's error, and so do the transitions.
                 Failed::Refused(e) => Ok(Committed {
-                    decisions: prepares.iter().map(|_| (Err(e.clone()), false)).collect(),
+                    decisions: prepares
+                        .iter()
+                        .map(|(entry, _)| {
+                            let failed = self.failed_prepare(&entry.key, &e, &unsure_before);
+                            (Err(failed), false)
+                        })
+                        .collect(),
                     transitions: Err(e.clone()),
                     result: Err(e),
                     refused: journal.take_fenced().into_iter().collect(),
@@ -117,18 +133,63 @@ impl Writer {
             Ok(result) => result,
             Err(e) => return retry(self, e),
         };
+        let decisions = step
+            .decisions
+            .into_iter()
+            .zip(prepares)
+            .map(|(d, (entry, _))| {
+                let (decision, wrote) = d.expect("every prepare decided");
+                let failed = match (&decision, &result) {
+                    (Err(e), _) => Some(e),
+                    (Ok(_), Err(e)) if wrote => Some(e),
+                    _ => None,
+                };
+                match failed {
+                    Some(e) if unsure_before.contains(&entry.key) => (
+                        Err(self.failed_prepare(&entry.key, e, &unsure_before)),
+                        false,
+                    ),
+                    _ => (decision, wrote),
+                }
+            })
+            .collect();
         Ok(Committed {
-            decisions: step
-                .decisions
-                .into_iter()
-                .map(|d| d.expect("every prepare decided"))
-                .collect(),
+            decisions,
             transitions: step.transitions_apart.unwrap_or_else(|| result.clone()),
             result,
             // Writes the store refused: the calls belong to another worker.
             refused: journal.take_fenced().into_iter().collect(),
             doubtful,
         })
+    }
+
+    /// The error a prepare's caller gets when its batch failed with `e`. A
+    /// key an earlier commit may have recorded (that commit's answer was
+    /// lost) gets [`JournalErrorKind::Unavailable`], which says the call
+    /// may have run: the record may be there for a recovery to send, so a
+    /// refusal of the retry proves nothing about it.
+    pub(super) fn failed_prepare(
+        &self,
+        key: &IdempotencyKey,
+        e: &JournalError,
+        unsure_before: &HashSet<IdempotencyKey>,
+    ) -> JournalError {
+        let settled = matches!(
+            e.kind,
+            JournalErrorKind::Unavailable | JournalErrorKind::Fenced
+        );
+        if settled || !unsure_before.contains(key) {
+            return e.clone();
+        }
+        JournalError::new(
+            JournalErrorKind::Unavailable,
+            &self.shared.location,
+            format!(
+                "call {key}: an earlier commit of its record may have landed (its answer was \
+                 lost), and the retry failed ({}): a recovery may send it",
+                e.message
+            ),
+        )
     }
 
     /// Step 1: the writes of the batch's transitions. A key another caller
@@ -428,6 +489,19 @@ impl Writer {
         if existing.intent != entry.intent {
             return Ok((Prepared::Conflict(existing.clone()), None));
         }
+        // Possibly sent longer ago than the runtime remembers keys: never
+        // sent again, the answer is "outcome unknown". An unfinished record
+        // is left as it is (the next recovery ends it, under the store's
+        // ownership rules).
+        let now = SystemTime::now();
+        let resent = matches!(
+            existing.state,
+            JournalState::Terminal(JournalOutcome::OutcomeUnknown { .. })
+        ) || !existing.state.is_terminal();
+        if resent && past_key_retention(existing, self.runtime_key_retention, now) {
+            let ended = ended_unknown(existing, self.runtime_key_retention, now);
+            return Ok((Prepared::Answer(ended), None));
+        }
         Ok(match &existing.state {
             JournalState::Terminal(o) if o.answers_repeat() => {
                 (Prepared::Answer(existing.clone()), None)
@@ -437,6 +511,8 @@ impl Writer {
             // (sent, and the job).
             JournalState::Terminal(JournalOutcome::OutcomeUnknown { job_id, .. }) => {
                 let mut record = entry.clone();
+                // Its age still counts from the first prepare.
+                record.created_at = existing.created_at;
                 record.state = match job_id {
                     Some(job_id) => JournalState::Accepted {
                         job_id: job_id.clone(),

@@ -25,6 +25,10 @@ struct Counting {
     reads: AtomicUsize,
     writes: AtomicUsize,
     down: std::sync::atomic::AtomicBool,
+    /// The next write lands but its answer is lost (`Unavailable`).
+    lose_answer: std::sync::atomic::AtomicBool,
+    /// Writes are refused outright (as a read-only database refuses them).
+    refuse: std::sync::atomic::AtomicBool,
 }
 
 impl Counting {
@@ -54,6 +58,9 @@ impl Journal for Counting {
         // One transaction, no read counted: as a store that inserts
         // only absent keys would.
         self.check()?;
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(JournalError::new(JournalErrorKind::Io, "test", "read-only"));
+        }
         self.writes.fetch_add(1, Ordering::SeqCst);
         let inserted: Vec<bool> = new
             .iter()
@@ -67,6 +74,13 @@ impl Journal for Counting {
                 .map(|(e, _)| JournalWrite::Prepare(e.clone())),
         );
         self.inner.apply(&all)?;
+        if self.lose_answer.swap(false, Ordering::SeqCst) {
+            return Err(JournalError::new(
+                JournalErrorKind::Unavailable,
+                "test",
+                "answer lost",
+            ));
+        }
         Ok(inserted)
     }
     fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
@@ -104,6 +118,7 @@ fn writer(max_records: usize) -> Writer {
         retry_delay: None,
         unavailable_since: None,
         unsure: HashSet::new(),
+        runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
     }
 }
 
@@ -232,6 +247,36 @@ fn an_unavailable_store_retries_the_batch_and_leaves_its_keys_unsure() {
         vec![Ok(&Prepared::Proceed(Prior::default()))]
     );
     assert!(!w.unsure.contains(&key));
+}
+
+/// A prepare's commit landed but its answer was lost; the retry is refused
+/// outright (a read-only database after a failover). The record is there
+/// for a recovery to send: the caller is told the call may have run, never
+/// the refusal's "did not run". A key new to the refused batch keeps the
+/// refusal (nothing of it landed).
+#[test]
+fn a_refused_retry_of_a_commit_whose_answer_was_lost_says_may_have_run() {
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    journal.lose_answer.store(true, Ordering::SeqCst);
+    let err = w
+        .commit(&journal, &[prepare(&key, "a")], &HashMap::new())
+        .err()
+        .expect("the answer was lost");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable);
+    assert!(journal.inner.get(&key).unwrap().is_some(), "it landed");
+    journal.refuse.store(true, Ordering::SeqCst);
+    let fresh = IdempotencyKey::new();
+    let prepares = vec![prepare(&key, "a"), prepare(&fresh, "a")];
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    assert_eq!(
+        decisions(&committed),
+        vec![
+            Err(JournalErrorKind::Unavailable),
+            Err(JournalErrorKind::Io)
+        ]
+    );
 }
 
 /// A "did not run" terminal for a key whose prepare's commit may still

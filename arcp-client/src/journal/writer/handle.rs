@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
@@ -79,6 +79,7 @@ impl JournalHandle {
         journal: Box<dyn Journal>,
         retention: Retention,
         recovery: RecoveryMode,
+        runtime_key_retention: Duration,
         max_in_flight: usize,
     ) -> Result<JournalHandle, Error> {
         let location = journal.location();
@@ -102,6 +103,7 @@ impl JournalHandle {
             retry_delay: None,
             unavailable_since: None,
             unsure: HashSet::new(),
+            runtime_key_retention,
         };
         std::thread::Builder::new()
             .name("arcp-journal".into())

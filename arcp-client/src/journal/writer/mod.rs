@@ -21,6 +21,7 @@
 
 mod batch;
 mod commit;
+mod expiry;
 mod handle;
 mod queue;
 mod state;
@@ -45,6 +46,8 @@ pub(crate) struct JournalSetup {
     source: Option<Source>,
     retention: Retention,
     recovery: RecoveryMode,
+    /// `None`: [`DEFAULT_RUNTIME_KEY_RETENTION`].
+    runtime_key_retention: Option<Duration>,
 }
 
 #[derive(Clone)]
@@ -67,6 +70,7 @@ impl fmt::Debug for JournalSetup {
             .field("source", &source)
             .field("retention", &self.retention)
             .field("recovery", &self.recovery)
+            .field("runtime_key_retention", &self.runtime_key_retention)
             .finish()
     }
 }
@@ -83,6 +87,10 @@ impl JournalSetup {
 
     pub(crate) fn set_retention(&mut self, retention: Retention) {
         self.retention = retention;
+    }
+
+    pub(crate) fn set_runtime_key_retention(&mut self, retention: Duration) {
+        self.runtime_key_retention = Some(retention);
     }
 
     pub(crate) fn set_recovery(&mut self, recovery: RecoveryMode) {
@@ -116,12 +124,18 @@ impl JournalSetup {
             journal,
             self.retention.clone(),
             self.recovery,
+            self.runtime_key_retention
+                .unwrap_or(DEFAULT_RUNTIME_KEY_RETENTION),
             max_in_flight,
         )
         .await?;
         Ok(Some(handle))
     }
 }
+
+/// How long a runtime is assumed to remember a key unless told otherwise:
+/// the Python runtime's default (24 hours).
+pub(crate) const DEFAULT_RUNTIME_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The first wait before retrying a batch the store could not take, and
 /// the longest (the wait doubles in between).

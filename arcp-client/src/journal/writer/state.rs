@@ -30,6 +30,9 @@ pub(super) struct Writer {
     /// terminal for them is never taken as durable. Pruned when the key's
     /// prepare commits, or its call ends (terminal or release).
     pub(super) unsure: HashSet<IdempotencyKey>,
+    /// How long the runtime remembers a key: a record prepared longer ago
+    /// is never sent again (the runtime would run it afresh).
+    pub(super) runtime_key_retention: Duration,
 }
 
 impl Drop for Writer {

@@ -1,0 +1,375 @@
+//! A journal whose commit's answer is lost and whose retry is then
+//! refused, and records older than the runtime's memory of keys: a call is
+//! never told "did not run" when a recovery may still send it, and a key
+//! the runtime forgot is never sent again. Ground truth: arcp-mock's
+//! execution counts.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use arcp_mock::MockRuntime;
+use arcp_sdk::{
+    Client, ClientBuilder, Error, Execution, IdempotencyKey, Journal, JournalEntry, JournalError,
+    JournalErrorKind, JournalOutcome, JournalState, JournalWrite, MemoryJournal, PurgeReport,
+    Retention, RetryPolicy, SqliteJournal,
+};
+use serde_json::{json, Value};
+
+async fn mock(retention: Option<Duration>, work: Duration) -> MockRuntime {
+    let mut builder = MockRuntime::builder().tool("refund", move |args: Value, _ctx| async move {
+        tokio::time::sleep(work).await;
+        Ok(json!({"refunded": args["order"]}))
+    });
+    if let Some(retention) = retention {
+        builder = builder.key_retention(retention);
+    }
+    builder.start().await.expect("mock")
+}
+
+fn builder(url: &str) -> ClientBuilder {
+    Client::builder(url)
+        .handshake_timeout(Duration::from_secs(2))
+        .default_deadline(Duration::from_secs(10))
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(100))
+                .max_attempts(6)
+                .max_elapsed(Duration::from_secs(5))
+                .outcome_poll(Duration::from_millis(50)),
+        )
+}
+
+/// What a test's store does with the next write.
+#[derive(Default)]
+struct Faults {
+    /// The next write that records a call lands, but its answer is lost.
+    lose_answer: AtomicBool,
+    /// Every write is refused outright, as a read-only database refuses it.
+    refuse: AtomicBool,
+}
+
+/// A memory journal that loses a commit's answer, then refuses writes.
+struct LostThenRefused {
+    inner: MemoryJournal,
+    faults: Arc<Faults>,
+}
+
+impl LostThenRefused {
+    fn refused(&self) -> Result<(), JournalError> {
+        if self.faults.refuse.load(Ordering::SeqCst) {
+            return Err(JournalError::new(
+                JournalErrorKind::Io,
+                "test",
+                "cannot execute INSERT in a read-only transaction",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Journal for LostThenRefused {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        self.refused()?;
+        self.inner.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        self.refused()?;
+        let inserted = self.inner.apply_and_insert_new(writes, new)?;
+        if !new.is_empty() && self.faults.lose_answer.swap(false, Ordering::SeqCst) {
+            // Committed, but the answer never arrives; the store then goes
+            // read-only (a failover demoted it).
+            self.faults.refuse.store(true, Ordering::SeqCst);
+            return Err(JournalError::new(
+                JournalErrorKind::Unavailable,
+                "test",
+                "connection closed while committing",
+            ));
+        }
+        Ok(inserted)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+/// The oracle: a call told "did not run" never runs, by recovery or
+/// otherwise.
+async fn recover_all(client: &Client) -> Vec<Result<Value, Error>> {
+    let mut outcomes = Vec::new();
+    for call in client.recover().await.expect("recover") {
+        outcomes.push(call.await.map(|out| out.value));
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn a_lost_commit_answer_then_a_refused_retry_is_not_did_not_run() {
+    let mock = mock(None, Duration::ZERO).await;
+    let faults = Arc::new(Faults::default());
+    faults.lose_answer.store(true, Ordering::SeqCst);
+    let journal = LostThenRefused {
+        inner: MemoryJournal::new(),
+        faults: faults.clone(),
+    };
+    let client = builder(&mock.ws_url())
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let told = client
+        .invoke("refund", json!({"order": 1}))
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .expect_err("the journal refused the call's record");
+    assert_eq!(mock.total_executions(), 0, "nothing was sent");
+    // The store is writable again; a recovery finds the record that landed.
+    faults.refuse.store(false, Ordering::SeqCst);
+    let recovered = recover_all(&client).await;
+    let ran = mock.total_executions();
+    assert!(ran <= 1, "at most once: {ran}");
+    assert_ne!(
+        told.execution(),
+        Execution::NotRun,
+        "the record landed and a recovery may send it ({told}); recovered: {recovered:?}"
+    );
+    client.close().await;
+}
+
+/// A SQLite journal whose file turns read-only (the file system remounted)
+/// after a commit whose answer was lost: the store itself refuses the retry.
+struct SqliteGoingReadOnly {
+    path: PathBuf,
+    inner: Mutex<Option<SqliteJournal>>,
+    lose_answer: Arc<AtomicBool>,
+}
+
+impl SqliteGoingReadOnly {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&SqliteJournal) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        let inner = self.inner.lock().unwrap();
+        f(inner.as_ref().expect("open"))
+    }
+}
+
+impl Journal for SqliteGoingReadOnly {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        self.with(|j| j.apply(writes))
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        let inserted = self.with(|j| j.apply_and_insert_new(writes, new))?;
+        if !new.is_empty() && self.lose_answer.swap(false, Ordering::SeqCst) {
+            let mut inner = self.inner.lock().unwrap();
+            drop(inner.take());
+            *inner = Some(SqliteJournal::open_read_only(&self.path).expect("read-only open"));
+            return Err(JournalError::new(
+                JournalErrorKind::Unavailable,
+                self.path.display().to_string(),
+                "the commit's answer was lost",
+            ));
+        }
+        Ok(inserted)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        self.with(|j| j.get(key))
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.with(|j| j.unfinished(limit))
+    }
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        self.with(|j| j.purge(retention, now))
+    }
+}
+
+#[tokio::test]
+async fn sqlite_a_lost_commit_answer_then_a_read_only_file_is_not_did_not_run() {
+    let mock = mock(None, Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let journal = SqliteGoingReadOnly {
+        path: path.clone(),
+        inner: Mutex::new(Some(SqliteJournal::open(&path).unwrap())),
+        lose_answer: Arc::new(AtomicBool::new(true)),
+    };
+    let client = builder(&mock.ws_url())
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let told = client
+        .invoke("refund", json!({"order": 2}))
+        .deadline(Duration::from_millis(800))
+        .send()
+        .await
+        .expect_err("the journal could not record the call");
+    client.close().await;
+    assert_eq!(mock.total_executions(), 0, "nothing was sent");
+    // The file is writable again; the next process recovers what landed.
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let recovered = recover_all(&client).await;
+    assert_eq!(
+        mock.total_executions(),
+        1,
+        "the landed record was recovered"
+    );
+    assert_ne!(
+        told.execution(),
+        Execution::NotRun,
+        "the record landed and was recovered ({told}); recovered: {recovered:?}"
+    );
+    client.close().await;
+}
+
+/// Leaves one call unfinished in the journal at `path` after the runtime
+/// ran it: its caller gives up at its deadline while the tool works.
+async fn unfinished_call(mock: &MockRuntime, path: &Path) -> IdempotencyKey {
+    let client = builder(&mock.ws_url())
+        .journal_path(path)
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let e = client
+        .invoke("refund", json!({"order": 3}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(100))
+        .send()
+        .await
+        .expect_err("the deadline passes while the tool works");
+    assert_eq!(e.execution(), Execution::MayHaveRun, "{e}");
+    client.close().await;
+    let entry = SqliteJournal::open_read_only(path)
+        .unwrap()
+        .get(&key)
+        .unwrap()
+        .expect("recorded");
+    assert!(!entry.is_terminal(), "left for recovery: {entry:?}");
+    key
+}
+
+#[tokio::test]
+async fn a_record_older_than_the_runtime_key_retention_is_never_re_sent() {
+    let retention = Duration::from_millis(400);
+    let mock = mock(Some(retention), Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = unfinished_call(&mock, &path).await;
+    // The runtime ran it, then forgot the key.
+    tokio::time::sleep(retention + Duration::from_millis(200)).await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .runtime_key_retention(retention)
+        .connect()
+        .await
+        .unwrap();
+    let recovered = recover_all(&client).await;
+    assert!(recovered.is_empty(), "nothing is re-sent: {recovered:?}");
+    let entry = client.lookup(&key).await.unwrap().expect("kept");
+    match &entry.state {
+        JournalState::Terminal(JournalOutcome::OutcomeUnknown { reason, .. }) => {
+            assert!(reason.contains("runtime_key_retention"), "{reason}");
+        }
+        other => panic!("ended outcome unknown, not {other:?}"),
+    }
+    // Re-issued under its key, it is answered, not sent.
+    let again = client
+        .invoke("refund", json!({"order": 3}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .expect_err("outcome unknown");
+    assert!(
+        matches!(again, Error::OutcomeUnavailable { .. }),
+        "{again:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1, "ran once, ever");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_record_within_the_runtime_key_retention_is_recovered() {
+    let mock = mock(Some(Duration::from_secs(60)), Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = unfinished_call(&mock, &path).await;
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .runtime_key_retention(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    let recovered = recover_all(&client).await;
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].as_ref().unwrap()["refunded"], 3);
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+    client.close().await;
+}
+
+#[tokio::test]
+async fn close_during_recovery_keeps_the_record_and_says_may_have_run() {
+    let mock = mock(None, Duration::from_millis(600)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = unfinished_call(&mock, &path).await;
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let mut calls = client.recover().await.unwrap();
+    assert_eq!(calls.len(), 1);
+    let call = tokio::spawn(calls.remove(0));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::timeout(Duration::from_secs(5), client.close())
+        .await
+        .expect("close() returns");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the recovered call ends")
+        .unwrap();
+    if let Err(e) = &outcome {
+        assert_ne!(e.execution(), Execution::NotRun, "{e}");
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1, "ran once");
+    // The record still says what is known: unfinished, or the outcome.
+    let entry = SqliteJournal::open_read_only(&path)
+        .unwrap()
+        .get(&key)
+        .unwrap()
+        .expect("kept");
+    if outcome.is_err() {
+        assert!(
+            !matches!(
+                entry.state,
+                JournalState::Terminal(JournalOutcome::NotAccepted { .. })
+            ),
+            "{entry:?}"
+        );
+    }
+}
