@@ -184,14 +184,13 @@ impl fmt::Debug for TlsSettings {
 }
 
 impl TlsSettings {
-    /// The rustls configuration to connect with, when anything is customised
-    /// (otherwise the WebSocket library's default: the web PKI roots).
+    /// The rustls configuration to connect with: the caller's, else the web
+    /// PKI roots and any extra ones with the SDK's own crypto provider. Never
+    /// left to a library's default, which reads the process-wide provider
+    /// (unset, or ambiguous with two providers compiled in, it panics).
     pub(crate) fn client_config(&self) -> Option<Arc<rustls::ClientConfig>> {
         if let Some(config) = &self.config {
             return Some(config.clone());
-        }
-        if self.extra_roots.is_empty() {
-            return None;
         }
         web_pki_config(&self.extra_roots).map(Arc::new)
     }
