@@ -66,6 +66,8 @@ pub(crate) struct HttpBackend {
     auth: Option<HeaderValue>,
     /// The URL's own credentials, kept out of every message.
     url_secrets: Vec<String>,
+    /// The caller's extra headers ([`crate::ClientBuilder::header`]).
+    headers: Vec<(HeaderName, HeaderValue)>,
     cache: Mutex<OutcomeCache>,
     closed: watch::Sender<bool>,
 }
@@ -91,6 +93,7 @@ impl HttpBackend {
             None => (None, Vec::new()),
         };
         let auth = bearer_header(config.token.as_ref())?.or(url_auth);
+        let headers = crate::credentials::checked_headers(&config)?;
         let setup_failed = |message: String| Error::Connect {
             url: display_uri(&config.url),
             message,
@@ -112,6 +115,7 @@ impl HttpBackend {
             target,
             auth,
             url_secrets,
+            headers,
             cache: Mutex::new(OutcomeCache::new(
                 config.outcome_cache_capacity,
                 config.outcome_cache_ttl,
@@ -330,6 +334,8 @@ struct Call<'a> {
     ladder: Option<Schedule>,
     last_event_seq: Option<u64>,
     dropped_events: u64,
+    /// The token provider's token of the latest attempt.
+    provided: Option<crate::config::Secret>,
 }
 
 impl<'a> Call<'a> {
@@ -365,6 +371,7 @@ impl<'a> Call<'a> {
             ladder: None,
             last_event_seq: None,
             dropped_events: 0,
+            provided: None,
         }
     }
 
@@ -458,6 +465,16 @@ impl<'a> Call<'a> {
     /// Sends the request once: the same intent (its payload encoded once,
     /// so byte-identical) under a fresh envelope id and timestamp.
     async fn attempt(&mut self) -> Next {
+        let provided = match self.provided_auth().await {
+            Ok(header) => header,
+            // Nothing was sent: wait and try again, as for a refused connect.
+            Err(reason) => {
+                return Next::Transient {
+                    floor: None,
+                    reason,
+                }
+            }
+        };
         arcp_types::write_new_message_id_and_timestamp(&mut self.message_id, &mut self.timestamp);
         let mut header = Header::outgoing(&self.message_id, &self.timestamp);
         let mut trace = [0; 32];
@@ -481,8 +498,11 @@ impl<'a> Call<'a> {
             HeaderName::from_static(IDEMPOTENCY_KEY_HEADER),
             self.key_header.clone(),
         );
-        if let Some(auth) = &self.backend.auth {
+        if let Some(auth) = provided.as_ref().or(self.backend.auth.as_ref()) {
             headers.insert(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in &self.backend.headers {
+            headers.insert(name.clone(), value.clone());
         }
         debug!(attempt = self.attempts, request_id = %self.message_id, "request queued");
         // From here until an answer, the request may reach the runtime
@@ -538,8 +558,23 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// With a token provider, a fresh token for this request
+    /// ([`crate::credentials`]), kept to be redacted from what comes back.
+    async fn provided_auth(&mut self) -> Result<Option<HeaderValue>, String> {
+        if self.config().token_provider.is_none() {
+            return Ok(None);
+        }
+        let token = crate::credentials::bearer_token(self.config())
+            .await
+            .map_err(|e| e.to_string())?;
+        let header = bearer_header(token.as_ref()).map_err(|e| e.to_string())?;
+        self.provided = token;
+        Ok(header)
+    }
+
     fn redact(&self, text: String) -> String {
         let mut text = redact(text, self.config().token.as_ref());
+        text = redact(text, self.provided.as_ref());
         for secret in &self.backend.url_secrets {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), "<redacted>");

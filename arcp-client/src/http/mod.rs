@@ -138,7 +138,7 @@ pub(crate) fn build_http_client(
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     redirect: reqwest::redirect::Policy,
 ) -> Result<reqwest::Client, String> {
-    let mut builder = reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .user_agent(user_agent)
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
