@@ -164,6 +164,19 @@ impl fmt::Debug for TokenProvider {
     }
 }
 
+/// Which proxy the client's connections go through.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum ProxyChoice {
+    /// The environment's (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
+    /// `NO_PROXY`), as curl and reqwest read it.
+    #[default]
+    Env,
+    /// None, whatever the environment says.
+    Off,
+    /// This one (its URL may carry credentials).
+    Url(Secret),
+}
+
 /// Removes the bearer token from text a runtime or server sent back (a
 /// careless or hostile one may echo it), so it never reaches errors or logs.
 /// The one redactor of both transports.
@@ -247,6 +260,7 @@ pub(crate) struct Config {
     /// Extra headers on the WebSocket upgrade and on each HTTP request
     /// (values may be credentials: never shown).
     pub(crate) headers: Vec<(String, Secret)>,
+    pub(crate) proxy: ProxyChoice,
     pub(crate) dialect: DialectChoice,
     pub(crate) retry: RetryPolicy,
     /// One TCP connect plus WebSocket upgrade (and TLS).
@@ -289,6 +303,7 @@ impl fmt::Debug for Config {
             .field("token", &self.token)
             .field("token_provider", &self.token_provider)
             .field("headers", &self.headers.len())
+            .field("proxy", &self.proxy)
             .field("dialect", &self.dialect)
             .field("retry", &self.retry)
             .field("connect_timeout", &self.connect_timeout)
@@ -312,6 +327,7 @@ impl Config {
             token: None,
             token_provider: None,
             headers: Vec::new(),
+            proxy: ProxyChoice::Env,
             dialect: DialectChoice::Auto,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),

@@ -113,6 +113,25 @@ impl ClientBuilder {
         self
     }
 
+    /// Connects through this HTTP proxy (`http://[user:password@]host:port`),
+    /// whatever the environment says: `ws://` and `wss://` through a
+    /// `CONNECT` tunnel (TLS end to end), and the HTTP binding as
+    /// [`reqwest`](https://docs.rs/reqwest) would. Without this setting the
+    /// environment's proxy applies: `HTTPS_PROXY` (`wss://`, `https://`),
+    /// `HTTP_PROXY` (`ws://`, `http://`), `ALL_PROXY`, and `NO_PROXY`'s
+    /// exceptions. Only `http://` proxies are supported; another scheme
+    /// fails `connect()` with [`Error::Connect`].
+    pub fn proxy(mut self, url: impl Into<String>) -> Self {
+        self.config.proxy = crate::config::ProxyChoice::Url(Secret(url.into()));
+        self
+    }
+
+    /// Connects directly, ignoring the environment's proxy variables.
+    pub fn no_proxy(mut self) -> Self {
+        self.config.proxy = crate::config::ProxyChoice::Off;
+        self
+    }
+
     /// Which message set to speak (default [`DialectChoice::Auto`]: v1.1,
     /// then legacy if the runtime does not speak v1.1); accepts an
     /// [`arcp_types::Dialect`] too.

@@ -40,7 +40,7 @@ use crate::cache::{
     conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, PlainResult, Settled,
 };
 use crate::classify::{give_up, Ended, Ending, Exposure};
-use crate::config::Config;
+use crate::config::{Config, ProxyChoice};
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
@@ -106,7 +106,11 @@ impl HttpBackend {
             user_agent: format!("{}/{}", config.client_name, config.client_version),
             connect_timeout: config.connect_timeout,
             tls: config.tls.client_config(),
-            proxies: Matcher::from_env(),
+            proxies: match &config.proxy {
+                ProxyChoice::Env => Matcher::from_env(),
+                ProxyChoice::Off => Matcher::builder().build(),
+                ProxyChoice::Url(url) => Matcher::builder().all(url.0.clone()).build(),
+            },
         })
         .map_err(|e| setup_failed(format!("could not set up the HTTP client: {e}")))?;
         Ok(HttpBackend {

@@ -3,7 +3,7 @@
 //! while a write is in progress and never blocks on either.
 //!
 //! ```text
-//!  TcpStream ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── Reader / Writer
+//!  TcpStream (dial.rs; proxy.rs's tunnel) ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── Reader / Writer
 //! ```
 //!
 //! The count below TLS and tungstenite tells the reader when a read took
@@ -147,10 +147,24 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
     })?;
     request.headers_mut().extend(headers);
     let (host, port) = host_and_port(&request).map_err(|e| connect_error(&url, e))?;
+    let secure = request.uri().scheme_str() == Some("wss");
+    let proxy =
+        super::proxy::for_target(&config.proxy, &host, secure).map_err(|message| DialFailure {
+            error: Error::Connect {
+                url: url.clone(),
+                message,
+                retryable: false,
+            },
+            transient: false,
+            floor: None,
+        })?;
     let bytes_read = Arc::new(AtomicU64::new(0));
     let counted = bytes_read.clone();
     let dial = async {
-        let tcp = super::dial::tcp(&host, port, &url).await?;
+        let tcp = match &proxy {
+            Some(proxy) => super::proxy::tunnel(proxy, &host, port, &url).await?,
+            None => super::dial::tcp(&host, port, &url).await?,
+        };
         // Requests are small and latency-bound; with Nagle on, a runtime
         // that writes replies in pieces costs ~40 ms per call.
         tcp.set_nodelay(true)
