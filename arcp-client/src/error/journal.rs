@@ -34,6 +34,11 @@ pub enum JournalErrorKind {
     /// client retries the write while the call's deadline allows, so a
     /// brief outage costs latency, not failures.
     Unavailable,
+    /// The TLS connection to the journal's server failed for good: its
+    /// certificate is not trusted or does not name the host (the
+    /// connection string's `sslmode` and `sslrootcert`), or TLS was
+    /// required and the server does not offer it.
+    Tls,
 }
 
 impl JournalErrorKind {
@@ -49,6 +54,7 @@ impl JournalErrorKind {
             JournalErrorKind::Intent => "JOURNAL_INTENT",
             JournalErrorKind::Fenced => "JOURNAL_FENCED",
             JournalErrorKind::Unavailable => "JOURNAL_UNAVAILABLE",
+            JournalErrorKind::Tls => "JOURNAL_TLS",
         }
     }
 }
@@ -65,6 +71,7 @@ impl fmt::Display for JournalErrorKind {
             JournalErrorKind::Intent => "unusable intent",
             JournalErrorKind::Fenced => "owned by another worker",
             JournalErrorKind::Unavailable => "unavailable",
+            JournalErrorKind::Tls => "TLS failure",
         })
     }
 }
