@@ -82,8 +82,9 @@ impl ClientBuilder {
     /// # async fn run() -> Result<(), arcp_sdk::Error> {
     /// let client = arcp_sdk::Client::builder("wss://runtime.example/arcp")
     ///     .token_provider(|| async {
-    ///         // e.g. read a token file that a sidecar keeps fresh
-    ///         tokio::fs::read_to_string("/run/secrets/arcp-token").await
+    ///         // e.g. a token that a sidecar refreshes in the environment;
+    ///         // any error type converts (here `std::env::VarError`)
+    ///         std::env::var("ARCP_TOKEN")
     ///     })
     ///     .connect()
     ///     .await?;
