@@ -34,6 +34,26 @@ pub(crate) async fn bearer_token(config: &Config) -> Result<Option<Secret>, Erro
     }
 }
 
+/// With a token provider, a fresh token for one HTTP request and its
+/// `Authorization` value (sensitive); `None` without a provider (the fixed
+/// token's header is made once).
+#[cfg(feature = "http")]
+pub(crate) async fn provided_authorization(
+    config: &Config,
+) -> Result<Option<(Secret, HeaderValue)>, Error> {
+    if config.token_provider.is_none() {
+        return Ok(None);
+    }
+    let Some(token) = bearer_token(config).await? else {
+        return Ok(None);
+    };
+    let mut header = HeaderValue::from_str(&format!("Bearer {}", token.0)).map_err(|_| {
+        Error::InvalidCall("the provider's token has characters a header cannot carry".into())
+    })?;
+    header.set_sensitive(true);
+    Ok(Some((token, header)))
+}
+
 /// The extra headers ([`ClientBuilder::header`](crate::ClientBuilder::header)),
 /// each checked, marked sensitive (kept out of `Debug`).
 pub(crate) fn checked_headers(config: &Config) -> Result<Vec<(HeaderName, HeaderValue)>, Error> {

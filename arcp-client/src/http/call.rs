@@ -338,7 +338,8 @@ struct Call<'a> {
     ladder: Option<Schedule>,
     last_event_seq: Option<u64>,
     dropped_events: u64,
-    /// The token provider's token of the latest attempt.
+    /// The token provider's token of the latest attempt (redacted from
+    /// what comes back).
     provided: Option<crate::config::Secret>,
 }
 
@@ -469,16 +470,20 @@ impl<'a> Call<'a> {
     /// Sends the request once: the same intent (its payload encoded once,
     /// so byte-identical) under a fresh envelope id and timestamp.
     async fn attempt(&mut self) -> Next {
-        let provided = match self.provided_auth().await {
-            Ok(header) => header,
+        let provided = match crate::credentials::provided_authorization(self.config()).await {
+            Ok(provided) => provided,
             // Nothing was sent: wait and try again, as for a refused connect.
-            Err(reason) => {
+            Err(e) => {
                 return Next::Transient {
                     floor: None,
-                    reason,
+                    reason: e.to_string(),
                 }
             }
         };
+        let provided = provided.map(|(token, header)| {
+            self.provided = Some(token);
+            header
+        });
         arcp_types::write_new_message_id_and_timestamp(&mut self.message_id, &mut self.timestamp);
         let mut header = Header::outgoing(&self.message_id, &self.timestamp);
         let mut trace = [0; 32];
@@ -560,20 +565,6 @@ impl<'a> Call<'a> {
                 }
             }
         }
-    }
-
-    /// With a token provider, a fresh token for this request
-    /// ([`crate::credentials`]), kept to be redacted from what comes back.
-    async fn provided_auth(&mut self) -> Result<Option<HeaderValue>, String> {
-        if self.config().token_provider.is_none() {
-            return Ok(None);
-        }
-        let token = crate::credentials::bearer_token(self.config())
-            .await
-            .map_err(|e| e.to_string())?;
-        let header = bearer_header(token.as_ref()).map_err(|e| e.to_string())?;
-        self.provided = token;
-        Ok(header)
     }
 
     fn redact(&self, text: String) -> String {
