@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::sync::{Arc, Once};
+use std::sync::Once;
 use std::time::Duration;
 
 use arcp_mock::Dialect;
