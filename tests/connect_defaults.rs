@@ -83,3 +83,37 @@ async fn a_call_to_a_host_that_does_not_exist_ends_at_once() {
     assert_ne!(err.execution(), Execution::Ran, "{err:?}");
     assert_ne!(err.execution(), Execution::MayHaveRun, "{err:?}");
 }
+
+/// The same against the published runtimes: the Python runtime answers
+/// v1.1, the Rust one drops the v1.1 hello and is spoken to in legacy; a
+/// counted call runs once on each, within seconds.
+#[tokio::test]
+async fn the_default_dialect_reaches_each_published_runtime() {
+    use support::peers::{Peer, PeerKind};
+    for (kind, expected) in [
+        (PeerKind::Python, Dialect::V1_1),
+        (PeerKind::Rust, Dialect::Legacy),
+    ] {
+        let peer = Peer::start(kind);
+        let started = Instant::now();
+        let client = Client::builder(peer.url.clone())
+            .bearer_token(peer.token())
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{expected}: {e:?}"));
+        assert_eq!(client.runtime().unwrap().dialect, expected);
+        client
+            .invoke("counter", peer.counter_args(1, 0, "default-dialect"))
+            .deadline(Duration::from_secs(10))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{expected}: {e:?}"));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{expected}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(peer.executions().await, 1, "{expected}");
+        client.close().await;
+    }
+}
