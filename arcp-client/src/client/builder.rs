@@ -70,8 +70,10 @@ impl ClientBuilder {
     /// Gets the bearer token from `provider`, called before each connection
     /// (the first, each reconnect, and once more when the runtime refuses a
     /// token as stale) and before each request of the HTTP binding: for
-    /// credentials that expire. It replaces [`bearer_token`](Self::bearer_token).
-    /// Cache inside the provider if fetching a token is costly.
+    /// credentials that expire. It replaces [`bearer_token`](Self::bearer_token)
+    /// for sessions and calls; artifact fetches (`fetch_artifact`) send only
+    /// a fixed `bearer_token`. Cache inside the provider if fetching a token
+    /// is costly.
     ///
     /// A provider that fails ends nothing at once: the failure
     /// ([`Error::TokenProvider`], with the provider's error as its source)
@@ -121,7 +123,8 @@ impl ClientBuilder {
     /// environment's proxy applies: `HTTPS_PROXY` (`wss://`, `https://`),
     /// `HTTP_PROXY` (`ws://`, `http://`), `ALL_PROXY`, and `NO_PROXY`'s
     /// exceptions. Only `http://` proxies are supported; another scheme
-    /// fails `connect()` with [`Error::Connect`].
+    /// fails `connect()` with [`Error::Connect`]. Artifact fetches
+    /// (`fetch_artifact`) follow the environment's settings alone.
     pub fn proxy(mut self, url: impl Into<String>) -> Self {
         self.config.proxy = crate::config::ProxyChoice::Url(Secret(url.into()));
         self
