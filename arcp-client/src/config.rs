@@ -13,15 +13,17 @@ use arcp_types::Dialect;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum DialectChoice {
-    /// ARCP v1.1 (`session.hello`, `job.submit`, ...). The default.
-    #[default]
+    /// ARCP v1.1 (`session.hello`, `job.submit`, ...).
     V1_1,
     /// The legacy RFC-0001 v2 set (`session.open`, `tool.invoke`, ...) that
     /// the published Rust runtime speaks.
     Legacy,
     /// Try v1.1 first; if the runtime does not understand it (a legacy
     /// runtime drops the connection on an unknown message type), reconnect
-    /// and speak legacy. The choice is kept for the client's lifetime.
+    /// and speak legacy. The choice is kept for the client's lifetime. The
+    /// default (as the CLI's): a fixed dialect the runtime does not speak
+    /// costs the whole connect budget before failing.
+    #[default]
     Auto,
 }
 
@@ -142,6 +144,39 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// What a token provider's future resolves to.
+pub(crate) type TokenResult = Result<String, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The application's token source ([`crate::ClientBuilder::token_provider`]),
+/// called for each connection and each HTTP request.
+#[derive(Clone)]
+pub(crate) struct TokenProvider(
+    pub(crate)  Arc<
+        dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = TokenResult> + Send>>
+            + Send
+            + Sync,
+    >,
+);
+
+impl fmt::Debug for TokenProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<token provider>")
+    }
+}
+
+/// Which proxy the client's connections go through.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum ProxyChoice {
+    /// The environment's (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
+    /// `NO_PROXY`), as curl and reqwest read it.
+    #[default]
+    Env,
+    /// None, whatever the environment says.
+    Off,
+    /// This one (its URL may carry credentials).
+    Url(Secret),
+}
+
 /// Removes the bearer token from text a runtime or server sent back (a
 /// careless or hostile one may echo it), so it never reaches errors or logs.
 /// The one redactor of both transports.
@@ -184,14 +219,13 @@ impl fmt::Debug for TlsSettings {
 }
 
 impl TlsSettings {
-    /// The rustls configuration to connect with, when anything is customised
-    /// (otherwise the WebSocket library's default: the web PKI roots).
+    /// The rustls configuration to connect with: the caller's, else the web
+    /// PKI roots and any extra ones with the SDK's own crypto provider. Never
+    /// left to a library's default, which reads the process-wide provider
+    /// (unset, or ambiguous with two providers compiled in, it panics).
     pub(crate) fn client_config(&self) -> Option<Arc<rustls::ClientConfig>> {
         if let Some(config) = &self.config {
             return Some(config.clone());
-        }
-        if self.extra_roots.is_empty() {
-            return None;
         }
         web_pki_config(&self.extra_roots).map(Arc::new)
     }
@@ -221,6 +255,12 @@ pub(crate) fn web_pki_config(
 pub(crate) struct Config {
     pub(crate) url: String,
     pub(crate) token: Option<Secret>,
+    /// Called for a fresh token on each (re)connect; wins over `token`.
+    pub(crate) token_provider: Option<TokenProvider>,
+    /// Extra headers on the WebSocket upgrade and on each HTTP request
+    /// (values may be credentials: never shown).
+    pub(crate) headers: Vec<(String, Secret)>,
+    pub(crate) proxy: ProxyChoice,
     pub(crate) dialect: DialectChoice,
     pub(crate) retry: RetryPolicy,
     /// One TCP connect plus WebSocket upgrade (and TLS).
@@ -263,6 +303,9 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("url", &shown_url(&self.url))
             .field("token", &self.token)
+            .field("token_provider", &self.token_provider)
+            .field("headers", &self.headers.len())
+            .field("proxy", &self.proxy)
             .field("dialect", &self.dialect)
             .field("retry", &self.retry)
             .field("connect_timeout", &self.connect_timeout)
@@ -284,7 +327,10 @@ impl Config {
         Config {
             url,
             token: None,
-            dialect: DialectChoice::V1_1,
+            token_provider: None,
+            headers: Vec::new(),
+            proxy: ProxyChoice::Env,
+            dialect: DialectChoice::Auto,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),

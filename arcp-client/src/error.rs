@@ -209,6 +209,18 @@ pub enum Error {
         #[source]
         source: Option<ErrorSource>,
     },
+    /// The token provider ([`ClientBuilder::token_provider`](crate::ClientBuilder::token_provider))
+    /// returned an error, so no connection (or HTTP request) was attempted.
+    /// Retried with the reconnect backoff within the call's budget and the
+    /// connect budget, as a failed dial is.
+    #[error("the token provider failed: {message}")]
+    TokenProvider {
+        /// The provider's error, as text.
+        message: String,
+        /// The provider's error itself.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
     /// The session handshake did not complete.
     #[error("the session handshake with {url} failed: {message}")]
     Handshake {
@@ -359,6 +371,7 @@ impl Error {
             | Error::RequestRejected { .. }
             | Error::Unauthenticated { .. }
             | Error::Connect { .. }
+            | Error::TokenProvider { .. }
             | Error::Handshake { .. }
             | Error::InvalidCall(_)
             | Error::ArgumentsEncode { .. }
@@ -379,7 +392,8 @@ impl Error {
             Error::OutcomeUnavailable { permanent, .. } => !permanent,
             Error::RetriesExhausted { .. }
             | Error::DeadlineExceeded { .. }
-            | Error::Interrupted { .. } => true,
+            | Error::Interrupted { .. }
+            | Error::TokenProvider { .. } => true,
             Error::Connect { retryable, .. }
             | Error::Handshake { retryable, .. }
             | Error::ArtifactFetch { retryable, .. } => *retryable,
@@ -470,6 +484,7 @@ impl Error {
             Error::RequestRejected { .. } => "REQUEST_REJECTED".into(),
             Error::Unauthenticated { .. } => "UNAUTHENTICATED".into(),
             Error::Connect { .. } => "CONNECT_FAILED".into(),
+            Error::TokenProvider { .. } => "TOKEN_PROVIDER_FAILED".into(),
             Error::Handshake { .. } => "HANDSHAKE_FAILED".into(),
             Error::InvalidCall(_) => "INVALID_CALL".into(),
             Error::ResultDecode(_) => "RESULT_DECODE_FAILED".into(),

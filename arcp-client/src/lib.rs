@@ -167,6 +167,8 @@ mod classify;
 mod profile;
 mod request;
 mod retry;
+// The bearer token, from where the application keeps it.
+mod credentials;
 // Durable records of calls.
 mod journal;
 // The transports, and the client on top.

@@ -6,6 +6,7 @@ pub(crate) mod link;
 pub(crate) mod mock;
 pub(crate) mod peers;
 pub(crate) mod targets;
+pub(crate) mod tls;
 
 /// Sends the client's tracing output to the test's captured output
 /// (`RUST_LOG=arcp_sdk=debug cargo test -- --nocapture` to see it).

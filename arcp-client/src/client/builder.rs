@@ -67,8 +67,78 @@ impl ClientBuilder {
         self
     }
 
-    /// Which message set to speak (default [`DialectChoice::V1_1`]); accepts
-    /// an [`arcp_types::Dialect`] too.
+    /// Gets the bearer token from `provider`, called before each connection
+    /// (the first, each reconnect, and once more when the runtime refuses a
+    /// token as stale) and before each request of the HTTP binding: for
+    /// credentials that expire. It replaces [`bearer_token`](Self::bearer_token)
+    /// for sessions and calls; artifact fetches (`fetch_artifact`) send only
+    /// a fixed `bearer_token`. Cache inside the provider if fetching a token
+    /// is costly.
+    ///
+    /// A provider that fails ends nothing at once: the failure
+    /// ([`Error::TokenProvider`], with the provider's error as its source)
+    /// is retried as a failed connection is, with the reconnect backoff,
+    /// within the connect budget and each call's deadline.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), arcp_sdk::Error> {
+    /// let client = arcp_sdk::Client::builder("wss://runtime.example/arcp")
+    ///     .token_provider(|| async {
+    ///         // e.g. a token that a sidecar refreshes in the environment;
+    ///         // any error type converts (here `std::env::VarError`)
+    ///         std::env::var("ARCP_TOKEN")
+    ///     })
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn token_provider<F, Fut, E>(mut self, provider: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<String, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.config.token_provider = Some(crate::config::TokenProvider(Arc::new(move || {
+            let token = provider();
+            Box::pin(async move { token.await.map_err(Into::into) })
+        })));
+        self
+    }
+
+    /// Adds a header to the WebSocket upgrade request (API gateways often
+    /// authenticate there) and to each request of the HTTP binding. May be
+    /// called more than once; the values are never logged or shown. An
+    /// invalid name or value fails `connect()` with [`Error::InvalidCall`].
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config
+            .headers
+            .push((name.into(), Secret(value.into())));
+        self
+    }
+
+    /// Connects through this HTTP proxy (`http://[user:password@]host:port`),
+    /// whatever the environment says: `ws://` and `wss://` through a
+    /// `CONNECT` tunnel (TLS end to end), and the HTTP binding as
+    /// [`reqwest`](https://docs.rs/reqwest) would. Without this setting the
+    /// environment's proxy applies: `HTTPS_PROXY` (`wss://`, `https://`),
+    /// `HTTP_PROXY` (`ws://`, `http://`), `ALL_PROXY`, and `NO_PROXY`'s
+    /// exceptions. Only `http://` proxies are supported; another scheme
+    /// fails `connect()` with [`Error::Connect`]. Artifact fetches
+    /// (`fetch_artifact`) follow the environment's settings alone.
+    pub fn proxy(mut self, url: impl Into<String>) -> Self {
+        self.config.proxy = crate::config::ProxyChoice::Url(Secret(url.into()));
+        self
+    }
+
+    /// Connects directly, ignoring the environment's proxy variables.
+    pub fn no_proxy(mut self) -> Self {
+        self.config.proxy = crate::config::ProxyChoice::Off;
+        self
+    }
+
+    /// Which message set to speak (default [`DialectChoice::Auto`]: v1.1,
+    /// then legacy if the runtime does not speak v1.1); accepts an
+    /// [`arcp_types::Dialect`] too.
     pub fn dialect(mut self, dialect: impl Into<DialectChoice>) -> Self {
         self.config.dialect = dialect.into();
         self
@@ -363,6 +433,7 @@ impl ClientBuilder {
     /// then opens the journal (so a failed connect leaves the journal to
     /// the next attempt).
     async fn start(self, wait_ready: bool) -> Result<Client, Error> {
+        crate::credentials::checked_headers(&self.config)?;
         let config = Arc::new(self.config);
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
         let profile = Arc::new(Mutex::new(None));

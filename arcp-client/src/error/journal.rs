@@ -39,6 +39,11 @@ pub enum JournalErrorKind {
     /// writable by its group or others. The message names the file, its
     /// owner and its mode.
     Insecure,
+    /// The TLS connection to the journal's server failed for good: its
+    /// certificate is not trusted or does not name the host (the
+    /// connection string's `sslmode` and `sslrootcert`), or TLS was
+    /// required and the server does not offer it.
+    Tls,
 }
 
 impl JournalErrorKind {
@@ -55,6 +60,7 @@ impl JournalErrorKind {
             JournalErrorKind::Fenced => "JOURNAL_FENCED",
             JournalErrorKind::Unavailable => "JOURNAL_UNAVAILABLE",
             JournalErrorKind::Insecure => "JOURNAL_INSECURE",
+            JournalErrorKind::Tls => "JOURNAL_TLS",
         }
     }
 }
@@ -72,6 +78,7 @@ impl fmt::Display for JournalErrorKind {
             JournalErrorKind::Fenced => "owned by another worker",
             JournalErrorKind::Unavailable => "unavailable",
             JournalErrorKind::Insecure => "not private to its owner",
+            JournalErrorKind::Tls => "TLS failure",
         })
     }
 }

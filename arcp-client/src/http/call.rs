@@ -40,7 +40,7 @@ use crate::cache::{
     conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, PlainResult, Settled,
 };
 use crate::classify::{give_up, Ended, Ending, Exposure};
-use crate::config::Config;
+use crate::config::{Config, ProxyChoice};
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
@@ -66,6 +66,8 @@ pub(crate) struct HttpBackend {
     auth: Option<HeaderValue>,
     /// The URL's own credentials, kept out of every message.
     url_secrets: Vec<String>,
+    /// The caller's extra headers ([`crate::ClientBuilder::header`]).
+    headers: Vec<(HeaderName, HeaderValue)>,
     cache: Mutex<OutcomeCache>,
     closed: watch::Sender<bool>,
 }
@@ -91,6 +93,7 @@ impl HttpBackend {
             None => (None, Vec::new()),
         };
         let auth = bearer_header(config.token.as_ref())?.or(url_auth);
+        let headers = crate::credentials::checked_headers(&config)?;
         let setup_failed = |message: String| Error::Connect {
             url: display_uri(&config.url),
             message,
@@ -104,7 +107,11 @@ impl HttpBackend {
             user_agent: format!("{}/{}", config.client_name, config.client_version),
             connect_timeout: config.connect_timeout,
             tls: config.tls.client_config(),
-            proxies: Matcher::from_env(),
+            proxies: match &config.proxy {
+                ProxyChoice::Env => Matcher::from_env(),
+                ProxyChoice::Off => Matcher::builder().build(),
+                ProxyChoice::Url(url) => Matcher::builder().all(url.0.clone()).build(),
+            },
         })
         .map_err(|e| setup_failed(format!("could not set up the HTTP client: {e}")))?;
         Ok(HttpBackend {
@@ -113,6 +120,7 @@ impl HttpBackend {
             target,
             auth,
             url_secrets,
+            headers,
             cache: Mutex::new(OutcomeCache::new(
                 config.outcome_cache_capacity,
                 config.outcome_cache_ttl,
@@ -331,6 +339,9 @@ struct Call<'a> {
     ladder: Option<Schedule>,
     last_event_seq: Option<u64>,
     dropped_events: u64,
+    /// The token provider's token of the latest attempt (redacted from
+    /// what comes back).
+    provided: Option<crate::config::Secret>,
 }
 
 impl<'a> Call<'a> {
@@ -366,6 +377,7 @@ impl<'a> Call<'a> {
             ladder: None,
             last_event_seq: None,
             dropped_events: 0,
+            provided: None,
         }
     }
 
@@ -459,6 +471,20 @@ impl<'a> Call<'a> {
     /// Sends the request once: the same intent (its payload encoded once,
     /// so byte-identical) under a fresh envelope id and timestamp.
     async fn attempt(&mut self) -> Next {
+        let provided = match crate::credentials::provided_authorization(self.config()).await {
+            Ok(provided) => provided,
+            // Nothing was sent: wait and try again, as for a refused connect.
+            Err(e) => {
+                return Next::Transient {
+                    floor: None,
+                    reason: e.to_string(),
+                }
+            }
+        };
+        let provided = provided.map(|(token, header)| {
+            self.provided = Some(token);
+            header
+        });
         arcp_types::write_new_message_id_and_timestamp(&mut self.message_id, &mut self.timestamp);
         let mut header = Header::outgoing(&self.message_id, &self.timestamp);
         let mut trace = [0; 32];
@@ -482,8 +508,11 @@ impl<'a> Call<'a> {
             HeaderName::from_static(IDEMPOTENCY_KEY_HEADER),
             self.key_header.clone(),
         );
-        if let Some(auth) = &self.backend.auth {
+        if let Some(auth) = provided.as_ref().or(self.backend.auth.as_ref()) {
             headers.insert(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in &self.backend.headers {
+            headers.insert(name.clone(), value.clone());
         }
         debug!(attempt = self.attempts, request_id = %self.message_id, "request queued");
         // From here until an answer, the request may reach the runtime
@@ -542,6 +571,7 @@ impl<'a> Call<'a> {
 
     fn redact(&self, text: String) -> String {
         let mut text = redact(text, self.config().token.as_ref());
+        text = redact(text, self.provided.as_ref());
         for secret in &self.backend.url_secrets {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), "<redacted>");

@@ -146,13 +146,18 @@ pub(crate) fn build_http_client(
         .tcp_nodelay(true)
         .redirect(redirect)
         .pool_idle_timeout(Duration::from_secs(60));
-    if let Some(tls) = tls {
-        builder = builder.use_preconfigured_tls((*tls).clone());
-    }
+    // Always a configuration of our own: reqwest's default reads the
+    // process-wide crypto provider.
+    let tls = match tls {
+        Some(tls) => (*tls).clone(),
+        None => crate::config::web_pki_config(&[])
+            .ok_or_else(|| "TLS: the default protocol versions are unsupported".to_owned())?,
+    };
     if let Some(resolver) = resolver {
         builder = builder.dns_resolver(std::sync::Arc::new(resolver));
     }
     builder
+        .use_preconfigured_tls(tls)
         .build()
         .map_err(|e| format!("could not set up the HTTP client: {}", describe(&e)))
 }

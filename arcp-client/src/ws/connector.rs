@@ -13,7 +13,8 @@ use tracing::{debug, info, warn};
 
 use super::core::{DialFailure, DialPlan, Established};
 use super::transport::{self, Inbound, Reader, Writer};
-use crate::config::{shown_url, Config};
+use crate::config::{redact, shown_url, Config, Secret};
+use crate::credentials;
 use crate::error::Error;
 
 /// Why one handshake did not produce a session.
@@ -47,12 +48,22 @@ pub(crate) async fn dial(
     let mut explicit_refusals = 0;
     let mut resume_refused = None;
     let mut last = String::new();
+    let mut token = credentials::bearer_token(&config)
+        .await
+        .map_err(|e| transient(e, None))?;
+    let mut refreshed = false;
     for &dialect in &plan.dialects {
-        // At most two tries per dialect: a refused resume, then fresh.
-        for _ in 0..2 {
+        // At most three tries per dialect: a refused resume, a token
+        // refused as stale (with a provider), then fresh.
+        for _ in 0..3 {
             let (mut reader, mut writer) = transport::connect(&config).await?;
             let resuming = resume.is_some();
-            match handshake(&config, &mut reader, &mut writer, dialect, resume.clone()).await {
+            let hello = Hello {
+                dialect,
+                resume: resume.clone(),
+                token: token.as_ref(),
+            };
+            match handshake(&config, &mut reader, &mut writer, hello).await {
                 Ok(welcome) => {
                     let est = Established {
                         dialect,
@@ -61,6 +72,16 @@ pub(crate) async fn dial(
                         resume_refused,
                     };
                     return Ok((reader, writer, est));
+                }
+                Err(Refusal::Auth(message)) if config.token_provider.is_some() && !refreshed => {
+                    // The token may have expired since the provider gave
+                    // it: ask once more before calling it refused.
+                    info!(%message, "the runtime refused the token; asking the provider for a fresh one");
+                    refreshed = true;
+                    token = credentials::bearer_token(&config)
+                        .await
+                        .map_err(|e| transient(e, None))?;
+                    last = message;
                 }
                 Err(Refusal::Auth(message)) => {
                     return Err(definitive(Error::Unauthenticated { message }))
@@ -155,16 +176,27 @@ fn transient(error: Error, floor: Option<Duration>) -> DialFailure {
     }
 }
 
+/// What one hello carries.
+struct Hello<'a> {
+    dialect: Dialect,
+    resume: Option<arcp_types::ResumeRequest>,
+    token: Option<&'a Secret>,
+}
+
 async fn handshake(
     config: &Config,
     reader: &mut Reader,
     writer: &mut Writer,
-    dialect: Dialect,
-    resume: Option<arcp_types::ResumeRequest>,
+    hello: Hello<'_>,
 ) -> Result<Welcome, Refusal> {
+    let Hello {
+        dialect,
+        resume,
+        token,
+    } = hello;
     let resuming = resume.is_some();
     let client = PeerInfo::new(config.client_name.clone(), config.client_version.clone());
-    let auth = match &config.token {
+    let auth = match token {
         Some(t) => Auth::bearer(t.0.clone()),
         None => Auth::none(),
     };
@@ -199,7 +231,8 @@ async fn handshake(
             match frame.message {
                 Message::Welcome(welcome) => return Ok(welcome),
                 Message::SessionError(e) | Message::Rejected(e) | Message::Nack(e) => {
-                    let message = config.redact(e.message.clone());
+                    // The provider's token as well as the fixed one.
+                    let message = redact(config.redact(e.message.clone()), token);
                     let text = format!("{}: {message}", e.code);
                     return Err(match e.code {
                         ErrorCode::Unauthenticated => Refusal::Auth(message),

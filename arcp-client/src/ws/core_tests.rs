@@ -46,7 +46,10 @@ struct Harness {
 impl Harness {
     fn new() -> Self {
         let t0 = Instant::now();
-        let config = Arc::new(Config::new("ws://127.0.0.1:9/arcp".into()));
+        // The captured frames are v1.1's: no dialect probe.
+        let mut config = Config::new("ws://127.0.0.1:9/arcp".into());
+        config.dialect = crate::config::DialectChoice::V1_1;
+        let config = Arc::new(config);
         let (events, _) = tokio::sync::broadcast::channel(8);
         let core = Core::new(config, None, Arc::new(Mutex::new(None)), events, t0);
         Harness { core, t0 }

@@ -14,7 +14,8 @@
 //!   invariants: `connection.rs` (the link, the send window), `outbox.rs`,
 //!   `timers.rs`, `attribution.rs` (the request table), `calls.rs`,
 //!   `waiters.rs` (a call's callers), `session.rs`; `assembly.rs`, `ids.rs`.
-//! - `connector.rs`, `transport.rs`, `driver.rs`: the shell; `spin.rs`, when
+//! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
+//!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
 //!   the driver polls instead of sleeping for a lone call's reply.
 //!
 //! `docs/architecture.md` has the state machines, the request table and
@@ -30,11 +31,13 @@ mod connector;
 mod core;
 #[cfg(test)]
 mod core_tests;
+mod dial;
 mod driver;
 mod ids;
 mod inbound;
 mod link;
 mod outbox;
+mod proxy;
 mod session;
 mod spin;
 mod timers;

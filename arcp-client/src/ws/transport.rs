@@ -3,7 +3,7 @@
 //! while a write is in progress and never blocks on either.
 //!
 //! ```text
-//!  TcpStream ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── Reader / Writer
+//!  TcpStream (dial.rs; proxy.rs's tunnel) ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── Reader / Writer
 //! ```
 //!
 //! The count below TLS and tungstenite tells the reader when a read took
@@ -135,21 +135,41 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         .client_config()
         .map(tokio_tungstenite::Connector::Rustls);
     let url = shown_url(&config.url);
-    let request = config
+    let mut request = config
         .url
         .as_str()
         .into_client_request()
         .map_err(|e| connect_error(&url, e))?;
+    let headers = crate::credentials::checked_headers(config).map_err(|error| DialFailure {
+        error,
+        transient: false,
+        floor: None,
+    })?;
+    request.headers_mut().extend(headers);
     let (host, port) = host_and_port(&request).map_err(|e| connect_error(&url, e))?;
+    let secure = request.uri().scheme_str() == Some("wss");
+    let proxy =
+        super::proxy::for_target(&config.proxy, &host, secure).map_err(|message| DialFailure {
+            error: Error::Connect {
+                url: url.clone(),
+                message,
+                retryable: false,
+                source: None,
+            },
+            transient: false,
+            floor: None,
+        })?;
     let bytes_read = Arc::new(AtomicU64::new(0));
     let counted = bytes_read.clone();
-    let dial = async move {
-        let tcp = TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(tungstenite::Error::Io)?;
+    let dial = async {
+        let tcp = match &proxy {
+            Some(proxy) => super::proxy::tunnel(proxy, &host, port, &url).await?,
+            None => super::dial::tcp(&host, port, &url).await?,
+        };
         // Requests are small and latency-bound; with Nagle on, a runtime
         // that writes replies in pieces costs ~40 ms per call.
-        tcp.set_nodelay(true).map_err(tungstenite::Error::Io)?;
+        tcp.set_nodelay(true)
+            .map_err(|e| connect_error(&url, tungstenite::Error::Io(e)))?;
         let socket = quickack_handle(&tcp);
         let tcp = CountedTcp { tcp, read: counted };
         let (ws, _response) = tokio_tungstenite::client_async_tls_with_config(
@@ -158,8 +178,9 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
             Some(ws_config),
             connector,
         )
-        .await?;
-        Ok::<_, tungstenite::Error>((ws, socket))
+        .await
+        .map_err(|e| connect_error(&url, e))?;
+        Ok::<_, DialFailure>((ws, socket))
     };
     let (ws, socket) = tokio::time::timeout(config.connect_timeout, dial)
         .await
@@ -175,8 +196,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
             },
             transient: true,
             floor: None,
-        })?
-        .map_err(|e| connect_error(&url, e))?;
+        })??;
     let (sink, stream) = ws.split();
     let reader = Reader {
         stream,

@@ -289,6 +289,17 @@ impl OwnServer {
     /// Creates and starts the server; `durable`: keep PostgreSQL's default
     /// durability (`fsync`, `synchronous_commit`), for measurements.
     pub(crate) fn start(durable: bool) -> Option<OwnServer> {
+        Self::start_with(durable, None)
+    }
+
+    /// A server whose TCP connections must use TLS (`hostssl` alone in
+    /// `pg_hba.conf`), with this certificate and key (PEM); its Unix
+    /// socket, without TLS, serves [`database_over_socket`](Self::database_over_socket).
+    pub(crate) fn start_tls(cert_pem: &str, key_pem: &str) -> Option<OwnServer> {
+        Self::start_with(false, Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(durable: bool, tls: Option<(&str, &str)>) -> Option<OwnServer> {
         let Some(bin) = find_bin() else {
             if skip_allowed() {
                 return None;
@@ -338,8 +349,69 @@ impl OwnServer {
         );
         let conf_path = server.root.join("data").join("postgresql.auto.conf");
         std::fs::write(&conf_path, conf).expect("write postgresql.auto.conf");
+        if let Some((cert, key)) = tls {
+            server.require_tls(cert, key);
+        }
         server.start_again();
         Some(server)
+    }
+
+    /// TLS on, with `cert` and `key`; TCP connections without it refused.
+    fn require_tls(&self, cert: &str, key: &str) {
+        use std::io::Write as _;
+        use std::os::unix::fs::PermissionsExt as _;
+        let data = self.root.join("data");
+        let write = |name: &str, text: &str| {
+            let path = data.join(name);
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
+            // The server refuses a key others can read.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .expect("chmod 600");
+            if self.as_postgres {
+                let ok = Command::new("chown")
+                    .arg("postgres:")
+                    .arg(&path)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "chown {name} to postgres");
+            }
+        };
+        write("server.crt", cert);
+        write("server.key", key);
+        write(
+            "pg_hba.conf",
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+        );
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.auto.conf"))
+            .expect("open postgresql.auto.conf");
+        conf.write_all(b"ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n")
+            .expect("append the TLS settings");
+    }
+
+    /// Creates database `db` through the Unix socket (no TLS there).
+    pub(crate) async fn database_over_socket(&self, db: &str) {
+        let admin = format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.root.display(),
+            self.port
+        );
+        let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("connect to the test server ({admin}): {e}"));
+        let task = tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {db}: {e}"));
+        drop(client);
+        let _ = task.await;
+    }
+
+    /// The server's TCP port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     fn data(&self) -> String {

@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::atomic::AtomicU32;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 
 use super::schema::migrate;
+use super::tls::{self, RustlsConnect};
 use super::{PostgresJournal, PostgresOptions};
 use crate::journal::{JournalError, JournalErrorKind};
 
@@ -22,7 +22,7 @@ impl PostgresJournal {
     /// be reached, [`JournalErrorKind::Schema`] when the database holds a
     /// newer schema or foreign tables of the same names.
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
-        let journal = Self::build(url, options)?;
+        let (journal, tls_failure) = Self::build(url, options)?;
         let rt = journal.rt().handle().clone();
         let pool = journal.pool.clone();
         let location = journal.location.clone();
@@ -39,30 +39,35 @@ impl PostgresJournal {
                 })
         })
         .await
-        .map_err(|e| JournalError::new(JournalErrorKind::Io, &journal.location, e.to_string()))??;
+        .map_err(|e| JournalError::new(JournalErrorKind::Io, &journal.location, e.to_string()))?
+        .map_err(|e| with_tls_failure(e, &tls_failure, &journal.location))?;
         Ok(journal)
     }
 
     /// [`PostgresJournal::connect`] for blocking code (no async runtime
     /// needed).
     pub fn connect_blocking(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
-        let journal = Self::build(url, options)?;
+        let (journal, tls_failure) = Self::build(url, options)?;
         let timeout = journal_timeout(&journal);
-        journal.run_blocking(async {
-            tokio::time::timeout(timeout, migrate(&journal.pool, &journal.location))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(JournalError::new(
-                        JournalErrorKind::Io,
-                        &journal.location,
-                        format!("no answer from the server within {timeout:?}"),
-                    ))
-                })
-        })?;
+        journal
+            .run_blocking(async {
+                tokio::time::timeout(timeout, migrate(&journal.pool, &journal.location))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(JournalError::new(
+                            JournalErrorKind::Io,
+                            &journal.location,
+                            format!("no answer from the server within {timeout:?}"),
+                        ))
+                    })
+            })
+            .map_err(|e| with_tls_failure(e, &tls_failure, &journal.location))?;
         Ok(journal)
     }
 
-    fn build(url: &str, options: PostgresOptions) -> Result<Self, JournalError> {
+    /// The journal, not yet migrated, and where its TLS connector keeps
+    /// its last handshake failure.
+    fn build(url: &str, options: PostgresOptions) -> Result<(Self, TlsFailure), JournalError> {
         // The fields are public: a renewal that does not come before the
         // lease lapses would hand this worker's calls to the others.
         if options.renew_interval >= options.lease_ttl {
@@ -76,13 +81,21 @@ impl PostgresJournal {
                 ),
             ));
         }
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        let invalid = |e: String| {
             JournalError::new(
                 JournalErrorKind::Io,
                 "postgres",
                 format!("invalid PostgreSQL URL: {e}"),
             )
-        })?;
+        };
+        let (url, tls_settings) = tls::take_settings(url).map_err(invalid)?;
+        let mut config =
+            tokio_postgres::Config::from_str(&url).map_err(|e| invalid(e.to_string()))?;
+        config.ssl_mode(tls_settings.mode.ssl_mode());
+        let tls = tls::client_config(&tls_settings)
+            .map_err(|e| JournalError::new(JournalErrorKind::Tls, "postgres", e))?;
+        let tls = RustlsConnect::new(tls);
+        let tls_failure = tls.last_failure.clone();
         config.connect_timeout(options.connect_timeout);
         config.application_name("arcp-journal");
         // Nothing waits on the database longer than a lease: past it the
@@ -127,7 +140,7 @@ impl PostgresJournal {
         }
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -153,7 +166,7 @@ impl PostgresJournal {
                 )
             })?;
         let round_trip = options.round_trip();
-        Ok(PostgresJournal {
+        let journal = PostgresJournal {
             runtime: Some(runtime),
             pool,
             worker: options.worker_id,
@@ -166,7 +179,24 @@ impl PostgresJournal {
             held: Mutex::new(HashMap::new()),
             fenced: Mutex::new(Vec::new()),
             location,
-        })
+        };
+        Ok((journal, tls_failure))
+    }
+}
+
+/// The last TLS handshake failure of a journal's connections.
+type TlsFailure = Arc<Mutex<Option<String>>>;
+
+/// A failure to open the journal, named as a TLS failure when a TLS
+/// handshake failed (tokio-postgres' own error does not say why).
+fn with_tls_failure(error: JournalError, failure: &TlsFailure, location: &str) -> JournalError {
+    match crate::sync::lock(failure).take() {
+        Some(reason) => JournalError::new(
+            JournalErrorKind::Tls,
+            location,
+            format!("the TLS handshake with the server failed: {reason}"),
+        ),
+        None => error,
     }
 }
 

@@ -21,6 +21,7 @@ mod rows;
 mod schema;
 mod set_wise;
 mod sql;
+mod tls;
 mod writes;
 
 use at_once::rides_at_once;
@@ -78,8 +79,17 @@ use crate::sync::lock;
 /// untouched for `unfinished_ttl` whose lease has lapsed (a live worker's
 /// long call renews its lease, so it is never purged under it).
 ///
-/// No TLS: connect over a Unix socket or a trusted network (the URL's
-/// `sslmode` must not require TLS).
+/// **TLS** (rustls, with the SDK's own crypto provider) as the connection
+/// string's `sslmode` asks, with libpq's meanings: `disable` (never),
+/// `allow` and `prefer` (the default: when the server offers it, the
+/// certificate unchecked), `require` (always; the certificate unchecked
+/// unless `sslrootcert` is given), `verify-ca` (signed by a trusted root),
+/// `verify-full` (that, and naming the host). Trusted roots: the PEM file
+/// `sslrootcert` names, else the web PKI roots (`sslrootcert=system`).
+/// A managed server wants `?sslmode=verify-full&sslrootcert=/path/ca.pem`.
+/// A certificate refused, or TLS required and not offered, fails
+/// `connect` with [`JournalErrorKind::Tls`](crate::JournalErrorKind::Tls).
+/// No client certificates; SCRAM without channel binding.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
