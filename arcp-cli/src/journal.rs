@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 
 use crate::cli::{JournalArgs, JournalCommand};
 use crate::outcome::{EXIT_JOURNAL_LOCKED, EXIT_OK, EXIT_OTHER};
-use crate::output::redact;
+use arcp_sdk::Redactor;
+
+use crate::output::human;
 
 /// Runs one `arcp journal` command; returns the exit status.
 pub(crate) async fn run(args: JournalArgs) -> u8 {
@@ -36,9 +38,17 @@ pub(crate) async fn run(args: JournalArgs) -> u8 {
         JournalCommand::Recover {
             url,
             token,
+            allow_insecure_token,
             dialect,
             json,
-        } => recover(&path, &url, token.as_deref(), dialect.into(), json).await,
+        } => {
+            let server = Server {
+                url: &url,
+                token: token.as_deref(),
+                allow_insecure_token,
+            };
+            recover(&path, server, dialect.into(), json).await
+        }
         JournalCommand::Discard { key, yes } => discard(&path, &key, yes),
         JournalCommand::Purge {
             terminal_ttl,
@@ -149,24 +159,40 @@ fn show(path: &Path, key: &IdempotencyKey, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Where `recover` sends the calls, and with which credential.
+struct Server<'a> {
+    url: &'a str,
+    token: Option<&'a str>,
+    allow_insecure_token: bool,
+}
+
 async fn recover(
     path: &Path,
-    url: &str,
-    token: Option<&str>,
+    server: Server<'_>,
     dialect: arcp_sdk::DialectChoice,
     json: bool,
 ) -> Result<(), Failure> {
-    let mut builder = Client::builder(url).dialect(dialect).journal_path(path);
+    let Server {
+        url,
+        token,
+        allow_insecure_token,
+    } = server;
+    // The URL's credentials and the token are never printed.
+    let redactor = Redactor::new(token, url);
+    let mut builder = Client::builder(url)
+        .dialect(dialect)
+        .journal_path(path)
+        .allow_insecure_token(allow_insecure_token);
     if let Some(token) = token {
         builder = builder.bearer_token(token);
     }
     let client = builder.connect().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(redact(&format!("cannot connect to {url}: {e}"), token)),
+        e => Failure::Other(human(&redactor, &e.to_string())),
     })?;
     let calls = client.recover().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(e.to_string()),
+        e => Failure::Other(human(&redactor, &e.to_string())),
     })?;
     let bar = if json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
@@ -196,23 +222,24 @@ async fn recover(
             Err(e) => json!({
                 "key": key, "status": "error", "code": e.code_name(),
                 "ran": e.execution().as_str(), "job_id": e.job_id(),
-                "message": redact(&e.to_string(), token),
+                "message": redactor.redact(&e.to_string()),
             }),
         };
         if json {
             println!("{line}");
         } else {
+            let key = human(&redactor, &key);
             bar.suspend(|| match &result {
                 Ok(out) => println!(
                     "{key}: ok{} (job {})",
                     if out.replayed { ", replayed" } else { "" },
-                    out.job_id.as_deref().unwrap_or("-")
+                    human(&redactor, out.job_id.as_deref().unwrap_or("-"))
                 ),
                 Err(e) => println!(
                     "{key}: {} ({}): {}",
-                    e.code_name(),
+                    human(&redactor, &e.code_name()),
                     e.execution(),
-                    redact(&e.to_string(), token)
+                    human(&redactor, &e.to_string())
                 ),
             });
         }

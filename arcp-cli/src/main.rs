@@ -67,9 +67,10 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
                 }
             };
             let outcome = invoke::run(&args, arguments, logging).await;
+            let redactor = arcp_sdk::Redactor::new(args.token.as_deref(), &args.url);
             let printer = Printer {
                 json: args.json,
-                token: args.token.as_deref(),
+                redactor: &redactor,
             };
             match printer.print(&outcome) {
                 Ok(()) => outcome.exit_code(),

@@ -83,6 +83,8 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The one redaction path, a leaf that `config` imports.
+mod redact;
 // Leaves: import no other module of the crate (but `sync`, the first).
 mod config;
 mod connection_events;
@@ -96,6 +98,7 @@ mod telemetry;
 // A call's intent and the pure rules.
 mod cache;
 mod classify;
+mod cleartext;
 mod profile;
 mod request;
 mod retry;
@@ -136,6 +139,7 @@ pub use journal::{PostgresJournal, PostgresOptions};
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 pub use profile::RuntimeProfile;
+pub use redact::{escape_control, Redactor};
 /// The TLS library of `wss://` connections, re-exported so that the
 /// `rustls::ClientConfig` given to [`ClientBuilder::tls_config`] comes from
 /// the version this crate uses.

@@ -67,6 +67,43 @@ impl ClientBuilder {
         self
     }
 
+    /// Lets the bearer token (and a URL's own credentials) go out in clear,
+    /// over `ws://` or `http://`, to a host other than this machine. Off by
+    /// default: such a client fails to connect with [`Error::Connect`]
+    /// naming this option, before anything is sent. Loopback hosts
+    /// (`localhost`, `127.0.0.0/8`, `::1`) are always allowed.
+    pub fn allow_insecure_token(mut self, allow: bool) -> Self {
+        self.config.allow_insecure_token = allow;
+        self
+    }
+
+    /// The least heartbeat interval a runtime may negotiate (default 1 s):
+    /// a smaller one (a runtime asking for 1 ms) is raised to this floor.
+    /// [`heartbeat_interval`](Self::heartbeat_interval), the caller's own
+    /// choice, is not subject to it.
+    pub fn min_heartbeat_interval(mut self, d: Duration) -> Self {
+        self.config.min_heartbeat_interval = d;
+        self
+    }
+
+    /// How long a connection must have lived for its loss to reset the
+    /// reconnect backoff (default 1 s). A connection lost sooner backs off
+    /// like a failed dial even if it answered a call, so a runtime that
+    /// accepts and then drops every connection gets no reconnect loop.
+    pub fn min_connection_lifetime(mut self, d: Duration) -> Self {
+        self.config.min_connection_lifetime = d;
+        self
+    }
+
+    /// The most bytes of outcomes (results and errors, as held) the
+    /// outcome cache keeps (default 16 MiB), besides its entry count
+    /// ([`outcome_cache`](Self::outcome_cache)); the oldest go first. An
+    /// outcome larger than this is not cached.
+    pub fn outcome_cache_bytes(mut self, bytes: usize) -> Self {
+        self.config.outcome_cache_bytes = bytes;
+        self
+    }
+
     /// Which message set to speak (default [`DialectChoice::V1_1`]); accepts
     /// an [`arcp_types::Dialect`] too.
     pub fn dialect(mut self, dialect: impl Into<DialectChoice>) -> Self {
@@ -330,6 +367,11 @@ impl ClientBuilder {
     /// the next attempt).
     async fn start(self, wait_ready: bool) -> Result<Client, Error> {
         let config = Arc::new(self.config);
+        crate::cleartext::check_cleartext_credential(
+            &config.url,
+            config.token.is_some() || crate::cleartext::url_has_credentials(&config.url),
+            config.allow_insecure_token,
+        )?;
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
         let profile = Arc::new(Mutex::new(None));
         let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);

@@ -118,6 +118,7 @@ impl Core {
                     .and_then(Value::as_str)
                     .unwrap_or("refused")
                     .to_owned();
+                let reason = self.config.redact(reason);
                 self.on_cancel_reply(header, CancelOutcome::Refused { reason });
             }
             Message::Subscribed(_) => {

@@ -72,6 +72,7 @@ impl Core {
             profile.clone(),
             live,
             window,
+            now,
         )));
         if let Some((ready, _)) = self.ready.take() {
             let _ = ready.send(Ok(profile.clone()));
@@ -240,9 +241,11 @@ impl Core {
         if ours {
             self.drop_reason = Some(reason.clone());
         }
-        // A connection that carried nothing after its handshake: back off
-        // before the next dial; otherwise reconnect at once.
-        let delay = if up.was_useful() {
+        // A connection that carried something after its handshake and lived
+        // at least `min_connection_lifetime`: reconnect at once. Otherwise
+        // back off before the next dial (a runtime that answers once, then
+        // drops every connection, must not get a reconnect loop).
+        let delay = if up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime {
             self.reconnect = None;
             Duration::ZERO
         } else {

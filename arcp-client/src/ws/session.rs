@@ -107,7 +107,10 @@ impl Liveness {
             .and_then(Value::as_u64)
             .map(Duration::from_millis)
             .or(welcome.heartbeat_interval_sec.map(Duration::from_secs))
-            .filter(|d| !d.is_zero() && (profile.sends_ping || profile.answers_ping));
+            .filter(|d| !d.is_zero() && (profile.sends_ping || profile.answers_ping))
+            // The runtime's interval is raised to the floor (a 1 ms one
+            // would ping without pause and call the link dead at once).
+            .map(|d| d.max(config.min_heartbeat_interval));
         let heartbeat = config
             .heartbeat
             .or(negotiated)
