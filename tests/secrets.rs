@@ -310,8 +310,12 @@ async fn nothing_leaks_over(dialect: Wire) {
     shown.push_str(&format!("{failed} {failed:?}\n"));
 
     // A refused cancel.
-    let call = client.invoke("hold", json!({})).send();
+    let call = client
+        .invoke("hold", json!({}))
+        .deadline(Duration::from_secs(2))
+        .send();
     let handle = call.handle();
+    let held = tokio::spawn(call);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let cancelled = handle.cancel().await;
     assert!(
@@ -319,7 +323,7 @@ async fn nothing_leaks_over(dialect: Wire) {
         "{cancelled:?}"
     );
     shown.push_str(&format!("{cancelled:?}\n"));
-    drop(call);
+    held.abort();
 
     // A connection closed under a call, with the token as the reason.
     let key = IdempotencyKey::new();

@@ -102,9 +102,11 @@ fn init_tracing(verbose: u8) -> bool {
         Ok(filter) => (filter, true),
         Err(_) => (EnvFilter::new(default), verbose > 0),
     };
+    // Logs carry runtime text: control characters escaped, so no colours.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| output::TerminalSafe(std::io::stderr()))
+        .with_ansi(false)
         .with_target(false)
         .try_init();
     logging

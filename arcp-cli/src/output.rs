@@ -169,6 +169,22 @@ fn hint(f: &Failure) -> Option<String> {
     })
 }
 
+/// A writer for diagnostics on a terminal: control characters in what is
+/// written (a runtime's text inside a log line) are escaped.
+pub(crate) struct TerminalSafe<W>(pub W);
+
+impl<W: Write> Write for TerminalSafe<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(escape_control(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +197,12 @@ mod tests {
             "bad token <redacted>\\u{1b}]0;owned\\u{7} <redacted>"
         );
         assert_eq!(human(&Redactor::default(), "plain\nline"), "plain\nline");
+    }
+
+    #[test]
+    fn diagnostics_have_their_control_characters_escaped() {
+        let mut out = TerminalSafe(Vec::new());
+        write!(out, "error=\x1b[2J done\n").unwrap();
+        assert_eq!(String::from_utf8(out.0).unwrap(), "error=\\u{1b}[2J done\n");
     }
 }
