@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use arcp_types::{IdempotencyKey, Invoke};
 
 use crate::error::{Error, Execution};
-use crate::outcome::ToolOutput;
+use crate::outcome::{value_bytes, ToolOutput};
 use crate::FastMap;
 
 /// What a call ends with.
@@ -329,18 +329,6 @@ fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>) -> usize {
         Some(Settled::Whole(Err(e))) => std::mem::size_of_val(e) + text(e.job_id()),
     };
     ENTRY_OVERHEAD + key.as_str().len() + outcome
-}
-
-/// A JSON value's bytes: its strings, and a node's worth for every value.
-fn value_bytes(value: &serde_json::Value) -> usize {
-    use serde_json::Value;
-    const NODE: usize = std::mem::size_of::<Value>();
-    NODE + match value {
-        Value::String(s) => s.len(),
-        Value::Array(items) => items.iter().map(value_bytes).sum(),
-        Value::Object(map) => map.iter().map(|(k, v)| k.len() + value_bytes(v)).sum(),
-        _ => 0,
-    }
 }
 
 /// What the cache knows about a key.

@@ -249,6 +249,11 @@ pub(crate) struct Config {
     pub(crate) min_connection_lifetime: Duration,
     /// Total bytes of outcomes the outcome cache keeps.
     pub(crate) outcome_cache_bytes: usize,
+    /// Bytes of frames that may wait for a stalled writer before the link
+    /// is dropped (at least `max_frame_size`).
+    pub(crate) max_outbox_bytes: usize,
+    /// Bytes of events a watched call buffers for its watcher.
+    pub(crate) event_buffer_bytes: usize,
 }
 
 impl fmt::Debug for Config {
@@ -278,6 +283,12 @@ pub(crate) const DEFAULT_MIN_CONNECTION_LIFETIME: Duration = Duration::from_secs
 
 /// Bytes of outcomes the outcome cache keeps, by default (16 MiB).
 pub(crate) const DEFAULT_OUTCOME_CACHE_BYTES: usize = 16 << 20;
+
+/// Bytes of frames that may wait for a stalled writer, by default (32 MiB).
+pub(crate) const DEFAULT_MAX_OUTBOX_BYTES: usize = 32 << 20;
+
+/// Bytes of events a watched call buffers, by default (4 MiB).
+pub(crate) const DEFAULT_EVENT_BUFFER_BYTES: usize = 4 << 20;
 
 /// Largest artifact accepted by default, in bytes.
 pub(crate) const DEFAULT_MAX_ARTIFACT_SIZE: u64 = 64 << 20;
@@ -314,6 +325,8 @@ impl Config {
             min_heartbeat_interval: DEFAULT_MIN_HEARTBEAT,
             min_connection_lifetime: DEFAULT_MIN_CONNECTION_LIFETIME,
             outcome_cache_bytes: DEFAULT_OUTCOME_CACHE_BYTES,
+            max_outbox_bytes: DEFAULT_MAX_OUTBOX_BYTES,
+            event_buffer_bytes: DEFAULT_EVENT_BUFFER_BYTES,
         }
     }
 

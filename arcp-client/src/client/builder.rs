@@ -104,6 +104,27 @@ impl ClientBuilder {
         self
     }
 
+    /// The most bytes of frames that may wait for the connection's writer
+    /// (default 32 MiB, and never less than
+    /// [`max_frame_size`](Self::max_frame_size)). A runtime that stops
+    /// reading while it keeps sending (pings to answer) stalls the writer;
+    /// past this bound the connection is dropped and its calls re-driven,
+    /// with their keys, on a new one.
+    pub fn max_outbox_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_outbox_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of events a watched call buffers for its watcher
+    /// ([`Invocation::events`](crate::Invocation::events); default 4 MiB),
+    /// besides [`event_buffer`](Self::event_buffer)'s count. Events past
+    /// either bound are dropped while the watcher lags (one event is always
+    /// taken into an empty buffer).
+    pub fn event_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.config.event_buffer_bytes = bytes;
+        self
+    }
+
     /// Which message set to speak (default [`DialectChoice::V1_1`]); accepts
     /// an [`arcp_types::Dialect`] too.
     pub fn dialect(mut self, dialect: impl Into<DialectChoice>) -> Self {

@@ -62,6 +62,8 @@ impl Core {
                 warn!(error = %e, "skipping a frame that does not decode");
             }
         }
+        // A frame may have queued an answer (a pong) behind a stalled write.
+        self.check_outbox(now);
     }
 
     /// A decoded frame from the live connection: its header (borrowed from

@@ -216,6 +216,24 @@ impl Core {
         });
     }
 
+    /// Drops the link when the frames waiting for the writer exceed the
+    /// outbox bound (`max_outbox_bytes`, at least one frame's worth): a
+    /// runtime that keeps sending (pings to answer) and stops reading would
+    /// otherwise grow them without end while the write is stalled. The
+    /// calls are re-driven with their keys on a new connection; what was
+    /// handed to the writer may have run, what was not was never sent.
+    pub(crate) fn check_outbox(&mut self, now: Instant) {
+        let bound = self.config.max_outbox_bytes.max(self.config.max_frame_size);
+        let queued = self.outbox.queued_bytes();
+        if queued > bound && matches!(self.link, Link::Up(_)) {
+            let reason = format!(
+                "the runtime stopped reading: {queued} bytes wait to be written, past the \
+                 outbox bound of {bound}"
+            );
+            self.lose(Loss::Network(reason), now, true);
+        }
+    }
+
     /// The connection ended (reported by the driver).
     pub(crate) fn on_lost(&mut self, loss: Loss, now: Instant) {
         self.lose(loss, now, false);
