@@ -202,7 +202,7 @@ mod tests {
     #[test]
     fn diagnostics_have_their_control_characters_escaped() {
         let mut out = TerminalSafe(Vec::new());
-        write!(out, "error=\x1b[2J done\n").unwrap();
+        out.write_all(b"error=\x1b[2J done\n").unwrap();
         assert_eq!(String::from_utf8(out.0).unwrap(), "error=\\u{1b}[2J done\n");
     }
 }
