@@ -483,3 +483,35 @@ fn short_lived_connections_do_not_reset_the_reconnect_backoff() {
     // Full jitter: each wait is uniform up to 100 ms, 200 ms, ... 3.2 s.
     assert!(waited > 200, "waited only {waited} ms across six cuts");
 }
+
+/// A finished call's outcome leaves the cache when its TTL runs out, on
+/// the core's own timer: no later call has to come and look.
+#[test]
+fn cached_outcomes_expire_on_the_cores_timer() {
+    let t0 = Instant::now();
+    let ttl = Duration::from_secs(5);
+    let mut config = Config::new("ws://127.0.0.1:9/arcp".into());
+    config.outcome_cache_ttl = ttl;
+    let (events, _) = tokio::sync::broadcast::channel(8);
+    let core = Core::new(
+        Arc::new(config),
+        None,
+        Arc::new(Mutex::new(None)),
+        events,
+        t0,
+    );
+    let mut h = Harness { core, t0 };
+    let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let submit = h.sent_submit_id(2);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
+    h.feed(captured("job.result", 0), None, "job_1", 4);
+    h.core.hand_out_replies();
+    rx.try_recv().expect("resolved").expect("ok");
+    assert_eq!(h.core.stats().cached_outcomes, 1);
+    let expiry = h.at(4) + ttl;
+    let wake = h.core.poll_timeout().expect("a timer is armed");
+    assert!(wake <= expiry, "the core wakes by the expiry");
+    h.core.handle_timeout(expiry);
+    assert_eq!(h.core.stats().cached_outcomes, 0);
+}
