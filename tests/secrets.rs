@@ -171,9 +171,10 @@ enum Leak {
     /// Closes the connection on the hello, with the token as the close
     /// reason.
     CloseOnHello,
-    /// Serves calls, echoing the token into every string it can: a tool
-    /// error's message and details (`fail`), a refused cancel (`hold`), and
-    /// the close reason of a connection dropped under a call (`drop`).
+    /// Serves calls, echoing the token into every string it can: a frame
+    /// the client cannot decode (after the welcome), a tool error's message
+    /// and details (`fail`), a refused cancel (`hold`), and the close reason
+    /// of a connection dropped under a call (`drop`).
     Serve,
 }
 
@@ -223,6 +224,10 @@ async fn leaky_runtime(dialect: Wire, leak: Leak) -> String {
                             }))
                             .unwrap();
                             out.push(Ws::text(reply(Message::Welcome(welcome), None)));
+                            // A frame the client cannot decode, quoting it.
+                            out.push(Ws::text(format!(
+                                r#"{{"type":"job.event","id":"msg_1","event_seq":"{token}","payload":{{}}}}"#
+                            )));
                         }
                         Message::Invoke(invoke) => {
                             job += 1;

@@ -179,7 +179,7 @@ async fn handshake(
             let frame = match dialect.decode(&text) {
                 Ok(frame) => frame,
                 Err(e) => {
-                    warn!(error = %e, "skipping an undecodable frame during the handshake");
+                    warn!(error = %config.redact(e.to_string()), "skipping an undecodable frame during the handshake");
                     continue;
                 }
             };

@@ -59,7 +59,8 @@ impl Core {
             }
             Err(e) => {
                 self.link.note_inbound(now);
-                warn!(error = %e, "skipping a frame that does not decode");
+                // A decoding error may quote the frame: redacted.
+                warn!(error = %self.config.redact(e.to_string()), "skipping a frame that does not decode");
             }
         }
         // A frame may have queued an answer (a pong) behind a stalled write.

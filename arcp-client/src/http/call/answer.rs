@@ -176,7 +176,7 @@ impl Call<'_> {
         match self.on_text(text, marked) {
             Ok(next) => next,
             Err(e) => {
-                warn!(error = %e, "skipping an NDJSON line that does not decode");
+                warn!(error = %self.redact(e.to_string()), "skipping an NDJSON line that does not decode");
                 None
             }
         }
