@@ -163,6 +163,24 @@ async fn credentials_in_the_url_are_never_printed() {
         .await
         .unwrap();
     assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
+
+    // A credential in the query (`?access_token=`), over both transports:
+    // not in `Debug`, not in the error of a call that cannot connect.
+    for scheme in ["ws", "http"] {
+        let client = Client::builder(format!("{scheme}://{address}/arcp?access_token={PASSWORD}"))
+            .connect_lazy()
+            .await
+            .unwrap();
+        assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
+        let failed = client
+            .invoke("echo", serde_json::json!({}))
+            .deadline(std::time::Duration::from_millis(300))
+            .send()
+            .await
+            .unwrap_err();
+        let shown = format!("{failed} {failed:?}");
+        assert!(!shown.contains(PASSWORD), "{shown}");
+    }
 }
 
 /// What a leaky runtime does with a session.
