@@ -1,15 +1,20 @@
-//! Secrets never leak: the bearer token appears in no `Debug` or `Display`
-//! output, no error message and no tracing output, even when a runtime echoes
-//! it back.
+//! Secrets never leak: the bearer token and the URL's credentials and
+//! query appear in no `Debug` or `Display` output, no error message, no
+//! connection event, no journal record and no tracing output, even when a
+//! runtime echoes them back.
 
 mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use arcp_mock::{Dialect, MockRuntime};
-use arcp_sdk::{Client, Error};
-use arcp_types::{Auth, Dialect as Wire, ErrorCode, ErrorReply, Frame, Message};
+use arcp_sdk::{
+    CancelOutcome, Client, ConnectionEvent, Error, Execution, IdempotencyKey, MemoryJournal,
+};
+use arcp_types::{Accepted, Auth, Dialect as Wire, ErrorCode, ErrorReply, Frame, Message, Welcome};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -158,4 +163,230 @@ async fn credentials_in_the_url_are_never_printed() {
         .await
         .unwrap();
     assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
+
+    // A credential in the query (`?access_token=`), over both transports:
+    // not in `Debug`, not in the error of a call that cannot connect.
+    for scheme in ["ws", "http"] {
+        let client = Client::builder(format!("{scheme}://{address}/arcp?access_token={PASSWORD}"))
+            .connect_lazy()
+            .await
+            .unwrap();
+        assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
+        let failed = client
+            .invoke("echo", serde_json::json!({}))
+            .deadline(std::time::Duration::from_millis(300))
+            .send()
+            .await
+            .unwrap_err();
+        let shown = format!("{failed} {failed:?}");
+        assert!(!shown.contains(PASSWORD), "{shown}");
+    }
+}
+
+/// What a leaky runtime does with a session.
+#[derive(Clone, Copy)]
+enum Leak {
+    /// Closes the connection on the hello, with the token as the close
+    /// reason.
+    CloseOnHello,
+    /// Serves calls, echoing the token into every string it can: a frame
+    /// the client cannot decode (after the welcome), a tool error's message
+    /// and details (`fail`), a refused cancel (`hold`), and the close reason
+    /// of a connection dropped under a call (`drop`).
+    Serve,
+}
+
+/// A runtime that echoes the token it was given into everything it sends.
+async fn leaky_runtime(dialect: Wire, leak: Leak) -> String {
+    use tokio_tungstenite::tungstenite::protocol::{frame::coding::CloseCode, CloseFrame};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/arcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut jobs = 0u32;
+        while let Ok((socket, _)) = listener.accept().await {
+            jobs += 100;
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(socket).await else {
+                    return;
+                };
+                let mut token = String::new();
+                let mut job = jobs;
+                while let Some(Ok(Ws::Text(text))) = ws.next().await {
+                    let Ok(frame) = dialect.decode(text.as_str()) else {
+                        continue;
+                    };
+                    let request = frame.envelope.id.clone();
+                    let reply = |message: Message, job: Option<&str>| {
+                        let mut f = Frame::new(message);
+                        f.envelope.correlation_id = Some(request.clone());
+                        f.envelope.job_id = job.map(str::to_owned);
+                        dialect.encode(&f)
+                    };
+                    let close = |token: &str| {
+                        Ws::Close(Some(CloseFrame {
+                            code: CloseCode::Error,
+                            reason: format!("bad {token}").into(),
+                        }))
+                    };
+                    let mut out = Vec::new();
+                    match frame.message {
+                        Message::Open(open) => {
+                            token = open.auth.token.unwrap_or_default();
+                            if matches!(leak, Leak::CloseOnHello) {
+                                let _ = ws.send(close(&token)).await;
+                                return;
+                            }
+                            let welcome: Welcome = serde_json::from_value(json!({
+                                "session_id": "sess_leaky",
+                                "runtime": {"name": "leaky", "version": "0"}
+                            }))
+                            .unwrap();
+                            out.push(Ws::text(reply(Message::Welcome(welcome), None)));
+                            // A frame the client cannot decode, quoting it.
+                            out.push(Ws::text(format!(
+                                r#"{{"type":"job.event","id":"msg_1","event_seq":"{token}","payload":{{}}}}"#
+                            )));
+                        }
+                        Message::Invoke(invoke) => {
+                            job += 1;
+                            let id = format!("job_{job:026}");
+                            let accepted = Accepted::new(&id).with_request_id(request.clone());
+                            out.push(Ws::text(reply(Message::Accepted(accepted), Some(&id))));
+                            match invoke.tool.as_str() {
+                                "fail" => {
+                                    let e = ErrorReply::new(
+                                        ErrorCode::PermissionDenied,
+                                        format!("{token} may not"),
+                                    )
+                                    .with_details(json!({"token": token, "nested": [token]}));
+                                    out.push(Ws::text(reply(Message::Error(e), Some(&id))));
+                                }
+                                "drop" => out.push(close(&token)),
+                                _ => {}
+                            }
+                        }
+                        Message::Cancel(cancel) => {
+                            let why = format!("{token} may not cancel");
+                            let refusal = if dialect == Wire::Legacy {
+                                Message::CancelRefused(
+                                    json!({"reason": why}).as_object().unwrap().clone(),
+                                )
+                            } else {
+                                Message::Error(
+                                    ErrorReply::new(ErrorCode::PermissionDenied, why)
+                                        .with_request_id(request.clone()),
+                                )
+                            };
+                            out.push(Ws::text(reply(refusal, Some(&cancel.job_id))));
+                        }
+                        _ => {}
+                    }
+                    for message in out {
+                        if ws.send(message).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// Every channel a runtime can put text into, fed by a runtime that echoes
+/// the token: errors (`Display` and `Debug`), a refused cancel, tool-error
+/// details, close reasons (the handshake error, the "connection lost" log,
+/// `ConnectionEvent::Disconnected`), journal records and tracing output.
+async fn nothing_leaks_over(dialect: Wire) {
+    let (logs, _guard) = capture();
+    let query_secret = "query-s3cret-8a1f";
+
+    // A close reason on the hello: the handshake error.
+    let url = leaky_runtime(dialect, Leak::CloseOnHello).await;
+    let err = Client::builder(format!("{url}?access_token={query_secret}"))
+        .bearer_token(TOKEN)
+        .dialect(dialect)
+        .connect_budget(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    let mut shown = format!("{err} {err:?}\n");
+
+    let url = leaky_runtime(dialect, Leak::Serve).await;
+    let client = Client::builder(format!("{url}?access_token={query_secret}"))
+        .bearer_token(TOKEN)
+        .dialect(dialect)
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap();
+    let mut events = client.events();
+    shown.push_str(&format!("{client:?}\n"));
+
+    // A tool error: its message and details.
+    let failed = client.invoke_tool("fail", json!({})).await.unwrap_err();
+    let Error::Tool(tool_error) = &failed else {
+        panic!("{failed:?}");
+    };
+    assert_eq!(tool_error.execution, Execution::Ran);
+    assert!(tool_error.details.is_some(), "details kept, redacted");
+    shown.push_str(&format!("{failed} {failed:?}\n"));
+
+    // A refused cancel.
+    let call = client
+        .invoke("hold", json!({}))
+        .deadline(Duration::from_secs(2))
+        .send();
+    let handle = call.handle();
+    let held = tokio::spawn(call);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cancelled = handle.cancel().await;
+    assert!(
+        matches!(cancelled, CancelOutcome::Refused { .. }),
+        "{cancelled:?}"
+    );
+    shown.push_str(&format!("{cancelled:?}\n"));
+    held.abort();
+
+    // A connection closed under a call, with the token as the reason.
+    let key = IdempotencyKey::new();
+    let dropped = client
+        .invoke("drop", json!({}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(1500))
+        .send()
+        .await
+        .unwrap_err();
+    shown.push_str(&format!("{dropped} {dropped:?}\n"));
+    let record = client.lookup(&key).await.unwrap().expect("journaled");
+    shown.push_str(&format!("{record:?}\n"));
+    let mut disconnects = 0;
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(50), events.next()).await
+    {
+        disconnects += usize::from(matches!(event, ConnectionEvent::Disconnected { .. }));
+        shown.push_str(&format!("{event:?}\n"));
+    }
+    assert!(disconnects >= 1, "{shown}");
+    client.close().await;
+
+    let logs = logs.text();
+    assert!(logs.contains("connection lost"), "tracing was captured");
+    for text in [&shown, &logs] {
+        assert!(text.contains("<redacted>"), "{text}");
+        assert!(!text.contains(TOKEN), "the token leaked:\n{text}");
+        assert!(
+            !text.contains(query_secret),
+            "the URL's query leaked:\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nothing_a_runtime_echoes_leaks_v1_1() {
+    nothing_leaks_over(Wire::V1_1).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nothing_a_runtime_echoes_leaks_legacy() {
+    nothing_leaks_over(Wire::Legacy).await;
 }

@@ -181,6 +181,10 @@ pub(crate) enum JournalCommand {
         /// Bearer token. Never printed. Prefer the ARCP_TOKEN environment variable.
         #[arg(long, value_name = "T", env = "ARCP_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Send the token in clear (ws:// or http://) to a host other than
+        /// this machine.
+        #[arg(long)]
+        allow_insecure_token: bool,
         /// Which ARCP message set to speak.
         #[arg(long, value_enum, value_name = "DIALECT", default_value_t = DialectArg::Auto)]
         dialect: DialectArg,
@@ -230,6 +234,11 @@ pub(crate) struct InvokeArgs {
     /// a flag is visible to other users in the process list.
     #[arg(long, value_name = "T", env = "ARCP_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+
+    /// Send the token in clear (ws:// or http://) to a host other than this
+    /// machine. Without it such a call is refused before anything is sent.
+    #[arg(long)]
+    pub allow_insecure_token: bool,
 
     /// The tool's arguments as JSON (default: {}).
     #[arg(long, value_name = "JSON", value_parser = parse_json, conflicts_with = "args_file")]

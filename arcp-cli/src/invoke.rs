@@ -90,7 +90,8 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
                 .unwrap_or(DEFAULT_CONNECT_BUDGET)
                 .min(deadline),
         )
-        .client_info("arcp-cli", env!("CARGO_PKG_VERSION"));
+        .client_info("arcp-cli", env!("CARGO_PKG_VERSION"))
+        .allow_insecure_token(args.allow_insecure_token);
     if let Some(token) = &args.token {
         builder = builder.bearer_token(token.clone());
     }
@@ -147,7 +148,7 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
     let handle = call.handle();
     let (stop_renderer, stop) = oneshot::channel();
     let renderer =
-        tokio::spawn(EventRenderer::new(args.token.clone(), logging).run(call.events(), stop));
+        tokio::spawn(EventRenderer::new(redactor(args), logging).run(call.events(), stop));
     let result = tokio::select! {
         result = &mut call => Some(result),
         () = &mut interrupted => None,
@@ -169,4 +170,10 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
         )),
         None => CallOutcome::Failed(Failure::interrupted(key.to_string(), handle.job_id())),
     }
+}
+
+/// The secrets this invocation holds (the token, the URL's), scrubbed from
+/// whatever it prints.
+fn redactor(args: &InvokeArgs) -> arcp_sdk::Redactor {
+    arcp_sdk::Redactor::new(args.token.as_deref(), &args.url)
 }

@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 
 use crate::cli::{JournalArgs, JournalCommand};
 use crate::outcome::{EXIT_JOURNAL_LOCKED, EXIT_OK, EXIT_OTHER};
-use crate::output::redact;
+use arcp_sdk::Redactor;
+
+use crate::output::human;
 
 /// Runs one `arcp journal` command; returns the exit status.
 pub(crate) async fn run(args: JournalArgs) -> u8 {
@@ -36,9 +38,17 @@ pub(crate) async fn run(args: JournalArgs) -> u8 {
         JournalCommand::Recover {
             url,
             token,
+            allow_insecure_token,
             dialect,
             json,
-        } => recover(&path, &url, token.as_deref(), dialect.into(), json).await,
+        } => {
+            let server = Server {
+                url: &url,
+                token: token.as_deref(),
+                allow_insecure_token,
+            };
+            recover(&path, server, dialect.into(), json).await
+        }
         JournalCommand::Discard { key, yes } => discard(&path, &key, yes),
         JournalCommand::Purge {
             terminal_ttl,
@@ -149,27 +159,40 @@ fn show(path: &Path, key: &IdempotencyKey, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Where `recover` sends the calls, and with which credential.
+struct Server<'a> {
+    url: &'a str,
+    token: Option<&'a str>,
+    allow_insecure_token: bool,
+}
+
 async fn recover(
     path: &Path,
-    url: &str,
-    token: Option<&str>,
+    server: Server<'_>,
     dialect: arcp_sdk::DialectChoice,
     json: bool,
 ) -> Result<(), Failure> {
-    let mut builder = Client::builder(url).dialect(dialect).journal_path(path);
+    let Server {
+        url,
+        token,
+        allow_insecure_token,
+    } = server;
+    // The URL's credentials and the token are never printed.
+    let redactor = Redactor::new(token, url);
+    let mut builder = Client::builder(url)
+        .dialect(dialect)
+        .journal_path(path)
+        .allow_insecure_token(allow_insecure_token);
     if let Some(token) = token {
         builder = builder.bearer_token(token);
     }
     let client = builder.connect().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(without_url_secrets(
-            url,
-            &redact(&format!("cannot connect to {}: {e}", shown_url(url)), token),
-        )),
+        e => Failure::Other(human(&redactor, &e.to_string())),
     })?;
     let calls = client.recover().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(e.to_string()),
+        e => Failure::Other(human(&redactor, &e.to_string())),
     })?;
     let bar = if json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
@@ -199,23 +222,24 @@ async fn recover(
             Err(e) => json!({
                 "key": key, "status": "error", "code": e.code_name(),
                 "ran": e.execution().as_str(), "job_id": e.job_id(),
-                "message": redact(&e.to_string(), token),
+                "message": redactor.redact(&e.to_string()),
             }),
         };
         if json {
             println!("{line}");
         } else {
+            let key = human(&redactor, &key);
             bar.suspend(|| match &result {
                 Ok(out) => println!(
                     "{key}: ok{} (job {})",
                     if out.replayed { ", replayed" } else { "" },
-                    out.job_id.as_deref().unwrap_or("-")
+                    human(&redactor, out.job_id.as_deref().unwrap_or("-"))
                 ),
                 Err(e) => println!(
                     "{key}: {} ({}): {}",
-                    e.code_name(),
+                    human(&redactor, &e.code_name()),
                     e.execution(),
-                    redact(&e.to_string(), token)
+                    human(&redactor, &e.to_string())
                 ),
             });
         }
@@ -362,75 +386,4 @@ fn unix_secs(at: SystemTime) -> f64 {
     at.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64()
-}
-
-/// `url` as it may be printed: no `user:password@`, and `?<redacted>` for
-/// a query (which may carry a token).
-fn shown_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        let cut = url.find(['?', '#']).unwrap_or(url.len());
-        return url[..cut].to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let host = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    let path_end = tail.find(['?', '#']).unwrap_or(tail.len());
-    let mut shown = format!("{scheme}://{host}{}", &tail[..path_end]);
-    if tail[path_end..].starts_with('?') {
-        shown.push_str("?<redacted>");
-    }
-    shown
-}
-
-/// `message` with the password and query of `url` taken out, wherever an
-/// error may have repeated them.
-fn without_url_secrets(url: &str, message: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let mut secrets = Vec::new();
-    if let Some((user_info, _)) = authority.rsplit_once('@') {
-        if let Some((_, password)) = user_info.split_once(':') {
-            secrets.push(password);
-        }
-    }
-    if let Some(at) = rest.find('?') {
-        let query = &rest[at + 1..];
-        let query = &query[..query.find('#').unwrap_or(query.len())];
-        // The whole query first, then each value an error may show alone.
-        secrets.push(query);
-        secrets.extend(
-            query
-                .split('&')
-                .filter_map(|pair| pair.split_once('='))
-                .map(|(_, v)| v),
-        );
-    }
-    secrets
-        .into_iter()
-        .filter(|s| !s.is_empty())
-        .fold(message.to_owned(), |m, s| m.replace(s, "<redacted>"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn printed_urls_carry_no_credentials_or_query() {
-        assert_eq!(
-            shown_url("ws://user:pw@h:7/arcp?access_token=t#f"),
-            "ws://h:7/arcp?<redacted>"
-        );
-        assert_eq!(shown_url("wss://h/arcp"), "wss://h/arcp");
-        assert_eq!(shown_url("http://u@h"), "http://h");
-        assert_eq!(shown_url("h:7/x?q=1"), "h:7/x");
-        let message = "cannot reach ws://user:pw1@h/?access_token=t1: pw1 t1";
-        let cleaned = without_url_secrets("ws://user:pw1@h/?access_token=t1", message);
-        assert!(
-            !cleaned.contains("pw1") && !cleaned.contains("t1"),
-            "{cleaned}"
-        );
-    }
 }

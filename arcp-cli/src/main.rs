@@ -74,9 +74,10 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
             // A closed stderr must not stop the call.
             let _ = writeln!(std::io::stderr(), "idempotency key: {key}");
             let outcome = invoke::run(&args, arguments, logging).await;
+            let redactor = arcp_sdk::Redactor::new(args.token.as_deref(), &args.url);
             let printer = Printer {
                 json: args.json,
-                token: args.token.as_deref(),
+                redactor: &redactor,
             };
             match printer.print(&outcome) {
                 Ok(()) => outcome.exit_code(),
@@ -108,9 +109,11 @@ fn init_tracing(verbose: u8) -> bool {
         Ok(filter) => (filter, true),
         Err(_) => (EnvFilter::new(default), verbose > 0),
     };
+    // Logs carry runtime text: control characters escaped, so no colours.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| output::TerminalSafe(std::io::stderr()))
+        .with_ansi(false)
         .with_target(false)
         .try_init();
     logging

@@ -1,13 +1,15 @@
 //! Prints a call's outcome: the JSON contract (`--json`) or human-readable
-//! text. Results go to stdout, everything else to stderr, and the bearer
-//! token is scrubbed from every message.
+//! text. Results go to stdout, everything else to stderr, the client's
+//! secrets are scrubbed from every message, and human-mode text has its
+//! terminal control characters escaped (a runtime's strings reach the
+//! terminal).
 
 use std::io::Write;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use arcp_sdk::Execution;
+use arcp_sdk::{escape_control, Execution, Redactor};
 
 use crate::outcome::{CallOutcome, Failure};
 
@@ -39,8 +41,8 @@ struct ErrorJson<'a> {
 pub(crate) struct Printer<'a> {
     /// `--json`: one JSON object on stdout.
     pub json: bool,
-    /// The bearer token, scrubbed from every message.
-    pub token: Option<&'a str>,
+    /// The token and the URL's secrets, scrubbed from every message.
+    pub redactor: &'a Redactor,
 }
 
 impl Printer<'_> {
@@ -92,12 +94,12 @@ impl Printer<'_> {
                 let pretty =
                     serde_json::to_string_pretty(&out.value).map_err(std::io::Error::other)?;
                 let mut stdout = std::io::stdout().lock();
-                writeln!(stdout, "{pretty}")?;
+                writeln!(stdout, "{}", self.human(&pretty))?;
                 stdout.flush()?;
                 eprintln!(
                     "ok: job {}, key {}, {} attempt{}{}",
-                    out.job_id.as_deref().unwrap_or("(unknown)"),
-                    out.key,
+                    self.human(out.job_id.as_deref().unwrap_or("(unknown)")),
+                    self.human(out.key.as_str()),
                     out.attempts,
                     if out.attempts == 1 { "" } else { "s" },
                     if out.replayed {
@@ -109,34 +111,37 @@ impl Printer<'_> {
                 Ok(())
             }
             CallOutcome::Failed(f) => {
-                eprintln!("error: {}: {}", f.code, self.redact(&f.message));
+                eprintln!("error: {}: {}", self.human(&f.code), self.human(&f.message));
                 eprintln!(
                     "  key {}, job {}, {} attempt{}",
-                    f.key,
-                    f.job_id.as_deref().unwrap_or("(none)"),
+                    self.human(&f.key),
+                    self.human(f.job_id.as_deref().unwrap_or("(none)")),
                     f.attempts,
                     if f.attempts == 1 { "" } else { "s" }
                 );
                 if let Some(hint) = hint(f) {
-                    eprintln!("  {hint}");
+                    eprintln!("  {}", self.human(&hint));
                 }
                 Ok(())
             }
         }
     }
 
-    /// The message with every occurrence of the token replaced.
+    /// The message with every secret replaced.
     pub(crate) fn redact(&self, message: &str) -> String {
-        redact(message, self.token)
+        self.redactor.redact(message).into_owned()
+    }
+
+    /// Text for a terminal: redacted, control characters escaped.
+    fn human(&self, text: &str) -> String {
+        human(self.redactor, text)
     }
 }
 
-/// `message` with every occurrence of `token` replaced by `<redacted>`.
-pub(crate) fn redact(message: &str, token: Option<&str>) -> String {
-    match token {
-        Some(t) if !t.is_empty() => message.replace(t, "<redacted>"),
-        _ => message.to_owned(),
-    }
+/// Runtime text fit for a terminal: the client's secrets scrubbed, then
+/// control characters escaped (an escape sequence could rewrite the screen).
+pub(crate) fn human(redactor: &Redactor, text: &str) -> String {
+    escape_control(&redactor.redact(text)).into_owned()
 }
 
 /// What to do next, for the outcomes where that is not obvious.
@@ -164,17 +169,40 @@ fn hint(f: &Failure) -> Option<String> {
     })
 }
 
+/// A writer for diagnostics on a terminal: control characters in what is
+/// written (a runtime's text inside a log line) are escaped.
+pub(crate) struct TerminalSafe<W>(pub W);
+
+impl<W: Write> Write for TerminalSafe<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(escape_control(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_token_is_scrubbed() {
+    fn human_text_is_scrubbed_and_escaped() {
+        let redactor = Redactor::new(Some("s3cret"), "ws://u:pw-91c@h/arcp");
         assert_eq!(
-            redact("bad token s3cret!", Some("s3cret")),
-            "bad token <redacted>!"
+            human(&redactor, "bad token s3cret\x1b]0;owned\x07 pw-91c"),
+            "bad token <redacted>\\u{1b}]0;owned\\u{7} <redacted>"
         );
-        assert_eq!(redact("nothing", Some("")), "nothing");
-        assert_eq!(redact("nothing", None), "nothing");
+        assert_eq!(human(&Redactor::default(), "plain\nline"), "plain\nline");
+    }
+
+    #[test]
+    fn diagnostics_have_their_control_characters_escaped() {
+        let mut out = TerminalSafe(Vec::new());
+        out.write_all(b"error=\x1b[2J done\n").unwrap();
+        assert_eq!(String::from_utf8(out.0).unwrap(), "error=\\u{1b}[2J done\n");
     }
 }

@@ -5,7 +5,9 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use arcp_sdk::{EventBody, Events};
+use arcp_sdk::{EventBody, Events, Redactor};
+
+use crate::output::human;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::oneshot;
 
@@ -18,19 +20,20 @@ pub(crate) struct EventRenderer {
     draw: bool,
     /// Whether the bar has a known length, once styled.
     bounded: Option<bool>,
-    /// The bearer token, scrubbed from log lines.
-    token: Option<String>,
+    /// The client's secrets, scrubbed from every line (whose control
+    /// characters are escaped too: they come from the runtime).
+    redactor: Redactor,
 }
 
 impl EventRenderer {
     /// A renderer that draws the bar when stderr is a terminal, unless
     /// `quiet_bar` (diagnostic logs share stderr and would tear it).
-    pub(crate) fn new(token: Option<String>, quiet_bar: bool) -> Self {
+    pub(crate) fn new(redactor: Redactor, quiet_bar: bool) -> Self {
         EventRenderer {
             bar: None,
             draw: !quiet_bar && std::io::stderr().is_terminal(),
             bounded: None,
-            token,
+            redactor,
         }
     }
 
@@ -61,15 +64,18 @@ impl EventRenderer {
             } => self.progress(current, total, units, message),
             EventBody::Log { level, message } => {
                 let line = format!(
-                    "[{level}] {}",
-                    crate::output::redact(&message, self.token.as_deref())
+                    "[{}] {}",
+                    human(&self.redactor, &level.to_string()),
+                    human(&self.redactor, &message)
                 );
                 self.line(&line);
             }
             EventBody::Metric { name, value, unit } => {
                 let line = format!(
-                    "[metric] {name} = {value}{}",
-                    unit.map(|u| format!(" {u}")).unwrap_or_default()
+                    "[metric] {} = {value}{}",
+                    human(&self.redactor, &name),
+                    unit.map(|u| format!(" {}", human(&self.redactor, &u)))
+                        .unwrap_or_default()
                 );
                 self.line(&line);
             }
@@ -103,7 +109,9 @@ impl EventRenderer {
         let bounded = matches!(total, Some(t) if t > 0.0);
         if self.bounded != Some(bounded) {
             self.bounded = Some(bounded);
-            let units = units.map(|u| format!(" {u}")).unwrap_or_default();
+            let units = units
+                .map(|u| format!(" {}", human(&self.redactor, &u)))
+                .unwrap_or_default();
             let template = if bounded {
                 format!(
                     "{{spinner}} [{{elapsed_precise}}] {{bar:40}} {{pos}}/{{len}}{units} {{msg}}"
@@ -122,7 +130,7 @@ impl EventRenderer {
         }
         bar.set_position(current.max(0.0).round() as u64);
         if let Some(message) = message {
-            bar.set_message(message);
+            bar.set_message(human(&self.redactor, &message));
         }
     }
 

@@ -1,4 +1,6 @@
-//! Terminal outcomes by key: bounded in size and age.
+//! Terminal outcomes by key: bounded in count, in bytes and in age (expired
+//! on the owner's timer, [`OutcomeCache::next_expiry`], not only when the
+//! next call looks).
 //!
 //! Lets a repeated call with a key that already finished in this process
 //! answer at once, even against runtimes that replay only `job.accepted`.
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use arcp_types::{IdempotencyKey, Invoke};
 
 use crate::error::{Error, Execution};
-use crate::outcome::ToolOutput;
+use crate::outcome::{value_bytes, ToolOutput};
 use crate::FastMap;
 
 /// What a call ends with.
@@ -295,6 +297,8 @@ struct Entry {
     /// `None`: the key may be bound to this intent; its outcome is unknown.
     outcome: Option<Settled>,
     stored: Instant,
+    /// What the entry holds, in bytes ([`held_bytes`]).
+    size: usize,
 }
 
 pub(crate) struct OutcomeCache {
@@ -302,6 +306,29 @@ pub(crate) struct OutcomeCache {
     order: VecDeque<(IdempotencyKey, Instant)>,
     capacity: usize,
     ttl: Duration,
+    /// The most bytes the entries may hold together, and what they hold.
+    max_bytes: usize,
+    bytes: usize,
+}
+
+/// What an entry costs besides its strings: the map slot, the order record,
+/// the outcome's own fields.
+const ENTRY_OVERHEAD: usize = 128;
+
+/// An estimate of the bytes an entry holds: its key, and its outcome's
+/// strings and values (a value counted by its text and a few bytes a node).
+fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>) -> usize {
+    let text = |t: Option<&str>| t.map_or(0, str::len);
+    let outcome = match outcome {
+        None => 0,
+        Some(Settled::Plain(plain)) => plain.value_text.len() + text(plain.job_id.as_deref()),
+        Some(Settled::Whole(Ok(out))) => value_bytes(&out.value) + text(out.job_id.as_deref()),
+        Some(Settled::Whole(Err(Error::Tool(e)))) => {
+            e.message.len() + e.details.as_ref().map_or(0, value_bytes) + text(e.job_id.as_deref())
+        }
+        Some(Settled::Whole(Err(e))) => std::mem::size_of_val(e) + text(e.job_id()),
+    };
+    ENTRY_OVERHEAD + key.as_str().len() + outcome
 }
 
 /// What the cache knows about a key.
@@ -324,7 +351,23 @@ impl OutcomeCache {
             order: VecDeque::new(),
             capacity,
             ttl,
+            max_bytes: usize::MAX,
+            bytes: 0,
         }
+    }
+
+    /// The same cache, holding at most `max_bytes` in all.
+    pub(crate) fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// When the oldest entry expires: the owner's timer calls
+    /// [`expire`](Self::expire) then, so an idle client frees its outcomes.
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        self.order
+            .front()
+            .map(|&(_, stored)| crate::retry::saturating_deadline(stored, self.ttl))
     }
 
     pub(crate) fn get(&mut self, key: &IdempotencyKey, fingerprint: u64, now: Instant) -> Cached {
@@ -383,19 +426,35 @@ impl OutcomeCache {
         if outcome.is_none() && self.entries.get(&key).is_some_and(|e| e.outcome.is_some()) {
             return;
         }
-        while self.entries.len() >= self.capacity {
+        let mut outcome = outcome;
+        let mut size = held_bytes(&key, outcome.as_ref());
+        if size > self.max_bytes {
+            // Too large to keep: remember the binding alone, so a repeated
+            // call asks the runtime and never reads as not run.
+            outcome = None;
+            size = held_bytes(&key, None);
+            if size > self.max_bytes {
+                return;
+            }
+        }
+        if let Some(old) = self.entries.remove(&key) {
+            self.bytes -= old.size;
+        }
+        while self.entries.len() >= self.capacity || self.bytes + size > self.max_bytes {
             match self.order.pop_front() {
                 Some((old, stored)) => self.remove_if_stored(old, stored),
                 None => break,
             }
         }
         self.order.push_back((key.clone(), now));
+        self.bytes += size;
         self.entries.insert(
             key,
             Entry {
                 fingerprint,
                 outcome,
                 stored: now,
+                size,
             },
         );
     }
@@ -411,12 +470,13 @@ impl OutcomeCache {
     fn remove_if_stored(&mut self, key: IdempotencyKey, stored: Instant) {
         if let std::collections::hash_map::Entry::Occupied(entry) = self.entries.entry(key) {
             if entry.get().stored == stored {
-                entry.remove();
+                self.bytes -= entry.remove().size;
             }
         }
     }
 
-    fn expire(&mut self, now: Instant) {
+    /// Drops every entry older than the TTL.
+    pub(crate) fn expire(&mut self, now: Instant) {
         while let Some(&(_, stored)) = self.order.front() {
             if now.duration_since(stored) < self.ttl {
                 break;
@@ -436,6 +496,12 @@ impl OutcomeCache {
     /// Outcomes held.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Bytes held ([`held_bytes`] of every entry).
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -638,5 +704,69 @@ mod tests {
         // dropped while a request was out) leaves the outcome as it is.
         cache.remember_binding(key.clone(), 1, now);
         assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
+    }
+
+    fn plain(key: &IdempotencyKey, text: &str) -> Settled {
+        Settled::Plain(PlainResult {
+            value_text: text.into(),
+            job_id: None,
+            key: key.clone(),
+            replayed: false,
+            attempts: 1,
+        })
+    }
+
+    #[test]
+    fn bounded_by_total_bytes_oldest_first() {
+        let big = format!("\"{}\"", "x".repeat(1000));
+        let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
+        let per_entry = held_bytes(&keys[0], Some(&plain(&keys[0], &big)));
+        // Room for two such entries, not three.
+        let bound = 2 * per_entry + 10;
+        let mut cache = OutcomeCache::new(100, Duration::from_secs(60)).with_max_bytes(bound);
+        let t0 = Instant::now();
+        for (i, key) in keys.iter().enumerate() {
+            let at = t0 + Duration::from_millis(i as u64);
+            cache.insert(key.clone(), 1, &plain(key, &big), at);
+        }
+        assert_eq!(cache.len(), 2);
+        assert!(cache.bytes() <= bound);
+        assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
+        assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
+        // Replacing an entry counts its bytes once.
+        let small = plain(&keys[2], "1");
+        cache.insert(keys[2].clone(), 1, &small, t0);
+        assert_eq!(cache.len(), 2);
+        assert_eq!(
+            cache.bytes(),
+            per_entry + held_bytes(&keys[2], Some(&small))
+        );
+    }
+
+    #[test]
+    fn an_outcome_larger_than_the_bound_keeps_only_the_binding() {
+        let mut cache = OutcomeCache::new(100, Duration::from_secs(60)).with_max_bytes(1024);
+        let key = IdempotencyKey::new();
+        let huge = format!("\"{}\"", "x".repeat(4096));
+        let t0 = Instant::now();
+        cache.insert(key.clone(), 1, &plain(&key, &huge), t0);
+        assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
+        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
+        assert!(cache.bytes() < 1024);
+    }
+
+    #[test]
+    fn expiry_is_due_on_a_timer_and_frees_the_bytes() {
+        let ttl = Duration::from_secs(10);
+        let mut cache = OutcomeCache::new(100, ttl);
+        assert_eq!(cache.next_expiry(), None);
+        let key = IdempotencyKey::new();
+        let t0 = Instant::now();
+        cache.insert(key.clone(), 1, &plain(&key, "1"), t0);
+        assert_eq!(cache.next_expiry(), Some(t0 + ttl));
+        cache.expire(t0 + ttl);
+        assert_eq!(cache.len(), 0);
+        assert_eq!(cache.bytes(), 0);
+        assert_eq!(cache.next_expiry(), None);
     }
 }

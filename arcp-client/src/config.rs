@@ -1,13 +1,15 @@
 //! The client's configuration: every knob of [`crate::ClientBuilder`], with
 //! its default, in one immutable value shared by both transports.
 //!
-//! A leaf: imports no other module of the crate.
+//! Imports only the redactor (a leaf).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arcp_types::Dialect;
+
+use crate::redact::Redactor;
 
 /// Which ARCP message set to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -177,29 +179,12 @@ pub(crate) enum ProxyChoice {
     Url(Secret),
 }
 
-/// Removes the bearer token from text a runtime or server sent back (a
-/// careless or hostile one may echo it), so it never reaches errors or logs.
-/// The one redactor of both transports.
-pub(crate) fn redact(text: String, token: Option<&Secret>) -> String {
-    match token {
-        Some(t) if !t.0.is_empty() && text.contains(t.0.as_str()) => {
-            text.replace(t.0.as_str(), "<redacted>")
-        }
-        _ => text,
-    }
-}
+pub(crate) use crate::redact::shown_url;
 
-/// `url` fit for messages and `Debug`: without the user info a URL may
-/// carry (`scheme://user:password@host/...`), which is a credential.
-pub(crate) fn shown_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
+/// A redactor of the token alone (for a fetch that has no runtime URL).
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) fn redact_token(token: Option<&Secret>) -> Redactor {
+    Redactor::new(token.map(|t| t.0.as_str()), "")
 }
 
 /// TLS settings for `wss://` and `https://`.
@@ -295,6 +280,22 @@ pub(crate) struct Config {
     pub(crate) max_artifact_size: u64,
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) allow_link_local_artifacts: bool,
+    /// Whether a credential may go out in clear to a host other than this
+    /// machine (`crate::cleartext`).
+    pub(crate) allow_insecure_token: bool,
+    /// The least heartbeat interval a runtime may set (a smaller one is
+    /// raised to it).
+    pub(crate) min_heartbeat_interval: Duration,
+    /// A connection lost sooner than this after its handshake does not
+    /// reset the reconnect backoff, however useful it was.
+    pub(crate) min_connection_lifetime: Duration,
+    /// Total bytes of outcomes the outcome cache keeps.
+    pub(crate) outcome_cache_bytes: usize,
+    /// Bytes of frames that may wait for a stalled writer before the link
+    /// is dropped (at least `max_frame_size`).
+    pub(crate) max_outbox_bytes: usize,
+    /// Bytes of events a watched call buffers for its watcher.
+    pub(crate) event_buffer_bytes: usize,
 }
 
 impl fmt::Debug for Config {
@@ -317,6 +318,22 @@ impl fmt::Debug for Config {
             .finish_non_exhaustive()
     }
 }
+
+/// The least heartbeat interval a runtime may negotiate, by default.
+pub(crate) const DEFAULT_MIN_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How long a connection must live to reset the reconnect backoff, by
+/// default.
+pub(crate) const DEFAULT_MIN_CONNECTION_LIFETIME: Duration = Duration::from_millis(200);
+
+/// Bytes of outcomes the outcome cache keeps, by default (16 MiB).
+pub(crate) const DEFAULT_OUTCOME_CACHE_BYTES: usize = 16 << 20;
+
+/// Bytes of frames that may wait for a stalled writer, by default (32 MiB).
+pub(crate) const DEFAULT_MAX_OUTBOX_BYTES: usize = 32 << 20;
+
+/// Bytes of events a watched call buffers, by default (4 MiB).
+pub(crate) const DEFAULT_EVENT_BUFFER_BYTES: usize = 4 << 20;
 
 /// Largest artifact accepted by default, in bytes.
 pub(crate) const DEFAULT_MAX_ARTIFACT_SIZE: u64 = 64 << 20;
@@ -353,12 +370,24 @@ impl Config {
             max_result_size: 64 << 20,
             max_artifact_size: DEFAULT_MAX_ARTIFACT_SIZE,
             allow_link_local_artifacts: false,
+            allow_insecure_token: false,
+            min_heartbeat_interval: DEFAULT_MIN_HEARTBEAT,
+            min_connection_lifetime: DEFAULT_MIN_CONNECTION_LIFETIME,
+            outcome_cache_bytes: DEFAULT_OUTCOME_CACHE_BYTES,
+            max_outbox_bytes: DEFAULT_MAX_OUTBOX_BYTES,
+            event_buffer_bytes: DEFAULT_EVENT_BUFFER_BYTES,
         }
     }
 
-    /// Removes the bearer token from text a runtime sent back ([`redact`]).
+    /// The one redactor of both transports: the token and the URL's own
+    /// secrets ([`Redactor`]).
+    pub(crate) fn redactor(&self) -> Redactor {
+        Redactor::new(self.token.as_ref().map(|t| t.0.as_str()), &self.url)
+    }
+
+    /// Removes every secret from text a runtime sent back ([`Redactor`]).
     pub(crate) fn redact(&self, text: String) -> String {
-        redact(text, self.token.as_ref())
+        self.redactor().redact_owned(text)
     }
 }
 
@@ -384,18 +413,5 @@ mod url_tests {
         assert!(!is_http_url("wss://example.com"));
         assert!(!is_http_url("htt"));
         assert!(!is_http_url("é"));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown_url;
-
-    #[test]
-    fn a_shown_url_has_no_user_info() {
-        assert_eq!(shown_url("wss://u:p@h:1/arcp?x=1"), "wss://h:1/arcp?x=1");
-        assert_eq!(shown_url("http://u@h/a@b"), "http://h/a@b");
-        assert_eq!(shown_url("ws://h/arcp"), "ws://h/arcp");
-        assert_eq!(shown_url("not a url"), "not a url");
     }
 }

@@ -17,7 +17,7 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::journal::JournalEntry;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
-use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
+use crate::request::{CallRequest, CallShared, EventBytes, EventsEnd, TraceId};
 #[cfg(doc)]
 use crate::{Journal, RecoveryMode};
 
@@ -419,10 +419,13 @@ impl<Out> Invocation<Out> {
     /// ends when the call ends. If it is not drained, events beyond the
     /// client's `event_buffer` are dropped (the call itself never blocks).
     pub fn events(&mut self) -> Events {
-        let capacity = self.handle.client.config().event_buffer;
-        Events {
-            rx: self.handle.shared.watch(capacity),
-        }
+        let config = self.handle.client.config();
+        let (rx, held) = self
+            .handle
+            .shared
+            .watch(config.event_buffer, config.event_buffer_bytes)
+            .unzip();
+        Events { rx, held }
     }
 
     /// The call's idempotency key (`None` only if the key given was invalid).
@@ -509,25 +512,32 @@ impl<Out> Future for Invocation<Out> {
 #[derive(Debug)]
 pub struct Events {
     rx: Option<mpsc::Receiver<InvocationEvent>>,
+    /// The bytes buffered, which a received event frees.
+    held: Option<EventBytes>,
 }
 
 impl Events {
     /// The next event, or `None` once the call has ended.
     pub async fn next(&mut self) -> Option<InvocationEvent> {
-        match &mut self.rx {
-            Some(rx) => rx.recv().await,
-            None => None,
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<InvocationEvent>> {
+        let Some(rx) = &mut self.rx else {
+            return Poll::Ready(None);
+        };
+        let polled = rx.poll_recv(cx);
+        if let (Poll::Ready(Some(event)), Some(held)) = (&polled, &self.held) {
+            held.received(event);
         }
+        polled
     }
 }
 
 impl futures_util::Stream for Events {
     type Item = InvocationEvent;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match &mut self.rx {
-            Some(rx) => rx.poll_recv(cx),
-            None => Poll::Ready(None),
-        }
+        self.poll_event(cx)
     }
 }
 

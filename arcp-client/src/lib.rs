@@ -151,6 +151,8 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The one redaction path, a leaf that `config` imports.
+mod redact;
 // Leaves: import no other module of the crate (but `sync`, the first).
 mod config;
 mod connection_events;
@@ -164,6 +166,7 @@ mod telemetry;
 // A call's intent and the pure rules.
 mod cache;
 mod classify;
+mod cleartext;
 mod profile;
 mod request;
 mod retry;
@@ -206,6 +209,7 @@ pub use journal::{PostgresJournal, PostgresOptions};
 pub use journal::{SqliteJournal, SqliteOptions, Synchronous};
 pub use outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 pub use profile::RuntimeProfile;
+pub use redact::{escape_control, Redactor};
 /// The TLS library of `wss://` and `https://` connections, re-exported so that the
 /// `rustls::ClientConfig` given to [`ClientBuilder::tls_config`] comes from
 /// the version this crate uses.

@@ -113,6 +113,33 @@ impl InvocationEvent {
     pub fn typed(&self) -> EventBody {
         self.event.typed()
     }
+
+    /// An estimate of the bytes the event holds, for the byte bound of a
+    /// watcher's buffer.
+    pub(crate) fn held_bytes(&self) -> usize {
+        let e = &self.event;
+        std::mem::size_of::<Self>()
+            + e.kind.len()
+            + e.ts.as_ref().map_or(0, String::len)
+            + value_bytes(&e.body)
+            + e.extra
+                .iter()
+                .map(|(k, v)| k.len() + value_bytes(v))
+                .sum::<usize>()
+    }
+}
+
+/// An estimate of a JSON value's bytes: its strings, and a node's worth
+/// for every value.
+pub(crate) fn value_bytes(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    const NODE: usize = std::mem::size_of::<Value>();
+    NODE + match value {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(value_bytes).sum(),
+        Value::Object(map) => map.iter().map(|(k, v)| k.len() + value_bytes(v)).sum(),
+        _ => 0,
+    }
 }
 
 /// What became of a cancel request. Dispatch and acknowledgement are

@@ -181,8 +181,29 @@ pub(crate) struct CallShared {
 enum EventSlot {
     #[default]
     Unwatched,
-    Watched(mpsc::Sender<InvocationEvent>),
+    Watched(EventSender),
     Ended,
+}
+
+/// A watcher's buffer: bounded in events by the channel, and in bytes by
+/// `held` (shared with the receiving end, [`EventBytes`]).
+#[derive(Debug)]
+struct EventSender {
+    tx: mpsc::Sender<InvocationEvent>,
+    held: EventBytes,
+    max_bytes: usize,
+}
+
+/// The bytes of the events buffered for a watcher: added when one is
+/// buffered, taken off when the watcher receives it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EventBytes(Arc<std::sync::atomic::AtomicUsize>);
+
+impl EventBytes {
+    /// The watcher received `event`.
+    pub(crate) fn received(&self, event: &InvocationEvent) {
+        self.0.fetch_sub(event.held_bytes(), Ordering::AcqRel);
+    }
 }
 
 impl CallShared {
@@ -265,13 +286,24 @@ impl CallShared {
     }
 
     /// Starts watching the call's events, unless it already ended.
-    pub(crate) fn watch(&self, capacity: usize) -> Option<mpsc::Receiver<InvocationEvent>> {
+    /// The buffer holds at most `capacity` events and `max_bytes` of them
+    /// (one event whatever its size, when the buffer is empty).
+    pub(crate) fn watch(
+        &self,
+        capacity: usize,
+        max_bytes: usize,
+    ) -> Option<(mpsc::Receiver<InvocationEvent>, EventBytes)> {
         let mut slot = lock(&self.events);
         match *slot {
             EventSlot::Unwatched => {
                 let (tx, rx) = mpsc::channel(capacity);
-                *slot = EventSlot::Watched(tx);
-                Some(rx)
+                let held = EventBytes::default();
+                *slot = EventSlot::Watched(EventSender {
+                    tx,
+                    held: held.clone(),
+                    max_bytes,
+                });
+                Some((rx, held))
             }
             EventSlot::Watched(_) | EventSlot::Ended => None,
         }
@@ -289,10 +321,21 @@ impl CallShared {
         let slot = lock(&self.events);
         match &*slot {
             // Copied only for a watcher: most calls' events are not watched.
-            EventSlot::Watched(tx) => !matches!(
-                tx.try_send(event.clone()),
-                Err(mpsc::error::TrySendError::Full(_))
-            ),
+            EventSlot::Watched(sender) => {
+                let size = event.held_bytes();
+                let before = sender.held.0.fetch_add(size, Ordering::AcqRel);
+                if before > 0 && before + size > sender.max_bytes {
+                    sender.held.0.fetch_sub(size, Ordering::AcqRel);
+                    return false;
+                }
+                match sender.tx.try_send(event.clone()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        sender.held.0.fetch_sub(size, Ordering::AcqRel);
+                        !matches!(e, mpsc::error::TrySendError::Full(_))
+                    }
+                }
+            }
             _ => true,
         }
     }
@@ -477,5 +520,28 @@ mod tests {
             let header = arcp_types::Header::outgoing("msg_1", "2026-01-01T00:00:00.000000Z");
             assert_eq!(encoded.frame_with(&header), direct.frame_with(&header));
         }
+    }
+
+    /// A watcher that lags holds at most the byte bound of events (one
+    /// event always fits an empty buffer), and what it receives frees room.
+    #[test]
+    fn a_lagging_watcher_buffers_events_up_to_the_byte_bound() {
+        let event = |n: usize| InvocationEvent {
+            event_seq: Some(n as u64),
+            event: arcp_types::JobEvent::new("log", json!({"message": "x".repeat(600)})),
+        };
+        let size = event(0).held_bytes();
+        let shared = CallShared::default();
+        let (mut rx, held) = shared.watch(100, size + size / 2).unwrap();
+        assert!(shared.deliver(&event(1)));
+        assert!(!shared.deliver(&event(2)), "past the byte bound: dropped");
+        let first = rx.try_recv().unwrap();
+        held.received(&first);
+        assert!(shared.deliver(&event(3)), "room again");
+        // A single event larger than the bound still reaches an empty buffer.
+        let tiny = CallShared::default();
+        let (_rx2, _h2) = tiny.watch(100, 10).unwrap();
+        assert!(tiny.deliver(&event(4)));
+        assert!(!tiny.deliver(&event(5)));
     }
 }

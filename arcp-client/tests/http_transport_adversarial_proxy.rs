@@ -66,6 +66,7 @@ async fn url_credentials_stay_off_the_request_line_through_a_proxy() {
     let (address, _, heads) = proxy(reply).await;
     std::env::set_var("HTTP_PROXY", format!("http://{address}"));
     let c = client("http://user:pw@runtime.invalid:8080/v1/arcp")
+        .allow_insecure_token(true)
         .connect()
         .await
         .unwrap();
@@ -129,6 +130,7 @@ async fn a_dead_proxy_is_named_in_the_error() {
     std::env::set_var("HTTP_PROXY", format!("http://{address}"));
     // The deadline first.
     let c = client("http://runtime.invalid:8080/v1/arcp")
+        .allow_insecure_token(true)
         .connect()
         .await
         .unwrap();
@@ -143,6 +145,7 @@ async fn a_dead_proxy_is_named_in_the_error() {
     assert_eq!(deadline.execution(), Execution::NotRun, "{deadline:?}");
     // The retry budget first.
     let c = client("http://runtime.invalid:8080/v1/arcp")
+        .allow_insecure_token(true)
         .retry(
             RetryPolicy::exponential()
                 .initial_delay(Duration::from_millis(5))

@@ -355,3 +355,43 @@ fn mock_serve_stops_on_sigterm_and_sigint() {
         assert!(status.success(), "{signal}: {status:?}");
     }
 }
+
+/// A runtime's text that echoes the token, the URL's query secret and
+/// terminal escape sequences: the token and the query appear in neither
+/// mode's output (diagnostics included), and human mode writes no raw
+/// control character.
+#[test]
+fn echoed_secrets_and_escape_sequences_never_reach_the_terminal() {
+    let token = "echoed-token-5e1d";
+    let query_secret = "query-s3cret-77ab";
+    let mock = MockServe::start(&["--token", token]);
+    let url = format!("{}?access_token={query_secret}", mock.url);
+    let message = format!("denied {token} {query_secret} \x1b]0;owned\x07\x1b[2J\u{9b}31m");
+    let args = json!({"code": "PERMISSION_DENIED", "message": message}).to_string();
+    for json_mode in [false, true] {
+        let mut cmd = arcp(["invoke", "fail", "--url", &url, "--args", &args, "-vv"]);
+        if json_mode {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .env("ARCP_TOKEN", token)
+            .assert()
+            .code(2)
+            .get_output()
+            .clone();
+        let all = String::from_utf8_lossy(&[out.stdout.clone(), out.stderr.clone()].concat())
+            .into_owned();
+        assert!(all.contains("PERMISSION_DENIED"), "{all}");
+        assert!(all.contains("<redacted>"), "{all}");
+        assert!(!all.contains(token), "token printed:\n{all}");
+        assert!(!all.contains(query_secret), "URL query printed:\n{all}");
+        if !json_mode {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !stderr.contains(['\x1b', '\x07', '\u{9b}']),
+                "a control character reached the terminal:\n{stderr:?}"
+            );
+            assert!(stderr.contains("\\u{1b}]0;owned"), "{stderr:?}");
+        }
+    }
+}

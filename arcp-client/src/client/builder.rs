@@ -136,6 +136,67 @@ impl ClientBuilder {
         self
     }
 
+    /// Lets the bearer token (and a URL's own credentials) go out in clear,
+    /// over `ws://` or `http://`, to a host other than this machine. Off by
+    /// default: such a client fails to connect with [`Error::Connect`]
+    /// naming this option, before anything is sent. Loopback hosts
+    /// (`localhost`, `127.0.0.0/8`, `::1`) are always allowed.
+    pub fn allow_insecure_token(mut self, allow: bool) -> Self {
+        self.config.allow_insecure_token = allow;
+        self
+    }
+
+    /// The least heartbeat interval a runtime may negotiate (default 1 s):
+    /// a smaller one (a runtime asking for 1 ms) is raised to this floor.
+    /// [`heartbeat_interval`](Self::heartbeat_interval), the caller's own
+    /// choice, is not subject to it.
+    pub fn min_heartbeat_interval(mut self, d: Duration) -> Self {
+        self.config.min_heartbeat_interval = d;
+        self
+    }
+
+    /// How long a connection must have lived for its loss to reset the
+    /// reconnect backoff (default 200 ms). A connection lost sooner backs
+    /// off like a failed dial even if it answered a call, so a runtime that
+    /// accepts and then drops every connection gets no reconnect loop. (A
+    /// longer floor also slows recovery on a network that cuts connections
+    /// often: with 1 s, 300 calls through a proxy killing every 60th frame
+    /// ran out of their retry budget.)
+    pub fn min_connection_lifetime(mut self, d: Duration) -> Self {
+        self.config.min_connection_lifetime = d;
+        self
+    }
+
+    /// The most bytes of outcomes (results and errors, as held) the
+    /// outcome cache keeps (default 16 MiB), besides its entry count
+    /// ([`outcome_cache`](Self::outcome_cache)); the oldest go first. An
+    /// outcome larger than this is not cached.
+    pub fn outcome_cache_bytes(mut self, bytes: usize) -> Self {
+        self.config.outcome_cache_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of frames that may wait for the connection's writer
+    /// (default 32 MiB, and never less than
+    /// [`max_frame_size`](Self::max_frame_size)). A runtime that stops
+    /// reading while it keeps sending (pings to answer) stalls the writer;
+    /// past this bound the connection is dropped and its calls re-driven,
+    /// with their keys, on a new one.
+    pub fn max_outbox_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_outbox_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of events a watched call buffers for its watcher
+    /// ([`Invocation::events`](crate::Invocation::events); default 4 MiB),
+    /// besides [`event_buffer`](Self::event_buffer)'s count. Events past
+    /// either bound are dropped while the watcher lags (one event is always
+    /// taken into an empty buffer).
+    pub fn event_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.config.event_buffer_bytes = bytes;
+        self
+    }
+
     /// Which message set to speak (default [`DialectChoice::Auto`]: v1.1,
     /// then legacy if the runtime does not speak v1.1); accepts an
     /// [`arcp_types::Dialect`] too.
@@ -435,6 +496,13 @@ impl ClientBuilder {
     async fn start(self, wait_ready: bool) -> Result<Client, Error> {
         crate::credentials::checked_headers(&self.config)?;
         let config = Arc::new(self.config);
+        crate::cleartext::check_cleartext_credential(
+            &config.url,
+            config.token.is_some()
+                || config.token_provider.is_some()
+                || crate::cleartext::url_has_credentials(&config.url),
+            config.allow_insecure_token,
+        )?;
         let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
         let profile = Arc::new(Mutex::new(None));
         let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);

@@ -27,8 +27,8 @@ use reqwest::Url;
 use sha2::{Digest, Sha256};
 
 use super::{
-    bearer_header, body_detail, build_http_client, describe, display_uri, read_capped, redact,
-    retry_after, ERROR_BODY_LIMIT,
+    bearer_header, body_detail, build_http_client, describe, display_uri, read_capped, retry_after,
+    ERROR_BODY_LIMIT,
 };
 use crate::config::RetryPolicy;
 use crate::config::{Config, Secret};
@@ -577,7 +577,10 @@ impl ArtifactFetcher {
 
     async fn detail(&self, response: &mut reqwest::Response) -> String {
         match read_capped(response, ERROR_BODY_LIMIT).await {
-            Ok(body) => redact(body_detail(&body), self.inner.token.as_ref()),
+            Ok(body) => body_detail(
+                &body,
+                &crate::config::redact_token(self.inner.token.as_ref()),
+            ),
             Err(_) => "the response body could not be read".into(),
         }
     }

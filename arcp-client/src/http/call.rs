@@ -33,8 +33,8 @@ use tracing::{debug, info, warn, Instrument};
 use super::gate::{AttemptGate, GatedBody};
 use super::transport::{definitive_failure, Settings, Transport};
 use super::{
-    bearer_header, describe, display_uri, endpoint, idempotency_key_header, redact,
-    take_url_credentials, IDEMPOTENCY_KEY_HEADER,
+    bearer_header, describe, display_uri, endpoint, idempotency_key_header, take_url_credentials,
+    IDEMPOTENCY_KEY_HEADER,
 };
 use crate::cache::{
     conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, PlainResult, Settled,
@@ -44,6 +44,7 @@ use crate::config::{Config, ProxyChoice};
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
+use crate::redact::Redactor;
 use crate::request::CallRequest;
 use crate::retry::saturating_deadline;
 use crate::retry::Schedule;
@@ -64,11 +65,13 @@ pub(crate) struct HttpBackend {
     target: Uri,
     config: Arc<Config>,
     auth: Option<HeaderValue>,
-    /// The URL's own credentials, kept out of every message.
-    url_secrets: Vec<String>,
+    /// The token and the URL's own secrets (the Basic credentials made of
+    /// its user info too), kept out of every message.
+    pub(crate) redactor: Redactor,
     /// The caller's extra headers ([`crate::ClientBuilder::header`]).
     headers: Vec<(HeaderName, HeaderValue)>,
-    cache: Mutex<OutcomeCache>,
+    /// Shared with the task that expires it on time ([`sweep`]).
+    cache: Arc<Mutex<OutcomeCache>>,
     closed: watch::Sender<bool>,
 }
 
@@ -88,10 +91,13 @@ impl HttpBackend {
     pub(crate) fn new(config: Arc<Config>) -> Result<Self, Error> {
         let mut endpoint = endpoint(&config.url)?;
         // A bearer token, when set, wins over the URL's own credentials.
-        let (url_auth, url_secrets) = match take_url_credentials(&mut endpoint) {
-            Some(taken) => (Some(taken.header), taken.secrets),
-            None => (None, Vec::new()),
-        };
+        let mut redactor = config.redactor();
+        let url_auth = take_url_credentials(&mut endpoint).map(|taken| {
+            for secret in taken.secrets {
+                redactor = std::mem::take(&mut redactor).with_secret(secret);
+            }
+            taken.header
+        });
         let auth = bearer_header(config.token.as_ref())?.or(url_auth);
         let headers = crate::credentials::checked_headers(&config)?;
         let setup_failed = |message: String| Error::Connect {
@@ -116,15 +122,16 @@ impl HttpBackend {
         .map_err(|e| setup_failed(format!("could not set up the HTTP client: {e}")))?;
         Ok(HttpBackend {
             transport,
-            endpoint: endpoint.into(),
+            // For messages: the query may carry a credential.
+            endpoint: display_uri(endpoint.as_str()),
             target,
             auth,
-            url_secrets,
+            redactor,
             headers,
-            cache: Mutex::new(OutcomeCache::new(
-                config.outcome_cache_capacity,
-                config.outcome_cache_ttl,
-            )),
+            cache: sweep(Arc::new(Mutex::new(
+                OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl)
+                    .with_max_bytes(config.outcome_cache_bytes),
+            ))),
             config,
             closed: watch::Sender::new(false),
         })
@@ -268,6 +275,34 @@ impl HttpBackend {
         // in a way that matters (entries are whole outcomes): keep using it.
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The longest the cache's sweeper sleeps, so it notices the backend gone.
+const SWEEP_IDLE: Duration = Duration::from_secs(1);
+
+/// Expires `cache`'s outcomes on time, from a task of its own (the HTTP
+/// binding has no connection task), until the backend drops the cache.
+/// Outside a Tokio runtime the cache expires as calls look at it.
+fn sweep(cache: Arc<Mutex<OutcomeCache>>) -> Arc<Mutex<OutcomeCache>> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return cache;
+    };
+    let weak = Arc::downgrade(&cache);
+    runtime.spawn(async move {
+        loop {
+            let next = {
+                let Some(cache) = weak.upgrade() else { return };
+                let next = crate::sync::lock(&cache).next_expiry();
+                next
+            };
+            let now = Instant::now();
+            let wait = next.map_or(SWEEP_IDLE, |t| t.saturating_duration_since(now));
+            tokio::time::sleep(wait.min(SWEEP_IDLE)).await;
+            let Some(cache) = weak.upgrade() else { return };
+            crate::sync::lock(&cache).expire(Instant::now());
+        }
+    });
+    cache
 }
 
 /// What one attempt led to.
@@ -570,14 +605,14 @@ impl<'a> Call<'a> {
     }
 
     fn redact(&self, text: String) -> String {
-        let mut text = redact(text, self.config().token.as_ref());
-        text = redact(text, self.provided.as_ref());
-        for secret in &self.backend.url_secrets {
-            if text.contains(secret.as_str()) {
-                text = text.replace(secret.as_str(), "<redacted>");
+        let text = self.backend.redactor.redact_owned(text);
+        // A provider's token, fetched for this call, is not in the redactor.
+        match &self.provided {
+            Some(token) if !token.0.is_empty() && text.contains(token.0.as_str()) => {
+                text.replace(token.0.as_str(), "<redacted>")
             }
+            _ => text,
         }
-        text
     }
 }
 

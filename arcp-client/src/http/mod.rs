@@ -278,7 +278,9 @@ pub(crate) async fn read_capped(
 
 /// A short human-readable message from an error response body: an RFC 9457
 /// problem's `detail` or `title`, an ARCP error's `message`, or the text.
-pub(crate) fn body_detail(body: &[u8]) -> String {
+/// Redacted before it is cut short, so a secret across the cut never leaks
+/// its first part.
+pub(crate) fn body_detail(body: &[u8], redactor: &Redactor) -> String {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
         let pick = |v: &serde_json::Value, field: &str| {
             v.get(field)
@@ -290,7 +292,7 @@ pub(crate) fn body_detail(body: &[u8]) -> String {
             .or_else(|| pick(&value, "message"))
             .or_else(|| value.get("payload").and_then(|p| pick(p, "message")));
         if let Some(found) = found {
-            return truncate(found.trim());
+            return truncate(&redactor.redact(found.trim()));
         }
     }
     let text = String::from_utf8_lossy(body);
@@ -298,7 +300,7 @@ pub(crate) fn body_detail(body: &[u8]) -> String {
     if text.is_empty() {
         "no details in the response".into()
     } else {
-        truncate(text)
+        truncate(&redactor.redact(text))
     }
 }
 
@@ -310,8 +312,7 @@ fn truncate(text: &str) -> String {
     }
 }
 
-/// Removes the bearer token from text a server sent back.
-pub(crate) use crate::config::redact;
+use crate::redact::Redactor;
 
 /// A URI fit for errors and logs: no user info, and the query replaced
 /// (presigned URLs carry credentials there).
@@ -418,15 +419,36 @@ mod tests {
 
     #[test]
     fn error_bodies_are_summarised() {
+        let none = Redactor::default();
         assert_eq!(
-            body_detail(br#"{"type":"about:blank","title":"Conflict","detail":"in flight"}"#),
+            body_detail(
+                br#"{"type":"about:blank","title":"Conflict","detail":"in flight"}"#,
+                &none
+            ),
             "in flight"
         );
         assert_eq!(
-            body_detail(br#"{"type":"session.error","payload":{"code":"X","message":"m"}}"#),
+            body_detail(
+                br#"{"type":"session.error","payload":{"code":"X","message":"m"}}"#,
+                &none
+            ),
             "m"
         );
-        assert_eq!(body_detail(b"  plain  "), "plain");
-        assert_eq!(body_detail(b""), "no details in the response");
+        assert_eq!(body_detail(b"  plain  ", &none), "plain");
+        assert_eq!(body_detail(b"", &none), "no details in the response");
+    }
+
+    #[test]
+    fn a_token_across_the_cut_leaks_no_part() {
+        let token = "tok-0123456789abcdef";
+        let redactor = Redactor::default().with_secret(token);
+        // The token starts 290 characters in: the 300-character cut falls
+        // inside it.
+        let body = format!("{} {token} and more", "x".repeat(289));
+        let shown = body_detail(body.as_bytes(), &redactor);
+        assert!(!shown.contains("tok-0123"), "{shown}");
+        let problem = serde_json::json!({"detail": body}).to_string();
+        let shown = body_detail(problem.as_bytes(), &redactor);
+        assert!(!shown.contains("tok-0123"), "{shown}");
     }
 }

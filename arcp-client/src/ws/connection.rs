@@ -56,8 +56,10 @@ pub(super) struct Up {
     profile: RuntimeProfile,
     live: Liveness,
     /// The connection carried something after its handshake (the reconnect
-    /// backoff restarts only then).
+    /// backoff restarts only then, and only if it lived long enough).
     useful: bool,
+    /// When its handshake completed.
+    established: Instant,
     /// Submits on this connection not yet answered, and how many may be:
     /// after a loss the window restarts small and grows by one per answer
     /// (slow start), so a reconnect does not flood a flaky link.
@@ -75,6 +77,7 @@ impl Up {
         profile: RuntimeProfile,
         live: Liveness,
         window: usize,
+        established: Instant,
     ) -> Self {
         Up {
             generation,
@@ -82,6 +85,7 @@ impl Up {
             profile,
             live,
             useful: false,
+            established,
             unanswered: 0,
             window,
             waiting: VecDeque::new(),
@@ -116,6 +120,11 @@ impl Up {
     /// Whether the connection carried something after its handshake.
     pub(super) fn was_useful(&self) -> bool {
         self.useful
+    }
+
+    /// How long the connection has been up at `now`.
+    pub(super) fn lived(&self, now: Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.established)
     }
 
     /// Whether another submit may be sent now.

@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::core::{DialFailure, DialPlan, Established};
 use super::transport::{self, Inbound, Reader, Writer};
-use crate::config::{redact, shown_url, Config, Secret};
+use crate::config::{shown_url, Config, Secret};
 use crate::credentials;
 use crate::error::Error;
 
@@ -224,7 +224,7 @@ async fn handshake(
             let frame = match dialect.decode(&text) {
                 Ok(frame) => frame,
                 Err(e) => {
-                    warn!(error = %e, "skipping an undecodable frame during the handshake");
+                    warn!(error = %config.redact(e.to_string()), "skipping an undecodable frame during the handshake");
                     continue;
                 }
             };
@@ -232,7 +232,10 @@ async fn handshake(
                 Message::Welcome(welcome) => return Ok(welcome),
                 Message::SessionError(e) | Message::Rejected(e) | Message::Nack(e) => {
                     // The provider's token as well as the fixed one.
-                    let message = redact(config.redact(e.message.clone()), token);
+                    let redactor = config
+                        .redactor()
+                        .with_secret(token.map(|t| t.0.clone()).unwrap_or_default());
+                    let message = redactor.redact_owned(e.message.clone());
                     let text = format!("{}: {message}", e.code);
                     return Err(match e.code {
                         ErrorCode::Unauthenticated => Refusal::Auth(message),

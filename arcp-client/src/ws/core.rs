@@ -188,7 +188,8 @@ impl Core {
             DialectChoice::Auto => None,
         };
         Core {
-            cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl),
+            cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl)
+                .with_max_bytes(config.outcome_cache_bytes),
             config,
             calls: FastMap::default(),
             by_key: FastMap::default(),
@@ -316,6 +317,9 @@ impl Core {
         if let Some((_, budget)) = &self.ready {
             min(*budget);
         }
+        if let Some(t) = self.cache.next_expiry() {
+            min(t);
+        }
         match &self.link {
             Link::Down { next_dial } if self.wants_connection() => min(*next_dial),
             Link::Up(up) => {
@@ -340,6 +344,7 @@ impl Core {
 
     /// Serves every timer due at `now`.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.cache.expire(now);
         if let Some((_, budget)) = &self.ready {
             if now >= *budget && !matches!(self.link, Link::Up(_)) {
                 let error = self.connect_give_up();

@@ -426,3 +426,95 @@ fn an_earlier_replayed_acceptance_does_not_make_a_new_job_a_replay() {
     assert_eq!(out.job_id.as_deref(), Some("job_2"));
     assert_eq!((out.attempts, out.replayed), (2, false));
 }
+
+/// Dials once the core wants to (stepping the fake clock a millisecond at
+/// a time from `from`) and establishes the captured session; the instant.
+fn establish_when_due(h: &mut Harness, from: u64) -> u64 {
+    let mut ms = from;
+    let plan = loop {
+        if let Some(plan) = h.core.poll_dial(h.at(ms)) {
+            break plan;
+        }
+        ms += 1;
+        assert!(ms < from + 60_000, "no dial within a minute");
+    };
+    let welcome = match Dialect::V1_1
+        .decode(&captured("session.welcome", 0).to_string())
+        .unwrap()
+        .message
+    {
+        Message::Welcome(w) => w,
+        other => panic!("{other:?}"),
+    };
+    let est = Established {
+        dialect: Dialect::V1_1,
+        welcome,
+        resuming: plan.resume.is_some(),
+        resume_refused: None,
+    };
+    h.core.on_established(est, h.at(ms));
+    ms
+}
+
+/// A runtime that accepts a call on each connection and then drops it at
+/// once gets no reconnect loop: a connection that lived less than
+/// `min_connection_lifetime` does not reset the backoff, however useful,
+/// so the waits before the next dials grow.
+#[test]
+fn short_lived_connections_do_not_reset_the_reconnect_backoff() {
+    let mut h = Harness::new();
+    let mut answers = Vec::new();
+    let mut at = 0;
+    let mut waited = 0;
+    for n in 0..6u64 {
+        answers.push(h.invoke(json!({ "n": n }), Duration::from_secs(3600), at));
+        let dialed = establish_when_due(&mut h, at);
+        waited += dialed - at;
+        let sent = h.transmit(dialed + 1);
+        let submit = submits(&sent)
+            .into_iter()
+            .find(|s| s["payload"]["input"]["n"] == json!(n))
+            .unwrap_or_else(|| panic!("call {n} sent: {sent:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let job = format!("job_{n}");
+        h.feed(captured("job.accepted", 0), Some(&submit), &job, dialed + 2);
+        at = dialed + 5;
+        h.core.on_lost(Loss::Network("cut".into()), h.at(at));
+    }
+    // Full jitter: each wait is uniform up to 100 ms, 200 ms, ... 3.2 s.
+    assert!(waited > 200, "waited only {waited} ms across six cuts");
+}
+
+/// A finished call's outcome leaves the cache when its TTL runs out, on
+/// the core's own timer: no later call has to come and look.
+#[test]
+fn cached_outcomes_expire_on_the_cores_timer() {
+    let t0 = Instant::now();
+    let ttl = Duration::from_secs(5);
+    let mut config = Config::new("ws://127.0.0.1:9/arcp".into());
+    config.outcome_cache_ttl = ttl;
+    let (events, _) = tokio::sync::broadcast::channel(8);
+    let core = Core::new(
+        Arc::new(config),
+        None,
+        Arc::new(Mutex::new(None)),
+        events,
+        t0,
+    );
+    let mut h = Harness { core, t0 };
+    let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let submit = h.sent_submit_id(2);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
+    h.feed(captured("job.result", 0), None, "job_1", 4);
+    h.core.hand_out_replies();
+    rx.try_recv().expect("resolved").expect("ok");
+    assert_eq!(h.core.stats().cached_outcomes, 1);
+    let expiry = h.at(4) + ttl;
+    let wake = h.core.poll_timeout().expect("a timer is armed");
+    assert!(wake <= expiry, "the core wakes by the expiry");
+    h.core.handle_timeout(expiry);
+    assert_eq!(h.core.stats().cached_outcomes, 0);
+}

@@ -59,9 +59,12 @@ impl Core {
             }
             Err(e) => {
                 self.link.note_inbound(now);
-                warn!(error = %e, "skipping a frame that does not decode");
+                // A decoding error may quote the frame: redacted.
+                warn!(error = %self.config.redact(e.to_string()), "skipping a frame that does not decode");
             }
         }
+        // A frame may have queued an answer (a pong) behind a stalled write.
+        self.check_outbox(now);
     }
 
     /// A decoded frame from the live connection: its header (borrowed from
@@ -118,6 +121,7 @@ impl Core {
                     .and_then(Value::as_str)
                     .unwrap_or("refused")
                     .to_owned();
+                let reason = self.config.redact(reason);
                 self.on_cancel_reply(header, CancelOutcome::Refused { reason });
             }
             Message::Subscribed(_) => {

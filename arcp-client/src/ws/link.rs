@@ -72,6 +72,7 @@ impl Core {
             profile.clone(),
             live,
             window,
+            now,
         )));
         if let Some((ready, _)) = self.ready.take() {
             let _ = ready.send(Ok(profile.clone()));
@@ -218,6 +219,24 @@ impl Core {
         });
     }
 
+    /// Drops the link when the frames waiting for the writer exceed the
+    /// outbox bound (`max_outbox_bytes`, at least one frame's worth): a
+    /// runtime that keeps sending (pings to answer) and stops reading would
+    /// otherwise grow them without end while the write is stalled. The
+    /// calls are re-driven with their keys on a new connection; what was
+    /// handed to the writer may have run, what was not was never sent.
+    pub(crate) fn check_outbox(&mut self, now: Instant) {
+        let bound = self.config.max_outbox_bytes.max(self.config.max_frame_size);
+        let queued = self.outbox.queued_bytes();
+        if queued > bound && matches!(self.link, Link::Up(_)) {
+            let reason = format!(
+                "the runtime stopped reading: {queued} bytes wait to be written, past the \
+                 outbox bound of {bound}"
+            );
+            self.lose(Loss::Network(reason), now, true);
+        }
+    }
+
     /// The connection ended (reported by the driver).
     pub(crate) fn on_lost(&mut self, loss: Loss, now: Instant) {
         self.lose(loss, now, false);
@@ -243,9 +262,11 @@ impl Core {
         if ours {
             self.drop_reason = Some(reason.clone());
         }
-        // A connection that carried nothing after its handshake: back off
-        // before the next dial; otherwise reconnect at once.
-        let delay = if up.was_useful() {
+        // A connection that carried something after its handshake and lived
+        // at least `min_connection_lifetime`: reconnect at once. Otherwise
+        // back off before the next dial (a runtime that answers once, then
+        // drops every connection, must not get a reconnect loop).
+        let delay = if up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime {
             self.reconnect = None;
             Duration::ZERO
         } else {

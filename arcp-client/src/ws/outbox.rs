@@ -25,11 +25,15 @@ pub(super) struct Outbox {
     flushed: u64,
     /// Cancels queued and not yet reported written: (sequence number, call).
     cancel_writes: Vec<(u64, CallId)>,
+    /// Bytes of the frames queued and not yet handed to the writer: what
+    /// grows while a write is stalled (see `Core::check_outbox`).
+    bytes: usize,
 }
 
 impl Outbox {
     /// Queues an encoded frame; returns its sequence number.
     pub(super) fn push(&mut self, text: String) -> u64 {
+        self.bytes += text.len();
         self.frames.push(text);
         self.queued += 1;
         self.queued
@@ -42,6 +46,11 @@ impl Outbox {
     }
 
     /// Whether frames wait for the writer.
+    /// Bytes queued and not yet handed to the writer.
+    pub(super) fn queued_bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.frames.is_empty()
     }
@@ -50,6 +59,7 @@ impl Outbox {
     /// sequence number of the last one.
     pub(super) fn hand_to_writer(&mut self, into: &mut Vec<String>) -> u64 {
         into.append(&mut self.frames);
+        self.bytes = 0;
         self.handed = self.queued;
         self.queued
     }
@@ -84,6 +94,7 @@ impl Outbox {
     /// awaiting their flush.
     pub(super) fn discard_on_loss(&mut self) {
         self.frames.clear();
+        self.bytes = 0;
         self.cancel_writes.clear();
     }
 }
@@ -97,12 +108,14 @@ mod tests {
         let mut outbox = Outbox::default();
         assert_eq!(outbox.push("a".into()), 1);
         let cancel = outbox.push("cancel".into());
+        assert_eq!(outbox.queued_bytes(), 7);
         outbox.track_cancel(cancel, 9);
         assert!(!outbox.was_handed(1));
         let mut batch = Vec::new();
         assert_eq!(outbox.hand_to_writer(&mut batch), 2);
         assert_eq!(batch, ["a", "cancel"]);
         assert!(outbox.is_empty() && outbox.was_handed(2));
+        assert_eq!(outbox.queued_bytes(), 0);
         assert_eq!(outbox.push("b".into()), 3);
         // A report past what was handed counts only what was handed.
         let mut written = Vec::new();
@@ -111,6 +124,7 @@ mod tests {
         assert!(!outbox.was_handed(3));
         outbox.discard_on_loss();
         assert!(outbox.is_empty());
+        assert_eq!(outbox.queued_bytes(), 0);
         // Numbers run on across connections.
         assert_eq!(outbox.push("c".into()), 4);
     }

@@ -107,7 +107,10 @@ impl Liveness {
             .and_then(Value::as_u64)
             .map(Duration::from_millis)
             .or(welcome.heartbeat_interval_sec.map(Duration::from_secs))
-            .filter(|d| !d.is_zero() && (profile.sends_ping || profile.answers_ping));
+            .filter(|d| !d.is_zero() && (profile.sends_ping || profile.answers_ping))
+            // The runtime's interval is raised to the floor (a 1 ms one
+            // would ping without pause and call the link dead at once).
+            .map(|d| d.max(config.min_heartbeat_interval));
         let heartbeat = config
             .heartbeat
             .or(negotiated)
@@ -259,5 +262,33 @@ mod tests {
             LivenessAction::None
         );
         assert!(matches!(live.check(t0 + rt, rt), LivenessAction::Dead(_)));
+    }
+
+    /// A runtime that negotiates a 1 ms heartbeat gets the floor (1 s by
+    /// default): no ping every millisecond, no link called dead after 2 ms.
+    #[test]
+    fn a_tiny_negotiated_heartbeat_is_raised_to_the_floor() {
+        let config = Config::new("ws://x".into());
+        let w: Welcome = serde_json::from_value(json!({"session_id": "s",
+            "heartbeat_interval_sec": 1, "heartbeat_interval_ms": 1,
+            "runtime": {"name": "x", "version": "1"},
+            "capabilities": {"features": ["heartbeat"]}}))
+        .unwrap();
+        let profile = RuntimeProfile::from_welcome(Dialect::V1_1, &w);
+        let t0 = Instant::now();
+        let mut live = Liveness::new(&config, &profile, &w, t0);
+        let rt = Duration::from_secs(10);
+        let floor = config.min_heartbeat_interval;
+        assert_eq!(live.next_wake(rt), Some(t0 + floor));
+        assert_eq!(
+            live.check(t0 + Duration::from_millis(2), rt),
+            LivenessAction::None
+        );
+        assert_eq!(live.check(t0 + floor, rt), LivenessAction::Ping);
+        // The floor is a knob: a lower one lets the runtime's interval through.
+        let mut config = config;
+        config.min_heartbeat_interval = Duration::from_millis(1);
+        let live = Liveness::new(&config, &profile, &w, t0);
+        assert_eq!(live.next_wake(rt), Some(t0 + Duration::from_millis(1)));
     }
 }

@@ -33,6 +33,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use super::core::DialFailure;
 use crate::config::{shown_url, Config};
 use crate::error::Error;
+use crate::redact::Redactor;
 use crate::telemetry;
 
 type Ws = WebSocketStream<MaybeTlsStream<CountedTcp>>;
@@ -49,6 +50,10 @@ pub(crate) struct Reader {
     /// Whether a frame that arrived in part gets its ACK at once: the
     /// driver's [`set_quickack_wanted`](Self::set_quickack_wanted).
     quickack_wanted: bool,
+    /// A close reason is the runtime's text: redacted here, before the
+    /// handshake error, the loss log, the connection event or a journal
+    /// record can carry it.
+    redactor: Redactor,
 }
 
 /// The TCP stream under TLS and tungstenite, counting the bytes read from
@@ -203,6 +208,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         socket,
         bytes_read,
         quickack_wanted: true,
+        redactor: config.redactor(),
     };
     reader.rearm_quickack();
     Ok((reader, Writer { sink }))
@@ -264,7 +270,9 @@ impl Reader {
             Some(Ok(WsMessage::Close(frame))) => match frame {
                 Some(f) => Inbound::Closed {
                     code: Some(u16::from(f.code)),
-                    reason: format!("closed by the runtime ({} {})", f.code, f.reason),
+                    reason: self
+                        .redactor
+                        .redact_owned(format!("closed by the runtime ({} {})", f.code, f.reason)),
                 },
                 None => Inbound::Closed {
                     code: None,
@@ -274,7 +282,7 @@ impl Reader {
             Some(Ok(_)) => Inbound::Other,
             Some(Err(e)) => Inbound::Closed {
                 code: None,
-                reason: describe(&e),
+                reason: self.redactor.redact_owned(describe(&e)),
             },
             None => Inbound::Closed {
                 code: None,

@@ -176,7 +176,7 @@ impl Call<'_> {
         match self.on_text(text, marked) {
             Ok(next) => next,
             Err(e) => {
-                warn!(error = %e, "skipping an NDJSON line that does not decode");
+                warn!(error = %self.redact(e.to_string()), "skipping an NDJSON line that does not decode");
                 None
             }
         }
@@ -367,6 +367,9 @@ impl Call<'_> {
 
     fn on_error(&mut self, header: &Header<'_>, mut e: ErrorReply, marked: bool) -> Next {
         e.message = self.redact(std::mem::take(&mut e.message));
+        if let Some(details) = &mut e.details {
+            self.backend.redactor.redact_json(details);
+        }
         let names_job = header.job_id.is_some();
         let verdict = classify_error(&e, names_job, self.accepted_now);
         // Only the runtime's refusal of the request itself says anything of

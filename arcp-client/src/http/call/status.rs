@@ -94,7 +94,7 @@ impl Call<'_> {
                 Next::Done(Err(self.end(Ending::HttpStatus {
                     url: self.backend.endpoint.clone(),
                     status,
-                    message: self.redact(body_detail(&body)),
+                    message: body_detail(&body, &self.backend.redactor),
                 })))
             }
         }
@@ -116,7 +116,7 @@ impl Call<'_> {
 
     async fn error_detail(&self, response: &mut Incoming) -> String {
         match read_capped(response, ERROR_BODY_LIMIT).await {
-            Ok(body) => self.redact(body_detail(&body)),
+            Ok(body) => body_detail(&body, &self.backend.redactor),
             Err(_) => "the response body could not be read".into(),
         }
     }

@@ -158,7 +158,11 @@ impl Core {
     /// An error answering a call's submit: the classifier's verdict
     /// decides whether it ends the call, or the call retries with its key.
     fn on_call_error(&mut self, id: CallId, header: &Header<'_>, mut e: ErrorReply, now: Instant) {
-        e.message = self.config.redact(e.message);
+        let redactor = self.config.redactor();
+        e.message = redactor.redact_owned(e.message);
+        if let Some(details) = &mut e.details {
+            redactor.redact_json(details);
+        }
         let foreign = self.is_foreign(header);
         let Some(call) = self.calls.get_mut(&id) else {
             return;
