@@ -188,7 +188,7 @@ async fn recover(
     }
     let client = builder.connect().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(human(&redactor, &e.to_string())),
+        e => Failure::Other(human(&redactor, &format!("cannot connect to {url}: {e}"))),
     })?;
     let calls = client.recover().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
