@@ -22,6 +22,11 @@ use crate::ws::calls::Phase;
 use crate::ws::core::Core;
 use crate::ws::ids::{CallId, RequestId};
 
+/// Whether a frame's job is the one the call was bound to before it.
+fn is_known_job(bound: Option<&str>, named: Option<&str>) -> bool {
+    matches!((bound, named), (Some(a), Some(b)) if a == b)
+}
+
 impl Core {
     /// A terminal result: the call it names ends with it.
     pub(super) fn on_result(&mut self, header: &Header<'_>, result: ResultBody<'_>, now: Instant) {
@@ -34,13 +39,15 @@ impl Core {
             return;
         };
         // A terminal with no acceptance before it on this attempt is a
-        // stored outcome re-sent (runtimes accept a fresh job before it runs).
+        // replay only when it is the job the key was bound to: a runtime
+        // that lost the key (or another instance) may run it afresh.
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        let known_job = is_known_job(call.job_id.as_deref(), header.job_id.as_deref());
         if let Some(job) = &header.job_id {
             let (_, replaced) = call.bind(job);
             unindex_job(&mut self.by_job, id, replaced);
         }
-        let replayed = call.replayed || foreign || unaccepted;
+        let replayed = call.replayed || foreign || (unaccepted && known_job);
         let assembly = call.assembly.take();
         let reading = match result {
             ResultBody::Decoded(result) => {
@@ -180,6 +187,9 @@ impl Core {
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
         match verdict {
             ErrorVerdict::DuplicateKey => {
+                // This attempt is answered: only an earlier one may have
+                // reached the runtime (and made the conflict our own).
+                call.phase = Phase::Queued { not_before: now };
                 let message = e.message;
                 self.end_without_outcome(id, Ending::DuplicateKey { message });
             }
@@ -202,11 +212,23 @@ impl Core {
                 debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
             }
             verdict => {
+                let known_job = is_known_job(call.job_id.as_deref(), header.job_id.as_deref());
                 if let Some(job) = &header.job_id {
                     let (_, replaced) = call.bind(job);
                     unindex_job(&mut self.by_job, id, replaced);
                 }
-                let replayed = call.replayed || foreign || (names_job && unaccepted);
+                let replayed = call.replayed || foreign || (names_job && unaccepted && known_job);
+                // An error naming a job that was never accepted for this
+                // call (the legacy runtime refuses a bad tool name so) is
+                // not the key's outcome: the runtime did not bind the key
+                // to that job. Not run, unless this call (or an earlier one
+                // with its key) may have run it: then it may be a stored
+                // failure re-sent.
+                let verdict = if names_job && unaccepted && !known_job && !call.replayed {
+                    ErrorVerdict::Refused
+                } else {
+                    verdict
+                };
                 let error = tool_error(&call.key, call.job(), e, &verdict, call.exposure, replayed);
                 self.finish(id, Err(error));
             }
