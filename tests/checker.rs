@@ -1214,13 +1214,11 @@ fn check(
             Err(Error::Closed) => {
                 violations.push(format!("{who}: Closed while the client was open"))
             }
-            Err(e @ Error::DuplicateKey { .. }) if e.execution() == Execution::MayHaveRun => {
-                // Our own retry refused by a body fingerprint: at most once.
-                if runs > 1 {
-                    violations.push(format!("{who}: executed {runs} times ({e})"));
-                }
-            }
-            Err(Error::DuplicateKey { .. }) => {
+            // A conflict that proves the key bound to another intent (one
+            // that may have run, or an HTTP 422 for a supplied key, which a
+            // gateway fingerprinting whole bodies answers to the same intent
+            // in another envelope, is checked by its class below).
+            Err(e @ Error::DuplicateKey { .. }) if e.execution() == Execution::NotRun => {
                 let other = by_intent
                     .iter()
                     .any(|((k, v), n)| *k == key && *v != call.v && *n > 0)
