@@ -406,3 +406,51 @@ async fn a_recovered_record_that_no_longer_reads_back_may_have_run() {
     }
     assert_eq!(mock.executions("echo"), 0, "nothing is sent");
 }
+
+/// The legacy runtime accepts a request for a tool it does not know under a
+/// fresh job, then fails it (`NOT_FOUND` "tool not registered"), binding no
+/// key. Not the key's outcome: not "ran", and not answered from the cache
+/// to a repeat of the key (the runtime is asked again).
+#[tokio::test]
+async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke_tool("no-such-tool", json!({}))
+        .await
+        .unwrap_err();
+    let Error::Tool(tool) = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(tool.code.as_str(), "NOT_FOUND", "{err:?}");
+    assert!(!tool.replayed);
+    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+    let key = err.key().cloned().unwrap();
+    let submits = |mock: &arcp_mock::MockRuntime| {
+        mock.received()
+            .iter()
+            .filter(|e| e.idempotency_key.as_deref() == Some(key.as_str()))
+            .count()
+    };
+    assert_eq!(submits(&mock), 1);
+    let again = client
+        .invoke("no-such-tool", json!({}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(submits(&mock), 2, "asked the runtime again: {again:?}");
+    // A key of the caller's now: not sent, around the runtime's refusal.
+    let Error::NotSent { cause, .. } = &again else {
+        panic!("{again:?}");
+    };
+    assert!(
+        matches!(cause.as_ref(), Error::Tool(t) if !t.replayed),
+        "{again:?}"
+    );
+    assert_eq!(again.execution(), Execution::NotSent, "{again:?}");
+    assert_eq!(mock.total_executions(), 0);
+}

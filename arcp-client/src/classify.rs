@@ -17,6 +17,7 @@
 //! | an error naming a job (`job.error`, `job.failed`, `tool.error` with a job id) | [`ErrorVerdict::JobFailed`]: terminal, the tool ran | same |
 //! | an error naming no job, retryable (`UNAVAILABLE`, rate limits, ...) | [`ErrorVerdict::Transient`]: same key after a floor | [`ErrorVerdict::JobFailed`] |
 //! | an error naming no job, not retryable | [`ErrorVerdict::Refused`]: terminal, this attempt did not run | [`ErrorVerdict::JobFailed`] |
+//! | legacy `job.failed` `NOT_FOUND` "tool not registered: TOOL" for the call's own tool, after `job.accepted` under a fresh job (Rust 2.0.0: the key is not bound, a retry gets another job) | [`ErrorVerdict::Refused`] | [`ErrorVerdict::Refused`] ([`is_unbound_refusal`]) |
 //!
 //! A replayed terminal is terminal whether or not it is retryable: the
 //! runtime would replay it to every later attempt with the same key.
@@ -103,6 +104,18 @@ fn is_duplicate_key(e: &ErrorReply) -> bool {
         || (e.code == ErrorCode::FailedPrecondition
             && (e.message.contains("different command intent")
                 || e.message.contains("already bound")))
+}
+
+/// The legacy runtime's refusal of a tool it does not know, sent as a job's
+/// failure after accepting the request under a fresh job id: it binds no
+/// key (a retry gets another job) and runs nothing, so it is not the key's
+/// outcome. Read by shape: the code, and the exact wording naming the
+/// call's own tool.
+pub(crate) fn is_unbound_refusal(e: &ErrorReply, tool: &str) -> bool {
+    e.code == ErrorCode::NotFound
+        && e.message
+            .strip_prefix("tool not registered: ")
+            .is_some_and(|named| named == tool)
 }
 
 /// What a call has exposed to the runtime so far: the facts the execution

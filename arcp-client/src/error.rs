@@ -198,10 +198,12 @@ pub enum Error {
         /// Requests sent for this call.
         attempts: u32,
     },
-    /// The runtime closed the connection because of this request itself
-    /// (WebSocket close 1009 "message too big", 1002, 1003, 1007 or 1008),
-    /// again when it was re-sent alone: it cannot be accepted as it is. The
-    /// tool did not run. Not retried.
+    /// The runtime closed the connection because it could not take this
+    /// request in (WebSocket close 1009 "message too big", 1002, 1003 or
+    /// 1007), again when it was re-sent alone: it cannot be accepted as it
+    /// is. The tool did not run. Not retried. (A policy close, 1008, may
+    /// come after the request was forwarded: a call it ends may have run,
+    /// and says so.)
     #[error("the runtime refused the request of the call with key {key}: it closed the connection with code {close_code} ({reason})")]
     RequestRejected {
         /// The key.

@@ -13,14 +13,25 @@ use tracing::{debug, warn};
 use super::{owned, unindex_job, ResultBody};
 use crate::cache::{PlainResult, Settled};
 use crate::classify::{
-    classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
+    classify_error, failed_result, is_unbound_refusal, read_result, tool_error, Ending,
+    ErrorVerdict, Exposure, ResultReading,
 };
 use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::request::Outgoing;
 use crate::retry::saturating_deadline;
 use crate::ws::attribution::ReqKind;
 use crate::ws::calls::Phase;
 use crate::ws::core::Core;
 use crate::ws::ids::{CallId, RequestId};
+
+/// The call's tool name (read back from its request: only for the rare
+/// error that needs it).
+fn tool_of(call: &crate::ws::calls::Call) -> String {
+    match &call.outgoing {
+        Outgoing::Request(invoke) => invoke.tool.clone(),
+        Outgoing::Encoded(e) => e.to_invoke().map(|i| i.tool).unwrap_or_default(),
+    }
+}
 
 /// Whether a frame's job is the one the call was bound to before it.
 fn is_known_job(bound: Option<&str>, named: Option<&str>) -> bool {
@@ -229,7 +240,18 @@ impl Core {
                 } else {
                     verdict
                 };
-                let error = tool_error(&call.key, call.job(), e, &verdict, call.exposure, replayed);
+                // The legacy refusal of an unknown tool, after its fresh
+                // acceptance: not the key's outcome. It proves nothing ran
+                // when nothing before that acceptance may have.
+                let unbound = names_job && !unaccepted && is_unbound_refusal(&e, &tool_of(call));
+                let (verdict, exposure) = match unbound {
+                    true if !call.replayed && !call.exposure.in_doubt => {
+                        (ErrorVerdict::Refused, Exposure::default())
+                    }
+                    true => (ErrorVerdict::Refused, call.exposure),
+                    false => (verdict, call.exposure),
+                };
+                let error = tool_error(&call.key, call.job(), e, &verdict, exposure, replayed);
                 self.finish(id, Err(error));
             }
         }
