@@ -9,7 +9,11 @@
 //! a wrapper that refuses some commits, leaves others unanswered, some of
 //! those landed anyway, and may make the store unavailable for a while; and
 //! a second client that opens the same store after the first closed,
-//! re-issues the keys that may have run and calls `recover()`), a client
+//! re-issues the keys that may have run and calls `recover()`), hostile
+//! additions (a gateway that fingerprints whole bodies and answers 422 to a
+//! known key with another body, a gateway that answers 409 before
+//! forwarding, a second caller that re-issues, from a client of its own,
+//! the keys whose calls ran), a client
 //! configuration, a set of calls (fresh keys,
 //! same-key joiners, same-key conflicting intents, tool errors, tools whose
 //! own errors look like key conflicts or refused credentials, deadlines,
@@ -26,7 +30,15 @@
 //! - "did not run" ⇒ zero executions of this intent under this key, ever
 //!   (checked after the client closed and the runtime settled);
 //! - "may have run" ⇒ at most one; "ran" ⇒ exactly one;
-//! - `DuplicateKey` ⇒ the key is bound to another intent;
+//! - `DuplicateKey` ⇒ the key is bound to another intent and this one never
+//!   ran, unless it says "may have run" (a gateway that fingerprints whole
+//!   bodies refuses our own retry so): then at most once;
+//! - "not sent" ⇒ this call ran nothing: no execution of its intent under
+//!   its key unless another call of them exists;
+//! - "not run stays not run": an execution after a "did not run" is
+//!   excused only by a call the user issued again, never by a recovery;
+//! - `replayed` ⇒ the runtime got an earlier submit of the key, or another
+//!   call of the key and intent answered from the cache;
 //! - the call ends within its deadline + 100 ms;
 //! - the client's task never dies (no `Closed` while the client is open);
 //! - over HTTP, nothing runs that the gateway did not forward;
@@ -201,9 +213,16 @@ struct Plan {
     kill_every_bytes: Option<u64>,
     calls: Vec<PlannedCall>,
     faults: Vec<(Duration, Action)>,
+    hostile: Hostile,
 }
 
 fn plan(seed: u64) -> Plan {
+    let mut plan = base_plan(seed);
+    plan.hostile = hostile(seed, plan.transport);
+    plan
+}
+
+fn base_plan(seed: u64) -> Plan {
     let mut r = Rng(seed ^ 0x00A7_C0DE);
     let families = [
         Family::Preset(Preset::Python113),
@@ -358,7 +377,117 @@ fn plan(seed: u64) -> Plan {
         kill_every_bytes,
         calls,
         faults,
+        hostile: Hostile::default(),
     }
+}
+
+/// What a schedule adds against "did not run" claimed of a key, and
+/// `replayed` claimed of an answer.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hostile {
+    /// The HTTP gateway fingerprints whole bodies: a key it saw with
+    /// another body (our own retry: a fresh envelope) gets 422.
+    fingerprint: bool,
+    /// The HTTP gateway answers 409 (no job named) before forwarding, at
+    /// this percent of requests.
+    conflict_409_percent: u64,
+    /// Once the first client closed, a client of its own (no journal, so
+    /// no memory of the keys) re-issues every key whose call ran.
+    second_caller: bool,
+}
+
+/// The hostile additions of `seed`, from their own stream of it (the rest
+/// of the plan stays as it was).
+fn hostile(seed: u64, transport: Transport) -> Hostile {
+    let mut h = Rng(seed ^ 0x7207_4C41);
+    let gateway = transport == Transport::Http { gateway: true };
+    Hostile {
+        fingerprint: gateway && h.chance(40),
+        conflict_409_percent: if gateway && h.chance(40) {
+            h.range(5, 25)
+        } else {
+            0
+        },
+        second_caller: h.chance(30),
+    }
+}
+
+/// The gateway's moves with the hostile 409s mixed in.
+fn hostile_moves(
+    seed: u64,
+    hostile: Hostile,
+    mut inner: impl FnMut() -> Move + Send + 'static,
+) -> impl FnMut() -> Move + Send + 'static {
+    let mut r = Rng(seed ^ 0x0409_0409);
+    move || {
+        if hostile.conflict_409_percent > 0 && r.chance(hostile.conflict_409_percent) {
+            Move::Refuse(409)
+        } else {
+            inner()
+        }
+    }
+}
+
+/// The gateway of an HTTP schedule.
+async fn start_gateway(plan: &Plan, mock: &MockRuntime) -> Gateway {
+    let moves = hostile_moves(plan.seed, plan.hostile, gateway_moves(plan.seed));
+    let started = if plan.hostile.fingerprint {
+        Gateway::fingerprinting(mock.http_address(), moves).await
+    } else {
+        Gateway::start(mock.http_address(), moves).await
+    };
+    started.expect("gateway")
+}
+
+/// A second caller of the keys whose calls ran: a client of its own, with
+/// no journal and an empty outcome cache, re-issues each (same key, same
+/// intent), as another process holding the key would.
+async fn second_caller(
+    plan: &Plan,
+    url: &str,
+    keys: &[IdempotencyKey],
+    ended: &mut Vec<(usize, Ended)>,
+) {
+    let Ok(client) = client_builder(plan, url).connect_lazy().await else {
+        return;
+    };
+    let mut tasks = Vec::new();
+    for (i, end) in ended.iter() {
+        let ran = match &end.outcome {
+            Ok(_) => true,
+            Err(e) => e.execution() == Execution::Ran,
+        };
+        if ran && !end.recovered {
+            let call = &plan.calls[*i];
+            let task = start_call(&client, call, keys[call.key].clone(), Duration::ZERO, false);
+            tasks.push((*i, task));
+        }
+    }
+    for (i, t) in tasks {
+        if let Some(end) = t.await.expect("second caller's call") {
+            ended.push((i, end));
+        }
+    }
+    client.close().await;
+}
+
+/// Submits the runtime received, per key (either dialect).
+fn submits_by_key(mock: &MockRuntime) -> HashMap<String, u64> {
+    let mut submits: HashMap<String, u64> = HashMap::new();
+    for envelope in mock.received() {
+        if envelope.kind != "job.submit" && envelope.kind != "tool.invoke" {
+            continue;
+        }
+        let key = envelope.idempotency_key.clone().or_else(|| {
+            serde_json::to_value(&envelope)
+                .ok()
+                .and_then(|v| v["payload"]["idempotency_key"].as_str().map(str::to_owned))
+        });
+        if let Some(key) = key {
+            *submits.entry(key).or_default() += 1;
+        }
+    }
+    submits
 }
 
 /// What one call ended with, and what the client said about its cancel.
@@ -371,6 +500,10 @@ struct Ended {
     ended: Instant,
     cancel: Option<CancelOutcome>,
     job_id: Option<String>,
+    /// A result said it was a stored one.
+    replayed: bool,
+    /// A call `recover()` handed out (not one a user issued).
+    recovered: bool,
 }
 
 async fn start_mock(plan: &Plan) -> MockRuntime {
@@ -738,8 +871,9 @@ fn start_call(
         let outcome = match call.drop_after.filter(|_| cancel) {
             Some(after) => tokio::time::timeout(after, invocation).await.ok()?,
             None => invocation.await,
-        }
-        .map(|out| out.value);
+        };
+        let replayed = outcome.as_ref().is_ok_and(|out| out.replayed);
+        let outcome = outcome.map(|out| out.value);
         let elapsed = started.elapsed();
         let cancel = match canceller {
             Some(c) => Some(c.await.expect("cancel task")),
@@ -753,6 +887,8 @@ fn start_call(
             ended: started + elapsed,
             cancel,
             job_id: handle.job_id(),
+            replayed,
+            recovered: false,
         })
     })
 }
@@ -774,11 +910,7 @@ async fn run(plan: Plan) -> Vec<String> {
         Transport::Http { .. } => None,
     };
     let gateway = match plan.transport {
-        Transport::Http { gateway: true } => Some(
-            Gateway::start(mock.http_address(), gateway_moves(plan.seed))
-                .await
-                .expect("gateway"),
-        ),
+        Transport::Http { gateway: true } => Some(start_gateway(&plan, &mock).await),
         _ => None,
     };
     let url = match (&proxy, &gateway) {
@@ -873,6 +1005,9 @@ async fn run(plan: Plan) -> Vec<String> {
     }
     client.close().await;
     drop(client);
+    if plan.hostile.second_caller {
+        second_caller(&plan, &url, &keys, &mut ended).await;
+    }
 
     // A second process on the same journal: re-issues what may have run,
     // and recovers what is unfinished.
@@ -966,15 +1101,18 @@ async fn second_client(
             tokio::spawn(async move {
                 let started = Instant::now();
                 let job_id = invocation.job_id();
-                let outcome = invocation.await.map(|out| out.value);
+                let outcome = invocation.await;
+                let replayed = outcome.as_ref().is_ok_and(|out| out.replayed);
                 Some(Ended {
-                    outcome,
+                    outcome: outcome.map(|out| out.value),
                     elapsed: started.elapsed(),
                     deadline,
                     started,
                     ended: Instant::now(),
                     cancel: None,
                     job_id,
+                    replayed,
+                    recovered: true,
                 })
             }),
         ));
@@ -1032,14 +1170,35 @@ fn check(
             .faults
             .iter()
             .any(|(_, a)| matches!(a, Action::KillAll | Action::StallFor(_)));
-    // Whether a call with the same key and intent started once `end` ended.
+    // Whether a user issued a call with the same key and intent once `end`
+    // ended (a recovery is no such call: "not run stays not run").
     let issued_again = |i: usize, end: &Ended| {
         let call = &plan.calls[i];
         ended.iter().any(|(j, other)| {
             let c = &plan.calls[*j];
-            c.key == call.key && c.v == call.v && other.started >= end.ended
+            c.key == call.key && c.v == call.v && other.started >= end.ended && !other.recovered
         })
     };
+    // Whether another call of the same key and intent exists, ended or
+    // planned (a caller that dropped its call leaves no outcome).
+    let other_call = |i: usize, end: &Ended| {
+        let call = &plan.calls[i];
+        let planned = plan
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(j, c)| c.key == call.key && c.v == call.v && *j != i)
+            .count();
+        let outcomes = ended
+            .iter()
+            .filter(|(j, other)| {
+                let c = &plan.calls[*j];
+                c.key == call.key && c.v == call.v && !std::ptr::eq(other, end)
+            })
+            .count();
+        planned + outcomes > 0
+    };
+    let submits = submits_by_key(mock);
     for (i, end) in ended {
         let call = &plan.calls[*i];
         let key = keys[call.key].to_string();
@@ -1056,6 +1215,15 @@ fn check(
                 if runs != 1 {
                     violations.push(format!("{who}: Ok but executed {runs} times"));
                 }
+                // A replay needs a stored outcome: an earlier submit of the
+                // key, or another call of it answered from the cache.
+                let submitted = submits.get(&key).copied().unwrap_or(0);
+                if end.replayed && submitted == 1 && !other_call(*i, end) {
+                    violations.push(format!(
+                        "{who}: replayed, but the runtime got one submit of its key and no \
+                         other call used it"
+                    ));
+                }
                 if call.tool != "work" || value != &json!({"v": call.v}) {
                     violations.push(format!("{who}: Ok with a value not its own: {value}"));
                 }
@@ -1063,7 +1231,11 @@ fn check(
             Err(Error::Closed) => {
                 violations.push(format!("{who}: Closed while the client was open"))
             }
-            Err(Error::DuplicateKey { .. }) => {
+            // A conflict that proves the key bound to another intent (one
+            // that may have run, or an HTTP 422 for a supplied key, which a
+            // gateway fingerprinting whole bodies answers to the same intent
+            // in another envelope, is checked by its class below).
+            Err(e @ Error::DuplicateKey { .. }) if e.execution() == Execution::NotRun => {
                 let other = by_intent
                     .iter()
                     .any(|((k, v), n)| *k == key && *v != call.v && *n > 0)
@@ -1094,6 +1266,10 @@ fn check(
                 Execution::MayHaveRun if runs > 1 => {
                     violations.push(format!("{who}: executed {runs} times ({e})"))
                 }
+                // This call ran nothing: an execution is another call's.
+                Execution::NotSent if runs != 0 && !other_call(*i, end) => violations.push(
+                    format!("{who}: says not sent ({e}) but executed {runs} times"),
+                ),
                 _ => {}
             },
         }

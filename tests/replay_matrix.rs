@@ -63,10 +63,10 @@ async fn replayed_terminal_result_legacy_tool_result() {
         .await
         .unwrap();
     assert_eq!(out.value, json!({"refunded": 2}));
-    assert!(
-        out.replayed,
-        "a result with no acceptance first is a stored one"
-    );
+    // A result with no acceptance first may be a stored one, or a fresh
+    // execution whose acceptance was lost: not called a replay unless the
+    // runtime marks it or names the job the key was bound to.
+    assert!(!out.replayed, "{out:?}");
     assert_eq!(mock.executions("refund"), 1);
 }
 

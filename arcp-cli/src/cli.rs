@@ -24,7 +24,9 @@ Examples:
   # The same call from a script: one JSON object on stdout, the outcome in the exit status.
   arcp invoke echo --url ws://127.0.0.1:7777/arcp --args '{\"hello\": \"world\"}' --json
 
-Exit status of `arcp invoke`: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable,
+Exit status of `arcp invoke`, by outcome (`ran` in --json): 0 ok, 2 tool error (it ran),
+3 did not run (duplicate key included), 4 may have run (outcome unknown: repeat with --key),
+6 not sent (your --key may have run before: repeat with it), 5 journal locked,
 1 anything else. Every command: 64 usage error (a bad flag, value or argument: sysexits EX_USAGE).
 
 Environment: ARCP_URL (the runtime's URL, for --url), ARCP_TOKEN (the bearer token, for --token),
@@ -47,8 +49,15 @@ Output with --json (exactly one object on stdout, nothing else):
   {\"status\":\"ok\",\"result\":...,\"job_id\":\"...\"|null,\"key\":\"...\",\"replayed\":false,\"attempts\":1}
   {\"status\":\"error\",\"code\":\"...\",\"message\":\"...\",\"key\":\"...\",\"job_id\":\"...\"|null,\"attempts\":1}
 
-Exit status: 0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable, 1 anything else.
-A usage error (a bad flag, value or --args-file) exits 64 (sysexits EX_USAGE) before connecting.
+Exit status, by outcome (`ran` in --json):
+  0  ok: the tool returned a result
+  2  tool error: the tool ran and failed (or was cancelled)
+  3  did not run (proven; a duplicate key included): re-issue the work, even under a new key
+  4  may have run, at most once; outcome unknown: repeat with the same --key to learn it
+  6  not sent: this call ran nothing, but your --key may have run before: repeat with it
+  5  the --journal is locked by a live client
+  1  anything else
+  64 usage error (a bad flag, value or --args-file; sysexits EX_USAGE), before connecting
 
 The idempotency key is printed on stderr before the call starts (`idempotency key: KEY`),
 so a call that is interrupted can be repeated with --key KEY: the tool still runs at most once.";

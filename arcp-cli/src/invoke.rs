@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::cli::InvokeArgs;
-use crate::outcome::{CallOutcome, Failure};
+use crate::outcome::{CallOutcome, Failure, KeyOrigin};
 use crate::progress::EventRenderer;
 
 /// The client's own default per-call deadline, used when `--deadline` is absent.
@@ -72,6 +72,10 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
     // The CLI always picks the key, so every outcome (even a failed connect)
     // can report it, and a user can repeat the call with it.
     let key = args.key.clone().unwrap_or_else(IdempotencyKey::new);
+    let origin = match args.key {
+        Some(_) => KeyOrigin::Supplied,
+        None => KeyOrigin::Generated,
+    };
 
     // A person waits on the CLI: cap each backoff at 2 s, so a flaky link
     // that recovers is used within a couple of seconds.
@@ -110,6 +114,7 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
                 job_id: None,
                 attempts: 0,
                 ran: arcp_sdk::Execution::NotRun,
+                origin,
                 exit_code: crate::outcome::EXIT_OTHER,
             })
         }
@@ -119,7 +124,7 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
     let connected = tokio::select! {
         connected = builder.connect() => connected,
         () = &mut interrupted => {
-            return CallOutcome::Failed(Failure::interrupted(key.to_string(), None));
+            return CallOutcome::Failed(Failure::interrupted(key.to_string(), origin, None));
         }
     };
     let client = match connected {
@@ -130,10 +135,11 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
             return CallOutcome::Failed(Failure::deadline_while_connecting(
                 &error,
                 key.to_string(),
+                origin,
             ));
         }
         Err(error) => {
-            return CallOutcome::Failed(Failure::from_error(&error, key.to_string(), None));
+            return CallOutcome::Failed(Failure::before_the_call(&error, key.to_string(), origin));
         }
     };
 
@@ -166,9 +172,14 @@ pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> C
         Some(Err(error)) => CallOutcome::Failed(Failure::from_error(
             &error,
             key.to_string(),
+            origin,
             handle.job_id(),
         )),
-        None => CallOutcome::Failed(Failure::interrupted(key.to_string(), handle.job_id())),
+        None => CallOutcome::Failed(Failure::interrupted(
+            key.to_string(),
+            origin,
+            handle.job_id(),
+        )),
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use arcp_sdk::{escape_control, Execution, Redactor};
 
-use crate::outcome::{CallOutcome, Failure};
+use crate::outcome::{CallOutcome, Failure, KeyOrigin};
 
 /// `{"status":"ok",...}`: field order as documented in the README.
 #[derive(Debug, Serialize)]
@@ -147,8 +147,17 @@ pub(crate) fn human(redactor: &Redactor, text: &str) -> String {
 /// What to do next, for the outcomes where that is not obvious.
 fn hint(f: &Failure) -> Option<String> {
     Some(match f.code.as_str() {
-        "OUTCOME_UNAVAILABLE" | "DEADLINE_EXCEEDED" | "INTERRUPTED"
-            if f.ran == Execution::NotRun =>
+        _ if f.ran == Execution::NotSent => format!(
+            "this call ran nothing, but --key {} was yours and an earlier call with it may have \
+             run: repeat it with the same --key (never a new one)",
+            f.key
+        ),
+        "OUTCOME_UNAVAILABLE"
+        | "DEADLINE_EXCEEDED"
+        | "INTERRUPTED"
+        | "CONNECT_FAILED"
+        | "HANDSHAKE_FAILED"
+            if f.ran == Execution::NotRun && f.origin == KeyOrigin::Generated =>
         {
             format!(
                 "nothing ran: the call never reached the runtime; repeat it (with --key {} or \
@@ -156,6 +165,12 @@ fn hint(f: &Failure) -> Option<String> {
                 f.key
             )
         }
+        "DUPLICATE_KEY" if f.ran == Execution::MayHaveRun => format!(
+            "the runtime (or a gateway before it) reports --key {} bound to another call, but an \
+             earlier attempt of this call may have reached it: the tool may have run (at most \
+             once). Do not use a new key; ask again later with this one",
+            f.key
+        ),
         "OUTCOME_UNAVAILABLE" | "DEADLINE_EXCEEDED" | "INTERRUPTED" => format!(
             "the tool may have run (at most once); repeat the call with --key {} to get its \
              outcome without running it again",

@@ -273,6 +273,7 @@ pub(crate) fn conflict(key: IdempotencyKey) -> Error {
         key,
         message: "the key was already used by a call with a different intent in this client".into(),
         attempts: 0,
+        execution: Execution::NotRun,
     }
 }
 

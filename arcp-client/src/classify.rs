@@ -17,6 +17,7 @@
 //! | an error naming a job (`job.error`, `job.failed`, `tool.error` with a job id) | [`ErrorVerdict::JobFailed`]: terminal, the tool ran | same |
 //! | an error naming no job, retryable (`UNAVAILABLE`, rate limits, ...) | [`ErrorVerdict::Transient`]: same key after a floor | [`ErrorVerdict::JobFailed`] |
 //! | an error naming no job, not retryable | [`ErrorVerdict::Refused`]: terminal, this attempt did not run | [`ErrorVerdict::JobFailed`] |
+//! | legacy `job.failed` `NOT_FOUND` "tool not registered: TOOL" for the call's own tool, after `job.accepted` under a fresh job (Rust 2.0.0: the key is not bound, a retry gets another job) | [`ErrorVerdict::Refused`] | [`ErrorVerdict::Refused`] ([`is_unbound_refusal`]) |
 //!
 //! A replayed terminal is terminal whether or not it is retryable: the
 //! runtime would replay it to every later attempt with the same key.
@@ -39,11 +40,22 @@
 //! | credentials refused (401/403, `UNAUTHENTICATED` naming no job) | `Unauthenticated` | `OutcomeUnavailable` |
 //! | other final HTTP status (404, other 4xx, 501, 505) | `Http { status }` | `OutcomeUnavailable` |
 //! | reconnecting failed for good | the connect error | `OutcomeUnavailable` |
-//! | key conflict | `DuplicateKey` | `DuplicateKey`, unless the runtime bound the key to this call's job before (then `OutcomeUnavailable`) |
+//! | key conflict | `DuplicateKey` | `DuplicateKey { execution: MayHaveRun }`; `OutcomeUnavailable` if the runtime had bound the key to this call's job |
 //!
-//! A conflict proves this intent never ran under the key, even after a lost
-//! attempt: a key is bound once. Nothing outside this module builds an
-//! [`Execution`] for an ending.
+//! A conflict after an exposure proves nothing about the first attempt: a
+//! gateway or server that fingerprints the whole request body (each
+//! attempt's envelope id and timestamp differ) answers our own retry with a
+//! conflict, though the first attempt ran.
+//!
+//! ## Supplied keys
+//!
+//! "Did not run" is a claim about the key. A call whose key the caller
+//! supplied (or that came from an earlier call) and that ran nothing says
+//! so only when the runtime proved it (a key conflict before any exposure,
+//! a refusal in its pre-acceptance shape naming no job) or the journal's
+//! record of the key did; otherwise it says [`Execution::NotSent`]: an
+//! earlier call with the key may have run ([`not_sent`]). Nothing outside
+//! this module builds an [`Execution`] for an ending.
 
 use std::time::Duration;
 
@@ -92,6 +104,18 @@ fn is_duplicate_key(e: &ErrorReply) -> bool {
         || (e.code == ErrorCode::FailedPrecondition
             && (e.message.contains("different command intent")
                 || e.message.contains("already bound")))
+}
+
+/// The legacy runtime's refusal of a tool it does not know, sent as a job's
+/// failure after accepting the request under a fresh job id: it binds no
+/// key (a retry gets another job) and runs nothing, so it is not the key's
+/// outcome. Read by shape: the code, and the exact wording naming the
+/// call's own tool.
+pub(crate) fn is_unbound_refusal(e: &ErrorReply, tool: &str) -> bool {
+    e.code == ErrorCode::NotFound
+        && e.message
+            .strip_prefix("tool not registered: ")
+            .is_some_and(|named| named == tool)
 }
 
 /// What a call has exposed to the runtime so far: the facts the execution
@@ -255,6 +279,7 @@ pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
             key,
             message,
             attempts,
+            execution: call.exposure.unresolved(),
         },
     }
 }
@@ -303,6 +328,41 @@ pub(crate) fn shared_fate(e: Error, key: &IdempotencyKey, job_id: Option<String>
             ),
             attempts: e.attempts().unwrap_or(0),
             permanent: false,
+        },
+    }
+}
+
+/// The error of a call that ran nothing, when its key was supplied (by the
+/// caller, or from an earlier call) and neither the runtime nor the journal
+/// proved the key unused: an earlier call with the key may have run, so it
+/// says [`Execution::NotSent`] (retry with the same key), never "did not
+/// run". Proofs stay as they are: a key conflict, a refusal in the
+/// runtime's pre-acceptance shape (a tool error naming no job).
+pub(crate) fn not_sent(e: Error, key: &IdempotencyKey) -> Error {
+    if e.execution() != Execution::NotRun {
+        return e;
+    }
+    match e {
+        e @ Error::DuplicateKey { .. } => e,
+        Error::Tool(tool) if tool.job_id.is_none() => Error::Tool(tool),
+        Error::DeadlineExceeded {
+            key,
+            job_id,
+            deadline,
+            attempts,
+            last_error,
+            ..
+        } => Error::DeadlineExceeded {
+            key,
+            job_id,
+            deadline,
+            attempts,
+            execution: Execution::NotSent,
+            last_error,
+        },
+        cause => Error::NotSent {
+            key: key.clone(),
+            cause: Box::new(cause),
         },
     }
 }
@@ -549,18 +609,70 @@ mod tests {
     }
 
     #[test]
-    fn a_conflict_is_not_run_unless_the_key_was_bound_to_this_call() {
+    fn a_conflict_is_not_run_only_before_any_exposure() {
         let key = IdempotencyKey::new();
         let conflict = || Ending::DuplicateKey {
             message: "dup".into(),
         };
-        // A lost attempt: the conflict proves this intent never bound the key.
-        let e = give_up(ended(&key, false, true), conflict());
+        let e = give_up(ended(&key, false, false), conflict());
         assert!(matches!(e, Error::DuplicateKey { .. }), "{e}");
         assert_eq!(e.execution(), Execution::NotRun);
+        // A lost attempt: a gateway fingerprinting whole bodies answers our
+        // own retry so. The conflict is kept; it may have run.
+        let e = give_up(ended(&key, false, true), conflict());
+        assert!(matches!(e, Error::DuplicateKey { .. }), "{e}");
+        assert_eq!(e.execution(), Execution::MayHaveRun);
         // Bound to this call before: the answer contradicts it; may have run.
         let e = give_up(ended(&key, true, false), conflict());
         assert_eq!(e.execution(), Execution::MayHaveRun, "{e}");
+    }
+
+    #[test]
+    fn a_supplied_key_turns_every_unproven_not_run_into_not_sent() {
+        let key = IdempotencyKey::new();
+        for ending in every_ending() {
+            let clean = give_up(ended(&key, false, false), ending.clone());
+            let e = not_sent(clean, &key);
+            assert_eq!(e.execution(), Execution::NotSent, "{ending:?}: {e}");
+            assert_eq!(e.key(), Some(&key), "{ending:?}");
+            // What may have run stays so.
+            let exposed = give_up(ended(&key, false, true), ending.clone());
+            assert_eq!(not_sent(exposed, &key).execution(), Execution::MayHaveRun);
+        }
+        // A deadline keeps its variant.
+        let e = not_sent(
+            give_up(
+                ended(&key, false, false),
+                Ending::Deadline(Duration::from_secs(1)),
+            ),
+            &key,
+        );
+        assert!(matches!(e, Error::DeadlineExceeded { .. }), "{e:?}");
+        // Proofs stay: a conflict, a refusal naming no job.
+        let conflict = give_up(
+            ended(&key, false, false),
+            Ending::DuplicateKey {
+                message: "dup".into(),
+            },
+        );
+        assert_eq!(not_sent(conflict, &key).execution(), Execution::NotRun);
+        let refused = reply(ErrorCode::InvalidArgument, false, "bad");
+        let refusal = |job: Option<String>| {
+            tool_error(
+                &key,
+                job,
+                refused.clone(),
+                &ErrorVerdict::Refused,
+                Exposure::default(),
+                false,
+            )
+        };
+        assert_eq!(not_sent(refusal(None), &key).execution(), Execution::NotRun);
+        // One naming a job may be a stored failure of an earlier call.
+        assert_eq!(
+            not_sent(refusal(Some("job_1".into())), &key).execution(),
+            Execution::NotSent
+        );
     }
 
     #[test]

@@ -33,6 +33,22 @@ impl fmt::Display for LastErrorSuffix<'_> {
     }
 }
 
+/// What a conflict says of the call when an earlier attempt may have run
+/// it: for messages.
+struct ConflictSuffix(Execution);
+
+impl fmt::Display for ConflictSuffix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Execution::MayHaveRun => f.write_str(
+                " (an earlier attempt of this call may have reached the runtime: it may have \
+                 run, at most once; retry later with the same key)",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// " (job J)" when the job is known, else nothing: for messages.
 struct JobSuffix<'a>(&'a Option<String>);
 
@@ -53,7 +69,7 @@ impl fmt::Display for JobSuffix<'_> {
 /// | variant | did the tool run? |
 /// |---|---|
 /// | [`Error::Tool`] | it ran and reported this error ([`ToolError::execution`]: not run when the runtime refused the request before accepting it) |
-/// | [`Error::DuplicateKey`] | no: the key is bound to a different call |
+/// | [`Error::DuplicateKey`] | as its `execution` field says: not run when nothing of this call may have reached the runtime before the conflict, else maybe |
 /// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance, or never sent |
 /// | [`Error::OutcomeUnavailable`] | maybe, at most once; retry later with the same key |
 /// | [`Error::DeadlineExceeded`] | as its `execution` field says |
@@ -62,7 +78,15 @@ impl fmt::Display for JobSuffix<'_> {
 /// | [`Error::Cancelled`] | it was cancelled by the runtime |
 /// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
 /// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent |
-/// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`: maybe, at most once) |
+/// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
+/// | [`Error::NotSent`] | not by this call; the key was supplied and an earlier call with it may have run: retry with the same key |
+///
+/// A call whose key was supplied by the caller (not generated for it)
+/// that ends without running anything says [`Execution::NotSent`], not
+/// [`Execution::NotRun`], unless the runtime or the journal proved the key
+/// unused: the error is then [`Error::NotSent`] around the error that
+/// stopped the call (or, for a deadline, `DeadlineExceeded` with
+/// `execution: NotSent`).
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
 /// The crate root's [handling outcomes](crate#handling-outcomes) guide has
@@ -75,8 +99,12 @@ pub enum Error {
     #[error("the tool call failed: {0}")]
     Tool(Box<ToolError>),
     /// The key is already bound to a call with a different intent (tool,
-    /// arguments or options). Never retried; this call did not run.
-    #[error("idempotency key {key} is already bound to a different call: {message}")]
+    /// arguments or options). Never retried. This call did not run, unless
+    /// an earlier attempt of it may have reached the runtime before the
+    /// conflict (`execution` is then [`Execution::MayHaveRun`]): a gateway
+    /// that fingerprints the whole request body answers a retry of the
+    /// same call as a conflict, since each attempt's envelope differs.
+    #[error("idempotency key {key} is already bound to a different call: {message}{}", ConflictSuffix(*execution))]
     DuplicateKey {
         /// The key.
         key: IdempotencyKey,
@@ -84,6 +112,10 @@ pub enum Error {
         message: String,
         /// Requests sent for this call (0 when refused locally).
         attempts: u32,
+        /// [`Execution::NotRun`] when nothing of this call may have reached
+        /// the runtime before the conflict; [`Execution::MayHaveRun`] when
+        /// an earlier attempt may have (retry later with the same key).
+        execution: Execution,
     },
     /// A request with this key may have reached the runtime, but the call's
     /// outcome could not be obtained (for example a runtime that replays
@@ -170,10 +202,12 @@ pub enum Error {
         /// Requests sent for this call.
         attempts: u32,
     },
-    /// The runtime closed the connection because of this request itself
-    /// (WebSocket close 1009 "message too big", 1002, 1003, 1007 or 1008),
-    /// again when it was re-sent alone: it cannot be accepted as it is. The
-    /// tool did not run. Not retried.
+    /// The runtime closed the connection because it could not take this
+    /// request in (WebSocket close 1009 "message too big", 1002, 1003 or
+    /// 1007), again when it was re-sent alone: it cannot be accepted as it
+    /// is. The tool did not run. Not retried. (A policy close, 1008, may
+    /// come after the request was forwarded: a call it ends may have run,
+    /// and says so.)
     #[error("the runtime refused the request of the call with key {key}: it closed the connection with code {close_code} ({reason})")]
     RequestRejected {
         /// The key.
@@ -264,6 +298,19 @@ pub enum Error {
     /// call was sent.
     #[error("the client is closed")]
     Closed,
+    /// This call ran nothing, but its key was supplied by the caller (or
+    /// came from an earlier call), so an earlier call with the key may have
+    /// run ([`Execution::NotSent`]): retry with the **same key**, never a
+    /// new one. `cause` is what stopped this call (a failed connect, a
+    /// refused credential, a closed client, an HTTP status...).
+    #[error("{cause}; this call sent nothing that ran, but its key {key} was supplied and an earlier call with it may have run: retry with the same key")]
+    NotSent {
+        /// The key: retry with it.
+        key: IdempotencyKey,
+        /// What stopped this call.
+        #[source]
+        cause: Box<Error>,
+    },
     /// An internal failure (a bug); the message says where.
     #[error("internal client error: {0}")]
     Internal(Arc<str>),
@@ -345,7 +392,10 @@ impl Error {
     pub fn execution(&self) -> Execution {
         match self {
             Error::Tool(e) => e.execution,
-            Error::DeadlineExceeded { execution, .. } => *execution,
+            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
+                *execution
+            }
+            Error::NotSent { .. } => Execution::NotSent,
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
             }
@@ -356,6 +406,9 @@ impl Error {
                 if matches!(
                     e.kind,
                     JournalErrorKind::Fenced | JournalErrorKind::Unavailable
+                    // Only a recovered record's intent fails to read back:
+                    // an earlier process may have sent it.
+                    | JournalErrorKind::Intent
                 ) =>
             {
                 Execution::MayHaveRun
@@ -366,8 +419,7 @@ impl Error {
             | Error::ArtifactTooLarge { .. }
             | Error::ArtifactNotFound { .. }
             | Error::ArtifactFetch { .. } => Execution::Ran,
-            Error::DuplicateKey { .. }
-            | Error::RetriesExhausted { .. }
+            Error::RetriesExhausted { .. }
             | Error::RequestRejected { .. }
             | Error::Unauthenticated { .. }
             | Error::Connect { .. }
@@ -389,6 +441,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Tool(_) => false,
+            Error::NotSent { cause, .. } => cause.is_retryable(),
             Error::OutcomeUnavailable { permanent, .. } => !permanent,
             Error::RetriesExhausted { .. }
             | Error::DeadlineExceeded { .. }
@@ -414,6 +467,7 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         match self {
             Error::DeadlineExceeded { .. } => true,
+            Error::NotSent { cause, .. } => cause.is_timeout(),
             Error::Connect { .. } | Error::Handshake { .. } => {
                 let mut next = std::error::Error::source(self);
                 while let Some(cause) = next {
@@ -438,7 +492,10 @@ impl Error {
     /// Nothing of the call was sent. Credentials the runtime refused are
     /// [`Error::is_auth`] instead.
     pub fn is_connect(&self) -> bool {
-        matches!(self, Error::Connect { .. } | Error::Handshake { .. })
+        match self {
+            Error::NotSent { cause, .. } => cause.is_connect(),
+            other => matches!(other, Error::Connect { .. } | Error::Handshake { .. }),
+        }
     }
 
     /// Whether the runtime refused the credentials: [`Error::Unauthenticated`]
@@ -451,6 +508,7 @@ impl Error {
     pub fn is_auth(&self) -> bool {
         match self {
             Error::Unauthenticated { .. } => true,
+            Error::NotSent { cause, .. } => cause.is_auth(),
             Error::Tool(e) => {
                 e.execution == Execution::NotRun
                     && matches!(
@@ -466,6 +524,7 @@ impl Error {
     pub fn code(&self) -> Option<&ErrorCode> {
         match self {
             Error::Tool(e) => Some(&e.code),
+            Error::NotSent { cause, .. } => cause.code(),
             _ => None,
         }
     }
@@ -475,6 +534,7 @@ impl Error {
     pub fn code_name(&self) -> String {
         match self {
             Error::Tool(e) => e.code.to_string(),
+            Error::NotSent { cause, .. } => cause.code_name(),
             Error::DuplicateKey { .. } => "DUPLICATE_KEY".into(),
             Error::OutcomeUnavailable { .. } => "OUTCOME_UNAVAILABLE".into(),
             Error::RetriesExhausted { .. } => "RETRIES_EXHAUSTED".into(),
@@ -505,6 +565,7 @@ impl Error {
         match self {
             Error::Tool(e) => Some(e.attempts),
             Error::ResultDecode(e) => Some(e.attempts),
+            Error::NotSent { cause, .. } => cause.attempts(),
             Error::DuplicateKey { attempts, .. }
             | Error::OutcomeUnavailable { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
@@ -521,6 +582,10 @@ impl Error {
     pub(crate) fn with_attempts(mut self, n: u32) -> Self {
         match &mut self {
             Error::Tool(e) => e.attempts = n,
+            Error::NotSent { cause, .. } => {
+                let inner = std::mem::replace(cause.as_mut(), Error::Closed);
+                **cause = inner.with_attempts(n);
+            }
             Error::DuplicateKey { attempts, .. }
             | Error::OutcomeUnavailable { attempts, .. }
             | Error::RetriesExhausted { attempts, .. }
@@ -553,6 +618,7 @@ impl Error {
             Error::Tool(e) => Some(&e.key),
             Error::ResultDecode(e) => Some(&e.key),
             Error::DuplicateKey { key, .. }
+            | Error::NotSent { key, .. }
             | Error::OutcomeUnavailable { key, .. }
             | Error::RetriesExhausted { key, .. }
             | Error::DeadlineExceeded { key, .. }
@@ -655,5 +721,28 @@ mod tests {
         // The cause itself, not a wrapper: a downcast sees it.
         let cause = std::error::Error::source(&connect).expect("a source");
         assert!(cause.downcast_ref::<std::io::Error>().is_some());
+    }
+
+    #[test]
+    fn not_sent_answers_the_kind_questions_for_its_cause() {
+        let connect = Error::Connect {
+            url: "ws://x".into(),
+            message: "budget".into(),
+            retryable: true,
+            source: Some(ErrorSource::new(std::io::Error::from(
+                std::io::ErrorKind::TimedOut,
+            ))),
+        };
+        let wrap = |cause| Error::NotSent {
+            key: IdempotencyKey::new(),
+            cause: Box::new(cause),
+        };
+        let e = wrap(connect);
+        assert_eq!(e.execution(), Execution::NotSent);
+        assert!(e.is_connect() && e.is_timeout() && !e.is_auth());
+        let e = wrap(Error::Unauthenticated {
+            message: "no".into(),
+        });
+        assert!(e.is_auth() && !e.is_connect() && !e.is_timeout());
     }
 }

@@ -64,7 +64,7 @@
 //! says whether the tool ran ([`Error::execution`]). Decide on that, not on
 //! the variant:
 //!
-//! ```ignore
+//! ```no_run
 //! use arcp_sdk::{Client, Error, Execution};
 //! use serde_json::json;
 //!
@@ -93,22 +93,22 @@
 //! ```
 //!
 //! (The match has no wildcard arm: [`Execution`] has exactly these four
-//! classes. Until `Execution::NotSent` is part of this crate, the example
-//! is not compiled.)
+//! classes.)
 //!
 //! What each outcome means, over WebSocket (`ws://`, `wss://`) and over the
 //! HTTP binding (`http://`, `https://`):
 //!
 //! | outcome | did the tool run? | WebSocket | HTTP binding |
 //! |---|---|---|---|
-//! | `Ok(`[`ToolOutput`]`)` | yes, once | the job's result; `replayed` when it is a stored outcome | the same; `replayed` when the runtime marks it (`Arcp-Replayed`) or an earlier attempt bound the key (409, `job.accepted`) |
+//! | `Ok(`[`ToolOutput`]`)` | yes, once | the job's result; `replayed` when the runtime marked it a stored outcome, or it comes from the job the key was bound to | the same; `replayed` when the runtime marks it (`Arcp-Replayed`) or the answer is from the job an earlier attempt bound the key to (`job.accepted`; a 409 names no job, so an answer after it is not taken for a replay) |
 //! | [`Error::Tool`] | yes (its [`ToolError::execution`]: not run for a refusal before acceptance) | the job failed with `e.code`, or the runtime refused the request before accepting it; not retried with the same key | the same, from the ARCP envelope in the body |
-//! | [`Error::DuplicateKey`] | no: this intent did not run under the key (had the runtime bound the key to this call before, the call ends [`Error::OutcomeUnavailable`] instead) | the key is bound to another intent; never retried | also HTTP 422 |
+//! | [`Error::DuplicateKey`] | as its `execution` field says: not run, unless an earlier attempt of this call may have reached the runtime (then maybe) | the key is bound to another intent; never retried | also HTTP 422 |
+//! | [`Error::NotSent`] | not by this call; the key was supplied, and an earlier call with it may have run: retry with the same key | what stopped this call is its `cause` (a failed connect, refused credentials, a closed client, a deadline before any send) | the same (a 404 or 401 on the first POST, say) |
 //! | [`Error::RetriesExhausted`] | no | every attempt refused before acceptance (`UNAVAILABLE`, rate limits) or not sent, until the budget ran out | 429 or 503 with `Retry-After` (or retryable refusals) every time |
 //! | [`Error::OutcomeUnavailable`] | maybe, at most once | a request may have run and its outcome could not be had (the budget ran out, a later attempt was refused, a runtime that replays only `job.accepted`); retry later with `key` | also a 5xx other than 501 and 505, a 503 without `Retry-After`, a cut or unreadable answer, then a final status |
 //! | [`Error::DeadlineExceeded`] | as its `execution` field says | the call's deadline passed | a POST handed to the HTTP client and unanswered counts as sent |
 //! | [`Error::Interrupted`] | maybe, at most once | the client was closed with the call in flight | the same for a POST in flight |
-//! | [`Error::RequestRejected`] | no | the runtime closed the connection because of the request itself (1009, 1002, 1003, 1007, 1008), again when re-sent alone | (WebSocket only) |
+//! | [`Error::RequestRejected`] | no | the runtime closed the connection because it could not take the request in (1009, 1002, 1003, 1007), again when re-sent alone (a policy close, 1008, never clears the doubt) | (WebSocket only) |
 //! | [`Error::Unauthenticated`] | no | the runtime refused the credentials in the handshake, or the upgrade with 401/403 | HTTP 401 or 403 |
 //! | [`Error::Http`] | no | (HTTP only) | a status the binding does not define (400, 404, 405, 501, 505, ...) |
 //! | [`Error::Cancelled`] | yes | the runtime cancelled the job | the same |
@@ -124,7 +124,13 @@
 //! [`Error::is_auth`] (credentials refused) and [`Error::is_retryable`]
 //! (the same call, with the same key, may end differently). Connect and
 //! handshake errors carry their cause: [`std::error::Error::source`] leads
-//! to the `std::io::Error`, `rustls::Error` or timer underneath.
+//! to the `std::io::Error`, `rustls::Error` or timer underneath. An
+//! [`Error::NotSent`] answers each of these for its `cause`.
+//!
+//! Where a row says "no", a call whose key was generated says
+//! [`Execution::NotRun`]; with a key you supplied, the same ending is an
+//! [`Error::NotSent`] around it, unless the runtime or the journal proved
+//! that the key did not run.
 //!
 //! ## Cargo features
 //!

@@ -435,6 +435,23 @@ impl PreparedCall {
     }
 }
 
+/// Whether two serialized intents are the same intent, compared in
+/// canonical form: the same bytes, or the same JSON values (object members
+/// in any order; a number keeps its kind, so `1` and `1.0` differ, as a
+/// runtime comparing texts tells them apart). A record written by a build
+/// whose maps keep insertion order is no conflict with the same arguments
+/// serialized here; what is sent stays the bytes serialized once.
+pub(crate) fn same_intent(recorded: &str, ours: &str) -> bool {
+    recorded == ours
+        || matches!(
+            (
+                serde_json::from_str::<serde_json::Value>(recorded),
+                serde_json::from_str::<serde_json::Value>(ours),
+            ),
+            (Ok(a), Ok(b)) if a == b
+        )
+}
+
 /// What a prepared request's `invoke` is left as (allocates nothing).
 fn taken_invoke() -> Invoke {
     Invoke::new(String::new(), serde_json::Value::Null)
@@ -461,6 +478,24 @@ mod tests {
         // Not in W3C form (upper case): kept verbatim, not normalised.
         let odd = TraceId::new("4BF92F3577B34DA6A3CE929D0E0E4736");
         assert_eq!(odd.write(&mut [0; 32]), "4BF92F3577B34DA6A3CE929D0E0E4736");
+    }
+
+    #[test]
+    fn intents_are_compared_in_canonical_form() {
+        let ours =
+            r#"{"tool":"t","arguments":{"a":1,"b":[2,{"c":3,"d":4}]},"idempotency_key":"k"}"#;
+        let reordered =
+            r#"{"arguments":{"b":[2,{"d":4,"c":3}],"a":1},"idempotency_key":"k","tool":"t"}"#;
+        assert!(same_intent(reordered, ours));
+        assert!(same_intent(ours, ours));
+        for other in [
+            r#"{"tool":"t","arguments":{"a":1.0,"b":[2,{"c":3,"d":4}]},"idempotency_key":"k"}"#,
+            r#"{"tool":"t","arguments":{"a":1,"b":[{"c":3,"d":4},2]},"idempotency_key":"k"}"#,
+            r#"{"tool":"t","arguments":{"a":1},"idempotency_key":"k"}"#,
+            "not json",
+        ] {
+            assert!(!same_intent(other, ours), "{other}");
+        }
     }
 
     #[test]

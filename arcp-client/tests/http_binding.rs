@@ -180,6 +180,7 @@ async fn unprocessable_422_is_duplicate_key_and_never_retried() {
         key: refused,
         attempts,
         message,
+        execution,
     } = &err
     else {
         panic!("expected DuplicateKey, got {err:?}");
@@ -187,6 +188,9 @@ async fn unprocessable_422_is_duplicate_key_and_never_retried() {
     assert_eq!((refused, *attempts), (&key, 1));
     assert!(message.contains("from the test server"), "{message}");
     assert_eq!(err.code_name(), "DUPLICATE_KEY");
+    // A 422 may come from a whole-body fingerprint, which another caller of
+    // a supplied key draws with the same intent: not proof for such a key.
+    assert_eq!(*execution, arcp_sdk::Execution::NotSent);
 }
 
 #[tokio::test]

@@ -6,7 +6,14 @@
 //!
 //! One request per connection (the mock's binding closes each), read whole
 //! (head and `Content-Length` body) before the gateway decides.
+//!
+//! Started with [`Gateway::fingerprinting`], it is also an idempotency-key
+//! middleware as draft-ietf-httpapi-idempotency-key-header describes one:
+//! it remembers each `Idempotency-Key`'s whole body and answers 422, without
+//! forwarding, a request whose key it saw with another body (a client's own
+//! retry, whose envelope id and timestamp differ, included).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +45,9 @@ pub(crate) struct Gateway {
     task: JoinHandle<()>,
 }
 
+/// Each idempotency key's first body, when the gateway fingerprints them.
+type Bodies = Option<Arc<Mutex<HashMap<String, Vec<u8>>>>>;
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.task.abort();
@@ -50,6 +60,23 @@ impl Gateway {
         upstream: SocketAddr,
         next: impl FnMut() -> Move + Send + 'static,
     ) -> std::io::Result<Gateway> {
+        Self::start_with(upstream, next, None).await
+    }
+
+    /// [`start`](Self::start), answering 422 to a known key with another
+    /// body (see the module's documentation).
+    pub(crate) async fn fingerprinting(
+        upstream: SocketAddr,
+        next: impl FnMut() -> Move + Send + 'static,
+    ) -> std::io::Result<Gateway> {
+        Self::start_with(upstream, next, Some(Default::default())).await
+    }
+
+    async fn start_with(
+        upstream: SocketAddr,
+        next: impl FnMut() -> Move + Send + 'static,
+        bodies: Bodies,
+    ) -> std::io::Result<Gateway> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let forwarded = Arc::new(AtomicU64::new(0));
@@ -60,8 +87,9 @@ impl Gateway {
                 while let Ok((client, _)) = listener.accept().await {
                     let chosen = (next.lock().unwrap())();
                     let forwarded = forwarded.clone();
+                    let bodies = bodies.clone();
                     tokio::spawn(async move {
-                        let _ = serve(client, upstream, chosen, &forwarded).await;
+                        let _ = serve(client, upstream, chosen, &forwarded, bodies).await;
                     });
                 }
             }
@@ -89,8 +117,14 @@ async fn serve(
     upstream: SocketAddr,
     chosen: Move,
     forwarded: &AtomicU64,
+    bodies: Bodies,
 ) -> std::io::Result<()> {
     let request = read_request(&mut client).await?;
+    if let Some(bodies) = bodies {
+        if !same_body_as_before(&bodies, &request) {
+            return answer(&mut client, 422).await;
+        }
+    }
     if let Move::Refuse(status) = chosen {
         return answer(&mut client, status).await;
     }
@@ -110,6 +144,25 @@ async fn serve(
         Move::Refuse(_) => unreachable!("answered above"),
     }
     client.shutdown().await
+}
+
+/// Records the request's body under its `Idempotency-Key` if the key is
+/// new; false when the key was seen with another body.
+fn same_body_as_before(bodies: &Mutex<HashMap<String, Vec<u8>>>, request: &[u8]) -> bool {
+    let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return true;
+    };
+    let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+    let Some(key) = head
+        .lines()
+        .find_map(|l| l.strip_prefix("idempotency-key:"))
+        .map(|v| v.trim().to_owned())
+    else {
+        return true;
+    };
+    let body = &request[end + 4..];
+    let mut bodies = bodies.lock().unwrap();
+    bodies.entry(key).or_insert_with(|| body.to_vec()) == body
 }
 
 /// The request's bytes: its head and its `Content-Length` body.

@@ -105,11 +105,12 @@ fn a_tool_error_exits_2_with_the_wire_code() {
 }
 
 #[test]
-fn an_unknown_tool_is_a_tool_error() {
+fn an_unknown_tool_is_refused_and_did_not_run() {
     let mock = MockServe::start(&[]);
+    // Refused before acceptance, under a key generated for the call.
     let out = invoke_json("no-such-tool", &mock.url, &[])
         .assert()
-        .code(2)
+        .code(3)
         .get_output()
         .clone();
     let map = single_json_object(&out.stdout);
@@ -233,10 +234,11 @@ fn a_legacy_runtime_is_reached_by_auto_and_by_legacy() {
 fn a_wrong_token_is_unauthenticated_and_never_printed() {
     let mock = MockServe::start(&["--token", "right-token-1234"]);
     // From the environment, with every diagnostic on.
+    // Nothing was sent under a key generated for the call: did not run.
     let out = invoke_json("echo", &mock.url, &["-vv"])
         .env("ARCP_TOKEN", "wrong-token-9876")
         .assert()
-        .code(1)
+        .code(3)
         .get_output()
         .clone();
     let map = single_json_object(&out.stdout);
@@ -258,7 +260,7 @@ fn a_wrong_token_is_unauthenticated_and_never_printed() {
         "-vv",
     ])
     .assert()
-    .code(1)
+    .code(3)
     .stdout("")
     .stderr(contains("UNAUTHENTICATED"))
     .get_output()
@@ -313,7 +315,8 @@ fn an_unreachable_runtime_is_an_error_object_with_zero_attempts() {
         &["--key", "unreachable-1", "--connect-budget", "1"],
     )
     .assert()
-    .code(1)
+    // The key was supplied: an earlier call with it may have run.
+    .code(6)
     .get_output()
     .clone();
     // Refused connections are retried (a runtime may be restarting), but

@@ -31,7 +31,10 @@ fn invoke_help_documents_the_json_contract_and_exit_statuses() {
     for needle in [
         "\"status\":\"ok\"",
         "\"status\":\"error\"",
-        "0 ok, 2 tool error, 3 duplicate key, 4 outcome unavailable, 1 anything else",
+        "0  ok: the tool returned a result",
+        "3  did not run",
+        "4  may have run",
+        "6  not sent",
         "ARCP_TOKEN",
         "auto",
         "legacy",

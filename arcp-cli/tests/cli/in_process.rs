@@ -189,7 +189,7 @@ fn a_tool_error_after_a_dropped_connection_is_still_exit_2() {
 }
 
 #[test]
-fn a_passed_deadline_exits_1_with_deadline_exceeded() {
+fn a_passed_deadline_after_the_send_exits_4_may_have_run() {
     let rt = runtime();
     let mock = rt
         .block_on(slow_mock(MockRuntime::builder()).start())
@@ -201,7 +201,7 @@ fn a_passed_deadline_exits_1_with_deadline_exceeded() {
         &["--args", r#"{"ms": 5000}"#, "--deadline", "0.3"],
     )
     .assert()
-    .code(1)
+    .code(4)
     .get_output()
     .clone();
     assert!(
@@ -225,7 +225,7 @@ fn a_deadline_before_anything_was_sent_says_not_run() {
     drop(dead);
     let out = invoke_json("echo", &url, &["--deadline", "0.5"])
         .assert()
-        .code(1)
+        .code(3)
         .get_output()
         .clone();
     let map = single_json_object(&out.stdout);
@@ -236,16 +236,43 @@ fn a_deadline_before_anything_was_sent_says_not_run() {
     // The human form says so too, not "may have run".
     let human = arcp(["invoke", "echo", "--url", &url, "--deadline", "0.5"])
         .assert()
-        .code(1)
+        .code(3)
         .get_output()
         .clone();
     let stderr = String::from_utf8_lossy(&human.stderr);
     assert!(stderr.contains("nothing ran"), "{stderr}");
+    assert!(stderr.contains("or without"), "{stderr}");
     assert!(!stderr.contains("may have run"), "{stderr}");
+    // With a key of the user's: an earlier call with it may have run. Not
+    // sent; the hint offers no new key.
+    let out = invoke_json("echo", &url, &["--deadline", "0.5", "--key", "mine-1"])
+        .assert()
+        .code(6)
+        .get_output()
+        .clone();
+    let map = single_json_object(&out.stdout);
+    assert_eq!(map["ran"], "not_sent", "{map:?}");
+    let human = arcp([
+        "invoke",
+        "echo",
+        "--url",
+        &url,
+        "--deadline",
+        "0.5",
+        "--key",
+        "mine-1",
+    ])
+    .assert()
+    .code(6)
+    .get_output()
+    .clone();
+    let stderr = String::from_utf8_lossy(&human.stderr);
+    assert!(stderr.contains("same --key"), "{stderr}");
+    assert!(!stderr.contains("or without"), "{stderr}");
 }
 
 #[test]
-fn refused_every_time_exits_1_with_retries_exhausted_and_the_attempt_count() {
+fn refused_every_time_exits_3_with_retries_exhausted_and_the_attempt_count() {
     let rt = runtime();
     let mock = rt
         .block_on(slow_mock(MockRuntime::builder()).start())
@@ -256,7 +283,7 @@ fn refused_every_time_exits_1_with_retries_exhausted_and_the_attempt_count() {
     });
     let out = invoke_json("slow", &mock.ws_url(), &["--max-attempts", "3"])
         .assert()
-        .code(1)
+        .code(3)
         .get_output()
         .clone();
     let map = single_json_object(&out.stdout);
@@ -307,7 +334,7 @@ fn an_interrupted_wait_reports_the_key_to_resume_with() {
     let out = guard.0.take().unwrap().wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(4),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

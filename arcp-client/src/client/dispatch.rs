@@ -9,7 +9,7 @@ use std::time::Duration;
 use arcp_types::IdempotencyKey;
 
 use crate::cache::Outcome;
-use crate::classify::{give_up, not_recorded, shared_fate, Ended, Ending, Exposure};
+use crate::classify::{give_up, not_recorded, not_sent, shared_fate, Ended, Ending, Exposure};
 use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
 use crate::journal::JournalHandle;
@@ -40,6 +40,7 @@ impl Client {
         request.seal();
         telemetry::call_started();
         let started = request.started;
+        let key_supplied = request.key_supplied || request.in_doubt;
         let mut guard = AbandonOnDrop {
             client: self,
             key: request.key.clone(),
@@ -57,7 +58,8 @@ impl Client {
             shared.attempts(),
             shared.answered(),
         );
-        with_shared_fate(outcome, fate, &guard.key, shared)
+        let outcome = with_shared_fate(outcome, fate, &guard.key, shared);
+        with_key_origin(outcome, key_supplied, &guard.key)
     }
 
     /// [`dispatch`](Self::dispatch) for any call: a journal's records, a
@@ -145,6 +147,7 @@ impl Client {
         let outcome = match outcome {
             Err(e)
                 if unproven
+                    && in_doubt
                     && e.execution() == Execution::NotRun
                     && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
             {
@@ -192,7 +195,11 @@ impl Client {
                 }
             }
         }
-        with_shared_fate(outcome, fate, &key, &shared)
+        let outcome = with_shared_fate(outcome, fate, &key, &shared);
+        // A supplied key the journal did not vouch for (no journal, or its
+        // record never read): "did not run" is not proven for the key.
+        let vouched = self.inner.journal.is_some() && !unproven;
+        with_key_origin(outcome, key_may_be_known && !vouched, &key)
     }
 
     async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
@@ -250,6 +257,16 @@ fn with_shared_fate(
     match (outcome, fate) {
         (Err(e), Some(fate)) if fate.0.is_shared() => Err(shared_fate(e, key, shared.job_id())),
         (outcome, _) => outcome,
+    }
+}
+
+/// A call that ran nothing says "did not run" only for a key generated for
+/// it (or one the journal vouched for); a supplied key may belong to an
+/// earlier call that ran: "not sent" ([`not_sent`]).
+fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Outcome {
+    match outcome {
+        Err(e) if supplied => Err(not_sent(e, key)),
+        outcome => outcome,
     }
 }
 

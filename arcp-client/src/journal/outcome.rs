@@ -117,6 +117,10 @@ impl JournalOutcome {
     pub(crate) fn from_result(result: &Result<ToolOutput, Error>) -> Option<Self> {
         Some(match result {
             Err(Error::Tool(e)) if e.execution == Execution::MayHaveRun => return None,
+            // A conflict after an earlier attempt may have run the call.
+            Err(e @ Error::DuplicateKey { .. }) if e.execution() != Execution::NotRun => {
+                return None
+            }
             Ok(out) => JournalOutcome::Ok {
                 value: out.value.clone(),
                 job_id: out.job_id.clone(),
@@ -272,6 +276,7 @@ impl JournalOutcome {
                 key: key.clone(),
                 message,
                 attempts,
+                execution: Execution::NotRun,
             }),
             JournalOutcome::Cancelled { job_id, attempts } => Err(Error::Cancelled {
                 key: key.clone(),

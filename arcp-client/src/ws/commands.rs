@@ -136,6 +136,7 @@ impl Core {
                             "the key is in use by a call with a different intent in this client"
                                 .into(),
                         attempts: 0,
+                        execution: crate::error::Execution::NotRun,
                     };
                     answer(waiter, Err(refused).into());
                 }

@@ -301,10 +301,15 @@ impl Core {
                     // Only a request never handed to the writer is proven
                     // not to have reached the runtime.
                     let written = outbox.was_handed(*seq);
-                    // A request-level close of a request alone on its
-                    // connection answers that request: it was refused, not
-                    // run. Any other written request may have run.
-                    let refused_alone = alone && matches!(loss, Loss::Rejected { .. });
+                    // A close saying the frame could not be taken in (too
+                    // big, malformed, unsupported), of a request alone on
+                    // its connection, answers that request: refused, not
+                    // run. A policy close (1008) does not: an auth proxy
+                    // that expires tokens on long-lived sockets closes
+                    // after forwarding the request. Any other written
+                    // request may have run.
+                    let refused_alone =
+                        alone && matches!(loss, Loss::Rejected { code, .. } if code != 1008);
                     call.exposure.in_doubt |= written && !refused_alone;
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
                         let rejections = &mut call.troubles_mut().rejections;

@@ -254,17 +254,18 @@ impl Call<'_> {
     }
 
     /// Whether this attempt's answer is a stored outcome: the runtime
-    /// marked it so (`marked`), or the key was bound before the attempt
-    /// and the answer is that job's. An answer from another job is a new
-    /// execution (the runtime lost its record of the key and ran the call
-    /// again), as over WebSocket; after an attempt that was merely lost,
-    /// the answer may as well be a first execution.
+    /// marked it so (`marked`), or the key was bound to a job before the
+    /// attempt and the answer is that job's. An answer from another job is
+    /// a new execution (the runtime lost its record of the key and ran the
+    /// call again), as over WebSocket; after an attempt that was merely
+    /// lost, or a 409 that named no job (another instance may answer the
+    /// next attempt and run the call afresh), the answer may as well be a
+    /// first execution.
     fn replayed(&self, marked: bool) -> bool {
         marked
             || match &self.bound_before {
-                None => false,
-                Some(None) => true,
                 Some(Some(before)) => self.job_id.as_deref() == Some(before.as_str()),
+                None | Some(None) => false,
             }
     }
 
@@ -396,10 +397,9 @@ impl Call<'_> {
                 if let Some(job) = header.job_id.as_deref() {
                     self.bind(job);
                 }
-                // A job's error with no acceptance before it in a stream
-                // is a stored outcome (a JSON body has no room for one).
-                let unaccepted = self.streamed && names_job && !self.accepted_now;
-                let replayed = self.replayed(marked) || unaccepted;
+                // A job's error with no acceptance before it is a replay
+                // only when it is the job the key was bound to (above).
+                let replayed = self.replayed(marked);
                 Next::Done(Err(tool_error(
                     &self.req.key,
                     self.job_id.clone(),

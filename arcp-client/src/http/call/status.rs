@@ -49,9 +49,10 @@ impl Call<'_> {
             422 => {
                 let detail = self.error_detail(response).await;
                 self.in_flight = false;
-                Next::Done(Err(self.end(Ending::DuplicateKey {
+                let conflict = self.end(Ending::DuplicateKey {
                     message: format!("HTTP 422: {detail}"),
-                })))
+                });
+                Next::Done(Err(self.whole_body_conflict(conflict)))
             }
             // The binding's "not processed, retry later": 429, and 503 with
             // `Retry-After`. A bare 503 is also what proxies (Envoy, Istio)
@@ -97,6 +98,28 @@ impl Call<'_> {
                     message: body_detail(&body, &self.backend.redactor),
                 })))
             }
+        }
+    }
+
+    /// A 422 from whatever fingerprints the whole body (the idempotency-key
+    /// draft's middleware does): another body is also the same intent in
+    /// another envelope, sent by another caller of a supplied key. It
+    /// proves this intent never ran under the key only for a key generated
+    /// for this call: else "not sent" (retry with the same key).
+    fn whole_body_conflict(&self, conflict: crate::Error) -> crate::Error {
+        match conflict {
+            crate::Error::DuplicateKey {
+                key,
+                message,
+                attempts,
+                execution: crate::Execution::NotRun,
+            } if self.req.key_supplied || self.req.in_doubt => crate::Error::DuplicateKey {
+                key,
+                message,
+                attempts,
+                execution: crate::Execution::NotSent,
+            },
+            other => other,
         }
     }
 

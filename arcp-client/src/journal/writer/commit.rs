@@ -486,7 +486,7 @@ impl Writer {
         let Some(existing) = current else {
             return Ok((Prepared::Proceed(Prior::default()), Some(entry.clone())));
         };
-        if existing.intent != entry.intent {
+        if !crate::request::same_intent(&existing.intent, &entry.intent) {
             return Ok((Prepared::Conflict(existing.clone()), None));
         }
         // Possibly sent longer ago than the runtime remembers keys: never

@@ -221,6 +221,7 @@ impl JournalHandle {
                     now.duration_since(existing.created_at).unwrap_or_default()
                 ),
                 attempts: 0,
+                execution: crate::error::Execution::NotRun,
             }))),
         }
     }

@@ -13,14 +13,30 @@ use tracing::{debug, warn};
 use super::{owned, unindex_job, ResultBody};
 use crate::cache::{PlainResult, Settled};
 use crate::classify::{
-    classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
+    classify_error, failed_result, is_unbound_refusal, read_result, tool_error, Ending,
+    ErrorVerdict, Exposure, ResultReading,
 };
 use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::request::Outgoing;
 use crate::retry::saturating_deadline;
 use crate::ws::attribution::ReqKind;
 use crate::ws::calls::Phase;
 use crate::ws::core::Core;
 use crate::ws::ids::{CallId, RequestId};
+
+/// The call's tool name (read back from its request: only for the rare
+/// error that needs it).
+fn tool_of(call: &crate::ws::calls::Call) -> String {
+    match &call.outgoing {
+        Outgoing::Request(invoke) => invoke.tool.clone(),
+        Outgoing::Encoded(e) => e.to_invoke().map(|i| i.tool).unwrap_or_default(),
+    }
+}
+
+/// Whether a frame's job is the one the call was bound to before it.
+fn is_known_job(bound: Option<&str>, named: Option<&str>) -> bool {
+    matches!((bound, named), (Some(a), Some(b)) if a == b)
+}
 
 impl Core {
     /// A terminal result: the call it names ends with it.
@@ -34,13 +50,15 @@ impl Core {
             return;
         };
         // A terminal with no acceptance before it on this attempt is a
-        // stored outcome re-sent (runtimes accept a fresh job before it runs).
+        // replay only when it is the job the key was bound to: a runtime
+        // that lost the key (or another instance) may run it afresh.
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        let known_job = is_known_job(call.job_id.as_deref(), header.job_id.as_deref());
         if let Some(job) = &header.job_id {
             let (_, replaced) = call.bind(job);
             unindex_job(&mut self.by_job, id, replaced);
         }
-        let replayed = call.replayed || foreign || unaccepted;
+        let replayed = call.replayed || foreign || (unaccepted && known_job);
         let assembly = call.assembly.take();
         let reading = match result {
             ResultBody::Decoded(result) => {
@@ -184,6 +202,9 @@ impl Core {
         let unaccepted = matches!(call.phase, Phase::Sent { .. });
         match verdict {
             ErrorVerdict::DuplicateKey => {
+                // This attempt is answered: only an earlier one may have
+                // reached the runtime (and made the conflict our own).
+                call.phase = Phase::Queued { not_before: now };
                 let message = e.message;
                 self.end_without_outcome(id, Ending::DuplicateKey { message });
             }
@@ -206,12 +227,35 @@ impl Core {
                 debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
             }
             verdict => {
+                let known_job = is_known_job(call.job_id.as_deref(), header.job_id.as_deref());
                 if let Some(job) = &header.job_id {
                     let (_, replaced) = call.bind(job);
                     unindex_job(&mut self.by_job, id, replaced);
                 }
-                let replayed = call.replayed || foreign || (names_job && unaccepted);
-                let error = tool_error(&call.key, call.job(), e, &verdict, call.exposure, replayed);
+                let replayed = call.replayed || foreign || (names_job && unaccepted && known_job);
+                // An error naming a job that was never accepted for this
+                // call (the legacy runtime refuses a bad tool name so) is
+                // not the key's outcome: the runtime did not bind the key
+                // to that job. Not run, unless this call (or an earlier one
+                // with its key) may have run it: then it may be a stored
+                // failure re-sent.
+                let verdict = if names_job && unaccepted && !known_job && !call.replayed {
+                    ErrorVerdict::Refused
+                } else {
+                    verdict
+                };
+                // The legacy refusal of an unknown tool, after its fresh
+                // acceptance: not the key's outcome. It proves nothing ran
+                // when nothing before that acceptance may have.
+                let unbound = names_job && !unaccepted && is_unbound_refusal(&e, &tool_of(call));
+                let (verdict, exposure) = match unbound {
+                    true if !call.replayed && !call.exposure.in_doubt => {
+                        (ErrorVerdict::Refused, Exposure::default())
+                    }
+                    true => (ErrorVerdict::Refused, call.exposure),
+                    false => (verdict, call.exposure),
+                };
+                let error = tool_error(&call.key, call.job(), e, &verdict, exposure, replayed);
                 self.finish(id, Err(error));
             }
         }

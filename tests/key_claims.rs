@@ -1,0 +1,456 @@
+//! "Did not run" is a claim about the key, and `replayed` a claim about the
+//! answer: one test per path where either was claimed without proof. Each
+//! checks the outcome against what the mock runtime executed.
+//!
+//! - a gateway that fingerprints whole bodies answers our own retry 422
+//!   after the first attempt ran: the conflict says "may have run";
+//! - a second caller of a supplied key whose first call ran, refused at
+//!   once (404, a failed connect): "not sent", never "did not run";
+//! - a policy close (1008) after the submit was forwarded, then 401 on the
+//!   reconnect: "may have run";
+//! - a 409 that names no job, then an answer from a fresh execution, and a
+//!   terminal with no acceptance before it: not replays.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arcp_mock::Dialect;
+use arcp_sdk::{Error, Execution, IdempotencyKey};
+use serde_json::json;
+use support::gateway::{Gateway, Move};
+use support::mock::{client, mock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The gateway's moves, in order; forwarding once they run out.
+fn moves(list: Vec<Move>) -> impl FnMut() -> Move + Send + 'static {
+    let mut list = list.into_iter();
+    move || list.next().unwrap_or(Move::Forward)
+}
+
+/// The first attempt is forwarded and runs, but the gateway answers 502;
+/// the retry (a fresh envelope, so another body) gets the gateway's 422.
+/// The conflict is kept, but it proves nothing about the first attempt.
+#[tokio::test]
+async fn a_gateway_that_fingerprints_whole_bodies_conflicts_with_our_retry_after_it_ran() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    // Each call: its first attempt forwarded, then 502; the retry's move
+    // is drawn too, though the fingerprint answers it first.
+    let each = [Move::ForwardThen(502), Move::Forward];
+    let gateway = Gateway::fingerprinting(mock.http_address(), moves([each, each].concat()))
+        .await
+        .unwrap();
+    let client = client(&gateway.url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    for supplied in [false, true] {
+        let before = mock.executions("refund");
+        let mut call = client.invoke("refund", json!({"order": 7}));
+        if supplied {
+            call = call.idempotency_key(IdempotencyKey::new());
+        }
+        let err = call.send().await.unwrap_err();
+        assert_eq!(
+            mock.executions("refund") - before,
+            1,
+            "the first attempt ran"
+        );
+        let Error::DuplicateKey {
+            execution,
+            attempts,
+            ..
+        } = &err
+        else {
+            panic!("the conflict is kept: {err:?}");
+        };
+        assert_eq!(*execution, Execution::MayHaveRun, "{err}");
+        assert_eq!(err.execution(), Execution::MayHaveRun);
+        assert_eq!(*attempts, 2, "{err:?}");
+        assert!(err.to_string().contains("may have run"), "{err}");
+    }
+}
+
+/// A supplied key whose first call ran, in another client: the second
+/// caller is refused at once (404 from a gateway before any forward; a
+/// connect that fails). It sent nothing, but it cannot say "did not run".
+#[tokio::test]
+async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&mock.http_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    first
+        .invoke("refund", json!({"order": 8}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions("refund"), 1);
+
+    let gateway = Gateway::start(mock.http_address(), || Move::Refuse(404))
+        .await
+        .unwrap();
+    let second = client(&gateway.url(), Dialect::V1_1)
+        .connect_lazy()
+        .await
+        .unwrap();
+    let err = second
+        .invoke("refund", json!({"order": 8}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+    assert_eq!(err.key(), Some(&key), "{err:?}");
+    let Error::NotSent { cause, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        matches!(cause.as_ref(), Error::Http { status: 404, .. }),
+        "{cause:?}"
+    );
+    assert_eq!(err.code_name(), "HTTP_ERROR");
+    // A key generated for the call is new: nothing sent proves it.
+    let err = second
+        .invoke_tool("refund", json!({"order": 9}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Http { status: 404, .. }), "{err:?}");
+    assert_eq!(err.execution(), Execution::NotRun);
+
+    // Over WebSocket: a runtime that cannot be reached at all.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/arcp", closed.local_addr().unwrap());
+    drop(closed);
+    let third = client(&url, Dialect::V1_1).connect_lazy().await.unwrap();
+    let err = third
+        .invoke("refund", json!({"order": 8}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+    let err = third
+        .invoke("refund", json!({"order": 10}))
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+    assert_eq!(mock.executions("refund"), 1);
+}
+
+/// What a WebSocket relay does with the runtime's frames.
+#[derive(Clone, Copy)]
+enum Relay {
+    /// At the first `job.accepted`: close the client's connection with 1008
+    /// (the submit was forwarded; the tool runs), and answer every later
+    /// upgrade with 401.
+    PolicyCloseThen401,
+    /// Drop every `job.accepted`; relay the rest.
+    HideAcceptance,
+}
+
+/// A relay between a WebSocket client and `upstream`, on loopback.
+async fn relay(upstream: SocketAddr, how: Relay) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closed = Arc::new(AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let closed = closed.clone();
+            tokio::spawn(async move {
+                if closed.load(Ordering::SeqCst) {
+                    let _ = refuse_401(client).await;
+                } else {
+                    let _ = pump(client, upstream, how, &closed).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn refuse_401(mut client: TcpStream) -> std::io::Result<()> {
+    let mut buf = [0u8; 4096];
+    let _ = client.read(&mut buf).await?;
+    client
+        .write_all(
+            b"HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer\r\ncontent-length: 0\r\n\
+              connection: close\r\n\r\n",
+        )
+        .await?;
+    client.shutdown().await
+}
+
+/// Relays bytes both ways; the runtime's frames (unmasked) are cut out one
+/// by one after its upgrade answer, so each can be looked at.
+async fn pump(
+    client: TcpStream,
+    upstream: SocketAddr,
+    how: Relay,
+    closed: &AtomicBool,
+) -> std::io::Result<()> {
+    let runtime = TcpStream::connect(upstream).await?;
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut runtime_read, mut runtime_write) = runtime.into_split();
+    let up = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut runtime_write).await;
+    });
+    let mut buf = Vec::new();
+    let mut upgraded = false;
+    let mut chunk = [0u8; 16384];
+    loop {
+        let n = runtime_read.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if !upgraded {
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            client_write.write_all(&buf[..end + 4]).await?;
+            buf.drain(..end + 4);
+            upgraded = true;
+        }
+        while let Some(len) = frame_len(&buf) {
+            let frame: Vec<u8> = buf.drain(..len).collect();
+            let accepted = String::from_utf8_lossy(&frame).contains("\"job.accepted\"");
+            match (how, accepted) {
+                (Relay::PolicyCloseThen401, true) => {
+                    closed.store(true, Ordering::SeqCst);
+                    // Close frame, code 1008, no reason.
+                    client_write.write_all(&[0x88, 0x02, 0x03, 0xF0]).await?;
+                    client_write.shutdown().await?;
+                    up.abort();
+                    return Ok(());
+                }
+                (Relay::HideAcceptance, true) => {}
+                _ => client_write.write_all(&frame).await?,
+            }
+        }
+    }
+    up.abort();
+    client_write.shutdown().await
+}
+
+/// The length of the unmasked frame at the start of `buf`, once whole.
+fn frame_len(buf: &[u8]) -> Option<usize> {
+    let short = usize::from(*buf.get(1)? & 0x7F);
+    let (header, payload) = match short {
+        126 => (
+            4,
+            usize::from(u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?])),
+        ),
+        127 => {
+            let bytes: [u8; 8] = buf.get(2..10)?.try_into().ok()?;
+            (10, usize::try_from(u64::from_be_bytes(bytes)).ok()?)
+        }
+        n => (2, n),
+    };
+    (buf.len() >= header + payload).then_some(header + payload)
+}
+
+/// The submit reaches the runtime and runs; a policy close (1008) arrives
+/// before its acceptance, then the reconnect is refused with 401. A close
+/// is no refusal frame for the submit: the call may have run.
+#[tokio::test]
+async fn a_policy_close_after_the_submit_then_401_may_have_run() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let upstream: SocketAddr = mock.ws_url()[5..]
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let addr = relay(upstream, Relay::PolicyCloseThen401).await;
+    let client = client(&format!("ws://{addr}/arcp"), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke("refund", json!({"order": 11, "ms": 50}))
+        .deadline(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap_err();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(mock.executions("refund"), 1, "the submit ran");
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err:?}");
+    assert!(err.key().is_some(), "the key is kept: {err:?}");
+}
+
+/// Over HTTP, a 409 (a request with this key in progress, no job named),
+/// then a fresh execution answers (another instance ran it): not a replay.
+#[tokio::test]
+async fn a_409_then_a_fresh_execution_is_not_a_replay() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let gateway = Gateway::start(mock.http_address(), moves(vec![Move::Refuse(409)]))
+        .await
+        .unwrap();
+    let client = client(&gateway.url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke_tool("refund", json!({"order": 12}))
+        .await
+        .unwrap();
+    assert_eq!(mock.executions("refund"), 1);
+    assert_eq!(mock.jobs().len(), 1, "one fresh job");
+    assert!(!out.replayed, "a fresh execution is no replay: {out:?}");
+    assert_eq!(out.attempts, 2);
+}
+
+/// Over WebSocket, a terminal with no acceptance before it on the attempt
+/// (the acceptance lost on the way) from a fresh execution: not a replay.
+/// (The legacy dialect correlates every frame to the request.)
+#[tokio::test]
+async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let upstream: SocketAddr = mock.ws_url()[5..]
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let addr = relay(upstream, Relay::HideAcceptance).await;
+    let client = client(&format!("ws://{addr}/arcp"), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke_tool("refund", json!({"order": 13, "ms": 30}))
+        .await
+        .unwrap();
+    assert_eq!(mock.executions("refund"), 1);
+    assert!(!out.replayed, "a fresh execution is no replay: {out:?}");
+}
+
+/// A journal record of the key whose intent text lists the same arguments
+/// in another order (written by a build whose maps keep insertion order):
+/// the same intent, not a local key conflict. The call goes out and runs.
+#[tokio::test]
+async fn a_recorded_intent_in_another_member_order_is_the_same_intent() {
+    use arcp_sdk::{Journal, JournalEntry, JournalWrite, MemoryJournal};
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let recorded =
+        format!(r#"{{"tool":"echo","arguments":{{"b":2,"a":1}},"idempotency_key":"{key}"}}"#);
+    let journal = MemoryJournal::new();
+    let entry = JournalEntry::new(
+        key.clone(),
+        "echo",
+        recorded,
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        Duration::from_secs(5),
+    );
+    journal.apply(&[JournalWrite::Prepare(entry)]).unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let out = client
+        .invoke("echo", json!({"a": 1, "b": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("not a conflict: {e:?}"));
+    assert_eq!(out.value, json!({"a": 1, "b": 2}));
+    assert_eq!(mock.executions("echo"), 1);
+}
+
+/// A recovered record whose intent no longer reads back byte for byte is
+/// not sent; an earlier process may have sent it: "may have run".
+#[tokio::test]
+async fn a_recovered_record_that_no_longer_reads_back_may_have_run() {
+    use arcp_sdk::{Journal, JournalEntry, JournalErrorKind, JournalWrite, MemoryJournal};
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let recorded =
+        format!(r#"{{"tool" : "echo", "arguments" : {{"a" : 1}}, "idempotency_key" : "{key}"}}"#);
+    let journal = MemoryJournal::new();
+    let mut entry = JournalEntry::new(
+        key.clone(),
+        "echo",
+        recorded,
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        Duration::from_secs(5),
+    );
+    entry.attempts = 1;
+    journal.apply(&[JournalWrite::Prepare(entry)]).unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let calls = client.recover().await.unwrap();
+    assert_eq!(calls.len(), 1);
+    for call in calls {
+        let err = call.await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Journal(e) if e.kind == JournalErrorKind::Intent),
+            "{err:?}"
+        );
+        assert_eq!(err.execution(), Execution::MayHaveRun, "{err}");
+    }
+    assert_eq!(mock.executions("echo"), 0, "nothing is sent");
+}
+
+/// The legacy runtime accepts a request for a tool it does not know under a
+/// fresh job, then fails it (`NOT_FOUND` "tool not registered"), binding no
+/// key. Not the key's outcome: not "ran", and not answered from the cache
+/// to a repeat of the key (the runtime is asked again).
+#[tokio::test]
+async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke_tool("no-such-tool", json!({}))
+        .await
+        .unwrap_err();
+    let Error::Tool(tool) = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(tool.code.as_str(), "NOT_FOUND", "{err:?}");
+    assert!(!tool.replayed);
+    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+    let key = err.key().cloned().unwrap();
+    let submits = |mock: &arcp_mock::MockRuntime| {
+        mock.received()
+            .iter()
+            .filter(|e| e.idempotency_key.as_deref() == Some(key.as_str()))
+            .count()
+    };
+    assert_eq!(submits(&mock), 1);
+    let again = client
+        .invoke("no-such-tool", json!({}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(submits(&mock), 2, "asked the runtime again: {again:?}");
+    // A key of the caller's now: not sent, around the runtime's refusal.
+    let Error::NotSent { cause, .. } = &again else {
+        panic!("{again:?}");
+    };
+    assert!(
+        matches!(cause.as_ref(), Error::Tool(t) if !t.replayed),
+        "{again:?}"
+    );
+    assert_eq!(again.execution(), Execution::NotSent, "{again:?}");
+    assert_eq!(mock.total_executions(), 0);
+}
