@@ -60,22 +60,22 @@ fn read_args_file(path: &Path) -> Result<(String, String), UsageError> {
     Ok((text, name))
 }
 
-/// Connects, invokes the tool once (the client retries with the same key
-/// across failures) and returns how it ended. Events are rendered on stderr
+/// Connects, invokes the tool once under `key` (the client retries with it
+/// across failures; `origin` says whether the user gave it) and returns how
+/// it ended. Events are rendered on stderr
 /// meanwhile (without a progress bar when `logging`: diagnostics share stderr).
-pub(crate) async fn run(args: &InvokeArgs, arguments: Value, logging: bool) -> CallOutcome {
+pub(crate) async fn run(
+    args: &InvokeArgs,
+    key: IdempotencyKey,
+    origin: KeyOrigin,
+    arguments: Value,
+    logging: bool,
+) -> CallOutcome {
     let started = Instant::now();
     let deadline = args
         .deadline
         .map(Duration::from_secs_f64)
         .unwrap_or(DEFAULT_DEADLINE);
-    // The CLI always picks the key, so every outcome (even a failed connect)
-    // can report it, and a user can repeat the call with it.
-    let key = args.key.clone().unwrap_or_else(IdempotencyKey::new);
-    let origin = match args.key {
-        Some(_) => KeyOrigin::Supplied,
-        None => KeyOrigin::Generated,
-    };
 
     // A person waits on the CLI: cap each backoff at 2 s, so a flaky link
     // that recovers is used within a couple of seconds.

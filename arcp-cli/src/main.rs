@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command, MockCommand, EXIT_USAGE};
-use crate::outcome::EXIT_OTHER;
+use crate::outcome::{KeyOrigin, EXIT_OTHER};
 use crate::output::Printer;
 
 fn main() -> ExitCode {
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
 /// are on (they go to stderr too).
 async fn dispatch(command: Command, logging: bool) -> u8 {
     match command {
-        Command::Invoke(mut args) => {
+        Command::Invoke(args) => {
             let arguments = match invoke::arguments(&args) {
                 Ok(arguments) => arguments,
                 Err(invoke::UsageError(message)) => {
@@ -70,10 +70,15 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
             };
             // The key is chosen and shown before anything is sent, so a user
             // who interrupts the call can still repeat it with that key.
-            let key = args.key.get_or_insert_with(arcp_types::IdempotencyKey::new);
+            // A key the CLI picks is still a generated one: nothing of an
+            // earlier call can have run under it.
+            let (key, origin) = match &args.key {
+                Some(key) => (key.clone(), KeyOrigin::Supplied),
+                None => (arcp_types::IdempotencyKey::new(), KeyOrigin::Generated),
+            };
             // A closed stderr must not stop the call.
             let _ = writeln!(std::io::stderr(), "idempotency key: {key}");
-            let outcome = invoke::run(&args, arguments, logging).await;
+            let outcome = invoke::run(&args, key, origin, arguments, logging).await;
             let redactor = arcp_sdk::Redactor::new(args.token.as_deref(), &args.url);
             let printer = Printer {
                 json: args.json,

@@ -494,6 +494,7 @@ fn cached_outcomes_expire_on_the_cores_timer() {
     let t0 = Instant::now();
     let ttl = Duration::from_secs(5);
     let mut config = Config::new("ws://127.0.0.1:9/arcp".into());
+    config.dialect = crate::config::DialectChoice::V1_1;
     config.outcome_cache_ttl = ttl;
     let (events, _) = tokio::sync::broadcast::channel(8);
     let core = Core::new(
