@@ -6,47 +6,15 @@
 use std::sync::Arc;
 
 use arcp_sdk::{ArtifactFetcher, ArtifactRef, Error, RetryPolicy};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::net::{TcpListener, TcpStream};
+use rustls::pki_types::CertificateDer;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-const BODY: &[u8] = b"over tls";
+mod support;
 
-/// Terminates TLS for "localhost" and forwards the plain bytes to `upstream`.
-/// Returns the TLS port and the certificate to trust.
-async fn tls_front(upstream: std::net::SocketAddr) -> (u16, CertificateDer<'static>) {
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let cert = CertificateDer::from(certified.cert.der().to_vec());
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-        certified.signing_key.serialize_der(),
-    ));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(socket).await else {
-                    return;
-                };
-                let Ok(mut plain) = TcpStream::connect(upstream).await else {
-                    return;
-                };
-                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
-            });
-        }
-    });
-    (port, cert)
-}
+use support::tls::tls_front;
+
+const BODY: &[u8] = b"over tls";
 
 fn trusting(cert: CertificateDer<'static>) -> ArtifactFetcher {
     let mut roots = rustls::RootCertStore::empty();

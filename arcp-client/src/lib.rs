@@ -165,6 +165,7 @@ mod connection_events;
 mod error;
 mod fate;
 mod outcome;
+mod percent;
 mod stats;
 mod sync;
 // Metrics (empty without the `metrics` feature).

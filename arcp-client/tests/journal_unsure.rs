@@ -115,6 +115,16 @@ async fn recover_all(client: &Client) -> Vec<Result<Value, Error>> {
     outcomes
 }
 
+/// Sends a call whose record the journal fails to commit; its error.
+async fn unrecorded_call(client: &Client, order: u64, deadline: Duration) -> Error {
+    client
+        .invoke("refund", json!({"order": order}))
+        .deadline(deadline)
+        .send()
+        .await
+        .expect_err("the journal could not record the call")
+}
+
 #[tokio::test]
 async fn a_lost_commit_answer_then_a_refused_retry_is_not_did_not_run() {
     let mock = mock(None, Duration::ZERO).await;
@@ -129,12 +139,7 @@ async fn a_lost_commit_answer_then_a_refused_retry_is_not_did_not_run() {
         .connect()
         .await
         .unwrap();
-    let told = client
-        .invoke("refund", json!({"order": 1}))
-        .deadline(Duration::from_secs(2))
-        .send()
-        .await
-        .expect_err("the journal refused the call's record");
+    let told = unrecorded_call(&client, 1, Duration::from_secs(2)).await;
     assert_eq!(mock.total_executions(), 0, "nothing was sent");
     // The store is writable again; a recovery finds the record that landed.
     faults.refuse.store(false, Ordering::SeqCst);
@@ -215,12 +220,7 @@ async fn sqlite_a_lost_commit_answer_then_a_read_only_file_is_not_did_not_run() 
         .connect()
         .await
         .unwrap();
-    let told = client
-        .invoke("refund", json!({"order": 2}))
-        .deadline(Duration::from_millis(800))
-        .send()
-        .await
-        .expect_err("the journal could not record the call");
+    let told = unrecorded_call(&client, 2, Duration::from_millis(800)).await;
     client.close().await;
     assert_eq!(mock.total_executions(), 0, "nothing was sent");
     // The file is writable again; the next process recovers what landed.

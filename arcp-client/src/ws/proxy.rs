@@ -16,6 +16,7 @@ use super::core::DialFailure;
 use super::dial::{self, failure};
 use crate::config::ProxyChoice;
 use crate::error::Error;
+use crate::percent::percent_decode;
 
 /// The longest answer to `CONNECT` read before the tunnel is given up.
 const MAX_CONNECT_ANSWER: usize = 8 * 1024;
@@ -139,30 +140,6 @@ fn split_host_port(hostport: &str) -> Option<(String, u16)> {
         None => 80,
     };
     (!host.is_empty()).then(|| (host.to_owned(), port))
-}
-
-/// `%XX` escapes of a URL's user info decoded (others kept as they are).
-fn percent_decode(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// A TCP stream to `host:port` through `proxy`'s `CONNECT` tunnel.

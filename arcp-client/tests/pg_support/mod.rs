@@ -38,7 +38,13 @@ pub(crate) async fn database() -> Option<String> {
         N.fetch_add(1, Ordering::Relaxed),
         rand_suffix()
     );
-    let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+    create_database(&admin, &name).await;
+    Some(with_dbname(&admin, &name))
+}
+
+/// Creates database `name` through the connection string `admin`.
+async fn create_database(admin: &str, name: &str) {
+    let (client, conn) = tokio_postgres::connect(admin, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("connect to the test PostgreSQL server ({admin}): {e}"));
     let task = tokio::spawn(conn);
@@ -48,7 +54,6 @@ pub(crate) async fn database() -> Option<String> {
         .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
     drop(client);
     let _ = task.await;
-    Some(with_dbname(&admin, &name))
 }
 
 /// Prints why a test is skipped and says whether to skip it.
@@ -397,16 +402,7 @@ impl OwnServer {
             self.root.display(),
             self.port
         );
-        let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
-            .await
-            .unwrap_or_else(|e| panic!("connect to the test server ({admin}): {e}"));
-        let task = tokio::spawn(conn);
-        client
-            .batch_execute(&format!("CREATE DATABASE {db}"))
-            .await
-            .unwrap_or_else(|e| panic!("CREATE DATABASE {db}: {e}"));
-        drop(client);
-        let _ = task.await;
+        create_database(&admin, db).await;
     }
 
     /// The server's TCP port.

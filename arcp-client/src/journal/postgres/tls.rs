@@ -33,6 +33,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
+use crate::percent::percent_decode;
+
 /// What the connection string asks of TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -99,7 +101,10 @@ pub(super) fn take_settings(url: &str) -> Result<(String, Settings), String> {
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if !take(key, percent_decode(value))? {
+            if !take(
+                key,
+                String::from_utf8_lossy(&percent_decode(value)).into_owned(),
+            )? {
                 kept.push(pair);
             }
         }
@@ -180,30 +185,6 @@ fn key_values(text: &str) -> Result<Vec<(String, String, &str)>, String> {
         let value = String::from_utf8_lossy(&value).into_owned();
         pairs.push((key, value, &text[start..i]));
     }
-}
-
-/// `%XX` escapes decoded.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The rustls configuration `settings` call for.
