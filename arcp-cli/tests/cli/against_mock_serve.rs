@@ -285,7 +285,8 @@ fn the_mock_reads_its_token_from_the_environment() {
     let out = invoke_json("echo", &mock.url, &[])
         .env("ARCP_TOKEN", "wrong-token-9876")
         .assert()
-        .code(1)
+        // Refused credentials with a key the CLI picked: did not run.
+        .code(3)
         .get_output()
         .clone();
     assert_eq!(single_json_object(&out.stdout)["code"], "UNAUTHENTICATED");
