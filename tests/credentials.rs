@@ -232,3 +232,61 @@ async fn an_invalid_header_fails_connect_with_a_typed_error() {
     assert!(matches!(err, Error::InvalidCall(_)), "{err:?}");
     assert!(err.to_string().contains("bad header"), "{err}");
 }
+
+/// An HTTP server that answers 401 with the request's bearer token echoed
+/// in its body (a careless gateway).
+async fn echoing_401() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).to_string();
+                let token = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("authorization: bearer ")
+                            .map(|_| l[22..].trim().to_owned())
+                    })
+                    .unwrap_or_default();
+                let body = format!("{{\"detail\":\"token {token} has expired\"}}");
+                let response = format!(
+                    "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// The provider's token, echoed by an HTTP server in a refusal, is not in
+/// the error (it is fetched per call, so the backend's redactor lacks it).
+#[tokio::test]
+async fn the_providers_token_echoed_over_http_is_redacted() {
+    let port = echoing_401().await;
+    let (_, provide) = provider(&["provided-secret-4711"]);
+    let client = Client::builder(format!("http://127.0.0.1:{port}/arcp"))
+        .token_provider(provide)
+        .connect()
+        .await
+        .unwrap();
+    let e = client
+        .invoke_tool("echo", json!({}))
+        .await
+        .expect_err("refused");
+    let shown = format!("{e} {e:?}");
+    assert!(shown.contains("has expired"), "the server's words: {shown}");
+    assert!(!shown.contains("provided-secret-4711"), "leaked: {shown}");
+    client.close().await;
+}

@@ -336,6 +336,31 @@ async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() 
     assert!(!out.replayed, "a fresh execution is no replay: {out:?}");
 }
 
+/// The same relay, a tool that fails: the job's error names its job with no
+/// acceptance seen on the attempt. Only the legacy refusal of an unknown
+/// tool has that shape without running; any other such error ran.
+#[tokio::test]
+async fn a_job_error_without_acceptance_from_a_fresh_execution_ran() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let upstream: SocketAddr = mock.ws_url()[5..]
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let addr = relay(upstream, Relay::HideAcceptance).await;
+    let client = client(&format!("ws://{addr}/arcp"), Dialect::Legacy)
+        .connect()
+        .await
+        .unwrap();
+    let e = client
+        .invoke_tool("fail", json!({"code": "INTERNAL"}))
+        .await
+        .expect_err("the tool fails");
+    assert_eq!(mock.executions("fail"), 1);
+    assert_eq!(e.execution(), Execution::Ran, "it ran: {e:?}");
+}
+
 /// A journal record of the key whose intent text lists the same arguments
 /// in another order (written by a build whose maps keep insertion order):
 /// the same intent, not a local key conflict. The call goes out and runs.

@@ -71,9 +71,14 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
             // The key is chosen and shown before anything is sent, so a user
             // who interrupts the call can still repeat it with that key.
             // A key the CLI picks is still a generated one: nothing of an
-            // earlier call can have run under it.
+            // earlier call can have run under it. With a journal it is not:
+            // the call's record outlives this process, and a recovery may
+            // send it, so its key is then treated as the user's.
             let (key, origin) = match &args.key {
                 Some(key) => (key.clone(), KeyOrigin::Supplied),
+                None if args.journal.is_some() => {
+                    (arcp_types::IdempotencyKey::new(), KeyOrigin::Supplied)
+                }
                 None => (arcp_types::IdempotencyKey::new(), KeyOrigin::Generated),
             };
             // A closed stderr must not stop the call.

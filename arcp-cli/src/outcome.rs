@@ -31,7 +31,8 @@ pub(crate) const EXIT_NOT_SENT: u8 = 6;
 pub(crate) enum KeyOrigin {
     /// The user passed `--key`: an earlier call may have used it.
     Supplied,
-    /// The CLI generated it for this call: no runtime has seen it.
+    /// The CLI generated it for this call and keeps no journal of it: no
+    /// runtime has seen it.
     Generated,
 }
 

@@ -373,3 +373,75 @@ async fn close_during_recovery_keeps_the_record_and_says_may_have_run() {
         );
     }
 }
+
+/// A store whose first commit of a new record lands after a delay (a slow
+/// disk, a database under load).
+struct SlowCommits {
+    inner: MemoryJournal,
+    delay: Duration,
+    slowed: AtomicBool,
+}
+
+impl Journal for SlowCommits {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        self.inner.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        if !new.is_empty() && !self.slowed.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(self.delay);
+        }
+        self.inner.apply_and_insert_new(writes, new)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+/// A supplied key whose call ends (its deadline) while its prepare is
+/// still being committed: the prepare lands unseen, and a recovery sends
+/// it. The call must not say "not sent" or "did not run" for it.
+#[tokio::test]
+async fn a_prepare_that_lands_after_its_call_ended_may_have_run() {
+    let mock = mock(None, Duration::ZERO).await;
+    let journal = SlowCommits {
+        inner: MemoryJournal::new(),
+        delay: Duration::from_millis(400),
+        slowed: AtomicBool::new(false),
+    };
+    let client = builder(&mock.ws_url())
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let told = client
+        .invoke("refund", json!({"order": 7}))
+        .idempotency_key(IdempotencyKey::new())
+        .deadline(Duration::from_millis(100))
+        .send()
+        .await
+        .expect_err("the deadline passes while the prepare is committed");
+    assert_eq!(mock.total_executions(), 0, "nothing was sent by the call");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let recovered = recover_all(&client).await;
+    assert_eq!(
+        mock.total_executions(),
+        1,
+        "the recovery sent it: {recovered:?}"
+    );
+    assert_eq!(
+        told.execution(),
+        Execution::MayHaveRun,
+        "its record landed and a recovery sent it: {told}"
+    );
+    client.close().await;
+}

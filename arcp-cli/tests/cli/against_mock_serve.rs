@@ -332,6 +332,38 @@ fn an_unreachable_runtime_is_an_error_object_with_zero_attempts() {
     assert!(map["job_id"].is_null());
 }
 
+/// A key the CLI picks is "did not run" when nothing was sent, but not with
+/// a journal: the call's record stays for a recovery to send.
+#[test]
+fn a_generated_key_with_a_journal_is_not_sent_not_did_not_run() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://127.0.0.1:{port}/arcp");
+    let out = invoke_json("echo", &url, &["--connect-budget", "1"])
+        .assert()
+        .code(3)
+        .get_output()
+        .clone();
+    assert_eq!(single_json_object(&out.stdout)["ran"], "not_run");
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    let out = invoke_json("echo", &url, &["--connect-budget", "1"])
+        .arg("--journal")
+        .arg(&journal)
+        .assert()
+        .get_output()
+        .clone();
+    let map = single_json_object(&out.stdout);
+    assert_ne!(
+        map["ran"], "not_run",
+        "a recovery may still send it: {map:?}"
+    );
+    assert_ne!(out.status.code(), Some(3), "{map:?}");
+}
+
 #[test]
 fn mock_serve_stops_on_sigterm_and_sigint() {
     for signal in ["-TERM", "-INT"] {

@@ -138,7 +138,8 @@ impl Client {
         // A journaled call that ended before the journal decided its prepare
         // (its deadline passed while the prepare waited, say) sent nothing,
         // but the key's record was never read: an earlier call with this
-        // key, here or in another process, may have run. Only a key
+        // key, here or in another process, may have run; and this call's own
+        // prepare may land unseen and be sent by a recovery. Only a key
         // generated for this call is known to be new.
         let undecided = self.inner.journal.is_some()
             && !shared.is_recorded()
@@ -147,7 +148,6 @@ impl Client {
         let outcome = match outcome {
             Err(e)
                 if unproven
-                    && in_doubt
                     && e.execution() == Execution::NotRun
                     && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
             {

@@ -520,15 +520,17 @@ impl<'a> Call<'a> {
         }
     }
 
-    fn redact(&self, text: String) -> String {
-        let text = self.backend.redactor.redact_owned(text);
-        // A provider's token, fetched for this call, is not in the redactor.
+    /// The backend's redactor, with the provider's token of this call when
+    /// there is one (it is fetched per call, so the backend's lacks it).
+    fn redactor(&self) -> Cow<'_, Redactor> {
         match &self.provided {
-            Some(token) if !token.0.is_empty() && text.contains(token.0.as_str()) => {
-                text.replace(token.0.as_str(), "<redacted>")
-            }
-            _ => text,
+            Some(token) => Cow::Owned(self.backend.redactor.clone().with_secret(token.0.clone())),
+            None => Cow::Borrowed(&self.backend.redactor),
         }
+    }
+
+    fn redact(&self, text: String) -> String {
+        self.redactor().redact_owned(text)
     }
 }
 

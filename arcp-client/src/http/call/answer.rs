@@ -369,7 +369,7 @@ impl Call<'_> {
     fn on_error(&mut self, header: &Header<'_>, mut e: ErrorReply, marked: bool) -> Next {
         e.message = self.redact(std::mem::take(&mut e.message));
         if let Some(details) = &mut e.details {
-            self.backend.redactor.redact_json(details);
+            self.redactor().redact_json(details);
         }
         let names_job = header.job_id.is_some();
         let verdict = classify_error(&e, names_job, self.accepted_now);

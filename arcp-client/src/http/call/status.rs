@@ -95,7 +95,7 @@ impl Call<'_> {
                 Next::Done(Err(self.end(Ending::HttpStatus {
                     url: self.backend.endpoint.clone(),
                     status,
-                    message: body_detail(&body, &self.backend.redactor),
+                    message: body_detail(&body, &self.redactor()),
                 })))
             }
         }
@@ -139,7 +139,7 @@ impl Call<'_> {
 
     async fn error_detail(&self, response: &mut Incoming) -> String {
         match read_capped(response, ERROR_BODY_LIMIT).await {
-            Ok(body) => body_detail(&body, &self.backend.redactor),
+            Ok(body) => body_detail(&body, &self.redactor()),
             Err(_) => "the response body could not be read".into(),
         }
     }

@@ -233,21 +233,23 @@ impl Core {
                     unindex_job(&mut self.by_job, id, replaced);
                 }
                 let replayed = call.replayed || foreign || (names_job && unaccepted && known_job);
-                // An error naming a job that was never accepted for this
-                // call (the legacy runtime refuses a bad tool name so) is
-                // not the key's outcome: the runtime did not bind the key
-                // to that job. Not run, unless this call (or an earlier one
-                // with its key) may have run it: then it may be a stored
-                // failure re-sent.
-                let verdict = if names_job && unaccepted && !known_job && !call.replayed {
-                    ErrorVerdict::Refused
-                } else {
-                    verdict
-                };
+                // The legacy runtime's refusal of an unknown tool names a
+                // job that was never accepted for this call: not the key's
+                // outcome (the runtime did not bind the key to that job).
+                // Not run, unless this call (or an earlier one with its key)
+                // may have run it. Any other job error before an acceptance
+                // (the acceptance lost on the way) is the job's: it ran.
+                let refusal_shape = is_unbound_refusal(&e, &tool_of(call));
+                let verdict =
+                    if names_job && unaccepted && !known_job && !call.replayed && refusal_shape {
+                        ErrorVerdict::Refused
+                    } else {
+                        verdict
+                    };
                 // The legacy refusal of an unknown tool, after its fresh
                 // acceptance: not the key's outcome. It proves nothing ran
                 // when nothing before that acceptance may have.
-                let unbound = names_job && !unaccepted && is_unbound_refusal(&e, &tool_of(call));
+                let unbound = names_job && !unaccepted && refusal_shape;
                 let (verdict, exposure) = match unbound {
                     true if !call.replayed && !call.exposure.in_doubt => {
                         (ErrorVerdict::Refused, Exposure::default())
