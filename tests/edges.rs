@@ -174,9 +174,9 @@ async fn an_idless_error_after_a_cancel_reaches_its_call() {
     assert_eq!(mock.executions("echo"), 1);
 }
 
-/// A stored tool error replayed without `job.accepted` first ends the call
-/// (not retried, even when the error is marked retryable), without
-/// claiming the replay or a run of its own.
+/// A stored tool error replayed without `job.accepted` first is the call's
+/// terminal outcome (not retried, even when the error is marked retryable):
+/// the key's tool ran.
 #[tokio::test]
 async fn a_replayed_retryable_tool_error_is_terminal() {
     let mock = mock(Dialect::Legacy)
@@ -210,24 +210,15 @@ async fn a_replayed_retryable_tool_error_is_terminal() {
         .send()
         .await
         .unwrap_err();
-    // The stored terminal re-sent with no acceptance before it names a
-    // job this call was never bound to: it cannot be told from a refusal
-    // naming a job, so this call claims no run of its own, only that its
-    // key's earlier call may have run.
-    assert!(
-        matches!(e2.execution(), Execution::MayHaveRun | Execution::NotSent),
-        "{e2:?}"
-    );
-    assert_eq!(
-        e2.attempts(),
-        Some(1),
-        "not re-sent as if it were transient"
-    );
-    let tool = match &e2 {
-        Error::NotSent { cause, .. } => cause.as_ref(),
-        other => other,
+    // The stored terminal re-sent with no acceptance before it: the job's
+    // error, so the key's tool ran. Not called a replay: the runtime does
+    // not mark it, and this process never saw the key bound to that job.
+    let Error::Tool(e2) = e2 else {
+        panic!("{e2:?}")
     };
-    assert!(matches!(tool, Error::Tool(t) if !t.replayed), "{e2:?}");
+    assert_eq!(e2.execution, Execution::Ran, "{e2:?}");
+    assert_eq!(e2.attempts, 1, "not re-sent as if it were transient");
+    assert!(!e2.replayed, "{e2:?}");
     assert_eq!(mock.executions("fail"), 1);
 }
 
