@@ -311,12 +311,9 @@ async fn a_409_then_a_fresh_execution_is_not_a_replay() {
     assert_eq!(out.attempts, 2);
 }
 
-/// Over WebSocket, a terminal with no acceptance before it on the attempt
-/// (the acceptance lost on the way) from a fresh execution: not a replay.
-/// (The legacy dialect correlates every frame to the request.)
-#[tokio::test]
-async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() {
-    let mock = mock(Dialect::Legacy).start().await.unwrap();
+/// A legacy client connected to `mock` through a relay that drops every
+/// `job.accepted`.
+async fn through_hidden_acceptance(mock: &arcp_mock::MockRuntime) -> arcp_sdk::Client {
     let upstream: SocketAddr = mock.ws_url()[5..]
         .split('/')
         .next()
@@ -324,10 +321,19 @@ async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() 
         .parse()
         .unwrap();
     let addr = relay(upstream, Relay::HideAcceptance).await;
-    let client = client(&format!("ws://{addr}/arcp"), Dialect::Legacy)
+    client(&format!("ws://{addr}/arcp"), Dialect::Legacy)
         .connect()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Over WebSocket, a terminal with no acceptance before it on the attempt
+/// (the acceptance lost on the way) from a fresh execution: not a replay.
+/// (The legacy dialect correlates every frame to the request.)
+#[tokio::test]
+async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() {
+    let mock = mock(Dialect::Legacy).start().await.unwrap();
+    let client = through_hidden_acceptance(&mock).await;
     let out = client
         .invoke_tool("refund", json!({"order": 13, "ms": 30}))
         .await
@@ -342,17 +348,7 @@ async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() 
 #[tokio::test]
 async fn a_job_error_without_acceptance_from_a_fresh_execution_ran() {
     let mock = mock(Dialect::Legacy).start().await.unwrap();
-    let upstream: SocketAddr = mock.ws_url()[5..]
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let addr = relay(upstream, Relay::HideAcceptance).await;
-    let client = client(&format!("ws://{addr}/arcp"), Dialect::Legacy)
-        .connect()
-        .await
-        .unwrap();
+    let client = through_hidden_acceptance(&mock).await;
     let e = client
         .invoke_tool("fail", json!({"code": "INTERNAL"}))
         .await
