@@ -324,7 +324,7 @@ pub(crate) const DEFAULT_MIN_HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// How long a connection must live to reset the reconnect backoff, by
 /// default.
-pub(crate) const DEFAULT_MIN_CONNECTION_LIFETIME: Duration = Duration::from_millis(200);
+pub(crate) const DEFAULT_MIN_CONNECTION_LIFETIME: Duration = Duration::ZERO;
 
 /// Bytes of outcomes the outcome cache keeps, by default (16 MiB).
 pub(crate) const DEFAULT_OUTCOME_CACHE_BYTES: usize = 16 << 20;

@@ -45,10 +45,16 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
+        Self::with_config(|_| {})
+    }
+
+    /// A harness whose configuration `adjust` changes first.
+    fn with_config(adjust: impl FnOnce(&mut Config)) -> Self {
         let t0 = Instant::now();
         // The captured frames are v1.1's: no dialect probe.
         let mut config = Config::new("ws://127.0.0.1:9/arcp".into());
         config.dialect = crate::config::DialectChoice::V1_1;
+        adjust(&mut config);
         let config = Arc::new(config);
         let (events, _) = tokio::sync::broadcast::channel(8);
         let core = Core::new(config, None, Arc::new(Mutex::new(None)), events, t0);
@@ -462,7 +468,7 @@ fn establish_when_due(h: &mut Harness, from: u64) -> u64 {
 /// so the waits before the next dials grow.
 #[test]
 fn short_lived_connections_do_not_reset_the_reconnect_backoff() {
-    let mut h = Harness::new();
+    let mut h = Harness::with_config(|c| c.min_connection_lifetime = Duration::from_millis(200));
     let mut answers = Vec::new();
     let mut at = 0;
     let mut waited = 0;
