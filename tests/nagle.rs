@@ -178,3 +178,97 @@ async fn frames_written_in_two_pieces_wait_for_no_delayed_ack() {
         );
     }
 }
+
+/// The median time for `c` calls started together to all end, over waves
+/// in which nobody calls again until the whole wave has ended: a caller
+/// freed by its outcome sends no request that could carry the ACK the
+/// others' replies wait for.
+async fn median_wave(dialect: Dialect, c: usize) -> Duration {
+    let url = runtime_writing_in_pieces(dialect, Writes::Frames).await;
+    let client = Client::builder(url)
+        .dialect(dialect)
+        .connect()
+        .await
+        .expect("connect");
+    let mut waves = Vec::new();
+    for wave in 0..40u32 {
+        let started = Instant::now();
+        let calls = (0..c).map(|i| client.invoke_tool("echo", json!({ "wave": wave, "i": i })));
+        for out in futures_util::future::join_all(calls).await {
+            out.expect("the call succeeds");
+        }
+        if wave >= 10 {
+            waves.push(started.elapsed());
+        }
+    }
+    client.close().await;
+    waves.sort();
+    waves[waves.len() / 2]
+}
+
+/// The median latency of `c` callers each calling again as soon as its
+/// call ends (a closed loop: requests carry the ACKs).
+async fn median_closed_loop(dialect: Dialect, c: usize) -> Duration {
+    let url = runtime_writing_in_pieces(dialect, Writes::Frames).await;
+    let client = Client::builder(url)
+        .dialect(dialect)
+        .connect()
+        .await
+        .expect("connect");
+    let mut tasks = Vec::new();
+    for caller in 0..c {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            for i in 0..60u32 {
+                let started = Instant::now();
+                client
+                    .invoke_tool("echo", json!({ "caller": caller, "i": i }))
+                    .await
+                    .expect("the call succeeds");
+                if i >= 20 {
+                    latencies.push(started.elapsed());
+                }
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap());
+    }
+    client.close().await;
+    latencies.sort();
+    latencies[latencies.len() / 2]
+}
+
+/// Calls started together, none started again until all have ended: the
+/// callers freed first send nothing, so the ACK the rest wait for goes out
+/// on its own after a short grace, not after the kernel's 40 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_of_calls_waits_for_no_delayed_ack() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        for c in [2, 4, 16] {
+            let median = median_wave(dialect, c).await;
+            assert!(
+                median < Duration::from_millis(20),
+                "{dialect}, {c} calls: median wave {median:?}"
+            );
+        }
+    }
+}
+
+/// Callers in a closed loop at 4 and 16 in flight: their requests carry
+/// most ACKs, and no call waits out a delayed ACK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_loop_waits_for_no_delayed_ack() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        for c in [4, 16] {
+            let median = median_closed_loop(dialect, c).await;
+            assert!(
+                median < Duration::from_millis(20),
+                "{dialect}, {c} in flight: median {median:?}"
+            );
+        }
+    }
+}

@@ -119,6 +119,11 @@ pub(crate) enum Command {
         /// The server whose CPU time is read over the window.
         #[arg(long)]
         server_pid: Option<u32>,
+        /// `user` (ours, as the README shows) or `ref` (the reference
+        /// client, as its README shows), so both run in a process of their
+        /// own.
+        #[arg(long, default_value = "user")]
+        client: String,
     },
 }
 

@@ -26,6 +26,9 @@ const MAX_LATENCIES: usize = 20_001;
 
 /// What the `drive` subcommand measures.
 pub(crate) struct Args {
+    /// Drive the reference client instead (`drive --client ref`), for
+    /// figures taken from outside the process (syscalls, segments).
+    pub reference: bool,
     pub url: String,
     pub dialect: Dialect,
     pub in_flight: usize,
@@ -47,6 +50,25 @@ pub(crate) fn main(args: Args) -> Result<(), String> {
 }
 
 async fn drive(args: Args) -> Result<Sample, String> {
+    if args.reference {
+        let session = crate::clients::reference(&args.url).await?;
+        let args_json = crate::clients::echo_args();
+        return Ok(crate::clients::closed_loop(
+            args.in_flight,
+            args.warmup,
+            args.window,
+            args.server_pid,
+            move || {
+                let (session, call_args) = (session.clone(), args_json.clone());
+                async move {
+                    crate::clients::ref_call(&session, "echo", call_args)
+                        .await
+                        .map(drop)
+                }
+            },
+        )
+        .await);
+    }
     // As the README builds it.
     let mut builder = Client::builder(&args.url).bearer_token(crate::TOKEN).retry(
         RetryPolicy::exponential()

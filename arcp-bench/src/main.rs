@@ -99,7 +99,9 @@ fn main() {
             warmup,
             secs,
             server_pid,
+            client,
         }) => documented_driver::main(documented_driver::Args {
+            reference: client == "ref",
             url,
             dialect: parse_dialect(&dialect),
             in_flight,

@@ -264,6 +264,17 @@ impl Core {
                 .is_none_or(|p| p.writes_in_pieces)
     }
 
+    /// How many calls wait for the runtime's next bytes, for the ACK rule
+    /// (`ack.rs`): none when the runtime writes each reply whole (see
+    /// [`Core::wants_quickack`]).
+    pub(crate) fn calls_awaiting_runtime(&self) -> usize {
+        if self.wants_quickack() {
+            self.calls.len().max(self.requests.len())
+        } else {
+            0
+        }
+    }
+
     /// Whether the core decided to drop the connection (and reads no more
     /// of its frames).
     pub(crate) fn drop_pending(&self) -> bool {

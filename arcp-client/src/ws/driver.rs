@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 
+use super::ack::OwedAck;
 use super::connector;
 use super::core::{Command, Core, DialFailure, Established, Loss};
 use super::spin::Spin;
@@ -61,6 +62,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let mut armed: Option<Instant> = None;
     let mut spin = Spin::new(config.spin_limit);
     let mut gathering = Gathering::default();
+    let mut owed_ack = OwedAck::default();
     loop {
         let now = Instant::now();
         if core.take_drop().is_some() {
@@ -80,9 +82,13 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                 let upto = core.take_transmit(&mut batch);
                 let frames = std::mem::take(&mut batch);
                 writing = Some((Box::pin(idle.write(frames, config.write_timeout)), upto));
+                owed_ack.on_write();
             }
         }
-        let wake = core.poll_timeout();
+        let wake = match (core.poll_timeout(), owed_ack.due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if wake != armed {
             if let Some(at) = wake {
                 timer.as_mut().reset(at.into());
@@ -151,6 +157,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                             break;
                         }
                         core.on_established(est, now);
+                        owed_ack.reset();
                         (reader, writer, writing) = (Some(r), Some(w), None);
                     }
                     Err(failure) => core.on_dial_failed(failure, now),
@@ -172,14 +179,19 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                     }
                     taken += 1;
                     if taken % FRAMES_PER_HAND_OUT == 0 {
-                        core.hand_out_replies();
+                        owed_ack.handed_out(core.hand_out_replies());
                     }
                     if taken < MAX_FRAMES_PER_TURN && !core.drop_pending() {
                         inbound = reader.as_mut().and_then(|r| r.recv().now_or_never());
                     }
                 }
-                if let Some(r) = reader.as_ref().filter(|_| core.wants_quickack()) {
-                    r.rearm_quickack();
+                // Outcomes first: whether a caller was freed decides whether
+                // its next request may carry the ACK (`ack.rs`).
+                owed_ack.handed_out(core.hand_out_replies());
+                if owed_ack.on_read(now, core.calls_awaiting_runtime()) {
+                    if let Some(r) = reader.as_ref() {
+                        r.rearm_quickack();
+                    }
                 }
             }
             Turn::Wrote(idle, Ok(())) => {
@@ -199,7 +211,12 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             Turn::Spun => {}
         }
         core.handle_timeout(Instant::now());
-        core.hand_out_replies();
+        owed_ack.handed_out(core.hand_out_replies());
+        if owed_ack.take_due(now) && core.wants_quickack() {
+            if let Some(r) = reader.as_ref() {
+                r.rearm_quickack();
+            }
+        }
         spin.on_turn(now, core.calls_waiting());
         // For a frame that arrives in part before the next turn (`transport`).
         if let Some(r) = reader.as_mut() {

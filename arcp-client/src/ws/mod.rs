@@ -21,6 +21,7 @@
 //! `docs/architecture.md` has the state machines, the request table and
 //! the outcome rule.
 
+mod ack;
 mod assembly;
 mod attribution;
 mod call_machine;

@@ -293,11 +293,10 @@ impl Reader {
     }
 
     /// Linux delays ACKs by up to 40 ms; a runtime that writes its replies
-    /// in several small segments without TCP_NODELAY then waits on each. The
-    /// kernel clears the flag after use, so the driver sets it again after
-    /// each batch of reads while a call still waits for the runtime (once
-    /// per wake-up, not once per frame: a `setsockopt` per frame was a
-    /// third of the client's syscalls).
+    /// in several small segments without TCP_NODELAY then waits on each.
+    /// Setting the flag sends the pending ACK at once; the kernel clears it
+    /// after use. The driver decides when (`ack.rs`): at once for a lone
+    /// waiting call, else after a short grace unless a request carried it.
     pub(crate) fn rearm_quickack(&self) {
         rearm_quickack(self.socket.as_ref());
     }
