@@ -345,6 +345,49 @@ impl ClientBuilder {
         self
     }
 
+    /// Redacts or drops argument fields before a call is recorded in the
+    /// journal: `redact(tool, &mut arguments)` runs on a copy of each
+    /// journaled call's arguments, before the record is written. The call
+    /// itself always sends the real arguments.
+    ///
+    /// When the hook changes the arguments, the record holds the changed
+    /// ones and the SHA-256 of the unredacted intent (in canonical form), so
+    /// a re-issue of the key with the same arguments is still the same
+    /// call, and with other arguments is refused ([`Error::DuplicateKey`]).
+    /// Such a record cannot be re-sent: [`Client::recover`] ends it
+    /// "outcome unknown: not recoverable" ([`Error::OutcomeUnavailable`],
+    /// may have run; [`Client::lookup`] and `arcp journal list` show it)
+    /// instead of sending other arguments under its key. To finish such a
+    /// call, re-issue it with its key and full arguments. A hook that
+    /// panics fails the call with [`Error::InvalidCall`] before anything
+    /// is recorded or sent.
+    ///
+    /// The digest lets whoever reads the journal confirm a guess of the
+    /// whole intent: a value with few possibilities (a PIN) stays
+    /// guessable; keep such values out of arguments altogether.
+    ///
+    /// ```
+    /// use arcp_sdk::Client;
+    /// let builder = Client::builder("ws://127.0.0.1:7777/arcp").journal_redact(
+    ///     |tool: &str, args: &mut serde_json::Value| {
+    ///         if tool == "charge" {
+    ///             if let Some(card) = args.get_mut("card") {
+    ///                 *card = "<redacted>".into();
+    ///             }
+    ///         }
+    ///     },
+    /// );
+    /// # drop(builder);
+    /// ```
+    pub fn journal_redact<F>(mut self, redact: F) -> Self
+    where
+        F: Fn(&str, &mut serde_json::Value) + Send + Sync + 'static,
+    {
+        self.journal
+            .set_redaction(crate::journal::Redaction(std::sync::Arc::new(redact)));
+        self
+    }
+
     /// Connects and completes the session handshake, riding out a flaky
     /// network: transient failures of the TCP connect, the upgrade or the
     /// handshake are retried with the retry policy's backoff for up to
