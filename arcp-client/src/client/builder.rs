@@ -100,7 +100,10 @@ impl ClientBuilder {
     /// [`max_frame_size`](Self::max_frame_size)). A runtime that stops
     /// reading while it keeps sending (pings to answer) stalls the writer;
     /// past this bound the connection is dropped and its calls re-driven,
-    /// with their keys, on a new one.
+    /// with their keys, on a new one. New submits never grow it past the
+    /// bound: while less than one frame's worth of room is left they wait
+    /// (within their deadlines) for the writer, and a write that makes no
+    /// progress ends at [`write_timeout`](Self::write_timeout).
     pub fn max_outbox_bytes(mut self, bytes: usize) -> Self {
         self.config.max_outbox_bytes = bytes;
         self

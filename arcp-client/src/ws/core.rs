@@ -380,6 +380,8 @@ impl Core {
         self.fill_window(now);
         self.maybe_ack(now);
         self.compact();
+        // Re-sends, pings and acks may have queued behind a stalled write.
+        self.check_outbox(now);
     }
 
     // ----- plumbing ----------------------------------------------------------------

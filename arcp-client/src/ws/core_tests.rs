@@ -525,3 +525,49 @@ fn cached_outcomes_expire_on_the_cores_timer() {
     h.core.handle_timeout(expiry);
     assert_eq!(h.core.stats().cached_outcomes, 0);
 }
+
+/// The application keeps submitting while the writer is stalled (a
+/// runtime that reads nothing, and sends nothing that would run the
+/// inbound check): the frames waiting for the writer stay within the
+/// outbox bound, the link stays up, and the held submits go out, each
+/// once, as the writer takes the queue.
+#[test]
+fn submits_behind_a_stalled_writer_stay_within_the_outbox_bound() {
+    let bound = 64 << 10;
+    let mut h = Harness::with_config(|c| {
+        c.max_outbox_bytes = bound;
+        c.max_frame_size = 16 << 10;
+    });
+    // A send window wide enough that only the outbox holds submits back.
+    h.core.window_after_loss = 1000;
+    let padding = "x".repeat(8 << 10);
+    let mut answers = vec![h.invoke(json!({"n": 0, "pad": padding}), Duration::from_secs(60), 0)];
+    h.establish(0);
+    for n in 1..100 {
+        answers.push(h.invoke(json!({"n": n, "pad": padding}), Duration::from_secs(60), 1));
+        h.core.handle_timeout(h.at(1));
+        let queued = h.core.outbox.queued_bytes();
+        assert!(queued <= bound, "{queued} bytes queued after {n} submits");
+    }
+    assert!(!h.core.drop_pending(), "the link was dropped");
+    let mut sent = std::collections::BTreeMap::new();
+    for turn in 0..100u64 {
+        let frames = h.transmit(2 + turn);
+        for s in submits(&frames) {
+            *sent
+                .entry(s["payload"]["input"]["n"].as_u64().unwrap())
+                .or_insert(0) += 1;
+        }
+        h.core.handle_timeout(h.at(2 + turn));
+        assert!(h.core.outbox.queued_bytes() <= bound);
+        if sent.len() == 100 {
+            break;
+        }
+    }
+    assert_eq!(sent.len(), 100, "every call is sent once the writer drains");
+    assert!(sent.values().all(|&n| n == 1), "{sent:?}");
+    assert!(!h.core.drop_pending());
+    for answer in &mut answers {
+        assert!(answer.try_recv().is_err(), "no call ended");
+    }
+}

@@ -226,7 +226,7 @@ impl Core {
     /// calls are re-driven with their keys on a new connection; what was
     /// handed to the writer may have run, what was not was never sent.
     pub(crate) fn check_outbox(&mut self, now: Instant) {
-        let bound = self.config.max_outbox_bytes.max(self.config.max_frame_size);
+        let bound = self.outbox_bound();
         let queued = self.outbox.queued_bytes();
         if queued > bound && matches!(self.link, Link::Up(_)) {
             let reason = format!(
@@ -235,6 +235,22 @@ impl Core {
             );
             self.lose(Loss::Network(reason), now, true);
         }
+    }
+
+    /// The outbox bound: `max_outbox_bytes`, at least one frame's worth.
+    fn outbox_bound(&self) -> usize {
+        self.config.max_outbox_bytes.max(self.config.max_frame_size)
+    }
+
+    /// Whether a submit may be queued now: the outbox is empty, or has room
+    /// for a frame of the largest size. A submit that may not waits with
+    /// the calls waiting for the send window, so the application's submits
+    /// never grow the outbox past its bound while the write is stalled
+    /// (slow, or a runtime that stopped reading): they wait for the writer,
+    /// within their deadlines, and a stalled write ends at `write_timeout`.
+    pub(super) fn outbox_has_room(&self) -> bool {
+        let queued = self.outbox.queued_bytes();
+        queued == 0 || queued.saturating_add(self.config.max_frame_size) <= self.outbox_bound()
     }
 
     /// The connection ended (reported by the driver).
