@@ -289,6 +289,10 @@ pub(crate) struct Config {
     /// A connection lost sooner than this after its handshake does not
     /// reset the reconnect backoff, however useful it was.
     pub(crate) min_connection_lifetime: Duration,
+    /// Immediate reconnects allowed at once (`ws::reconnect`).
+    pub(crate) reconnect_burst: u32,
+    /// Immediate reconnects earned per second (`ws::reconnect`).
+    pub(crate) reconnect_per_second: f64,
     /// Total bytes of outcomes the outcome cache keeps.
     pub(crate) outcome_cache_bytes: usize,
     /// Bytes of frames that may wait for a stalled writer before the link
@@ -325,6 +329,12 @@ pub(crate) const DEFAULT_MIN_HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long a connection must live to reset the reconnect backoff, by
 /// default.
 pub(crate) const DEFAULT_MIN_CONNECTION_LIFETIME: Duration = Duration::ZERO;
+
+/// Immediate reconnects allowed at once, by default.
+pub(crate) const DEFAULT_RECONNECT_BURST: u32 = 10;
+
+/// Immediate reconnects earned per second, by default.
+pub(crate) const DEFAULT_RECONNECT_PER_SECOND: f64 = 1.0;
 
 /// Bytes of outcomes the outcome cache keeps, by default (16 MiB).
 pub(crate) const DEFAULT_OUTCOME_CACHE_BYTES: usize = 16 << 20;
@@ -373,6 +383,8 @@ impl Config {
             allow_insecure_token: false,
             min_heartbeat_interval: DEFAULT_MIN_HEARTBEAT,
             min_connection_lifetime: DEFAULT_MIN_CONNECTION_LIFETIME,
+            reconnect_burst: DEFAULT_RECONNECT_BURST,
+            reconnect_per_second: DEFAULT_RECONNECT_PER_SECOND,
             outcome_cache_bytes: DEFAULT_OUTCOME_CACHE_BYTES,
             max_outbox_bytes: DEFAULT_MAX_OUTBOX_BYTES,
             event_buffer_bytes: DEFAULT_EVENT_BUFFER_BYTES,

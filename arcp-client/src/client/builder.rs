@@ -81,8 +81,28 @@ impl ClientBuilder {
     /// connections often: 1,000 calls through a proxy killing every 50th
     /// frame took 29 s with 200 ms instead of 10 s, and some reached their
     /// deadline; with 1 s, 300 calls ran out of their retry budget.
+    /// [`immediate_reconnects`](Self::immediate_reconnects), on by default,
+    /// stops such a loop without that cost.
     pub fn min_connection_lifetime(mut self, d: Duration) -> Self {
         self.config.min_connection_lifetime = d;
+        self
+    }
+
+    /// How many immediate reconnects a lost connection may cause (default:
+    /// a burst of 10, refilled at 1 per second). A lost connection that
+    /// answered something is normally followed by an immediate reconnect;
+    /// each takes a token from a bucket of `burst`, refilled at
+    /// `per_second` and by one per 4 requests the lost connections
+    /// answered. Without a token the reconnect waits the retry policy's
+    /// backoff, as after a failed dial. So a runtime that answers once per
+    /// connection and drops it gets at most `burst`, then `per_second`
+    /// plus a quarter per connection, immediate reconnects; a network that
+    /// cuts busy connections is never slowed (their answers pay). `burst`
+    /// 0 backs off after every loss; a `per_second` that is not a finite
+    /// positive number refills by answers only.
+    pub fn immediate_reconnects(mut self, burst: u32, per_second: f64) -> Self {
+        self.config.reconnect_burst = burst;
+        self.config.reconnect_per_second = per_second;
         self
     }
 

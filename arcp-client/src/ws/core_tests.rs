@@ -571,3 +571,98 @@ fn submits_behind_a_stalled_writer_stay_within_the_outbox_bound() {
         assert!(answer.try_recv().is_err(), "no call ended");
     }
 }
+
+/// Drives `connections` connections of a runtime that answers one request
+/// per connection and then drops it; returns how many were dialed at once
+/// after the loss, and the fake clock's final instant (ms).
+fn answer_once_and_drop(h: &mut Harness, connections: u64) -> (u64, u64) {
+    let mut at = 0;
+    let mut immediate = 0;
+    let mut answers = Vec::new();
+    for n in 0..connections {
+        answers.push(h.invoke(json!({ "n": n }), Duration::from_secs(3600), at));
+        let dialed = establish_when_due(h, at);
+        if n > 0 && dialed == at {
+            immediate += 1;
+        }
+        let sent = h.transmit(dialed);
+        let submit = submits(&sent)
+            .into_iter()
+            .find(|s| s["payload"]["input"]["n"] == json!(n))
+            .unwrap_or_else(|| panic!("call {n} sent: {sent:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        h.feed(
+            captured("job.accepted", 0),
+            Some(&submit),
+            &format!("job_{n}"),
+            dialed,
+        );
+        at = dialed;
+        h.core.on_lost(Loss::Network("dropped".into()), h.at(at));
+    }
+    (immediate, at)
+}
+
+/// A runtime that answers once per connection and drops it gets, by
+/// default, the burst of immediate reconnects (10), then at most one per
+/// second plus one per four answers; the other reconnects wait the
+/// retry policy's backoff. Without the bucket, every reconnect is
+/// immediate: a hot loop.
+#[test]
+fn a_runtime_dropping_every_connection_is_throttled_to_the_bucket_rate() {
+    let mut h = Harness::new();
+    let connections = 60;
+    let (immediate, end_ms) = answer_once_and_drop(&mut h, connections);
+    let seconds = end_ms.div_ceil(1000);
+    let allowed = 10 + seconds + connections.div_ceil(4);
+    assert!(
+        immediate <= allowed,
+        "{immediate} immediate reconnects of {connections} in {end_ms} ms (allowed {allowed})"
+    );
+    assert!(immediate >= 10, "the burst is immediate: {immediate}");
+    assert!(
+        immediate < connections - 1,
+        "every reconnect was immediate: {immediate}"
+    );
+
+    let mut unthrottled = Harness::with_config(|c| c.reconnect_burst = u32::MAX);
+    let (immediate, end_ms) = answer_once_and_drop(&mut unthrottled, connections);
+    assert_eq!(immediate, connections - 1, "without the bucket: a hot loop");
+    assert_eq!(end_ms, 0, "all at one instant");
+}
+
+/// Connections cut after real work (several answers each, as on a network
+/// that cuts busy connections) pay for their own reconnects: each is
+/// immediate, however many.
+#[test]
+fn busy_connections_always_reconnect_at_once() {
+    let mut h = Harness::new();
+    // The fake clock never moves: no token comes from time, only from
+    // the answers.
+    let at = 0;
+    let mut answers = Vec::new();
+    for round in 0..40u64 {
+        let first = round * 4;
+        for n in first..first + 4 {
+            answers.push(h.invoke(json!({ "n": n }), Duration::from_secs(3600), at));
+        }
+        let dialed = establish_when_due(&mut h, at);
+        assert_eq!(dialed, at, "round {round}: the reconnect waited");
+        let sent = h.transmit(dialed);
+        for s in submits(&sent) {
+            let n = s["payload"]["input"]["n"].as_u64().unwrap();
+            if n >= first {
+                let id = s["id"].as_str().unwrap().to_owned();
+                h.feed(
+                    captured("job.accepted", 0),
+                    Some(&id),
+                    &format!("job_{n}"),
+                    dialed,
+                );
+            }
+        }
+        h.core.on_lost(Loss::Network("cut".into()), h.at(at));
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::calls::Phase;
 use super::ids::CallId;
@@ -278,11 +278,21 @@ impl Core {
         if ours {
             self.drop_reason = Some(reason.clone());
         }
-        // A connection that carried something after its handshake and lived
-        // at least `min_connection_lifetime`: reconnect at once. Otherwise
-        // back off before the next dial (a runtime that answers once, then
-        // drops every connection, must not get a reconnect loop).
-        let delay = if up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime {
+        // A connection that carried something after its handshake (and
+        // lived at least `min_connection_lifetime`, when set): reconnect at
+        // once, while the bucket of immediate reconnects has a token
+        // (`reconnect.rs`). Otherwise back off before the next dial (a
+        // runtime that answers once, then drops every connection, must not
+        // get a reconnect loop).
+        let useful = up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime;
+        let immediate = useful && self.immediate_reconnects.take(up.answered(), now);
+        if useful && !immediate {
+            debug!(
+                answered = up.answered(),
+                "no immediate reconnect left (`immediate_reconnects`): backing off"
+            );
+        }
+        let delay = if immediate {
             self.reconnect = None;
             Duration::ZERO
         } else {

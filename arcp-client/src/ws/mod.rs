@@ -38,6 +38,7 @@ mod inbound;
 mod link;
 mod outbox;
 mod proxy;
+mod reconnect;
 mod session;
 mod spin;
 mod timers;
