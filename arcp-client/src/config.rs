@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use arcp_types::Dialect;
 
-use crate::redact::Redactor;
+use crate::redact::{ProvidedTokens, Redactor};
 
 /// Which ARCP message set to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -242,6 +242,8 @@ pub(crate) struct Config {
     pub(crate) token: Option<Secret>,
     /// Called for a fresh token on each (re)connect; wins over `token`.
     pub(crate) token_provider: Option<TokenProvider>,
+    /// The provider's recent tokens, redacted with the fixed one.
+    pub(crate) provided_tokens: ProvidedTokens,
     /// Extra headers on the WebSocket upgrade and on each HTTP request
     /// (values may be credentials: never shown).
     pub(crate) headers: Vec<(String, Secret)>,
@@ -355,6 +357,7 @@ impl Config {
             url,
             token: None,
             token_provider: None,
+            provided_tokens: ProvidedTokens::default(),
             headers: Vec::new(),
             proxy: ProxyChoice::Env,
             dialect: DialectChoice::Auto,
@@ -394,7 +397,8 @@ impl Config {
     /// The one redactor of both transports: the token and the URL's own
     /// secrets ([`Redactor`]).
     pub(crate) fn redactor(&self) -> Redactor {
-        Redactor::new(self.token.as_ref().map(|t| t.0.as_str()), &self.url)
+        let redactor = Redactor::new(self.token.as_ref().map(|t| t.0.as_str()), &self.url);
+        self.provided_tokens.added_to(redactor)
     }
 
     /// Removes every secret from text a runtime sent back ([`Redactor`]).
