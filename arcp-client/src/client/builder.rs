@@ -459,6 +459,7 @@ impl ClientBuilder {
             http_backend(&config, &profile)?
         } else {
             check_ws_url(&config.url)?;
+            ws::check_cleartext_proxy(&config)?;
             let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
             let (ready_tx, ready_rx) = oneshot::channel();
             let ready = wait_ready.then_some(ready_tx);

@@ -47,3 +47,4 @@ mod waiters;
 
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;
+pub(crate) use proxy::check_cleartext as check_cleartext_proxy;
