@@ -216,3 +216,67 @@ async fn the_environments_proxy_applies_unless_no_proxy_names_the_host() {
     std::env::remove_var("HTTP_PROXY");
     assert_eq!(mock.executions("echo"), 4);
 }
+
+/// A token bound for a `ws://` runtime, even on this machine, is refused
+/// when the `CONNECT` tunnel goes through a proxy elsewhere: the session
+/// hello would carry it in clear through the proxy. Refused before any
+/// dial (the unroutable proxy is never tried), naming the option; a proxy
+/// on this machine, or `wss://`, or the option, lets it through.
+#[tokio::test]
+async fn a_ws_token_through_a_remote_proxy_is_refused_unless_allowed() {
+    let remote_proxy = "http://10.255.255.1:3128";
+    let started = Instant::now();
+    let err = Client::builder("ws://127.0.0.1:9/arcp")
+        .bearer_token("proxy-hop-token-1")
+        .proxy(remote_proxy)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1), "it dialed");
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            Error::Connect {
+                retryable: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(text.contains("allow_insecure_token"), "{text}");
+    assert!(text.contains("10.255.255.1"), "names the proxy: {text}");
+    assert!(!text.contains("proxy-hop-token-1"), "{text}");
+    // A token provider is a credential too.
+    let err = Client::builder("ws://127.0.0.1:9/arcp")
+        .token_provider(|| async { Ok::<_, std::io::Error>("provided".to_owned()) })
+        .proxy(remote_proxy)
+        .connect_lazy()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("allow_insecure_token"), "{err}");
+    // Allowed: TLS end to end, no credential, or the option.
+    for builder in [
+        Client::builder("wss://runtime.example/arcp").bearer_token("t"),
+        Client::builder("ws://127.0.0.1:9/arcp"),
+        Client::builder("ws://127.0.0.1:9/arcp")
+            .bearer_token("t")
+            .allow_insecure_token(true),
+    ] {
+        let client = builder.proxy(remote_proxy).connect_lazy().await;
+        assert!(client.is_ok(), "{:?}", client.err());
+    }
+
+    // Through a proxy on this machine the call runs, token and all.
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let (proxy_port, heads) = connect_proxy(200).await;
+    let client = Client::builder(mock.ws_url())
+        .bearer_token("local-hop-token")
+        .proxy(format!("http://127.0.0.1:{proxy_port}"))
+        .connect()
+        .await
+        .unwrap();
+    client.invoke_tool("echo", json!({})).await.unwrap();
+    assert_eq!(mock.executions("echo"), 1);
+    assert_eq!(heads.lock().unwrap().len(), 1, "through the proxy");
+}

@@ -390,3 +390,74 @@ async fn nothing_a_runtime_echoes_leaks_v1_1() {
 async fn nothing_a_runtime_echoes_leaks_legacy() {
     nothing_leaks_over(Wire::Legacy).await;
 }
+
+/// A token provider's tokens (each connection asks for a fresh one) are
+/// redacted everywhere the fixed token is: a runtime echoing the token it
+/// was sent into a tool error's message and details, a close reason under
+/// a call (the error, `ConnectionEvent::Disconnected`, the journal record,
+/// the "connection lost" log) and a close reason on the hello.
+#[tokio::test(flavor = "current_thread")]
+async fn a_runtime_echoing_the_providers_token_does_not_leak_it() {
+    let (logs, _guard) = capture();
+    let provider = |prefix: &'static str| {
+        let n = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        move || {
+            let n = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok::<_, std::io::Error>(format!("{prefix}-{n}-4b7e0d")) }
+        }
+    };
+
+    let url = leaky_runtime(Wire::V1_1, Leak::CloseOnHello).await;
+    let err = Client::builder(&url)
+        .token_provider(provider("hello-provided"))
+        .dialect(Wire::V1_1)
+        .connect_budget(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    let mut shown = format!("{err} {err:?}\n");
+
+    let url = leaky_runtime(Wire::V1_1, Leak::Serve).await;
+    let client = Client::builder(&url)
+        .token_provider(provider("call-provided"))
+        .dialect(Wire::V1_1)
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap();
+    let mut events = client.events();
+    let failed = client.invoke_tool("fail", json!({})).await.unwrap_err();
+    let Error::Tool(tool_error) = &failed else {
+        panic!("{failed:?}");
+    };
+    assert!(tool_error.details.is_some(), "details kept, redacted");
+    shown.push_str(&format!("{failed} {failed:?}\n"));
+    let key = IdempotencyKey::new();
+    let dropped = client
+        .invoke("drop", json!({}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(1500))
+        .send()
+        .await
+        .unwrap_err();
+    shown.push_str(&format!("{dropped} {dropped:?}\n"));
+    let record = client.lookup(&key).await.unwrap().expect("journaled");
+    shown.push_str(&format!("{record:?}\n"));
+    let mut disconnects = 0;
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(50), events.next()).await
+    {
+        disconnects += usize::from(matches!(event, ConnectionEvent::Disconnected { .. }));
+        shown.push_str(&format!("{event:?}\n"));
+    }
+    assert!(disconnects >= 1, "{shown}");
+    client.close().await;
+
+    let logs = logs.text();
+    assert!(logs.contains("connection lost"), "tracing was captured");
+    for text in [&shown, &logs] {
+        assert!(text.contains("<redacted>"), "{text}");
+        for prefix in ["hello-provided", "call-provided"] {
+            assert!(!text.contains(prefix), "a provided token leaked:\n{text}");
+        }
+    }
+}

@@ -328,6 +328,7 @@ fn summary(entry: &JournalEntry) -> Value {
         "ran": ran,
         "first_prepared_at": unix_secs(entry.created_at),
         "reason": unknown_reason(entry),
+        "redacted": entry.is_redacted(),
     })
 }
 

@@ -7,6 +7,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use crate::config::Config;
 use crate::error::Error;
 use crate::redact::shown_url;
 
@@ -48,6 +49,62 @@ pub(crate) fn check_cleartext_credential(
         retryable: false,
         source: None,
     })
+}
+
+/// `Ok` unless a credential bound for `url` over a clear-text scheme
+/// (`ws://`, `http://`) would reach `proxy` (the `http://` proxy the
+/// connection goes through, if any) in clear, and the proxy is not on this
+/// machine: a forwarding proxy reads the `Authorization` header of an
+/// `http://` request, and a `CONNECT` tunnel carries a `ws://` session's
+/// hello as it is. `wss://` and `https://` are encrypted end to end through
+/// a tunnel, so any proxy is fine for them. Checked besides
+/// [`check_cleartext_credential`], which judges the target itself.
+pub(crate) fn check_cleartext_proxy(
+    url: &str,
+    proxy: Option<&str>,
+    sends_credential: bool,
+    allowed: bool,
+) -> Result<(), Error> {
+    let Some(proxy) = proxy else {
+        return Ok(());
+    };
+    if !sends_credential || allowed {
+        return Ok(());
+    }
+    let Some((scheme, _)) = url.trim_start().split_once("://") else {
+        return Ok(());
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "ws" && scheme != "http" {
+        return Ok(());
+    }
+    let proxy_rest = proxy
+        .trim()
+        .split_once("://")
+        .map_or(proxy.trim(), |(_, rest)| rest);
+    let proxy_host = host_of(proxy_rest);
+    if is_loopback(proxy_host) {
+        return Ok(());
+    }
+    Err(Error::Connect {
+        url: shown_url(url),
+        message: format!(
+            "refusing to send the bearer token (or the URL's credentials) in clear over \
+             {scheme}:// through the proxy at {proxy_host:?}, which is not this machine: the \
+             proxy would read it. Use {secure}:// (TLS, end to end through the proxy), no \
+             proxy for this host (NO_PROXY, ClientBuilder::no_proxy), or allow it with \
+             {ALLOW_OPTION}",
+            secure = if scheme == "ws" { "wss" } else { "https" },
+        ),
+        retryable: false,
+        source: None,
+    })
+}
+
+/// Whether a client with `config` sends a credential: a bearer token, a
+/// token provider's, or the URL's own user info.
+pub(crate) fn sends_credential(config: &Config) -> bool {
+    config.token.is_some() || config.token_provider.is_some() || url_has_credentials(&config.url)
 }
 
 /// Whether `url` (`http://user:password@...`) carries credentials of its
@@ -141,6 +198,55 @@ mod tests {
             assert!(
                 check_cleartext_credential(url, true, false).is_ok(),
                 "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_credential_in_clear_through_a_remote_proxy_is_refused() {
+        for (url, proxy) in [
+            // A forwarding proxy reads the Authorization header.
+            ("http://127.0.0.1:8080/arcp", "http://proxy.example:3128"),
+            ("http://localhost/arcp", "10.0.0.9:3128"),
+            // A CONNECT tunnel carries the hello as it is.
+            (
+                "ws://127.0.0.1:7777/arcp",
+                "http://user:pw@proxy.example:3128/",
+            ),
+            ("ws://[::1]:7777/arcp", "http://[2001:db8::7]:3128"),
+        ] {
+            let e = check_cleartext_proxy(url, Some(proxy), true, false).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains(ALLOW_OPTION), "{url} via {proxy}: {text}");
+            assert!(text.contains("proxy"), "{text}");
+            assert!(!text.contains("pw"), "{text}");
+            assert!(matches!(
+                e,
+                Error::Connect {
+                    retryable: false,
+                    ..
+                }
+            ));
+            assert!(check_cleartext_proxy(url, Some(proxy), true, true).is_ok());
+            assert!(check_cleartext_proxy(url, Some(proxy), false, false).is_ok());
+        }
+    }
+
+    #[test]
+    fn tls_through_any_proxy_and_clear_text_through_a_local_one_are_allowed() {
+        for (url, proxy) in [
+            (
+                "wss://runtime.example/arcp",
+                Some("http://proxy.example:3128"),
+            ),
+            ("https://runtime.example/arcp", Some("http://10.0.0.9:3128")),
+            ("ws://127.0.0.1:7777/arcp", Some("http://127.0.0.1:3128")),
+            ("http://localhost/arcp", Some("localhost:3128")),
+            ("ws://127.0.0.1:7777/arcp", None),
+        ] {
+            assert!(
+                check_cleartext_proxy(url, proxy, true, false).is_ok(),
+                "{url} via {proxy:?}"
             );
         }
     }

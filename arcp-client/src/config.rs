@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use arcp_types::Dialect;
 
-use crate::redact::Redactor;
+use crate::redact::{ProvidedTokens, Redactor};
 
 /// Which ARCP message set to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -242,6 +242,8 @@ pub(crate) struct Config {
     pub(crate) token: Option<Secret>,
     /// Called for a fresh token on each (re)connect; wins over `token`.
     pub(crate) token_provider: Option<TokenProvider>,
+    /// The provider's recent tokens, redacted with the fixed one.
+    pub(crate) provided_tokens: ProvidedTokens,
     /// Extra headers on the WebSocket upgrade and on each HTTP request
     /// (values may be credentials: never shown).
     pub(crate) headers: Vec<(String, Secret)>,
@@ -289,6 +291,10 @@ pub(crate) struct Config {
     /// A connection lost sooner than this after its handshake does not
     /// reset the reconnect backoff, however useful it was.
     pub(crate) min_connection_lifetime: Duration,
+    /// Immediate reconnects allowed at once (`ws::reconnect`).
+    pub(crate) reconnect_burst: u32,
+    /// Immediate reconnects earned per second (`ws::reconnect`).
+    pub(crate) reconnect_per_second: f64,
     /// Total bytes of outcomes the outcome cache keeps.
     pub(crate) outcome_cache_bytes: usize,
     /// Bytes of frames that may wait for a stalled writer before the link
@@ -326,6 +332,12 @@ pub(crate) const DEFAULT_MIN_HEARTBEAT: Duration = Duration::from_secs(1);
 /// default.
 pub(crate) const DEFAULT_MIN_CONNECTION_LIFETIME: Duration = Duration::ZERO;
 
+/// Immediate reconnects allowed at once, by default.
+pub(crate) const DEFAULT_RECONNECT_BURST: u32 = 10;
+
+/// Immediate reconnects earned per second, by default.
+pub(crate) const DEFAULT_RECONNECT_PER_SECOND: f64 = 1.0;
+
 /// Bytes of outcomes the outcome cache keeps, by default (16 MiB).
 pub(crate) const DEFAULT_OUTCOME_CACHE_BYTES: usize = 16 << 20;
 
@@ -345,6 +357,7 @@ impl Config {
             url,
             token: None,
             token_provider: None,
+            provided_tokens: ProvidedTokens::default(),
             headers: Vec::new(),
             proxy: ProxyChoice::Env,
             dialect: DialectChoice::Auto,
@@ -373,6 +386,8 @@ impl Config {
             allow_insecure_token: false,
             min_heartbeat_interval: DEFAULT_MIN_HEARTBEAT,
             min_connection_lifetime: DEFAULT_MIN_CONNECTION_LIFETIME,
+            reconnect_burst: DEFAULT_RECONNECT_BURST,
+            reconnect_per_second: DEFAULT_RECONNECT_PER_SECOND,
             outcome_cache_bytes: DEFAULT_OUTCOME_CACHE_BYTES,
             max_outbox_bytes: DEFAULT_MAX_OUTBOX_BYTES,
             event_buffer_bytes: DEFAULT_EVENT_BUFFER_BYTES,
@@ -382,7 +397,8 @@ impl Config {
     /// The one redactor of both transports: the token and the URL's own
     /// secrets ([`Redactor`]).
     pub(crate) fn redactor(&self) -> Redactor {
-        Redactor::new(self.token.as_ref().map(|t| t.0.as_str()), &self.url)
+        let redactor = Redactor::new(self.token.as_ref().map(|t| t.0.as_str()), &self.url);
+        self.provided_tokens.added_to(redactor)
     }
 
     /// Removes every secret from text a runtime sent back ([`Redactor`]).

@@ -22,7 +22,11 @@ pub(crate) async fn bearer_token(config: &Config) -> Result<Option<Secret>, Erro
     // Bounded: a provider that hangs must not hold the connection.
     let wait = config.connect_timeout;
     match tokio::time::timeout(wait, (provider.0)()).await {
-        Ok(Ok(token)) => Ok(Some(Secret(token))),
+        Ok(Ok(token)) => {
+            // Before it is sent: any text that may quote it is redacted.
+            config.provided_tokens.note(&token);
+            Ok(Some(Secret(token)))
+        }
         Ok(Err(e)) => Err(Error::TokenProvider {
             message: e.to_string(),
             source: Some(Arc::from(e)),

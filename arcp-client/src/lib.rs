@@ -174,6 +174,7 @@ mod telemetry;
 mod cache;
 mod classify;
 mod cleartext;
+mod intent_digest;
 mod profile;
 mod request;
 mod retry;

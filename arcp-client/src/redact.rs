@@ -5,7 +5,9 @@
 //! A leaf: imports no other module of the crate.
 
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 /// What a secret is replaced with.
 const MASK: &str = "<redacted>";
@@ -150,6 +152,58 @@ impl Redactor {
     }
 }
 
+/// How many of a token provider's most recent tokens a client keeps to
+/// redact: the current one and those before it that a runtime may still
+/// quote (a call's error, a close reason of an older connection).
+const PROVIDED_TOKENS_KEPT: usize = 4;
+
+/// The tokens a client's token provider handed out, most recent last, at
+/// most [`PROVIDED_TOKENS_KEPT`] of them; shared by the client's tasks (the
+/// connector notes each token, every redactor reads them).
+#[derive(Clone, Default)]
+pub(crate) struct ProvidedTokens(Arc<Mutex<VecDeque<String>>>);
+
+impl fmt::Debug for ProvidedTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ProvidedTokens")
+            .field(&self.held().len())
+            .finish()
+    }
+}
+
+impl ProvidedTokens {
+    /// The provider handed out `token`.
+    pub(crate) fn note(&self, token: &str) {
+        if token.is_empty() {
+            return;
+        }
+        let mut held = self.held();
+        if held.back().is_some_and(|newest| newest == token) {
+            return;
+        }
+        held.retain(|t| t != token);
+        held.push_back(token.to_owned());
+        while held.len() > PROVIDED_TOKENS_KEPT {
+            held.pop_front();
+        }
+    }
+
+    /// `redactor`, also removing every token kept here.
+    pub(crate) fn added_to(&self, mut redactor: Redactor) -> Redactor {
+        for token in self.held().iter() {
+            redactor.add(token);
+        }
+        redactor
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, VecDeque<String>> {
+        // A panic while holding it leaves a list that is still valid.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// `url` fit for messages, `Debug` and records: without the user info a
 /// URL may carry (`scheme://user:password@host/...`) and with its query
 /// replaced (`?access_token=...` is a credential too).
@@ -282,5 +336,28 @@ mod tests {
             "a\\u{1b}[2Jb\\u{d}c\\u{9b}d"
         );
         assert_eq!(escape_control("line\n\tnext"), "line\n\tnext");
+    }
+
+    #[test]
+    fn the_providers_recent_tokens_are_masked_and_bounded() {
+        let provided = ProvidedTokens::default();
+        for n in 0..6 {
+            provided.note(&format!("provided-{n}-abcdef"));
+        }
+        provided.note("provided-5-abcdef");
+        provided.note("");
+        let r = provided.added_to(Redactor::new(Some("fixed-token"), "ws://h/arcp"));
+        let text =
+            "provided-0-abcdef provided-1-abcdef provided-2-abcdef provided-5-abcdef fixed-token";
+        assert_eq!(
+            r.redact(text),
+            "provided-0-abcdef provided-1-abcdef <redacted> <redacted> <redacted>"
+        );
+        assert_eq!(provided.held().len(), PROVIDED_TOKENS_KEPT);
+        // A clone shares the list: the connector's notes reach every redactor.
+        let shared = provided.clone();
+        shared.note("provided-6-abcdef");
+        let r = provided.added_to(Redactor::default());
+        assert_eq!(r.redact("provided-6-abcdef"), "<redacted>");
     }
 }

@@ -19,6 +19,7 @@ use arcp_types::{DecodeError, Dialect, EncodedRequest, IdempotencyKey, Invoke};
 use tokio::sync::{mpsc, Notify};
 
 use crate::cache::{fingerprint_of, serialized_size, Intent};
+use crate::intent_digest;
 use crate::outcome::InvocationEvent;
 use crate::sync::lock;
 use crate::telemetry::Answered;
@@ -441,15 +442,26 @@ impl PreparedCall {
 /// runtime comparing texts tells them apart). A record written by a build
 /// whose maps keep insertion order is no conflict with the same arguments
 /// serialized here; what is sent stays the bytes serialized once.
+///
+/// A record whose arguments the journal's redaction hook changed (either
+/// side) is compared by the digest of the unredacted intent it carries.
 pub(crate) fn same_intent(recorded: &str, ours: &str) -> bool {
-    recorded == ours
-        || matches!(
-            (
-                serde_json::from_str::<serde_json::Value>(recorded),
-                serde_json::from_str::<serde_json::Value>(ours),
-            ),
-            (Ok(a), Ok(b)) if a == b
-        )
+    if recorded == ours {
+        return true;
+    }
+    let (Ok(a), Ok(b)) = (
+        serde_json::from_str::<serde_json::Value>(recorded),
+        serde_json::from_str::<serde_json::Value>(ours),
+    ) else {
+        return false;
+    };
+    if intent_digest::is_marked(&a) || intent_digest::is_marked(&b) {
+        return matches!(
+            (intent_digest::identity(&a), intent_digest::identity(&b)),
+            (Some(x), Some(y)) if x == y
+        );
+    }
+    a == b
 }
 
 /// What a prepared request's `invoke` is left as (allocates nothing).

@@ -283,3 +283,60 @@ fn a_call_past_the_runtime_key_retention_is_listed_as_unknown() {
         .stdout(predicates::str::contains("unknown"));
     assert_eq!(mock.executions("slow"), 1, "ran once, ever");
 }
+
+/// A call whose recorded arguments the redaction hook changed, left
+/// unfinished: recovery ends it "outcome unknown: not recoverable" instead
+/// of re-sending other arguments, and `list` shows it and why, without the
+/// redacted field.
+#[test]
+fn a_redacted_call_is_listed_as_not_recoverable() {
+    let (rt, mock) = slow_mock();
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    rt.block_on(async {
+        let client = arcp_sdk::Client::builder(mock.ws_url())
+            .journal_path(&journal)
+            .journal_redact(|_tool: &str, args: &mut serde_json::Value| {
+                if let Some(map) = args.as_object_mut() {
+                    map.remove("note");
+                }
+            })
+            .connect()
+            .await
+            .unwrap();
+        let e = client
+            .invoke("slow", json!({"ms": 100, "note": "redact-me-please"}))
+            .key_str("redacted-1")
+            .deadline(Duration::from_millis(50))
+            .send()
+            .await
+            .expect_err("the deadline passes while the tool works");
+        assert_eq!(e.execution(), arcp_sdk::Execution::MayHaveRun, "{e}");
+        let recovered = client.recover().await.unwrap();
+        assert!(recovered.is_empty(), "not re-sent");
+        client.close().await;
+    });
+    let calls = list_json(&journal);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["state"], "terminal");
+    assert_eq!(calls[0]["ran"], "may_have_run");
+    assert_eq!(calls[0]["redacted"], true);
+    let reason = calls[0]["reason"].as_str().expect("a reason");
+    assert!(reason.contains("not recoverable"), "{reason}");
+    let out = arcp(["journal", "list"])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("unknown"), "{text}");
+    let shown = arcp(["journal", "show", "redacted-1"])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&[shown.stdout, shown.stderr].concat()).into_owned();
+    assert!(!shown.contains("redact-me-please"), "{shown}");
+    assert_eq!(mock.executions("slow"), 1, "ran once, ever");
+}

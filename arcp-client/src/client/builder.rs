@@ -81,8 +81,28 @@ impl ClientBuilder {
     /// connections often: 1,000 calls through a proxy killing every 50th
     /// frame took 29 s with 200 ms instead of 10 s, and some reached their
     /// deadline; with 1 s, 300 calls ran out of their retry budget.
+    /// [`immediate_reconnects`](Self::immediate_reconnects), on by default,
+    /// stops such a loop without that cost.
     pub fn min_connection_lifetime(mut self, d: Duration) -> Self {
         self.config.min_connection_lifetime = d;
+        self
+    }
+
+    /// How many immediate reconnects a lost connection may cause (default:
+    /// a burst of 10, refilled at 1 per second). A lost connection that
+    /// answered something is normally followed by an immediate reconnect;
+    /// each takes a token from a bucket of `burst`, refilled at
+    /// `per_second` and by one per 4 requests the lost connections
+    /// answered. Without a token the reconnect waits the retry policy's
+    /// backoff, as after a failed dial. So a runtime that answers once per
+    /// connection and drops it gets at most `burst`, then `per_second`
+    /// plus a quarter per connection, immediate reconnects; a network that
+    /// cuts busy connections is never slowed (their answers pay). `burst`
+    /// 0 backs off after every loss; a `per_second` that is not a finite
+    /// positive number refills by answers only.
+    pub fn immediate_reconnects(mut self, burst: u32, per_second: f64) -> Self {
+        self.config.reconnect_burst = burst;
+        self.config.reconnect_per_second = per_second;
         self
     }
 
@@ -100,7 +120,10 @@ impl ClientBuilder {
     /// [`max_frame_size`](Self::max_frame_size)). A runtime that stops
     /// reading while it keeps sending (pings to answer) stalls the writer;
     /// past this bound the connection is dropped and its calls re-driven,
-    /// with their keys, on a new one.
+    /// with their keys, on a new one. New submits never grow it past the
+    /// bound: while less than one frame's worth of room is left they wait
+    /// (within their deadlines) for the writer, and a write that makes no
+    /// progress ends at [`write_timeout`](Self::write_timeout).
     pub fn max_outbox_bytes(mut self, bytes: usize) -> Self {
         self.config.max_outbox_bytes = bytes;
         self
@@ -345,6 +368,49 @@ impl ClientBuilder {
         self
     }
 
+    /// Redacts or drops argument fields before a call is recorded in the
+    /// journal: `redact(tool, &mut arguments)` runs on a copy of each
+    /// journaled call's arguments, before the record is written. The call
+    /// itself always sends the real arguments.
+    ///
+    /// When the hook changes the arguments, the record holds the changed
+    /// ones and the SHA-256 of the unredacted intent (in canonical form), so
+    /// a re-issue of the key with the same arguments is still the same
+    /// call, and with other arguments is refused ([`Error::DuplicateKey`]).
+    /// Such a record cannot be re-sent: [`Client::recover`] ends it
+    /// "outcome unknown: not recoverable" ([`Error::OutcomeUnavailable`],
+    /// may have run; [`Client::lookup`] and `arcp journal list` show it)
+    /// instead of sending other arguments under its key. To finish such a
+    /// call, re-issue it with its key and full arguments. A hook that
+    /// panics fails the call with [`Error::InvalidCall`] before anything
+    /// is recorded or sent.
+    ///
+    /// The digest lets whoever reads the journal confirm a guess of the
+    /// whole intent: a value with few possibilities (a PIN) stays
+    /// guessable; keep such values out of arguments altogether.
+    ///
+    /// ```
+    /// use arcp_sdk::Client;
+    /// let builder = Client::builder("ws://127.0.0.1:7777/arcp").journal_redact(
+    ///     |tool: &str, args: &mut serde_json::Value| {
+    ///         if tool == "charge" {
+    ///             if let Some(card) = args.get_mut("card") {
+    ///                 *card = "<redacted>".into();
+    ///             }
+    ///         }
+    ///     },
+    /// );
+    /// # drop(builder);
+    /// ```
+    pub fn journal_redact<F>(mut self, redact: F) -> Self
+    where
+        F: Fn(&str, &mut serde_json::Value) + Send + Sync + 'static,
+    {
+        self.journal
+            .set_redaction(crate::journal::Redaction(std::sync::Arc::new(redact)));
+        self
+    }
+
     /// Connects and completes the session handshake, riding out a flaky
     /// network: transient failures of the TCP connect, the upgrade or the
     /// handshake are retried with the retry policy's backoff for up to
@@ -393,6 +459,7 @@ impl ClientBuilder {
             http_backend(&config, &profile)?
         } else {
             check_ws_url(&config.url)?;
+            ws::check_cleartext_proxy(&config)?;
             let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
             let (ready_tx, ready_rx) = oneshot::channel();
             let ready = wait_ready.then_some(ready_tx);

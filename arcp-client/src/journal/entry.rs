@@ -120,10 +120,19 @@ impl JournalEntry {
         }
     }
 
+    /// Whether the journal's redaction hook
+    /// ([`ClientBuilder::journal_redact`](crate::ClientBuilder::journal_redact))
+    /// changed the recorded arguments: the record is not what was sent, and
+    /// a recovery ends it "outcome unknown" instead of re-sending it.
+    pub fn is_redacted(&self) -> bool {
+        super::redaction::is_redacted(self)
+    }
+
     /// The recorded intent, parsed back. Fails (with
     /// [`JournalErrorKind::Intent`]) unless it re-serializes to exactly the
     /// recorded bytes and carries the record's key: a recovered call never
     /// sends a payload that differs from the one the runtime may have seen.
+    /// A record whose arguments were redacted is refused the same way.
     pub fn invoke(&self) -> Result<Invoke, JournalError> {
         let fail = |message: String| {
             JournalError::new(
@@ -132,6 +141,13 @@ impl JournalEntry {
                 format!("call {}: {message}", self.key),
             )
         };
+        if self.is_redacted() {
+            return Err(fail(
+                "the recorded arguments were changed by the journal redaction hook; they are \
+                 not what was sent"
+                    .into(),
+            ));
+        }
         let invoke: Invoke = serde_json::from_str(&self.intent)
             .map_err(|e| fail(format!("the recorded intent does not parse: {e}")))?;
         let again = serde_json::to_string(&invoke)
@@ -205,5 +221,23 @@ mod tests {
         let mut e = entry(&invoke, &key);
         e.intent = "not json".into();
         assert_eq!(e.invoke().unwrap_err().kind, JournalErrorKind::Intent);
+    }
+
+    #[test]
+    fn a_redacted_intent_is_never_parsed_back_for_sending() {
+        let key = IdempotencyKey::new();
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            crate::intent_digest::REDACTED_MARK.into(),
+            crate::intent_digest::mark(&json!({"tool": "t"})),
+        );
+        let invoke = Invoke::new("t", json!({}))
+            .with_idempotency_key(key.as_str())
+            .with_extra(extra);
+        let e = entry(&invoke, &key);
+        assert!(e.is_redacted());
+        let err = e.invoke().unwrap_err();
+        assert_eq!(err.kind, JournalErrorKind::Intent);
+        assert!(err.to_string().contains("redaction"), "{err}");
     }
 }

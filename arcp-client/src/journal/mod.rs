@@ -36,6 +36,7 @@ mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod recovery;
+mod redaction;
 mod retention;
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod rows;
@@ -53,6 +54,7 @@ pub use outcome::JournalOutcome;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions};
 pub use recovery::RecoveryMode;
+pub(crate) use redaction::Redaction;
 pub use retention::{PurgeReport, Retention};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]

@@ -99,6 +99,7 @@ impl Core {
 
     /// Sends the call's next attempt, or queues it for the send window.
     fn try_send(&mut self, id: CallId, now: Instant) {
+        let outbox_room = self.outbox_has_room();
         let Link::Up(up) = &mut self.link else {
             // Waiting for a connection is retrying.
             if let Some(call) = self.calls.get_mut(&id) {
@@ -106,7 +107,7 @@ impl Core {
             }
             return;
         };
-        if !up.has_room() {
+        if !up.has_room() || !outbox_room {
             up.wait_for_room(id);
             return;
         }
@@ -166,6 +167,9 @@ impl Core {
     /// Sends calls that were waiting for the window, oldest first.
     pub(super) fn fill_window(&mut self, now: Instant) {
         loop {
+            if !self.outbox_has_room() {
+                return;
+            }
             let Link::Up(up) = &mut self.link else {
                 return;
             };

@@ -41,6 +41,9 @@ impl Core {
                 let _ = reply.send(self.stats());
             }
         }
+        // A submit or cancel may have queued a frame behind a stalled
+        // write: the bound holds however frames are queued.
+        self.check_outbox(now);
     }
 
     /// Ends every call and the session. Calls that may have run end with

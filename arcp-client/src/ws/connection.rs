@@ -58,6 +58,8 @@ pub(super) struct Up {
     /// The connection carried something after its handshake (the reconnect
     /// backoff restarts only then, and only if it lived long enough).
     useful: bool,
+    /// Submits answered on it (what pays for an immediate reconnect).
+    answered: u64,
     /// When its handshake completed.
     established: Instant,
     /// Submits on this connection not yet answered, and how many may be:
@@ -85,6 +87,7 @@ impl Up {
             profile,
             live,
             useful: false,
+            answered: 0,
             established,
             unanswered: 0,
             window,
@@ -176,5 +179,11 @@ impl Up {
         self.live.request_answered(now, self.unanswered > 0);
         self.window = (self.window + 1).min(max_in_flight);
         self.useful = true;
+        self.answered += 1;
+    }
+
+    /// Submits answered on this connection.
+    pub(super) fn answered(&self) -> u64 {
+        self.answered
     }
 }

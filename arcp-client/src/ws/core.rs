@@ -48,6 +48,7 @@ use super::calls::Call;
 use super::connection::{Link, WINDOW_AFTER_LOSS};
 use super::ids::CallId;
 use super::outbox::Outbox;
+use super::reconnect::ReconnectBucket;
 use super::session::{LivenessAction, Session};
 use super::timers::TimerTable;
 use crate::cache::{OutcomeCache, Settled};
@@ -145,6 +146,8 @@ pub(crate) struct Core {
     pub(super) next_id: CallId,
     pub(super) outbox: Outbox,
     pub(super) reconnect: Option<Schedule>,
+    /// Immediate reconnects left (`reconnect.rs`).
+    pub(super) immediate_reconnects: ReconnectBucket,
     /// `connect()` waits on this until the first session, or the budget.
     pub(super) ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
     /// The window size after the next loss (1 after a request-level close).
@@ -182,6 +185,8 @@ impl Core {
         now: Instant,
     ) -> Self {
         let budget = saturating_deadline(now, config.connect_budget);
+        let immediate_reconnects =
+            ReconnectBucket::new(config.reconnect_burst, config.reconnect_per_second);
         let config_dialect = match config.dialect {
             DialectChoice::V1_1 => Some(Dialect::V1_1),
             DialectChoice::Legacy => Some(Dialect::Legacy),
@@ -209,6 +214,7 @@ impl Core {
             }),
             outbox: Outbox::default(),
             reconnect: None,
+            immediate_reconnects,
             ready: ready.map(|r| (r, budget)),
             window_after_loss: WINDOW_AFTER_LOSS,
             drop_reason: None,
@@ -391,6 +397,8 @@ impl Core {
         self.fill_window(now);
         self.maybe_ack(now);
         self.compact();
+        // Re-sends, pings and acks may have queued behind a stalled write.
+        self.check_outbox(now);
     }
 
     // ----- plumbing ----------------------------------------------------------------

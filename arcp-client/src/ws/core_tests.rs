@@ -525,3 +525,144 @@ fn cached_outcomes_expire_on_the_cores_timer() {
     h.core.handle_timeout(expiry);
     assert_eq!(h.core.stats().cached_outcomes, 0);
 }
+
+/// The application keeps submitting while the writer is stalled (a
+/// runtime that reads nothing, and sends nothing that would run the
+/// inbound check): the frames waiting for the writer stay within the
+/// outbox bound, the link stays up, and the held submits go out, each
+/// once, as the writer takes the queue.
+#[test]
+fn submits_behind_a_stalled_writer_stay_within_the_outbox_bound() {
+    let bound = 64 << 10;
+    let mut h = Harness::with_config(|c| {
+        c.max_outbox_bytes = bound;
+        c.max_frame_size = 16 << 10;
+    });
+    // A send window wide enough that only the outbox holds submits back.
+    h.core.window_after_loss = 1000;
+    let padding = "x".repeat(8 << 10);
+    let mut answers = vec![h.invoke(json!({"n": 0, "pad": padding}), Duration::from_secs(60), 0)];
+    h.establish(0);
+    for n in 1..100 {
+        answers.push(h.invoke(json!({"n": n, "pad": padding}), Duration::from_secs(60), 1));
+        h.core.handle_timeout(h.at(1));
+        let queued = h.core.outbox.queued_bytes();
+        assert!(queued <= bound, "{queued} bytes queued after {n} submits");
+    }
+    assert!(!h.core.drop_pending(), "the link was dropped");
+    let mut sent = std::collections::BTreeMap::new();
+    for turn in 0..100u64 {
+        let frames = h.transmit(2 + turn);
+        for s in submits(&frames) {
+            *sent
+                .entry(s["payload"]["input"]["n"].as_u64().unwrap())
+                .or_insert(0) += 1;
+        }
+        h.core.handle_timeout(h.at(2 + turn));
+        assert!(h.core.outbox.queued_bytes() <= bound);
+        if sent.len() == 100 {
+            break;
+        }
+    }
+    assert_eq!(sent.len(), 100, "every call is sent once the writer drains");
+    assert!(sent.values().all(|&n| n == 1), "{sent:?}");
+    assert!(!h.core.drop_pending());
+    for answer in &mut answers {
+        assert!(answer.try_recv().is_err(), "no call ended");
+    }
+}
+
+/// Drives `connections` connections of a runtime that answers one request
+/// per connection and then drops it; returns how many were dialed at once
+/// after the loss, and the fake clock's final instant (ms).
+fn answer_once_and_drop(h: &mut Harness, connections: u64) -> (u64, u64) {
+    let mut at = 0;
+    let mut immediate = 0;
+    let mut answers = Vec::new();
+    for n in 0..connections {
+        answers.push(h.invoke(json!({ "n": n }), Duration::from_secs(3600), at));
+        let dialed = establish_when_due(h, at);
+        if n > 0 && dialed == at {
+            immediate += 1;
+        }
+        let sent = h.transmit(dialed);
+        let submit = submits(&sent)
+            .into_iter()
+            .find(|s| s["payload"]["input"]["n"] == json!(n))
+            .unwrap_or_else(|| panic!("call {n} sent: {sent:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        h.feed(
+            captured("job.accepted", 0),
+            Some(&submit),
+            &format!("job_{n}"),
+            dialed,
+        );
+        at = dialed;
+        h.core.on_lost(Loss::Network("dropped".into()), h.at(at));
+    }
+    (immediate, at)
+}
+
+/// A runtime that answers once per connection and drops it gets, by
+/// default, the burst of immediate reconnects (10), then at most one per
+/// second plus one per four answers; the other reconnects wait the
+/// retry policy's backoff. Without the bucket, every reconnect is
+/// immediate: a hot loop.
+#[test]
+fn a_runtime_dropping_every_connection_is_throttled_to_the_bucket_rate() {
+    let mut h = Harness::new();
+    let connections = 60;
+    let (immediate, end_ms) = answer_once_and_drop(&mut h, connections);
+    let seconds = end_ms.div_ceil(1000);
+    let allowed = 10 + seconds + connections.div_ceil(4);
+    assert!(
+        immediate <= allowed,
+        "{immediate} immediate reconnects of {connections} in {end_ms} ms (allowed {allowed})"
+    );
+    assert!(immediate >= 10, "the burst is immediate: {immediate}");
+    assert!(
+        immediate < connections - 1,
+        "every reconnect was immediate: {immediate}"
+    );
+
+    let mut unthrottled = Harness::with_config(|c| c.reconnect_burst = u32::MAX);
+    let (immediate, end_ms) = answer_once_and_drop(&mut unthrottled, connections);
+    assert_eq!(immediate, connections - 1, "without the bucket: a hot loop");
+    assert_eq!(end_ms, 0, "all at one instant");
+}
+
+/// Connections cut after real work (several answers each, as on a network
+/// that cuts busy connections) pay for their own reconnects: each is
+/// immediate, however many.
+#[test]
+fn busy_connections_always_reconnect_at_once() {
+    let mut h = Harness::new();
+    // The fake clock never moves: no token comes from time, only from
+    // the answers.
+    let at = 0;
+    let mut answers = Vec::new();
+    for round in 0..40u64 {
+        let first = round * 4;
+        for n in first..first + 4 {
+            answers.push(h.invoke(json!({ "n": n }), Duration::from_secs(3600), at));
+        }
+        let dialed = establish_when_due(&mut h, at);
+        assert_eq!(dialed, at, "round {round}: the reconnect waited");
+        let sent = h.transmit(dialed);
+        for s in submits(&sent) {
+            let n = s["payload"]["input"]["n"].as_u64().unwrap();
+            if n >= first {
+                let id = s["id"].as_str().unwrap().to_owned();
+                h.feed(
+                    captured("job.accepted", 0),
+                    Some(&id),
+                    &format!("job_{n}"),
+                    dialed,
+                );
+            }
+        }
+        h.core.on_lost(Loss::Network("cut".into()), h.at(at));
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::calls::Phase;
 use super::ids::CallId;
@@ -226,7 +226,7 @@ impl Core {
     /// calls are re-driven with their keys on a new connection; what was
     /// handed to the writer may have run, what was not was never sent.
     pub(crate) fn check_outbox(&mut self, now: Instant) {
-        let bound = self.config.max_outbox_bytes.max(self.config.max_frame_size);
+        let bound = self.outbox_bound();
         let queued = self.outbox.queued_bytes();
         if queued > bound && matches!(self.link, Link::Up(_)) {
             let reason = format!(
@@ -235,6 +235,22 @@ impl Core {
             );
             self.lose(Loss::Network(reason), now, true);
         }
+    }
+
+    /// The outbox bound: `max_outbox_bytes`, at least one frame's worth.
+    fn outbox_bound(&self) -> usize {
+        self.config.max_outbox_bytes.max(self.config.max_frame_size)
+    }
+
+    /// Whether a submit may be queued now: the outbox is empty, or has room
+    /// for a frame of the largest size. A submit that may not waits with
+    /// the calls waiting for the send window, so the application's submits
+    /// never grow the outbox past its bound while the write is stalled
+    /// (slow, or a runtime that stopped reading): they wait for the writer,
+    /// within their deadlines, and a stalled write ends at `write_timeout`.
+    pub(super) fn outbox_has_room(&self) -> bool {
+        let queued = self.outbox.queued_bytes();
+        queued == 0 || queued.saturating_add(self.config.max_frame_size) <= self.outbox_bound()
     }
 
     /// The connection ended (reported by the driver).
@@ -262,11 +278,21 @@ impl Core {
         if ours {
             self.drop_reason = Some(reason.clone());
         }
-        // A connection that carried something after its handshake and lived
-        // at least `min_connection_lifetime`: reconnect at once. Otherwise
-        // back off before the next dial (a runtime that answers once, then
-        // drops every connection, must not get a reconnect loop).
-        let delay = if up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime {
+        // A connection that carried something after its handshake (and
+        // lived at least `min_connection_lifetime`, when set): reconnect at
+        // once, while the bucket of immediate reconnects has a token
+        // (`reconnect.rs`). Otherwise back off before the next dial (a
+        // runtime that answers once, then drops every connection, must not
+        // get a reconnect loop).
+        let useful = up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime;
+        let immediate = useful && self.immediate_reconnects.take(up.answered(), now);
+        if useful && !immediate {
+            debug!(
+                answered = up.answered(),
+                "no immediate reconnect left (`immediate_reconnects`): backing off"
+            );
+        }
+        let delay = if immediate {
             self.reconnect = None;
             Duration::ZERO
         } else {

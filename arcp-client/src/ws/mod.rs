@@ -39,6 +39,7 @@ mod inbound;
 mod link;
 mod outbox;
 mod proxy;
+mod reconnect;
 mod session;
 mod spin;
 mod timers;
@@ -47,3 +48,4 @@ mod waiters;
 
 pub(crate) use self::core::{Command, Core};
 pub(crate) use driver::run;
+pub(crate) use proxy::check_cleartext as check_cleartext_proxy;

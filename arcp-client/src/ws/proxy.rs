@@ -14,7 +14,9 @@ use tokio::net::TcpStream;
 
 use super::core::DialFailure;
 use super::dial::{self, failure};
-use crate::config::ProxyChoice;
+use tokio_tungstenite::tungstenite::http::Uri;
+
+use crate::config::{Config, ProxyChoice};
 use crate::error::Error;
 use crate::percent::percent_decode;
 
@@ -43,6 +45,28 @@ pub(super) fn for_target(
         ProxyChoice::Url(url) => parse(&url.0).map(Some),
         ProxyChoice::Env => from_env(&|name| std::env::var(name).ok(), host, secure),
     }
+}
+
+/// Refuses a credential that a `ws://` session would carry in clear
+/// through a proxy not on this machine
+/// (`cleartext::check_cleartext_proxy`), before anything is sent. A URL or
+/// a proxy that does not parse is left to the dial, which says why.
+pub(crate) fn check_cleartext(config: &Config) -> Result<(), Error> {
+    let Ok(uri) = config.url.trim().parse::<Uri>() else {
+        return Ok(());
+    };
+    let Some(host) = uri.host() else {
+        return Ok(());
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let secure = uri.scheme_str() == Some("wss");
+    let proxy = for_target(&config.proxy, host, secure).ok().flatten();
+    crate::cleartext::check_cleartext_proxy(
+        &config.url,
+        proxy.as_ref().map(|p| p.shown.as_str()),
+        crate::cleartext::sends_credential(config),
+        config.allow_insecure_token,
+    )
 }
 
 /// The environment's proxy for `host`, read through `var`.

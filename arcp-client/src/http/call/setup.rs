@@ -40,16 +40,25 @@ impl HttpBackend {
         };
         let target = Uri::try_from(endpoint.as_str())
             .map_err(|e| setup_failed(format!("invalid HTTP URL: {e}")))?;
+        let proxies = match &config.proxy {
+            ProxyChoice::Env => Matcher::from_env(),
+            ProxyChoice::Off => Matcher::builder().build(),
+            ProxyChoice::Url(url) => Matcher::builder().all(url.0.clone()).build(),
+        };
+        // A forwarding proxy reads an `http://` request's credentials.
+        let proxy = proxies.intercept(&target).map(|i| i.uri().to_string());
+        crate::cleartext::check_cleartext_proxy(
+            &config.url,
+            proxy.as_deref(),
+            crate::cleartext::sends_credential(&config),
+            config.allow_insecure_token,
+        )?;
         let transport = Transport::new(Settings {
             endpoint: target.clone(),
             user_agent: format!("{}/{}", config.client_name, config.client_version),
             connect_timeout: config.connect_timeout,
             tls: config.tls.client_config(),
-            proxies: match &config.proxy {
-                ProxyChoice::Env => Matcher::from_env(),
-                ProxyChoice::Off => Matcher::builder().build(),
-                ProxyChoice::Url(url) => Matcher::builder().all(url.0.clone()).build(),
-            },
+            proxies,
         })
         .map_err(|e| setup_failed(format!("could not set up the HTTP client: {e}")))?;
         Ok(HttpBackend {

@@ -14,6 +14,7 @@ use super::expiry::{expired_outcome, past_key_retention};
 use super::queue::{DurableReply, Pending, PrepareReply, Prepared, Request, Shared};
 use super::state::Writer;
 use super::{CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
+use crate::journal::redaction::unrecoverable_outcome;
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport, Retention,
 };
@@ -433,10 +434,11 @@ impl Writer {
     }
 
     /// Of the claimed `entries`, those prepared longer ago than the runtime
-    /// remembers keys are ended "outcome unknown" instead of being handed
-    /// out (re-sent, they would run afresh); the rest are returned. One
-    /// whose ending cannot be written stays unfinished, and is not handed
-    /// out either.
+    /// remembers keys, and those whose arguments the redaction hook changed
+    /// (re-sent, they would send other arguments under the key), are ended
+    /// "outcome unknown" instead of being handed out (re-sent, they would
+    /// run afresh); the rest are returned. One whose ending cannot be
+    /// written stays unfinished, and is not handed out either.
     pub(super) fn end_expired(
         &self,
         journal: &dyn Journal,
@@ -446,22 +448,33 @@ impl Writer {
         let retention = self.runtime_key_retention;
         let (expired, live): (Vec<JournalEntry>, Vec<JournalEntry>) = entries
             .into_iter()
-            .partition(|e| past_key_retention(e, retention, now));
+            .partition(|e| past_key_retention(e, retention, now) || e.is_redacted());
         if expired.is_empty() {
             return live;
         }
         let writes: Vec<JournalWrite> = expired
             .iter()
             .map(|e| {
-                warn!(
-                    key = %e.key,
-                    tool = %e.tool,
-                    "unfinished call older than the runtime's key retention: ended outcome \
-                     unknown, not re-sent"
-                );
+                let outcome = if past_key_retention(e, retention, now) {
+                    warn!(
+                        key = %e.key,
+                        tool = %e.tool,
+                        "unfinished call older than the runtime's key retention: ended outcome \
+                         unknown, not re-sent"
+                    );
+                    expired_outcome(e, retention, now)
+                } else {
+                    warn!(
+                        key = %e.key,
+                        tool = %e.tool,
+                        "unfinished call whose recorded arguments were redacted: ended outcome \
+                         unknown (not recoverable), not re-sent"
+                    );
+                    unrecoverable_outcome(e)
+                };
                 JournalWrite::Terminal {
                     key: e.key.clone(),
-                    outcome: expired_outcome(e, retention, now),
+                    outcome,
                     at: now,
                 }
             })

@@ -18,7 +18,7 @@ use crate::cache::Outcome;
 use crate::error::{Error, Execution};
 use crate::journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    RecoveryMode, Retention,
+    RecoveryMode, Redaction, Retention,
 };
 use crate::request::{CallRecorder, CallRequest};
 use crate::sync::lock;
@@ -57,6 +57,9 @@ impl CallRecorder for Recorder {
 pub(crate) struct JournalHandle {
     pub(super) shared: Arc<Shared>,
     pub(super) recovery: RecoveryMode,
+    /// The application's hook applied to what is recorded (never to what
+    /// is sent).
+    pub(super) redaction: Option<Redaction>,
 }
 
 impl fmt::Debug for JournalHandle {
@@ -81,6 +84,7 @@ impl JournalHandle {
         recovery: RecoveryMode,
         runtime_key_retention: Duration,
         max_in_flight: usize,
+        redaction: Option<Redaction>,
     ) -> Result<JournalHandle, Error> {
         let location = journal.location();
         let shared = Arc::new(Shared {
@@ -125,7 +129,11 @@ impl JournalHandle {
             unfinished = report.unfinished,
             "journal open"
         );
-        Ok(JournalHandle { shared, recovery })
+        Ok(JournalHandle {
+            shared,
+            recovery,
+            redaction,
+        })
     }
 
     /// Whether the client re-drives unfinished calls on connect.
@@ -164,6 +172,12 @@ impl JournalHandle {
                 intent.len()
             )));
         }
+        // What is recorded: the hook's version of the arguments, if it
+        // changed them (what is sent stays `request.invoke`).
+        let intent = match &self.redaction {
+            Some(redaction) => redaction.apply(&request.invoke, &intent)?.unwrap_or(intent),
+            None => intent,
+        };
         let now = SystemTime::now();
         let entry = JournalEntry {
             key: request.key.clone(),

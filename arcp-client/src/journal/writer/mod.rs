@@ -34,7 +34,7 @@ use std::time::Duration;
 
 #[cfg(feature = "sqlite")]
 use super::SqliteJournal;
-use super::{Journal, JournalError, JournalErrorKind, RecoveryMode, Retention};
+use super::{Journal, JournalError, JournalErrorKind, RecoveryMode, Redaction, Retention};
 use crate::error::Error;
 use crate::sync::lock;
 
@@ -48,6 +48,7 @@ pub(crate) struct JournalSetup {
     recovery: RecoveryMode,
     /// `None`: [`DEFAULT_RUNTIME_KEY_RETENTION`].
     runtime_key_retention: Option<Duration>,
+    redaction: Option<Redaction>,
 }
 
 #[derive(Clone)]
@@ -71,6 +72,7 @@ impl fmt::Debug for JournalSetup {
             .field("retention", &self.retention)
             .field("recovery", &self.recovery)
             .field("runtime_key_retention", &self.runtime_key_retention)
+            .field("redaction", &self.redaction.is_some())
             .finish()
     }
 }
@@ -95,6 +97,10 @@ impl JournalSetup {
 
     pub(crate) fn set_recovery(&mut self, recovery: RecoveryMode) {
         self.recovery = recovery;
+    }
+
+    pub(crate) fn set_redaction(&mut self, redaction: Redaction) {
+        self.redaction = Some(redaction);
     }
 
     /// Opens the journal (if one is configured), applies the retention
@@ -127,6 +133,7 @@ impl JournalSetup {
             self.runtime_key_retention
                 .unwrap_or(DEFAULT_RUNTIME_KEY_RETENTION),
             max_in_flight,
+            self.redaction.clone(),
         )
         .await?;
         Ok(Some(handle))
