@@ -217,10 +217,15 @@ pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
         },
         Ending::Closed => Error::Closed,
         Ending::BudgetSpent { reason, permanent } if exposed => unavailable(reason, permanent),
+        // Which limit ended it, then why the last attempt failed, as
+        // `OutcomeUnavailable` says it.
         Ending::BudgetSpent { reason, .. } => Error::RetriesExhausted {
             key,
             attempts,
-            last_error: call.last_error.unwrap_or(&reason).to_owned(),
+            last_error: match call.last_error {
+                Some(last) if !reason.contains(last) => format!("{reason}; last: {last}"),
+                _ => reason,
+            },
         },
         Ending::RequestRejected { close_code, reason } if exposed => unavailable(
             format!(

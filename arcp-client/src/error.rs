@@ -153,7 +153,8 @@ pub enum Error {
         key: IdempotencyKey,
         /// Requests sent.
         attempts: u32,
-        /// The last reason an attempt failed.
+        /// Which limit of the retry budget ended the call, then the last
+        /// reason an attempt failed (`...; last: ...`).
         last_error: String,
     },
     /// The call's deadline passed before it resolved.

@@ -44,7 +44,7 @@ use crate::profile::RuntimeProfile;
 use crate::redact::Redactor;
 use crate::request::CallRequest;
 use crate::retry::saturating_deadline;
-use crate::retry::Schedule;
+use crate::retry::{Decision, RetryBudget, Schedule};
 use crate::telemetry::Answered;
 
 /// What the client sends in `Accept`: a stream of envelopes preferred (it
@@ -284,9 +284,8 @@ struct Call<'a> {
     /// The current attempt's stream carried `job.accepted`.
     accepted_now: bool,
     last_error: Option<String>,
-    /// When retrying must stop: `max_elapsed` after the first failure.
-    budget_at: Option<Instant>,
-    schedule: Option<Schedule>,
+    /// When retrying stops, and the backoff's place (`retry/budget.rs`).
+    budget: RetryBudget,
     ladder: Option<Schedule>,
     last_event_seq: Option<u64>,
     dropped_events: u64,
@@ -323,8 +322,7 @@ impl<'a> Call<'a> {
             gate: None,
             accepted_now: false,
             last_error: None,
-            budget_at: None,
-            schedule: None,
+            budget: RetryBudget::default(),
             ladder: None,
             last_event_seq: None,
             dropped_events: 0,
@@ -337,18 +335,19 @@ impl<'a> Call<'a> {
     }
 
     async fn run(&mut self) -> Outcome {
+        let deadline_at = saturating_deadline(self.req.started, self.req.deadline);
         loop {
             let next = self.attempt().await;
             let backend = self.backend;
             let retry = &backend.config.retry;
-            let (delay, reason) = match next {
+            let now = Instant::now();
+            let (decision, reason) = match next {
                 Next::Done(outcome) => return outcome,
                 Next::Transient { floor, reason } | Next::Lost { floor, reason } => {
-                    let delay = self
-                        .schedule
-                        .get_or_insert_with(|| retry.schedule())
-                        .next_delay(floor);
-                    (delay, reason)
+                    let decision =
+                        self.budget
+                            .after_failure(retry, self.attempts, floor, deadline_at, now);
+                    (decision, reason)
                 }
                 Next::Pending { floor, reason } => {
                     // Patient, unjittered waits: the job is running.
@@ -356,25 +355,21 @@ impl<'a> Call<'a> {
                         .ladder
                         .get_or_insert_with(|| retry.ladder())
                         .next_ceiling();
-                    (floor.map_or(wait, |f| wait.max(f)), reason)
+                    let wait = floor.map_or(wait, |f| wait.max(f));
+                    let decision =
+                        self.budget
+                            .after_wait(retry, self.attempts, wait, deadline_at, now);
+                    (decision, reason)
                 }
             };
-            let now = Instant::now();
-            let max_elapsed = self.backend.config.retry.max_elapsed;
-            let budget_at = *self
-                .budget_at
-                .get_or_insert(saturating_deadline(now, max_elapsed));
-            debug!(attempt = self.attempts, ?delay, %reason, "retrying with the same key");
             self.last_error = Some(reason);
-            if self.attempts >= self.backend.config.retry.max_attempts {
-                return Err(self.give_up("retry budget exhausted"));
+            match decision {
+                Decision::RetryAt(at) => {
+                    debug!(attempt = self.attempts, delay = ?at - now, reason = ?self.last_error, "retrying with the same key");
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                Decision::GiveUp(why) => return Err(self.give_up(&why.to_string())),
             }
-            if saturating_deadline(now, delay) > budget_at {
-                return Err(self.give_up(&format!(
-                    "the next attempt ({delay:?} from now) falls after the retry budget"
-                )));
-            }
-            tokio::time::sleep(delay).await;
         }
     }
 

@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::saturating_deadline;
+use crate::retry::{saturating_deadline, RetryBudget};
 use crate::telemetry::Answered;
 
 use super::connection::Link;
@@ -175,8 +175,7 @@ impl Core {
             troubles: None,
             deadline_at: saturating_deadline(req.started, req.deadline),
             deadline: req.deadline,
-            budget_at: None,
-            backoff: None,
+            budget: RetryBudget::default(),
             ladder: None,
             awaiting_resume: false,
             confirming: false,

@@ -253,7 +253,7 @@ impl Core {
         let untrusted = replay || call.exposure.in_doubt;
         let bound = job_id.as_deref().map(|job| call.bind(job));
         let ladder_at = if untrusted {
-            call.start_recovery(now, self.config.retry.max_elapsed);
+            call.budget.start(&self.config.retry, now);
             let wait = call
                 .ladder
                 .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
