@@ -82,22 +82,26 @@ fn exhausted(outcome: &Result<arcp_sdk::ToolOutput, Error>, transport: Transport
     }
 }
 
-#[tokio::test]
-async fn a_retry_after_past_the_budget_ends_the_call_at_once_on_both_transports() {
+/// Every submit refused with `retry_after`: the call ends at once, before
+/// the budget's end and the deadline, with `RetriesExhausted` naming the
+/// limit the next attempt would have passed, on both transports.
+async fn a_retry_after_past_a_limit_ends_the_call_at_once(
+    retry_after: Duration,
+    max_elapsed: Duration,
+    deadline: Duration,
+    named: &str,
+) {
     for transport in TRANSPORTS {
         let mock = mock(Dialect::V1_1).start().await.unwrap();
-        let client = client(&mock, transport, policy()).await;
-        refuse_every_submit(&mock, Some(Duration::from_secs(30)));
-        let (outcome, took) = call(&client, Duration::from_secs(60)).await;
+        let client = client(&mock, transport, policy().max_elapsed(max_elapsed)).await;
+        refuse_every_submit(&mock, Some(retry_after));
+        let (outcome, took) = call(&client, deadline).await;
         let (attempts, last_error) = exhausted(&outcome, transport);
         assert_eq!(attempts, 1, "{transport:?}");
-        assert!(
-            last_error.contains("would fall after the retry budget of 2s"),
-            "{transport:?}: {last_error}"
-        );
+        assert!(last_error.contains(named), "{transport:?}: {last_error}");
         assert_eq!(outcome.unwrap_err().execution(), Execution::NotRun);
-        // Not kept waiting for the budget's end (2 s) for an attempt that
-        // would never be made.
+        // Not kept waiting (2 s or more) for an attempt that would never
+        // be made.
         assert!(
             took < Duration::from_secs(1),
             "{transport:?}: took {took:?}"
@@ -107,25 +111,29 @@ async fn a_retry_after_past_the_budget_ends_the_call_at_once_on_both_transports(
 }
 
 #[tokio::test]
+async fn a_retry_after_past_the_budget_ends_the_call_at_once_on_both_transports() {
+    let (retry_after, max_elapsed) = (Duration::from_secs(30), Duration::from_secs(2));
+    let named = "would fall after the retry budget of 2s";
+    a_retry_after_past_a_limit_ends_the_call_at_once(
+        retry_after,
+        max_elapsed,
+        Duration::from_secs(60),
+        named,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_retry_after_past_the_deadline_ends_the_call_at_once_on_both_transports() {
-    for transport in TRANSPORTS {
-        let mock = mock(Dialect::V1_1).start().await.unwrap();
-        let policy = policy().max_elapsed(Duration::from_secs(60));
-        let client = client(&mock, transport, policy).await;
-        refuse_every_submit(&mock, Some(Duration::from_secs(5)));
-        let (outcome, took) = call(&client, Duration::from_secs(3)).await;
-        let (attempts, last_error) = exhausted(&outcome, transport);
-        assert_eq!(attempts, 1, "{transport:?}");
-        assert!(
-            last_error.contains("would pass the call's deadline"),
-            "{transport:?}: {last_error}"
-        );
-        assert!(
-            took < Duration::from_secs(1),
-            "{transport:?}: took {took:?}"
-        );
-        assert_eq!(mock.executions("refund"), 0, "{transport:?}");
-    }
+    let (retry_after, max_elapsed) = (Duration::from_secs(5), Duration::from_secs(60));
+    let named = "would pass the call's deadline";
+    a_retry_after_past_a_limit_ends_the_call_at_once(
+        retry_after,
+        max_elapsed,
+        Duration::from_secs(3),
+        named,
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -536,6 +536,19 @@ impl Error {
         self
     }
 
+    /// The same error with another execution class, for the variants that
+    /// carry one (`DeadlineExceeded`, `DuplicateKey`); any other unchanged.
+    /// The rules of `classify.rs` that widen "did not run" use it.
+    pub(crate) fn with_execution(mut self, to: Execution) -> Self {
+        match &mut self {
+            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
+                *execution = to;
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// The job the call was bound to, when known.
     pub fn job_id(&self) -> Option<&str> {
         match self {

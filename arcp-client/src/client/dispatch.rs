@@ -122,16 +122,15 @@ impl Client {
         // the record (if any) stays as it was for the next recovery.
         let outcome = match outcome {
             Err(Error::Journal(e)) if key_may_be_known && e.kind != JournalErrorKind::Fenced => {
-                Err(Error::OutcomeUnavailable {
-                    key: key.clone(),
-                    job_id: shared.job_id(),
-                    reason: format!(
+                Err(outcome_unknown(
+                    &key,
+                    shared.job_id(),
+                    &shared,
+                    format!(
                         "the journal failed, and an earlier process may have sent a call with \
                          this key ({e})"
                     ),
-                    attempts: shared.attempts(),
-                    permanent: false,
-                })
+                ))
             }
             other => other,
         };
@@ -151,16 +150,15 @@ impl Client {
                     && e.execution() == Execution::NotRun
                     && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
             {
-                Err(Error::OutcomeUnavailable {
-                    key: key.clone(),
-                    job_id: None,
-                    reason: format!(
+                Err(outcome_unknown(
+                    &key,
+                    None,
+                    &shared,
+                    format!(
                         "the call ended before the journal read its key's record, and an \
                          earlier call with this key may have run ({e})"
                     ),
-                    attempts: shared.attempts(),
-                    permanent: false,
-                })
+                ))
             }
             other => other,
         };
@@ -267,6 +265,23 @@ fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Ou
     match outcome {
         Err(e) if supplied => Err(not_sent(e, key)),
         outcome => outcome,
+    }
+}
+
+/// A call whose outcome is unknown for `reason`: it may have run, and the
+/// caller keeps its key (and job id, when known) to ask again.
+fn outcome_unknown(
+    key: &IdempotencyKey,
+    job_id: Option<String>,
+    shared: &CallShared,
+    reason: String,
+) -> Error {
+    Error::OutcomeUnavailable {
+        key: key.clone(),
+        job_id,
+        reason,
+        attempts: shared.attempts(),
+        permanent: false,
     }
 }
 
