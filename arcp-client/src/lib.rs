@@ -179,6 +179,8 @@ mod cleartext;
 mod profile;
 mod request;
 mod retry;
+// A call's deadline, one value from its start.
+mod deadline;
 // The bearer token, from where the application keeps it.
 mod credentials;
 // Durable records of calls.

@@ -9,12 +9,12 @@ use std::time::Duration;
 use arcp_types::IdempotencyKey;
 
 use crate::cache::Outcome;
-use crate::classify::{give_up, not_recorded, not_sent, shared_fate, Ended, Ending, Exposure};
+use crate::classify::{not_recorded, not_sent, shared_fate, Ended, Exposure};
+use crate::deadline::Deadline;
 use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
 use crate::journal::JournalHandle;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::saturating_deadline;
 use crate::telemetry::{self, Answered};
 
 use super::Client;
@@ -69,15 +69,14 @@ impl Client {
         telemetry::call_started();
         let key = request.key.clone();
         let shared = request.shared.clone();
-        let deadline = request.deadline;
+        let deadline = Deadline::new(request.started, request.deadline);
         let request_started = request.started;
         let in_doubt = request.in_doubt;
         // A journal that fails before it could read the key's record cannot
         // say an earlier process never sent it: only a key generated for
         // this call is known to be new.
         let key_may_be_known = in_doubt || request.key_supplied;
-        let deadline_at =
-            tokio::time::Instant::from_std(saturating_deadline(request.started, deadline));
+        let deadline_at = tokio::time::Instant::from_std(deadline.at());
         let mut guard = AbandonOnDrop {
             client: self,
             key: key.clone(),
@@ -114,7 +113,7 @@ impl Client {
                     attempts: shared.attempts(),
                     last_error: None,
                 };
-                Err(give_up(call, Ending::Deadline(deadline)))
+                Err(deadline.exceeded_error(call))
             }
         };
         // A journal that fails while driving a call an earlier process may
@@ -184,7 +183,8 @@ impl Client {
         } else if let Some(journal) = journal {
             // "Did not run" is said only once the journal records it
             // durably; a call ending at its deadline gets a short grace.
-            let durable_by = deadline_at.max(tokio::time::Instant::now() + DURABLE_GRACE);
+            let now = tokio::time::Instant::now();
+            let durable_by = now + deadline.remaining(now.into_std()).max(DURABLE_GRACE);
             // Boxed: only journaled calls pay for this future's size.
             let recorded = Box::pin(journal.finish_call(&key, &outcome, durable_by)).await;
             if let (Err(why), Err(e)) = (recorded, &outcome) {

@@ -38,12 +38,12 @@ use crate::cache::{
 };
 use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::config::Config;
+use crate::deadline::Deadline;
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
 use crate::redact::Redactor;
 use crate::request::CallRequest;
-use crate::retry::saturating_deadline;
 use crate::retry::{Decision, RetryBudget, Schedule};
 use crate::telemetry::Answered;
 
@@ -140,12 +140,11 @@ impl HttpBackend {
             return Err(Error::Closed);
         }
         let span = req.span("http");
-        let deadline = req.deadline;
-        let deadline_at =
-            tokio::time::Instant::from_std(saturating_deadline(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
         let mut call = Call::new(self, req, key_header, encoded, fingerprint);
+        let deadline = call.deadline;
+        let deadline_at = tokio::time::Instant::from_std(deadline.at());
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
         if let Some(job) = prior_job {
@@ -175,7 +174,7 @@ impl HttpBackend {
             End::Done(outcome) => outcome,
             End::Deadline => {
                 call.cut_attempt();
-                Err(call.end(Ending::Deadline(deadline)))
+                Err(deadline.exceeded_error(call.ended()))
             }
             End::Closed => {
                 call.cut_attempt();
@@ -246,6 +245,7 @@ enum Next {
 struct Call<'a> {
     backend: &'a HttpBackend,
     req: CallRequest,
+    deadline: Deadline,
     /// The intent's fingerprint in the outcome cache.
     fingerprint: u64,
     /// The call reached its end in `invoke` (its outcome is cached there);
@@ -304,6 +304,7 @@ impl<'a> Call<'a> {
     ) -> Self {
         Call {
             backend,
+            deadline: Deadline::new(req.started, req.deadline),
             req,
             fingerprint,
             settled: false,
@@ -335,7 +336,7 @@ impl<'a> Call<'a> {
     }
 
     async fn run(&mut self) -> Outcome {
-        let deadline_at = saturating_deadline(self.req.started, self.req.deadline);
+        let deadline_at = self.deadline.at();
         loop {
             let next = self.attempt().await;
             let backend = self.backend;
@@ -385,14 +386,18 @@ impl<'a> Call<'a> {
 
     /// Ends the call without the runtime's terminal, by the one give-up rule.
     fn end(&self, ending: Ending) -> Error {
-        let call = Ended {
+        give_up(self.ended(), ending)
+    }
+
+    /// The call as an ending names it, for the give-up rule.
+    fn ended(&self) -> Ended<'_> {
+        Ended {
             key: &self.req.key,
             job_id: self.job_id.as_deref(),
             exposure: self.exposure(),
             attempts: self.attempts,
             last_error: self.last_error.as_deref(),
-        };
-        give_up(call, ending)
+        }
     }
 
     /// The call ends (deadline, close, its caller gone) with an attempt

@@ -29,13 +29,13 @@ impl Core {
         };
         // A caller whose own deadline has passed before the call's (a
         // joined caller less patient than another) is answered alone.
-        if now < call.deadline_at {
+        if !call.deadline.exceeded(now) {
             for waiter in call.take_expired_waiters(now) {
                 // Joined callers are all marked sent: none of them may
                 // claim "did not run" for a shared key.
                 let mut ended = call.ended();
                 ended.exposure.in_doubt |= waiter.shared.abandon();
-                let error = give_up(ended, Ending::Deadline(waiter.deadline));
+                let error = waiter.deadline.exceeded_error(ended);
                 self.replies.push((waiter.reply, Err(error).into()));
             }
         }
@@ -53,9 +53,9 @@ impl Core {
             self.forget(id, now);
             return;
         }
-        if now >= call.deadline_at {
-            let deadline = call.deadline;
-            self.end_without_outcome(id, Ending::Deadline(deadline));
+        if call.deadline.exceeded(now) {
+            let error = call.deadline.exceeded_error(call.ended());
+            self.finish(id, Err(error));
             return;
         }
         let cancel_due = call
@@ -79,9 +79,9 @@ impl Core {
                 if let Link::Down { next_dial } = self.link {
                     at = at.max(next_dial);
                 }
-                let decision = call
-                    .budget
-                    .judge(policy, call.attempts, at, call.deadline_at, now);
+                let decision =
+                    call.budget
+                        .judge(policy, call.attempts, at, call.deadline.at(), now);
                 if let Decision::GiveUp(why) = decision {
                     self.give_up(id, why);
                     return;

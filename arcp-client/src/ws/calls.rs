@@ -21,6 +21,7 @@ use super::ids::RequestId;
 use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
 use crate::classify::Exposure;
+use crate::deadline::Deadline;
 use crate::outcome::CancelOutcome;
 use crate::request::{Outgoing, TraceId};
 use crate::retry::{RetryBudget, Schedule};
@@ -73,8 +74,8 @@ pub(crate) struct Call {
     pub(crate) replayed: bool,
     /// What went wrong so far; boxed and absent until something does.
     pub(crate) troubles: Option<Box<Troubles>>,
-    pub(crate) deadline_at: Instant,
-    pub(crate) deadline: std::time::Duration,
+    /// Its most patient caller's.
+    pub(crate) deadline: Deadline,
     /// When retrying stops, and the backoff's place (`retry/budget.rs`).
     pub(crate) budget: RetryBudget,
     /// Boxed, like the other rarely used parts: most calls never retry.
@@ -147,9 +148,9 @@ impl Call {
     /// budget's end is no wake for a call waiting for an answer: the budget
     /// does not end that wait, and once passed it would wake it every turn.
     pub(crate) fn next_wake(&self, now: Instant) -> Instant {
-        let mut at = self.deadline_at;
+        let mut at = self.deadline.at();
         for waiter in &self.waiters {
-            at = at.min(waiter.deadline_at);
+            at = at.min(waiter.deadline.at());
         }
         let retrying = match self.phase {
             Phase::Queued { not_before } => {
@@ -188,12 +189,12 @@ impl Call {
 
     /// Removes and returns the waiters whose own deadline has passed.
     pub(crate) fn take_expired_waiters(&mut self, now: Instant) -> Vec<Waiter> {
-        if self.waiters.iter().all(|w| now < w.deadline_at) {
+        if self.waiters.iter().all(|w| !w.deadline.exceeded(now)) {
             return Vec::new();
         }
         let mut expired = Vec::new();
         for waiter in std::mem::take(&mut self.waiters) {
-            if now >= waiter.deadline_at {
+            if waiter.deadline.exceeded(now) {
                 expired.push(waiter);
             } else {
                 self.waiters.push(waiter);

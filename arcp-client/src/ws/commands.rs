@@ -16,6 +16,7 @@ use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::{Ending, Exposure};
+use crate::deadline::Deadline;
 use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
@@ -71,8 +72,7 @@ impl Core {
         let waiter = Waiter {
             reply,
             shared: req.shared.clone(),
-            deadline_at: saturating_deadline(req.started, req.deadline),
-            deadline: req.deadline,
+            deadline: Deadline::new(req.started, req.deadline),
             _events_end: req.events_end,
         };
         // Answered here, without a request of its own: the span the caller
@@ -120,10 +120,7 @@ impl Core {
                     waiter.shared.mark_sent();
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
-                    call.deadline_at = call
-                        .deadline_at
-                        .max(saturating_deadline(req.started, req.deadline));
-                    call.deadline = call.deadline.max(req.deadline);
+                    call.deadline = call.deadline.latest(waiter.deadline);
                     call.waiters.push(waiter);
                     // Its outcome is recorded on the first caller's span.
                     prepared.span.record("outcome", "joined");
@@ -156,6 +153,7 @@ impl Core {
         if earlier_send {
             waiter.shared.mark_sent();
         }
+        let deadline = waiter.deadline;
         let call = Call {
             key: req.key.clone(),
             trace_id: prepared.trace_id,
@@ -173,8 +171,7 @@ impl Core {
             },
             replayed: false,
             troubles: None,
-            deadline_at: saturating_deadline(req.started, req.deadline),
-            deadline: req.deadline,
+            deadline,
             budget: RetryBudget::default(),
             ladder: None,
             awaiting_resume: false,

@@ -213,7 +213,7 @@ impl Core {
                 // created nothing; retry with the same key.
                 call.troubles_mut().last_error = Some(format!("{}: {}", e.code, e.message));
                 call.phase = Phase::Queued { not_before: now };
-                let (attempts, deadline_at) = (call.attempts, call.deadline_at);
+                let (attempts, deadline_at) = (call.attempts, call.deadline.at());
                 let decision = call.budget.after_failure(
                     &self.config.retry,
                     attempts,
