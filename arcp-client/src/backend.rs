@@ -8,7 +8,8 @@ use arcp_types::{Dialect, IdempotencyKey};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::{Outcome, Settled};
-use crate::classify::{give_up, Ended, Ending, Exposure};
+use crate::classify::{Ended, Exposure};
+use crate::deadline::Deadline;
 use crate::error::Error;
 #[cfg(feature = "http")]
 use crate::http::HttpBackend;
@@ -71,8 +72,7 @@ impl Backend {
                 // Waiting for room in the channel is rare (it holds as many
                 // commands as calls may be in flight): that future is boxed,
                 // so it takes no room in every call's state.
-                let deadline = request.deadline;
-                let deadline_at = crate::retry::saturating_deadline(request.started, deadline);
+                let deadline = Deadline::new(request.started, request.deadline);
                 // Nothing the command holds may live across an await in this
                 // future (it would be sized for a whole request): the rare
                 // wait for room is boxed with the command inside it.
@@ -81,7 +81,7 @@ impl Backend {
                     Err(mpsc::error::TrySendError::Full(command)) => {
                         // Bounded by the call's deadline: the caller may run
                         // no timer of its own (`Client::dispatch`).
-                        let send = tokio::time::timeout_at(deadline_at.into(), tx.send(*command));
+                        let send = tokio::time::timeout_at(deadline.at().into(), tx.send(*command));
                         Some(Box::pin(send))
                     }
                     Err(mpsc::error::TrySendError::Closed(_)) => return Err(Error::Closed),
@@ -102,7 +102,7 @@ impl Backend {
                                 attempts: 0,
                                 last_error: None,
                             };
-                            return Err(give_up(call, Ending::Deadline(deadline)));
+                            return Err(deadline.exceeded_error(call));
                         }
                     }
                 }

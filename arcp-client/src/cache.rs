@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use arcp_types::{IdempotencyKey, Invoke};
 
 use crate::error::{Error, Execution};
+use crate::fast_map::FastMap;
 use crate::outcome::{value_bytes, ToolOutput};
-use crate::FastMap;
 
 /// What a call ends with.
 pub(crate) type Outcome = Result<ToolOutput, Error>;

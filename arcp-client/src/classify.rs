@@ -217,10 +217,15 @@ pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
         },
         Ending::Closed => Error::Closed,
         Ending::BudgetSpent { reason, permanent } if exposed => unavailable(reason, permanent),
+        // Which limit ended it, then why the last attempt failed, as
+        // `OutcomeUnavailable` says it.
         Ending::BudgetSpent { reason, .. } => Error::RetriesExhausted {
             key,
             attempts,
-            last_error: call.last_error.unwrap_or(&reason).to_owned(),
+            last_error: match call.last_error {
+                Some(last) if !reason.contains(last) => format!("{reason}; last: {last}"),
+                _ => reason,
+            },
         },
         Ending::RequestRejected { close_code, reason } if exposed => unavailable(
             format!(
@@ -295,21 +300,7 @@ pub(crate) fn shared_fate(e: Error, key: &IdempotencyKey, job_id: Option<String>
     }
     match e {
         e @ (Error::DuplicateKey { .. } | Error::InvalidCall(_)) => e,
-        Error::DeadlineExceeded {
-            key,
-            job_id,
-            deadline,
-            attempts,
-            last_error,
-            ..
-        } => Error::DeadlineExceeded {
-            key,
-            job_id,
-            deadline,
-            attempts,
-            execution: Execution::MayHaveRun,
-            last_error,
-        },
+        e @ Error::DeadlineExceeded { .. } => e.with_execution(Execution::MayHaveRun),
         Error::Closed => Error::Interrupted {
             key: key.clone(),
             job_id,
@@ -345,21 +336,7 @@ pub(crate) fn not_sent(e: Error, key: &IdempotencyKey) -> Error {
     match e {
         e @ Error::DuplicateKey { .. } => e,
         Error::Tool(tool) if tool.job_id.is_none() => Error::Tool(tool),
-        Error::DeadlineExceeded {
-            key,
-            job_id,
-            deadline,
-            attempts,
-            last_error,
-            ..
-        } => Error::DeadlineExceeded {
-            key,
-            job_id,
-            deadline,
-            attempts,
-            execution: Execution::NotSent,
-            last_error,
-        },
+        e @ Error::DeadlineExceeded { .. } => e.with_execution(Execution::NotSent),
         cause => Error::NotSent {
             key: key.clone(),
             cause: Box::new(cause),

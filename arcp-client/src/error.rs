@@ -153,7 +153,8 @@ pub enum Error {
         key: IdempotencyKey,
         /// Requests sent.
         attempts: u32,
-        /// The last reason an attempt failed.
+        /// Which limit of the retry budget ended the call, then the last
+        /// reason an attempt failed (`...; last: ...`).
         last_error: String,
     },
     /// The call's deadline passed before it resolved.
@@ -530,6 +531,19 @@ impl Error {
             | Error::Interrupted { attempts, .. }
             | Error::RequestRejected { attempts, .. }
             | Error::Http { attempts, .. } => *attempts = n,
+            _ => {}
+        }
+        self
+    }
+
+    /// The same error with another execution class, for the variants that
+    /// carry one (`DeadlineExceeded`, `DuplicateKey`); any other unchanged.
+    /// The rules of `classify.rs` that widen "did not run" use it.
+    pub(crate) fn with_execution(mut self, to: Execution) -> Self {
+        match &mut self {
+            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
+                *execution = to;
+            }
             _ => {}
         }
         self

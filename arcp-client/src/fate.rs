@@ -13,7 +13,7 @@ use crate::sync::lock;
 
 use arcp_types::IdempotencyKey;
 
-use crate::FastMap;
+use crate::fast_map::FastMap;
 
 /// The fate the callers of a key in flight at once share.
 #[derive(Debug, Default)]

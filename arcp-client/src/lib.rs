@@ -159,6 +159,8 @@ struct ReadmeDoctests;
 
 // The one redaction path, a leaf that `config` imports.
 mod redact;
+// The per-call tables' hash map, a leaf that `fate`, `cache` and `ws` import.
+mod fast_map;
 // Leaves: import no other module of the crate (but `sync`, the first).
 mod config;
 mod connection_events;
@@ -178,6 +180,8 @@ mod intent_digest;
 mod profile;
 mod request;
 mod retry;
+// A call's deadline, one value from its start.
+mod deadline;
 // The bearer token, from where the application keeps it.
 mod credentials;
 // Durable records of calls.
@@ -190,11 +194,6 @@ mod http;
 mod invocation;
 mod typed;
 mod ws;
-
-/// The hash map of the per-call tables (calls, keys, jobs, requests, the
-/// outcome cache): hashed with foldhash, seeded per map, several times
-/// faster than SipHash on these short keys.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 pub use arcp_types::{Dialect, ErrorCode, EventBody, IdempotencyKey, JobEvent};
 pub use client::{Client, ClientBuilder};

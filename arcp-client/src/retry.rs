@@ -1,8 +1,11 @@
-//! The retry schedule: capped exponential backoff with full jitter.
+//! The retry schedule: capped exponential backoff with full jitter, and
+//! the retry budget (`budget.rs`: retry when, or give up why).
 //!
 //! Classification (what is retried) is `classify.rs`; this module only
 //! decides *when* and *how often*, and how far ahead an instant may be
 //! pushed without overflowing (`saturating_deadline`).
+
+mod budget;
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +13,8 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use rand::Rng;
 
 use crate::config::RetryPolicy;
+
+pub(crate) use budget::{Decision, Exhausted, RetryBudget};
 
 impl RetryPolicy {
     /// Retry delays: ceilings from `initial_delay`, doubling, through backon.

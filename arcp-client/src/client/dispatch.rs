@@ -9,12 +9,12 @@ use std::time::Duration;
 use arcp_types::IdempotencyKey;
 
 use crate::cache::Outcome;
-use crate::classify::{give_up, not_recorded, not_sent, shared_fate, Ended, Ending, Exposure};
+use crate::classify::{not_recorded, not_sent, shared_fate, Ended, Exposure};
+use crate::deadline::Deadline;
 use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
 use crate::journal::JournalHandle;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::saturating_deadline;
 use crate::telemetry::{self, Answered};
 
 use super::Client;
@@ -69,15 +69,14 @@ impl Client {
         telemetry::call_started();
         let key = request.key.clone();
         let shared = request.shared.clone();
-        let deadline = request.deadline;
+        let deadline = Deadline::new(request.started, request.deadline);
         let request_started = request.started;
         let in_doubt = request.in_doubt;
         // A journal that fails before it could read the key's record cannot
         // say an earlier process never sent it: only a key generated for
         // this call is known to be new.
         let key_may_be_known = in_doubt || request.key_supplied;
-        let deadline_at =
-            tokio::time::Instant::from_std(saturating_deadline(request.started, deadline));
+        let deadline_at = tokio::time::Instant::from_std(deadline.at());
         let mut guard = AbandonOnDrop {
             client: self,
             key: key.clone(),
@@ -114,7 +113,7 @@ impl Client {
                     attempts: shared.attempts(),
                     last_error: None,
                 };
-                Err(give_up(call, Ending::Deadline(deadline)))
+                Err(deadline.exceeded_error(call))
             }
         };
         // A journal that fails while driving a call an earlier process may
@@ -122,16 +121,15 @@ impl Client {
         // the record (if any) stays as it was for the next recovery.
         let outcome = match outcome {
             Err(Error::Journal(e)) if key_may_be_known && e.kind != JournalErrorKind::Fenced => {
-                Err(Error::OutcomeUnavailable {
-                    key: key.clone(),
-                    job_id: shared.job_id(),
-                    reason: format!(
+                Err(outcome_unknown(
+                    &key,
+                    shared.job_id(),
+                    &shared,
+                    format!(
                         "the journal failed, and an earlier process may have sent a call with \
                          this key ({e})"
                     ),
-                    attempts: shared.attempts(),
-                    permanent: false,
-                })
+                ))
             }
             other => other,
         };
@@ -151,16 +149,15 @@ impl Client {
                     && e.execution() == Execution::NotRun
                     && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
             {
-                Err(Error::OutcomeUnavailable {
-                    key: key.clone(),
-                    job_id: None,
-                    reason: format!(
+                Err(outcome_unknown(
+                    &key,
+                    None,
+                    &shared,
+                    format!(
                         "the call ended before the journal read its key's record, and an \
                          earlier call with this key may have run ({e})"
                     ),
-                    attempts: shared.attempts(),
-                    permanent: false,
-                })
+                ))
             }
             other => other,
         };
@@ -186,7 +183,8 @@ impl Client {
         } else if let Some(journal) = journal {
             // "Did not run" is said only once the journal records it
             // durably; a call ending at its deadline gets a short grace.
-            let durable_by = deadline_at.max(tokio::time::Instant::now() + DURABLE_GRACE);
+            let now = tokio::time::Instant::now();
+            let durable_by = now + deadline.remaining(now.into_std()).max(DURABLE_GRACE);
             // Boxed: only journaled calls pay for this future's size.
             let recorded = Box::pin(journal.finish_call(&key, &outcome, durable_by)).await;
             if let (Err(why), Err(e)) = (recorded, &outcome) {
@@ -267,6 +265,23 @@ fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Ou
     match outcome {
         Err(e) if supplied => Err(not_sent(e, key)),
         outcome => outcome,
+    }
+}
+
+/// A call whose outcome is unknown for `reason`: it may have run, and the
+/// caller keeps its key (and job id, when known) to ask again.
+fn outcome_unknown(
+    key: &IdempotencyKey,
+    job_id: Option<String>,
+    shared: &CallShared,
+    reason: String,
+) -> Error {
+    Error::OutcomeUnavailable {
+        key: key.clone(),
+        job_id,
+        reason,
+        attempts: shared.attempts(),
+        permanent: false,
     }
 }
 

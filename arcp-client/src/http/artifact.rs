@@ -34,7 +34,7 @@ use super::{
 use crate::config::RetryPolicy;
 use crate::config::{Config, Secret};
 use crate::error::Error;
-use crate::retry::saturating_deadline;
+use crate::retry::{saturating_deadline, Decision, RetryBudget};
 
 mod hosts;
 mod redirect;
@@ -308,8 +308,9 @@ impl ArtifactFetcher {
             });
         }
         let timeout = self.inner.timeout;
-        let deadline = tokio::time::Instant::from_std(saturating_deadline(Instant::now(), timeout));
-        let fetch = self.fetch_with_retries(&url, &shown, artifact, expected);
+        let deadline_at = saturating_deadline(Instant::now(), timeout);
+        let deadline = tokio::time::Instant::from_std(deadline_at);
+        let fetch = self.fetch_with_retries(&url, &shown, artifact, expected, deadline_at);
         match tokio::time::timeout_at(deadline, fetch).await {
             Ok(outcome) => outcome,
             Err(_) => Err(Error::ArtifactFetch {
@@ -327,10 +328,10 @@ impl ArtifactFetcher {
         shown: &str,
         artifact: &ArtifactRef,
         expected: Option<[u8; 32]>,
+        deadline_at: Instant,
     ) -> Result<Vec<u8>, Error> {
         let retry = &self.inner.retry;
-        let mut schedule = None;
-        let mut budget_at = None;
+        let mut budget = RetryBudget::default();
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -344,20 +345,20 @@ impl ArtifactFetcher {
                     } => (status, floor, message),
                 };
             let now = Instant::now();
-            let budget_at = *budget_at.get_or_insert(saturating_deadline(now, retry.max_elapsed));
-            let delay = schedule
-                .get_or_insert_with(|| retry.schedule())
-                .next_delay(floor);
-            tracing::debug!(uri = %shown, attempt = attempts, ?delay, %message, "artifact fetch failed; retrying");
-            if attempts >= retry.max_attempts || saturating_deadline(now, delay) > budget_at {
-                return Err(Error::ArtifactFetch {
-                    uri: shown.to_owned(),
-                    status,
-                    message: format!("gave up after {attempts} attempt(s); last: {message}"),
-                    retryable: true,
-                });
+            match budget.after_failure(retry, attempts, floor, deadline_at, now) {
+                Decision::RetryAt(at) => {
+                    tracing::debug!(uri = %shown, attempt = attempts, delay = ?at - now, %message, "artifact fetch failed; retrying");
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                Decision::GiveUp(why) => {
+                    return Err(Error::ArtifactFetch {
+                        uri: shown.to_owned(),
+                        status,
+                        message: format!("{why} after {attempts} attempt(s); last: {message}"),
+                        retryable: true,
+                    });
+                }
             }
-            tokio::time::sleep(delay).await;
         }
     }
 

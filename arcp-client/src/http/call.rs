@@ -38,13 +38,13 @@ use crate::cache::{
 };
 use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::config::Config;
+use crate::deadline::Deadline;
 use crate::error::{Error, Execution};
 use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
 use crate::redact::Redactor;
 use crate::request::CallRequest;
-use crate::retry::saturating_deadline;
-use crate::retry::Schedule;
+use crate::retry::{Decision, RetryBudget, Schedule};
 use crate::telemetry::Answered;
 
 /// What the client sends in `Accept`: a stream of envelopes preferred (it
@@ -140,12 +140,11 @@ impl HttpBackend {
             return Err(Error::Closed);
         }
         let span = req.span("http");
-        let deadline = req.deadline;
-        let deadline_at =
-            tokio::time::Instant::from_std(saturating_deadline(req.started, req.deadline));
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
         let mut call = Call::new(self, req, key_header, encoded, fingerprint);
+        let deadline = call.deadline;
+        let deadline_at = tokio::time::Instant::from_std(deadline.at());
         // An earlier call with this key and intent may have run it.
         call.uncertain |= earlier_send;
         if let Some(job) = prior_job {
@@ -175,7 +174,7 @@ impl HttpBackend {
             End::Done(outcome) => outcome,
             End::Deadline => {
                 call.cut_attempt();
-                Err(call.end(Ending::Deadline(deadline)))
+                Err(deadline.exceeded_error(call.ended()))
             }
             End::Closed => {
                 call.cut_attempt();
@@ -246,6 +245,7 @@ enum Next {
 struct Call<'a> {
     backend: &'a HttpBackend,
     req: CallRequest,
+    deadline: Deadline,
     /// The intent's fingerprint in the outcome cache.
     fingerprint: u64,
     /// The call reached its end in `invoke` (its outcome is cached there);
@@ -284,9 +284,8 @@ struct Call<'a> {
     /// The current attempt's stream carried `job.accepted`.
     accepted_now: bool,
     last_error: Option<String>,
-    /// When retrying must stop: `max_elapsed` after the first failure.
-    budget_at: Option<Instant>,
-    schedule: Option<Schedule>,
+    /// When retrying stops, and the backoff's place (`retry/budget.rs`).
+    budget: RetryBudget,
     ladder: Option<Schedule>,
     last_event_seq: Option<u64>,
     dropped_events: u64,
@@ -305,6 +304,7 @@ impl<'a> Call<'a> {
     ) -> Self {
         Call {
             backend,
+            deadline: Deadline::new(req.started, req.deadline),
             req,
             fingerprint,
             settled: false,
@@ -323,8 +323,7 @@ impl<'a> Call<'a> {
             gate: None,
             accepted_now: false,
             last_error: None,
-            budget_at: None,
-            schedule: None,
+            budget: RetryBudget::default(),
             ladder: None,
             last_event_seq: None,
             dropped_events: 0,
@@ -337,18 +336,19 @@ impl<'a> Call<'a> {
     }
 
     async fn run(&mut self) -> Outcome {
+        let deadline_at = self.deadline.at();
         loop {
             let next = self.attempt().await;
             let backend = self.backend;
             let retry = &backend.config.retry;
-            let (delay, reason) = match next {
+            let now = Instant::now();
+            let (decision, reason) = match next {
                 Next::Done(outcome) => return outcome,
                 Next::Transient { floor, reason } | Next::Lost { floor, reason } => {
-                    let delay = self
-                        .schedule
-                        .get_or_insert_with(|| retry.schedule())
-                        .next_delay(floor);
-                    (delay, reason)
+                    let decision =
+                        self.budget
+                            .after_failure(retry, self.attempts, floor, deadline_at, now);
+                    (decision, reason)
                 }
                 Next::Pending { floor, reason } => {
                     // Patient, unjittered waits: the job is running.
@@ -356,25 +356,21 @@ impl<'a> Call<'a> {
                         .ladder
                         .get_or_insert_with(|| retry.ladder())
                         .next_ceiling();
-                    (floor.map_or(wait, |f| wait.max(f)), reason)
+                    let wait = floor.map_or(wait, |f| wait.max(f));
+                    let decision =
+                        self.budget
+                            .after_wait(retry, self.attempts, wait, deadline_at, now);
+                    (decision, reason)
                 }
             };
-            let now = Instant::now();
-            let max_elapsed = self.backend.config.retry.max_elapsed;
-            let budget_at = *self
-                .budget_at
-                .get_or_insert(saturating_deadline(now, max_elapsed));
-            debug!(attempt = self.attempts, ?delay, %reason, "retrying with the same key");
             self.last_error = Some(reason);
-            if self.attempts >= self.backend.config.retry.max_attempts {
-                return Err(self.give_up("retry budget exhausted"));
+            match decision {
+                Decision::RetryAt(at) => {
+                    debug!(attempt = self.attempts, delay = ?at - now, reason = ?self.last_error, "retrying with the same key");
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                Decision::GiveUp(why) => return Err(self.give_up(&why.to_string())),
             }
-            if saturating_deadline(now, delay) > budget_at {
-                return Err(self.give_up(&format!(
-                    "the next attempt ({delay:?} from now) falls after the retry budget"
-                )));
-            }
-            tokio::time::sleep(delay).await;
         }
     }
 
@@ -390,14 +386,18 @@ impl<'a> Call<'a> {
 
     /// Ends the call without the runtime's terminal, by the one give-up rule.
     fn end(&self, ending: Ending) -> Error {
-        let call = Ended {
+        give_up(self.ended(), ending)
+    }
+
+    /// The call as an ending names it, for the give-up rule.
+    fn ended(&self) -> Ended<'_> {
+        Ended {
             key: &self.req.key,
             job_id: self.job_id.as_deref(),
             exposure: self.exposure(),
             attempts: self.attempts,
             last_error: self.last_error.as_deref(),
-        };
-        give_up(call, ending)
+        }
     }
 
     /// The call ends (deadline, close, its caller gone) with an attempt

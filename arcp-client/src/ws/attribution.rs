@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ids::{CallId, RequestId};
-use crate::FastMap;
+use crate::fast_map::FastMap;
 
 /// What kind of request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::cache::{Outcome, Settled};
 use crate::classify::{give_up, Ending};
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
-use crate::retry::saturating_deadline;
+use crate::retry::{saturating_deadline, Decision, Exhausted};
 
 use super::connection::Link;
 use super::core::Core;
@@ -29,13 +29,13 @@ impl Core {
         };
         // A caller whose own deadline has passed before the call's (a
         // joined caller less patient than another) is answered alone.
-        if now < call.deadline_at {
+        if !call.deadline.exceeded(now) {
             for waiter in call.take_expired_waiters(now) {
                 // Joined callers are all marked sent: none of them may
                 // claim "did not run" for a shared key.
                 let mut ended = call.ended();
                 ended.exposure.in_doubt |= waiter.shared.abandon();
-                let error = give_up(ended, Ending::Deadline(waiter.deadline));
+                let error = waiter.deadline.exceeded_error(ended);
                 self.replies.push((waiter.reply, Err(error).into()));
             }
         }
@@ -53,9 +53,9 @@ impl Core {
             self.forget(id, now);
             return;
         }
-        if now >= call.deadline_at {
-            let deadline = call.deadline;
-            self.end_without_outcome(id, Ending::Deadline(deadline));
+        if call.deadline.exceeded(now) {
+            let error = call.deadline.exceeded_error(call.ended());
+            self.finish(id, Err(error));
             return;
         }
         let cancel_due = call
@@ -70,11 +70,20 @@ impl Core {
             ));
             call.answer_cancel(outcome);
         }
-        let max_attempts = self.config.retry.max_attempts;
+        let policy = &self.config.retry;
         match call.phase {
             Phase::Queued { not_before } => {
-                if call.budget_spent(now, max_attempts) {
-                    self.give_up(id, "the retry budget is spent");
+                // The next attempt starts no sooner than its backoff and
+                // the connection's next dial allow.
+                let mut at = not_before.max(now);
+                if let Link::Down { next_dial } = self.link {
+                    at = at.max(next_dial);
+                }
+                let decision =
+                    call.budget
+                        .judge(policy, call.attempts, at, call.deadline.at(), now);
+                if let Decision::GiveUp(why) = decision {
+                    self.give_up(id, why);
                     return;
                 }
                 if now >= not_before {
@@ -84,8 +93,8 @@ impl Core {
             Phase::Accepted {
                 ladder_at: Some(at),
             } => {
-                if call.budget_spent(now, u32::MAX) {
-                    self.give_up(id, "the retry budget is spent");
+                if let Err(why) = call.budget.ladder_may_go_on(policy, now) {
+                    self.give_up(id, why);
                     return;
                 }
                 if now >= at {
@@ -103,7 +112,7 @@ impl Core {
         let Link::Up(up) = &mut self.link else {
             // Waiting for a connection is retrying.
             if let Some(call) = self.calls.get_mut(&id) {
-                call.start_recovery(now, self.config.retry.max_elapsed);
+                call.budget.start(&self.config.retry, now);
             }
             return;
         };
@@ -256,8 +265,9 @@ impl Core {
         );
     }
 
-    fn give_up(&mut self, id: CallId, reason: &str) {
-        self.give_up_with(id, reason, false);
+    /// Ends a call whose retry budget is spent (`why` names the limit).
+    pub(super) fn give_up(&mut self, id: CallId, why: Exhausted) {
+        self.give_up_with(id, &why.to_string(), false);
     }
 
     /// Ends a call without its outcome, by the one give-up rule.

@@ -21,9 +21,10 @@ use super::ids::RequestId;
 use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
 use crate::classify::Exposure;
+use crate::deadline::Deadline;
 use crate::outcome::CancelOutcome;
 use crate::request::{Outgoing, TraceId};
-use crate::retry::Schedule;
+use crate::retry::{RetryBudget, Schedule};
 
 /// Where a call stands. Each phase carries its own data.
 #[derive(Debug)]
@@ -73,12 +74,11 @@ pub(crate) struct Call {
     pub(crate) replayed: bool,
     /// What went wrong so far; boxed and absent until something does.
     pub(crate) troubles: Option<Box<Troubles>>,
-    pub(crate) deadline_at: Instant,
-    pub(crate) deadline: std::time::Duration,
-    /// When retrying stops: `max_elapsed` after the first failure.
-    pub(crate) budget_at: Option<Instant>,
+    /// Its most patient caller's.
+    pub(crate) deadline: Deadline,
+    /// When retrying stops, and the backoff's place (`retry/budget.rs`).
+    pub(crate) budget: RetryBudget,
     /// Boxed, like the other rarely used parts: most calls never retry.
-    pub(crate) backoff: Option<Box<Schedule>>,
     pub(crate) ladder: Option<Box<Schedule>>,
     /// Accepted when its connection died: a resumed session may deliver
     /// the outcome without a re-send.
@@ -139,25 +139,36 @@ impl Call {
     /// When the call next needs a look: its deadline (its most patient
     /// caller's) or an earlier waiter's own,
     /// its phase's instant,
-    /// the end of its retry budget while recovering, its cancel's bound.
+    /// the end of its retry budget while it waits to retry (queued, or on
+    /// the recovery ladder), its cancel's bound.
     ///
     /// A queued call whose `not_before` has passed waits for a connection
     /// or a send-window slot: those events step it, not a timer (a timer at
-    /// a past instant would fire on every turn).
+    /// a past instant would fire on every turn). For the same reason the
+    /// budget's end is no wake for a call waiting for an answer: the budget
+    /// does not end that wait, and once passed it would wake it every turn.
     pub(crate) fn next_wake(&self, now: Instant) -> Instant {
-        let mut at = self.deadline_at;
+        let mut at = self.deadline.at();
         for waiter in &self.waiters {
-            at = at.min(waiter.deadline_at);
+            at = at.min(waiter.deadline.at());
         }
-        match self.phase {
-            Phase::Queued { not_before } if not_before > now => at = at.min(not_before),
+        let retrying = match self.phase {
+            Phase::Queued { not_before } => {
+                if not_before > now {
+                    at = at.min(not_before);
+                }
+                true
+            }
             Phase::Accepted {
                 ladder_at: Some(ladder),
-            } => at = at.min(ladder),
-            _ => {}
-        }
-        if let Some(budget) = self.budget_at {
-            at = at.min(budget);
+            } => {
+                at = at.min(ladder);
+                true
+            }
+            Phase::Sent { .. } | Phase::Accepted { ladder_at: None } => false,
+        };
+        if let Some(end) = self.budget.ends_at().filter(|_| retrying) {
+            at = at.min(end);
         }
         if let Some(cancel) = &self.cancel {
             if !cancel.waiters.is_empty() {
@@ -178,12 +189,12 @@ impl Call {
 
     /// Removes and returns the waiters whose own deadline has passed.
     pub(crate) fn take_expired_waiters(&mut self, now: Instant) -> Vec<Waiter> {
-        if self.waiters.iter().all(|w| now < w.deadline_at) {
+        if self.waiters.iter().all(|w| !w.deadline.exceeded(now)) {
             return Vec::new();
         }
         let mut expired = Vec::new();
         for waiter in std::mem::take(&mut self.waiters) {
-            if now >= waiter.deadline_at {
+            if waiter.deadline.exceeded(now) {
                 expired.push(waiter);
             } else {
                 self.waiters.push(waiter);
@@ -207,19 +218,6 @@ impl Call {
     /// Whether any caller still wants the outcome.
     pub(crate) fn is_wanted(&self) -> bool {
         self.waiters.iter().any(Waiter::is_live)
-    }
-
-    /// Starts the retry budget's clock at the call's first failure, so a
-    /// long call that fails late still gets its whole budget.
-    pub(crate) fn start_recovery(&mut self, now: Instant, max_elapsed: std::time::Duration) {
-        if self.budget_at.is_none() {
-            self.budget_at = Some(crate::retry::saturating_deadline(now, max_elapsed));
-        }
-    }
-
-    /// The retry budget is spent (attempts or time).
-    pub(crate) fn budget_spent(&self, now: Instant, max_attempts: u32) -> bool {
-        self.attempts >= max_attempts || self.budget_at.is_some_and(|b| now >= b)
     }
 
     /// Records the job id, for this call and every waiter. Returns it, and

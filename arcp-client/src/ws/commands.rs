@@ -16,11 +16,12 @@ use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::{Ending, Exposure};
+use crate::deadline::Deadline;
 use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::saturating_deadline;
+use crate::retry::{saturating_deadline, RetryBudget};
 use crate::telemetry::Answered;
 
 use super::connection::Link;
@@ -74,8 +75,7 @@ impl Core {
         let waiter = Waiter {
             reply,
             shared: req.shared.clone(),
-            deadline_at: saturating_deadline(req.started, req.deadline),
-            deadline: req.deadline,
+            deadline: Deadline::new(req.started, req.deadline),
             _events_end: req.events_end,
         };
         // Answered here, without a request of its own: the span the caller
@@ -123,10 +123,7 @@ impl Core {
                     waiter.shared.mark_sent();
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
-                    call.deadline_at = call
-                        .deadline_at
-                        .max(saturating_deadline(req.started, req.deadline));
-                    call.deadline = call.deadline.max(req.deadline);
+                    call.deadline = call.deadline.latest(waiter.deadline);
                     call.waiters.push(waiter);
                     // Its outcome is recorded on the first caller's span.
                     prepared.span.record("outcome", "joined");
@@ -159,6 +156,7 @@ impl Core {
         if earlier_send {
             waiter.shared.mark_sent();
         }
+        let deadline = waiter.deadline;
         let call = Call {
             key: req.key.clone(),
             trace_id: prepared.trace_id,
@@ -176,10 +174,8 @@ impl Core {
             },
             replayed: false,
             troubles: None,
-            deadline_at: saturating_deadline(req.started, req.deadline),
-            deadline: req.deadline,
-            budget_at: None,
-            backoff: None,
+            deadline,
+            budget: RetryBudget::default(),
             ladder: None,
             awaiting_resume: false,
             confirming: false,

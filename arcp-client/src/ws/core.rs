@@ -55,12 +55,12 @@ use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};
 use crate::connection_events::ConnectionEvent;
 use crate::error::Error;
+use crate::fast_map::FastMap;
 use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::{saturating_deadline, Schedule};
 use crate::stats::ClientStats;
-use crate::FastMap;
 
 /// Requests from client handles. Nearly every one is an `Invoke`: the
 /// size difference wastes little.

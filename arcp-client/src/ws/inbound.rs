@@ -24,6 +24,7 @@ use super::connection::Link;
 use super::core::{Core, Loss};
 use super::ids::CallId;
 use crate::error::Error;
+use crate::fast_map::FastMap;
 use crate::outcome::{CancelOutcome, InvocationEvent};
 use crate::retry::saturating_deadline;
 use crate::telemetry;
@@ -253,7 +254,7 @@ impl Core {
         let untrusted = replay || call.exposure.in_doubt;
         let bound = job_id.as_deref().map(|job| call.bind(job));
         let ladder_at = if untrusted {
-            call.start_recovery(now, self.config.retry.max_elapsed);
+            call.budget.start(&self.config.retry, now);
             let wait = call
                 .ladder
                 .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
@@ -407,11 +408,7 @@ impl Core {
 
 /// Drops a job id a call was re-bound away from, so the index holds no
 /// stale entry for it (the call is reached by its new job id).
-fn unindex_job(
-    by_job: &mut crate::FastMap<Arc<str>, CallId>,
-    id: CallId,
-    replaced: Option<Arc<str>>,
-) {
+fn unindex_job(by_job: &mut FastMap<Arc<str>, CallId>, id: CallId, replaced: Option<Arc<str>>) {
     if let Some(old) = replaced {
         if by_job.get(&old) == Some(&id) {
             by_job.remove(&old);
@@ -430,7 +427,7 @@ mod tests {
 
     #[test]
     fn a_replaced_job_id_leaves_the_index_only_when_it_names_this_call() {
-        let mut by_job: crate::FastMap<Arc<str>, CallId> = crate::FastMap::default();
+        let mut by_job: FastMap<Arc<str>, CallId> = FastMap::default();
         by_job.insert(Arc::from("job_a"), 1);
         by_job.insert(Arc::from("job_b"), 2);
         // Call 1 re-bound from job_a: job_a goes.

@@ -149,7 +149,7 @@ impl Core {
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
         for &id in &ids {
             if let Some(call) = self.calls.get_mut(&id) {
-                call.start_recovery(now, self.config.retry.max_elapsed);
+                call.budget.start(&self.config.retry, now);
                 call.troubles_mut().last_error = Some(message.clone());
             }
         }
@@ -318,7 +318,7 @@ impl Core {
             Loss::Rejected { .. } => 1,
             Loss::Network(_) => WINDOW_AFTER_LOSS,
         };
-        let max_elapsed = self.config.retry.max_elapsed;
+        let policy = &self.config.retry;
         let mut rejected = Vec::new();
         let outbox = &self.outbox;
         for (&id, call) in self.calls.iter_mut() {
@@ -359,7 +359,7 @@ impl Core {
             if let Some(cancel) = &mut call.cancel {
                 cancel.request = None;
             }
-            call.start_recovery(now, max_elapsed);
+            call.budget.start(policy, now);
             call.troubles_mut().last_error = Some(format!("connection lost: {reason}"));
         }
         for id in rejected {

@@ -10,11 +10,11 @@
 //! The first caller is kept in place; only joined callers take a `Vec`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use crate::cache::Settled;
+use crate::deadline::Deadline;
 use crate::request::{CallShared, EventsEnd};
 
 /// One caller awaiting the call (a repeated call with the same key and
@@ -25,8 +25,7 @@ pub(crate) struct Waiter {
     /// This caller's own deadline: the connection task keeps it (the
     /// caller runs no timer of its own), and a joined caller's may come
     /// before the call's, which is its most patient caller's.
-    pub(crate) deadline_at: Instant,
-    pub(crate) deadline: std::time::Duration,
+    pub(crate) deadline: Deadline,
     /// Dropping it ends this caller's event stream.
     pub(crate) _events_end: EventsEnd,
 }
@@ -113,7 +112,7 @@ impl<'a> IntoIterator for &'a Waiters {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use super::*;
 
@@ -123,14 +122,16 @@ mod tests {
         Waiter {
             reply: oneshot::channel().0,
             shared: shared.clone(),
-            deadline_at: Instant::now(),
-            deadline: Duration::from_secs(n),
+            deadline: Deadline::new(Instant::now(), Duration::from_secs(n)),
             _events_end: EventsEnd(shared),
         }
     }
 
     fn order(waiters: &Waiters) -> Vec<u64> {
-        waiters.iter().map(|w| w.deadline.as_secs()).collect()
+        waiters
+            .iter()
+            .map(|w| w.deadline.after().as_secs())
+            .collect()
     }
 
     #[test]
@@ -141,21 +142,27 @@ mod tests {
             waiters.push(waiter(n));
         }
         assert_eq!(order(&waiters), [1, 2, 3, 4, 5]);
-        assert_eq!(waiters.iter().next().map(|w| w.deadline.as_secs()), Some(1));
+        assert_eq!(
+            waiters.iter().next().map(|w| w.deadline.after().as_secs()),
+            Some(1)
+        );
 
         // Dropping the first caller moves the next one into its place.
         let mut seen = Vec::new();
         waiters.retain(|w| {
-            seen.push(w.deadline.as_secs());
-            w.deadline.as_secs() % 2 == 0
+            seen.push(w.deadline.after().as_secs());
+            w.deadline.after().as_secs() % 2 == 0
         });
         assert_eq!(seen, [1, 2, 3, 4, 5], "each caller seen once, in order");
         assert!(!waiters.is_empty(), "callers are left");
         assert_eq!(order(&waiters), [2, 4]);
-        assert_eq!(waiters.iter().next().map(|w| w.deadline.as_secs()), Some(2));
+        assert_eq!(
+            waiters.iter().next().map(|w| w.deadline.after().as_secs()),
+            Some(2)
+        );
 
-        assert_eq!(waiters.pop().map(|w| w.deadline.as_secs()), Some(4));
-        assert_eq!(waiters.pop().map(|w| w.deadline.as_secs()), Some(2));
+        assert_eq!(waiters.pop().map(|w| w.deadline.after().as_secs()), Some(4));
+        assert_eq!(waiters.pop().map(|w| w.deadline.after().as_secs()), Some(2));
         assert!(waiters.pop().is_none() && waiters.is_empty());
 
         // Emptied, it takes callers again from the first place.
@@ -167,7 +174,10 @@ mod tests {
         let mut rebuilt = Waiters::one(waiter(8));
         rebuilt.push(waiter(9));
         rebuilt.push(waiter(10));
-        let back: Vec<u64> = rebuilt.into_iter().map(|w| w.deadline.as_secs()).collect();
+        let back: Vec<u64> = rebuilt
+            .into_iter()
+            .map(|w| w.deadline.after().as_secs())
+            .collect();
         assert_eq!(back, [8, 9, 10]);
     }
 }

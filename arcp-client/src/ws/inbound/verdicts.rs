@@ -18,7 +18,7 @@ use crate::classify::{
 };
 use crate::outcome::{CancelOutcome, ToolOutput};
 use crate::request::Outgoing;
-use crate::retry::saturating_deadline;
+use crate::retry::Decision;
 use crate::ws::attribution::ReqKind;
 use crate::ws::calls::Phase;
 use crate::ws::core::Core;
@@ -211,17 +211,24 @@ impl Core {
             ErrorVerdict::Transient { floor } if unaccepted => {
                 // Refused before acceptance, transiently: this attempt
                 // created nothing; retry with the same key.
-                let delay = call
-                    .backoff
-                    .get_or_insert_with(|| Box::new(self.config.retry.schedule()))
-                    .next_delay(floor);
                 call.troubles_mut().last_error = Some(format!("{}: {}", e.code, e.message));
-                call.start_recovery(now, self.config.retry.max_elapsed);
-                debug!(parent: &call.span, code = %e.code, ?delay, "transient refusal; retrying with the same key");
-                call.phase = Phase::Queued {
-                    not_before: saturating_deadline(now, delay),
-                };
-                self.rearm(id, now);
+                call.phase = Phase::Queued { not_before: now };
+                let (attempts, deadline_at) = (call.attempts, call.deadline.at());
+                let decision = call.budget.after_failure(
+                    &self.config.retry,
+                    attempts,
+                    floor,
+                    deadline_at,
+                    now,
+                );
+                match decision {
+                    Decision::RetryAt(at) => {
+                        debug!(parent: &call.span, code = %e.code, delay = ?at - now, "transient refusal; retrying with the same key");
+                        call.phase = Phase::Queued { not_before: at };
+                        self.rearm(id, now);
+                    }
+                    Decision::GiveUp(why) => self.give_up(id, why),
+                }
             }
             ErrorVerdict::Transient { .. } => {
                 debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
