@@ -14,7 +14,8 @@
 //! known key with another body, a gateway that answers 409 before
 //! forwarding, a second caller that re-issues, from a client of its own,
 //! the keys whose calls ran), a client
-//! configuration, a set of calls (fresh keys,
+//! configuration, a set of calls (fresh keys, keys the client generates
+//! (read back from the call, so every claim about them is checked too),
 //! same-key joiners, same-key conflicting intents, tool errors, tools whose
 //! own errors look like key conflicts or refused credentials, deadlines,
 //! cancels at random moments, callers that drop their call at a random
@@ -187,6 +188,9 @@ struct PlannedCall {
     /// the call makes no claim, and a later call of its key and intent
     /// must not say "did not run" if it ran.
     drop_after: Option<Duration>,
+    /// No key supplied: the client generates one, read back from the call
+    /// (only for a key no other planned call uses).
+    generated: bool,
 }
 
 /// One planned fault, at an offset from the schedule's start.
@@ -304,6 +308,7 @@ fn base_plan(seed: u64) -> Plan {
             deadline: r.ms(300, 2_500),
             cancel_after: r.chance(15).then(|| r.ms(0, 400)),
             drop_after: None,
+            generated: false,
         });
     }
     // Callers that stop waiting, from their own stream of the seed (the
@@ -323,6 +328,17 @@ fn base_plan(seed: u64) -> Plan {
         if c.cancel_after.is_none() && d.chance(if again { 50 } else { 5 }) {
             c.drop_after = Some(d.ms(0, 400));
         }
+    }
+    // Calls with a key of their own leave it to the client, from their own
+    // stream of the seed: "did not run" for a generated key is the claim
+    // the journal's doubt must not turn false.
+    let mut g = Rng(seed ^ 0x6E4E_7A7E);
+    let alone: Vec<bool> = calls
+        .iter()
+        .map(|c| calls.iter().filter(|o| o.key == c.key).count() == 1)
+        .collect();
+    for (c, alone) in calls.iter_mut().zip(alone) {
+        c.generated = alone && g.chance(40);
     }
     if let Some(j) = journal {
         let mut s = Rng(seed ^ 0x0DEA_D11E);
@@ -459,12 +475,12 @@ async fn second_caller(
         };
         if ran && !end.recovered {
             let call = &plan.calls[*i];
-            let task = start_call(&client, call, keys[call.key].clone(), Duration::ZERO, false);
-            tasks.push((*i, task));
+            let key = Some(keys[call.key].clone());
+            tasks.push((*i, start_call(&client, call, key, Duration::ZERO, false)));
         }
     }
     for (i, t) in tasks {
-        if let Some(end) = t.await.expect("second caller's call") {
+        if let (_, Some(end)) = t.await.expect("second caller's call") {
             ended.push((i, end));
         }
     }
@@ -504,6 +520,8 @@ struct Ended {
     replayed: bool,
     /// A call `recover()` handed out (not one a user issued).
     recovered: bool,
+    /// Issued with no key: the client generated it.
+    generated: bool,
 }
 
 async fn start_mock(plan: &Plan) -> MockRuntime {
@@ -841,26 +859,31 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
     builder
 }
 
-/// Starts planned call `call` on `client` under `key`; with `cancel`, its
-/// planned cancel or drop too (`None`: the caller dropped it).
+/// Starts planned call `call` on `client` under `key` (`None`: the client
+/// generates one); with `cancel`, its planned cancel or drop too. The task
+/// answers the call's key, and its ending (`None`: the caller dropped it).
 fn start_call(
     client: &Client,
     call: &PlannedCall,
-    key: IdempotencyKey,
+    key: Option<IdempotencyKey>,
     delay: Duration,
     cancel: bool,
-) -> tokio::task::JoinHandle<Option<Ended>> {
+) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Option<Ended>)> {
     let client = client.clone();
     let call = call.clone();
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
         let started = Instant::now();
-        let invocation = client
+        let generated = key.is_none();
+        let mut builder = client
             .invoke(call.tool, json!({"v": call.v, "ms": call.ms}))
-            .idempotency_key(key)
-            .deadline(call.deadline)
-            .send();
+            .deadline(call.deadline);
+        if let Some(key) = key {
+            builder = builder.idempotency_key(key);
+        }
+        let invocation = builder.send();
         let handle = invocation.handle();
+        let key = handle.key().cloned();
         let canceller = call.cancel_after.filter(|_| cancel).map(|after| {
             let handle = handle.clone();
             tokio::spawn(async move {
@@ -869,7 +892,10 @@ fn start_call(
             })
         });
         let outcome = match call.drop_after.filter(|_| cancel) {
-            Some(after) => tokio::time::timeout(after, invocation).await.ok()?,
+            Some(after) => match tokio::time::timeout(after, invocation).await {
+                Ok(outcome) => outcome,
+                Err(_) => return (key, None),
+            },
             None => invocation.await,
         };
         let replayed = outcome.as_ref().is_ok_and(|out| out.replayed);
@@ -879,7 +905,7 @@ fn start_call(
             Some(c) => Some(c.await.expect("cancel task")),
             None => None,
         };
-        Some(Ended {
+        let end = Ended {
             outcome,
             elapsed,
             deadline: call.deadline,
@@ -889,7 +915,9 @@ fn start_call(
             job_id: handle.job_id(),
             replayed,
             recovered: false,
-        })
+            generated,
+        };
+        (key, Some(end))
     })
 }
 
@@ -948,19 +976,15 @@ async fn run(plan: Plan) -> Vec<String> {
             return violations;
         }
     };
-    let keys: Vec<IdempotencyKey> = (0..plan.calls.len())
+    // A generated key's slot is filled once its call told it.
+    let mut keys: Vec<IdempotencyKey> = (0..plan.calls.len())
         .map(|_| IdempotencyKey::new())
         .collect();
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for call in &plan.calls {
-        tasks.push(start_call(
-            &client,
-            call,
-            keys[call.key].clone(),
-            call.start,
-            true,
-        ));
+        let key = (!call.generated).then(|| keys[call.key].clone());
+        tasks.push(start_call(&client, call, key, call.start, true));
     }
     // The fault timeline, alongside the calls.
     for (at, action) in &plan.faults {
@@ -994,7 +1018,14 @@ async fn run(plan: Plan) -> Vec<String> {
     // Each outcome, with the planned call it belongs to.
     let mut ended: Vec<(usize, Ended)> = Vec::new();
     for (i, t) in tasks.into_iter().enumerate() {
-        if let Some(end) = t.await.expect("call task") {
+        let (key, end) = t.await.expect("call task");
+        let call = &plan.calls[i];
+        match key {
+            Some(key) if call.generated => keys[call.key] = key,
+            None if call.generated => violations.push(format!("call {i}: no generated key")),
+            _ => {}
+        }
+        if let Some(end) = end {
             ended.push((i, end));
         }
     }
@@ -1059,10 +1090,8 @@ async fn second_client(
             .is_err_and(|e| e.execution() == Execution::MayHaveRun)
         {
             let call = &plan.calls[*i];
-            tasks.push((
-                *i,
-                start_call(&client, call, keys[call.key].clone(), Duration::ZERO, false),
-            ));
+            let key = Some(keys[call.key].clone());
+            tasks.push((*i, start_call(&client, call, key, Duration::ZERO, false)));
         }
     }
     // The unfinished records' intents and deadlines, to tell which planned
@@ -1113,12 +1142,18 @@ async fn second_client(
                     job_id,
                     replayed,
                     recovered: true,
+                    generated: false,
                 })
             }),
         ));
     }
-    for (i, t) in tasks.into_iter().chain(recovering) {
-        if let Some(end) = t.await.expect("second client's call") {
+    for (i, t) in tasks {
+        if let (_, Some(end)) = t.await.expect("second client's call") {
+            ended.push((i, end));
+        }
+    }
+    for (i, t) in recovering {
+        if let Some(end) = t.await.expect("second client's recovery") {
             ended.push((i, end));
         }
     }
@@ -1231,6 +1266,15 @@ fn check(
             Err(Error::Closed) => {
                 violations.push(format!("{who}: Closed while the client was open"))
             }
+            // The key an error names is the call's own (a generated one is
+            // read back from the call).
+            Err(e) if e.key().is_some_and(|k| k.to_string() != key) => violations.push(format!(
+                "{who}: its error names another key ({e}; the call's is {key})"
+            )),
+            // A generated key is new: nothing of it can have run elsewhere.
+            Err(e) if end.generated && e.execution() == Execution::NotSent => violations.push(
+                format!("{who}: its key was generated, but it says not sent ({e})"),
+            ),
             // A conflict that proves the key bound to another intent (one
             // that may have run, or an HTTP 422 for a supplied key, which a
             // gateway fingerprinting whole bodies answers to the same intent
@@ -1243,7 +1287,10 @@ fn check(
                         .calls
                         .iter()
                         .any(|c| c.key == call.key && c.v != call.v);
-                if !other {
+                // A gateway fingerprinting whole bodies also remembers an
+                // attempt it refused (429, 503) unforwarded: our retry of a
+                // generated key conflicts with it, though nothing ran.
+                if !other && !plan.hostile.fingerprint {
                     violations.push(format!(
                         "{who}: DuplicateKey but no other intent used the key"
                     ));
