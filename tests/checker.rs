@@ -21,7 +21,9 @@
 //! cancels at random moments, callers that drop their call at a random
 //! moment and make no claim) and a fault timeline (connection cuts at any
 //! frame or byte, stalls, black holes, refused or 429'd reconnects, slow
-//! handshakes, request-level closes, also after acceptance, transient
+//! handshakes, request-level closes, also after acceptance, a policy close
+//! (1008) after the submit was forwarded then reconnects refused with 401,
+//! transient
 //! refusals, stray and duplicate frames). The plan is a pure function of the
 //! seed; timing is real.
 //!
@@ -76,6 +78,7 @@ use arcp_sdk::{
 use arcp_types::IdempotencyKey;
 use serde_json::{json, Value};
 use support::gateway::{Gateway, Move};
+use support::relay::{Relay, RelayHandle};
 use tokio::sync::Semaphore;
 
 /// How late a call may end past its deadline.
@@ -203,6 +206,11 @@ enum Action {
     /// Close every connection that sends a submit with this WebSocket close
     /// code, for a while (after acceptance, a request-level close).
     CloseWithFor(u16, Duration),
+    /// At the next `job.accepted` (the submit was forwarded and runs), a
+    /// relay in front of the client closes its connection with a policy
+    /// close (1008), then refuses its reconnects with 401 for this long:
+    /// an auth proxy expiring tokens on long-lived sockets.
+    PolicyCloseThen401For(Duration),
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +231,14 @@ struct Plan {
 fn plan(seed: u64) -> Plan {
     let mut plan = base_plan(seed);
     plan.hostile = hostile(seed, plan.transport);
+    // From a stream of its own, so the rest of the plan stays as it was.
+    let mut p = Rng(seed ^ 0x1008_0401);
+    if plan.transport == Transport::Ws && p.chance(20) {
+        let at = p.ms(0, 600);
+        plan.faults
+            .push((at, Action::PolicyCloseThen401For(p.ms(100, 800))));
+        plan.faults.sort_by_key(|(at, _)| *at);
+    }
     plan
 }
 
@@ -609,6 +625,8 @@ static LOST: AtomicU64 = AtomicU64::new(0);
 static LANDED: AtomicU64 = AtomicU64::new(0);
 static LATE: AtomicU64 = AtomicU64::new(0);
 static UNREAD: AtomicU64 = AtomicU64::new(0);
+/// Policy closes (1008) the relay made after a forwarded submit.
+static POLICY_CLOSES: AtomicU64 = AtomicU64::new(0);
 
 /// How one commit of a schedule's journal ends.
 enum Fate {
@@ -941,10 +959,23 @@ async fn run(plan: Plan) -> Vec<String> {
         Transport::Http { gateway: true } => Some(start_gateway(&plan, &mock).await),
         _ => None,
     };
-    let url = match (&proxy, &gateway) {
-        (Some(proxy), _) => proxy.ws_url("/arcp"),
-        (None, Some(gateway)) => gateway.url(),
-        (None, None) => mock.http_url(),
+    let policy_close = plan
+        .faults
+        .iter()
+        .any(|(_, a)| matches!(a, Action::PolicyCloseThen401For(_)));
+    let relay = match &proxy {
+        Some(proxy) if policy_close => Some(
+            RelayHandle::start(proxy.local_addr(), Relay::PolicyCloseThen401)
+                .await
+                .expect("relay"),
+        ),
+        _ => None,
+    };
+    let url = match (&relay, &proxy, &gateway) {
+        (Some(relay), _, _) => relay.ws_url("/arcp"),
+        (None, Some(proxy), _) => proxy.ws_url("/arcp"),
+        (None, None, Some(gateway)) => gateway.url(),
+        (None, None, None) => mock.http_url(),
     };
     let store = plan.journal.map(|j| Store::new(&j));
     let started = Instant::now();
@@ -1013,6 +1044,11 @@ async fn run(plan: Plan) -> Vec<String> {
                 tokio::time::sleep(*d).await;
                 mock.clear_faults();
             }
+            Action::PolicyCloseThen401For(d) => {
+                if let Some(relay) = &relay {
+                    relay.arm(*d);
+                }
+            }
         }
     }
     // Each outcome, with the planned call it belongs to.
@@ -1063,6 +1099,9 @@ async fn run(plan: Plan) -> Vec<String> {
         &ended,
         &mut violations,
     );
+    if let Some(relay) = &relay {
+        POLICY_CLOSES.fetch_add(relay.closes(), Ordering::Relaxed);
+    }
     drop(proxy);
     violations
 }
@@ -1201,10 +1240,12 @@ fn check(
     // dispatched cancel is checked against the runtime's log only when no
     // connection was cut or stalled in between.
     let clean_network = proxy.is_some_and(|p| p.report().kills.is_empty())
-        && !plan
-            .faults
-            .iter()
-            .any(|(_, a)| matches!(a, Action::KillAll | Action::StallFor(_)));
+        && !plan.faults.iter().any(|(_, a)| {
+            matches!(
+                a,
+                Action::KillAll | Action::StallFor(_) | Action::PolicyCloseThen401For(_)
+            )
+        });
     // Whether a user issued a call with the same key and intent once `end`
     // ended (a recovery is no such call: "not run stays not run").
     let issued_again = |i: usize, end: &Ended| {
@@ -1397,7 +1438,7 @@ async fn seeded_fault_schedules_never_lie() {
     }
     eprintln!(
         "checker: {} schedules in {:.1?}, {} failed; journal commits refused {}, unanswered {} \
-         (landed {}, late {}), reads unanswered {}",
+         (landed {}, late {}), reads unanswered {}; policy closes {}",
         seeds.len(),
         started.elapsed(),
         failed.len(),
@@ -1408,6 +1449,7 @@ async fn seeded_fault_schedules_never_lie() {
         LANDED.load(Ordering::Relaxed),
         LATE.load(Ordering::Relaxed),
         UNREAD.load(Ordering::Relaxed),
+        POLICY_CLOSES.load(Ordering::Relaxed),
     );
     assert!(
         failed.is_empty(),
