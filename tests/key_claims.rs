@@ -16,8 +16,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use arcp_mock::Dialect;
-use arcp_sdk::{Error, Execution, IdempotencyKey};
+use arcp_mock::{ChaosProxy, Dialect, Fault};
+use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
 use support::mock::{client, mock};
@@ -367,4 +367,122 @@ async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
     );
     assert_eq!(again.execution(), Execution::NotSent, "{again:?}");
     assert_eq!(mock.total_executions(), 0);
+}
+
+/// A supplied key's call that sends nothing (the runtime unreachable), on a
+/// journal built with `terminal_ttl` and `runtime_key_retention`.
+async fn unreachable_call_on_journal(
+    path: &std::path::Path,
+    key: &IdempotencyKey,
+    retention: Retention,
+    runtime_key_retention: Duration,
+) -> Error {
+    // Nothing listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = client(&format!("ws://127.0.0.1:{port}/arcp"), Dialect::V1_1)
+        .journal_path(path)
+        .journal_retention(retention)
+        .runtime_key_retention(runtime_key_retention)
+        .connect_lazy()
+        .await
+        .unwrap();
+    let err = client
+        .invoke("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(1))
+        .send()
+        .await
+        .unwrap_err();
+    client.close().await;
+    err
+}
+
+/// A journal that forgets a key's record (its terminal records expire)
+/// sooner than the runtime forgets the key cannot vouch that a supplied key
+/// never ran: the key's call ran, its record expired, and a later call of
+/// the key that sends nothing says "not sent", not "did not run". A journal
+/// that keeps records at least as long as the runtime keeps keys still
+/// vouches for a key it has no record of.
+#[tokio::test]
+async fn a_journal_that_forgets_keys_before_the_runtime_does_not_vouch_for_them() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.sqlite");
+    let short = Duration::from_millis(200);
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(&path)
+        .journal_retention(arcp_sdk::Retention::default().terminal_ttl(short))
+        .connect()
+        .await
+        .unwrap();
+    first
+        .invoke("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    first.close().await;
+    // The record expires; the next client's start-up purge deletes it.
+    tokio::time::sleep(short * 2).await;
+    let forgets = Retention::default().terminal_ttl(short);
+    let err = unreachable_call_on_journal(&path, &key, forgets.clone(), HOUR).await;
+    assert_eq!(mock.executions("refund"), 1, "the key ran");
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+    assert!(err.is_retryable(), "retry with the same key: {err:?}");
+
+    // Records kept as long as the runtime keeps keys: a key with no record
+    // is one the runtime does not know either.
+    let fresh = IdempotencyKey::new();
+    let err = unreachable_call_on_journal(&path, &fresh, forgets, short).await;
+    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The same for a journal that evicted the key's record for its record
+/// cap: from then on it vouches for no key it has no record of.
+#[tokio::test]
+async fn a_journal_that_evicted_records_for_its_cap_does_not_vouch_for_keys() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = client(&proxy.ws_url("/arcp"), Dialect::V1_1)
+        .journal_path(dir.path().join("journal.sqlite"))
+        .journal_retention(Retention::default().max_records(2))
+        // Only the journal remembers keys here.
+        .outcome_cache(0, HOUR)
+        .connect()
+        .await
+        .unwrap();
+    let keys: Vec<IdempotencyKey> = (0..4).map(|_| IdempotencyKey::new()).collect();
+    for (order, key) in keys.iter().enumerate() {
+        client
+            .invoke("refund", json!({"order": order}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(mock.executions("refund"), 4);
+    // The runtime refuses the reconnect: the next call sends nothing.
+    mock.inject_always(Fault::RefuseUpgrade {
+        status: 401,
+        retry_after: None,
+    });
+    proxy.kill_all();
+    let err = client
+        .invoke("refund", json!({"order": 0}))
+        .idempotency_key(keys[0].clone())
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    client.close().await;
+    assert_eq!(mock.executions("refund"), 4, "nothing more ran");
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
 }

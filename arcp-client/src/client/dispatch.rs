@@ -196,9 +196,15 @@ impl Client {
             }
         }
         let outcome = with_shared_fate(outcome, fate, &key, &shared);
-        // A supplied key the journal did not vouch for (no journal, or its
-        // record never read): "did not run" is not proven for the key.
-        let vouched = self.inner.journal.is_some() && !unproven;
+        // A supplied key the journal did not vouch for (no journal, its
+        // record never read, or a journal that forgets keys sooner than the
+        // runtime does): "did not run" is not proven for the key.
+        let vouches = self
+            .inner
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.vouches_for_keys());
+        let vouched = vouches && !unproven;
         with_key_origin(outcome, key_may_be_known && !vouched, &key)
     }
 
