@@ -10,8 +10,8 @@
 //! those landed anyway, and may make the store unavailable for a while; and
 //! a second client that opens the same store after the first closed,
 //! re-issues the keys that may have run and calls `recover()`, and may
-//! close meanwhile), hostile
-//! additions (a gateway that fingerprints whole bodies and answers 422 to a
+//! close meanwhile), runtimes that forget keys after a short retention
+//! (the client told so), hostile additions (a gateway that fingerprints whole bodies and answers 422 to a
 //! known key with another body, a gateway that answers 409 before
 //! forwarding, a second caller that re-issues, from a client of its own,
 //! the keys whose calls ran), a client
@@ -227,6 +227,10 @@ struct Plan {
     calls: Vec<PlannedCall>,
     faults: Vec<(Duration, Action)>,
     hostile: Hostile,
+    /// The runtime forgets keys this long after binding them, and the
+    /// client is told so (`runtime_key_retention`); the second client
+    /// starts this much later, so some unfinished records outlive it.
+    key_retention: Option<(Duration, Duration)>,
 }
 
 fn plan(seed: u64) -> Plan {
@@ -239,6 +243,15 @@ fn plan(seed: u64) -> Plan {
         plan.faults
             .push((at, Action::PolicyCloseThen401For(p.ms(100, 800))));
         plan.faults.sort_by_key(|(at, _)| *at);
+    }
+    // A runtime that forgets keys: longer than any call's deadline (its
+    // re-sends stay within it), shorter than some records' wait for the
+    // second client. (A second caller, with no journal, would run a
+    // forgotten key again, as the runtime allows.)
+    let mut k = Rng(seed ^ 0x4E7E_4710);
+    if plan.journal.is_some_and(|j| j.second_client) && !plan.hostile.second_caller && k.chance(25)
+    {
+        plan.key_retention = Some((k.ms(2_700, 3_500), k.ms(0, 1_500)));
     }
     plan
 }
@@ -411,6 +424,7 @@ fn base_plan(seed: u64) -> Plan {
         calls,
         faults,
         hostile: Hostile::default(),
+        key_retention: None,
     }
 }
 
@@ -551,6 +565,9 @@ async fn start_mock(plan: &Plan) -> MockRuntime {
     };
     if let Some(hb) = plan.heartbeat {
         b = b.heartbeat(hb);
+    }
+    if let Some((retention, _)) = plan.key_retention {
+        b = b.key_retention(retention);
     }
     b.tool("work", |args: Value, ctx| async move {
         ctx.sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0)))
@@ -877,6 +894,9 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
     if let Some(hb) = plan.heartbeat {
         builder = builder.heartbeat_interval(hb);
     }
+    if let Some((retention, _)) = plan.key_retention {
+        builder = builder.runtime_key_retention(retention);
+    }
     builder
 }
 
@@ -1085,6 +1105,9 @@ async fn run(plan: Plan) -> Vec<String> {
     // (A SQLite file the first client's writer still holds, past its close
     // timeout, is not opened again.)
     if let (Some(j), Some(store)) = (plan.journal.filter(|j| j.second_client), &store) {
+        if let Some((_, later)) = plan.key_retention {
+            tokio::time::sleep(later).await;
+        }
         if let Some(opened) = store.open().await {
             let journal = Faulty::new(opened.clone(), j, plan.seed ^ 0x20, outage);
             second_client(&plan, &url, journal, &*opened, &keys, &mut ended).await;
@@ -1501,36 +1524,19 @@ fn same_seed_same_schedule() {
     assert_ne!(format!("{:?}", plan(1)), format!("{:?}", plan(2)));
 }
 
-/// Schedules whose journal loses a commit's answer (the commit landed) and
-/// then refuses the retries outright, as a database demoted to read-only by
-/// a failover or a full disk does. Same oracle; in particular a call told
-/// "did not run" never runs later, by the second client's recovery or
-/// otherwise. `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as above (a
-/// tenth as many seeds by default).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_commit_answers_then_refused_retries_never_lie() {
-    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
-    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(30, |n| (n / 10).max(1));
+/// Runs `n` schedules from `first` on, each made by `make` from its seed,
+/// `parallel` at once unless `ARCP_CHECKER_PARALLEL` says otherwise;
+/// returns the failing seeds (each printed with its violations and plan).
+async fn run_family(first: u64, n: u64, parallel: u64, make: fn(u64) -> Plan) -> Vec<u64> {
     let gate = Arc::new(Semaphore::new(
-        env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(10).max(1) as usize,
+        env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(parallel).max(1) as usize,
     ));
     let mut runs = Vec::new();
     for seed in first..first + n {
         let gate = gate.clone();
         runs.push(tokio::spawn(async move {
             let _slot = gate.acquire_owned().await.expect("gate");
-            let mut plan = plan(seed);
-            let mut r = Rng(seed ^ 0x0105_7EAD);
-            plan.journal = Some(JournalPlan {
-                refuse_percent: 0,
-                unavailable_percent: r.range(10, 40),
-                landed_percent: 100,
-                outage: None,
-                sqlite: r.chance(25),
-                short_deadline_percent: r.range(0, 30),
-                second_client: true,
-                refuse_after_landed: r.range(1, 4),
-            });
+            let plan = make(seed);
             let shown = format!("{plan:?}");
             let violations = tokio::time::timeout(Duration::from_secs(30), run(plan))
                 .await
@@ -1549,5 +1555,78 @@ async fn lost_commit_answers_then_refused_retries_never_lie() {
             failed.push(seed);
         }
     }
+    failed
+}
+
+/// Schedules where the runtime forgets keys after a short retention (the
+/// client told so) and calls often end while their tools work, leaving
+/// unfinished records: the second client starts after some of them
+/// outlived the retention, and must never send those again (the tool
+/// would run twice). `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as
+/// above (a twentieth as many seeds by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_past_the_runtime_key_retention_are_never_re_sent() {
+    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
+    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(15, |n| (n / 20).max(1));
+    // Few at once: it runs alongside the other families, and its short
+    // deadlines are held to the same slack.
+    let failed = run_family(first, n, 4, |seed| {
+        let mut plan = plan(seed);
+        let mut r = Rng(seed ^ 0x4E7E_4711);
+        plan.hostile.second_caller = false;
+        plan.journal = Some(JournalPlan {
+            refuse_percent: 0,
+            unavailable_percent: 0,
+            landed_percent: 0,
+            outage: None,
+            sqlite: r.chance(25),
+            short_deadline_percent: 0,
+            second_client: true,
+            refuse_after_landed: 0,
+        });
+        let retention = r.ms(700, 1_200);
+        // Deadlines that pass while the tool works (it takes up to 250 ms),
+        // and none past the retention: a call's own re-sends stay within it.
+        let longest = retention.as_millis() as u64 - 100;
+        for call in &mut plan.calls {
+            call.deadline = if r.chance(50) {
+                r.ms(20, 120)
+            } else {
+                r.ms(200, longest)
+            };
+        }
+        plan.key_retention = Some((retention, r.ms(0, 1_500)));
+        plan
+    })
+    .await;
+    assert!(failed.is_empty(), "failing seeds {failed:?}");
+}
+
+/// Schedules whose journal loses a commit's answer (the commit landed) and
+/// then refuses the retries outright, as a database demoted to read-only by
+/// a failover or a full disk does. Same oracle; in particular a call told
+/// "did not run" never runs later, by the second client's recovery or
+/// otherwise. `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as above (a
+/// tenth as many seeds by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_commit_answers_then_refused_retries_never_lie() {
+    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
+    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(30, |n| (n / 10).max(1));
+    let failed = run_family(first, n, 10, |seed| {
+        let mut plan = plan(seed);
+        let mut r = Rng(seed ^ 0x0105_7EAD);
+        plan.journal = Some(JournalPlan {
+            refuse_percent: 0,
+            unavailable_percent: r.range(10, 40),
+            landed_percent: 100,
+            outage: None,
+            sqlite: r.chance(25),
+            short_deadline_percent: r.range(0, 30),
+            second_client: true,
+            refuse_after_landed: r.range(1, 4),
+        });
+        plan
+    })
+    .await;
     assert!(failed.is_empty(), "failing seeds {failed:?}");
 }
