@@ -117,6 +117,17 @@ impl Client {
                 Err(give_up(call, Ending::Deadline(deadline)))
             }
         };
+        // The client closed before this call's request went out: that proves
+        // nothing when the journal found the key in doubt (an earlier attempt
+        // may have run it; the prepare marked the call sent).
+        let outcome = match outcome {
+            Err(Error::Closed) if shared.abandon() => Err(Error::Interrupted {
+                key: key.clone(),
+                job_id: shared.job_id(),
+                attempts: shared.attempts(),
+            }),
+            other => other,
+        };
         // A journal that fails while driving a call an earlier process may
         // have sent cannot say "did not run": the outcome is unknown, and
         // the record (if any) stays as it was for the next recovery.
