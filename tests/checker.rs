@@ -9,18 +9,22 @@
 //! a wrapper that refuses some commits, leaves others unanswered, some of
 //! those landed anyway, and may make the store unavailable for a while; and
 //! a second client that opens the same store after the first closed,
-//! re-issues the keys that may have run and calls `recover()`), hostile
-//! additions (a gateway that fingerprints whole bodies and answers 422 to a
+//! re-issues the keys that may have run and calls `recover()`, and may
+//! close meanwhile), runtimes that forget keys after a short retention
+//! (the client told so), hostile additions (a gateway that fingerprints whole bodies and answers 422 to a
 //! known key with another body, a gateway that answers 409 before
 //! forwarding, a second caller that re-issues, from a client of its own,
 //! the keys whose calls ran), a client
-//! configuration, a set of calls (fresh keys,
+//! configuration, a set of calls (fresh keys, keys the client generates
+//! (read back from the call, so every claim about them is checked too),
 //! same-key joiners, same-key conflicting intents, tool errors, tools whose
 //! own errors look like key conflicts or refused credentials, deadlines,
 //! cancels at random moments, callers that drop their call at a random
 //! moment and make no claim) and a fault timeline (connection cuts at any
 //! frame or byte, stalls, black holes, refused or 429'd reconnects, slow
-//! handshakes, request-level closes, also after acceptance, transient
+//! handshakes, request-level closes, also after acceptance, a policy close
+//! (1008) after the submit was forwarded then reconnects refused with 401,
+//! transient
 //! refusals, stray and duplicate frames). The plan is a pure function of the
 //! seed; timing is real.
 //!
@@ -75,6 +79,7 @@ use arcp_sdk::{
 use arcp_types::IdempotencyKey;
 use serde_json::{json, Value};
 use support::gateway::{Gateway, Move};
+use support::relay::{Relay, RelayHandle};
 use tokio::sync::Semaphore;
 
 /// How late a call may end past its deadline.
@@ -187,6 +192,9 @@ struct PlannedCall {
     /// the call makes no claim, and a later call of its key and intent
     /// must not say "did not run" if it ran.
     drop_after: Option<Duration>,
+    /// No key supplied: the client generates one, read back from the call
+    /// (only for a key no other planned call uses).
+    generated: bool,
 }
 
 /// One planned fault, at an offset from the schedule's start.
@@ -199,6 +207,11 @@ enum Action {
     /// Close every connection that sends a submit with this WebSocket close
     /// code, for a while (after acceptance, a request-level close).
     CloseWithFor(u16, Duration),
+    /// At the next `job.accepted` (the submit was forwarded and runs), a
+    /// relay in front of the client closes its connection with a policy
+    /// close (1008), then refuses its reconnects with 401 for this long:
+    /// an auth proxy expiring tokens on long-lived sockets.
+    PolicyCloseThen401For(Duration),
 }
 
 #[derive(Debug, Clone)]
@@ -214,11 +227,32 @@ struct Plan {
     calls: Vec<PlannedCall>,
     faults: Vec<(Duration, Action)>,
     hostile: Hostile,
+    /// The runtime forgets keys this long after binding them, and the
+    /// client is told so (`runtime_key_retention`); the second client
+    /// starts this much later, so some unfinished records outlive it.
+    key_retention: Option<(Duration, Duration)>,
 }
 
 fn plan(seed: u64) -> Plan {
     let mut plan = base_plan(seed);
     plan.hostile = hostile(seed, plan.transport);
+    // From a stream of its own, so the rest of the plan stays as it was.
+    let mut p = Rng(seed ^ 0x1008_0401);
+    if plan.transport == Transport::Ws && p.chance(20) {
+        let at = p.ms(0, 600);
+        plan.faults
+            .push((at, Action::PolicyCloseThen401For(p.ms(100, 800))));
+        plan.faults.sort_by_key(|(at, _)| *at);
+    }
+    // A runtime that forgets keys: longer than any call's deadline (its
+    // re-sends stay within it), shorter than some records' wait for the
+    // second client. (A second caller, with no journal, would run a
+    // forgotten key again, as the runtime allows.)
+    let mut k = Rng(seed ^ 0x4E7E_4710);
+    if plan.journal.is_some_and(|j| j.second_client) && !plan.hostile.second_caller && k.chance(25)
+    {
+        plan.key_retention = Some((k.ms(2_700, 3_500), k.ms(0, 1_500)));
+    }
     plan
 }
 
@@ -304,6 +338,7 @@ fn base_plan(seed: u64) -> Plan {
             deadline: r.ms(300, 2_500),
             cancel_after: r.chance(15).then(|| r.ms(0, 400)),
             drop_after: None,
+            generated: false,
         });
     }
     // Callers that stop waiting, from their own stream of the seed (the
@@ -323,6 +358,17 @@ fn base_plan(seed: u64) -> Plan {
         if c.cancel_after.is_none() && d.chance(if again { 50 } else { 5 }) {
             c.drop_after = Some(d.ms(0, 400));
         }
+    }
+    // Calls with a key of their own leave it to the client, from their own
+    // stream of the seed: "did not run" for a generated key is the claim
+    // the journal's doubt must not turn false.
+    let mut g = Rng(seed ^ 0x6E4E_7A7E);
+    let alone: Vec<bool> = calls
+        .iter()
+        .map(|c| calls.iter().filter(|o| o.key == c.key).count() == 1)
+        .collect();
+    for (c, alone) in calls.iter_mut().zip(alone) {
+        c.generated = alone && g.chance(40);
     }
     if let Some(j) = journal {
         let mut s = Rng(seed ^ 0x0DEA_D11E);
@@ -378,6 +424,7 @@ fn base_plan(seed: u64) -> Plan {
         calls,
         faults,
         hostile: Hostile::default(),
+        key_retention: None,
     }
 }
 
@@ -459,12 +506,12 @@ async fn second_caller(
         };
         if ran && !end.recovered {
             let call = &plan.calls[*i];
-            let task = start_call(&client, call, keys[call.key].clone(), Duration::ZERO, false);
-            tasks.push((*i, task));
+            let key = Some(keys[call.key].clone());
+            tasks.push((*i, start_call(&client, call, key, Duration::ZERO, false)));
         }
     }
     for (i, t) in tasks {
-        if let Some(end) = t.await.expect("second caller's call") {
+        if let (_, Some(end)) = t.await.expect("second caller's call") {
             ended.push((i, end));
         }
     }
@@ -504,6 +551,10 @@ struct Ended {
     replayed: bool,
     /// A call `recover()` handed out (not one a user issued).
     recovered: bool,
+    /// Issued with no key: the client generated it.
+    generated: bool,
+    /// Ended after its client was closed (a `Closed` is then no violation).
+    after_close: bool,
 }
 
 async fn start_mock(plan: &Plan) -> MockRuntime {
@@ -514,6 +565,9 @@ async fn start_mock(plan: &Plan) -> MockRuntime {
     };
     if let Some(hb) = plan.heartbeat {
         b = b.heartbeat(hb);
+    }
+    if let Some((retention, _)) = plan.key_retention {
+        b = b.key_retention(retention);
     }
     b.tool("work", |args: Value, ctx| async move {
         ctx.sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0)))
@@ -591,6 +645,8 @@ static LOST: AtomicU64 = AtomicU64::new(0);
 static LANDED: AtomicU64 = AtomicU64::new(0);
 static LATE: AtomicU64 = AtomicU64::new(0);
 static UNREAD: AtomicU64 = AtomicU64::new(0);
+/// Policy closes (1008) the relay made after a forwarded submit.
+static POLICY_CLOSES: AtomicU64 = AtomicU64::new(0);
 
 /// How one commit of a schedule's journal ends.
 enum Fate {
@@ -838,29 +894,37 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
     if let Some(hb) = plan.heartbeat {
         builder = builder.heartbeat_interval(hb);
     }
+    if let Some((retention, _)) = plan.key_retention {
+        builder = builder.runtime_key_retention(retention);
+    }
     builder
 }
 
-/// Starts planned call `call` on `client` under `key`; with `cancel`, its
-/// planned cancel or drop too (`None`: the caller dropped it).
+/// Starts planned call `call` on `client` under `key` (`None`: the client
+/// generates one); with `cancel`, its planned cancel or drop too. The task
+/// answers the call's key, and its ending (`None`: the caller dropped it).
 fn start_call(
     client: &Client,
     call: &PlannedCall,
-    key: IdempotencyKey,
+    key: Option<IdempotencyKey>,
     delay: Duration,
     cancel: bool,
-) -> tokio::task::JoinHandle<Option<Ended>> {
+) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Option<Ended>)> {
     let client = client.clone();
     let call = call.clone();
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
         let started = Instant::now();
-        let invocation = client
+        let generated = key.is_none();
+        let mut builder = client
             .invoke(call.tool, json!({"v": call.v, "ms": call.ms}))
-            .idempotency_key(key)
-            .deadline(call.deadline)
-            .send();
+            .deadline(call.deadline);
+        if let Some(key) = key {
+            builder = builder.idempotency_key(key);
+        }
+        let invocation = builder.send();
         let handle = invocation.handle();
+        let key = handle.key().cloned();
         let canceller = call.cancel_after.filter(|_| cancel).map(|after| {
             let handle = handle.clone();
             tokio::spawn(async move {
@@ -869,7 +933,10 @@ fn start_call(
             })
         });
         let outcome = match call.drop_after.filter(|_| cancel) {
-            Some(after) => tokio::time::timeout(after, invocation).await.ok()?,
+            Some(after) => match tokio::time::timeout(after, invocation).await {
+                Ok(outcome) => outcome,
+                Err(_) => return (key, None),
+            },
             None => invocation.await,
         };
         let replayed = outcome.as_ref().is_ok_and(|out| out.replayed);
@@ -879,7 +946,7 @@ fn start_call(
             Some(c) => Some(c.await.expect("cancel task")),
             None => None,
         };
-        Some(Ended {
+        let end = Ended {
             outcome,
             elapsed,
             deadline: call.deadline,
@@ -889,7 +956,10 @@ fn start_call(
             job_id: handle.job_id(),
             replayed,
             recovered: false,
-        })
+            generated,
+            after_close: false,
+        };
+        (key, Some(end))
     })
 }
 
@@ -913,10 +983,23 @@ async fn run(plan: Plan) -> Vec<String> {
         Transport::Http { gateway: true } => Some(start_gateway(&plan, &mock).await),
         _ => None,
     };
-    let url = match (&proxy, &gateway) {
-        (Some(proxy), _) => proxy.ws_url("/arcp"),
-        (None, Some(gateway)) => gateway.url(),
-        (None, None) => mock.http_url(),
+    let policy_close = plan
+        .faults
+        .iter()
+        .any(|(_, a)| matches!(a, Action::PolicyCloseThen401For(_)));
+    let relay = match &proxy {
+        Some(proxy) if policy_close => Some(
+            RelayHandle::start(proxy.local_addr(), Relay::PolicyCloseThen401)
+                .await
+                .expect("relay"),
+        ),
+        _ => None,
+    };
+    let url = match (&relay, &proxy, &gateway) {
+        (Some(relay), _, _) => relay.ws_url("/arcp"),
+        (None, Some(proxy), _) => proxy.ws_url("/arcp"),
+        (None, None, Some(gateway)) => gateway.url(),
+        (None, None, None) => mock.http_url(),
     };
     let store = plan.journal.map(|j| Store::new(&j));
     let started = Instant::now();
@@ -948,19 +1031,15 @@ async fn run(plan: Plan) -> Vec<String> {
             return violations;
         }
     };
-    let keys: Vec<IdempotencyKey> = (0..plan.calls.len())
+    // A generated key's slot is filled once its call told it.
+    let mut keys: Vec<IdempotencyKey> = (0..plan.calls.len())
         .map(|_| IdempotencyKey::new())
         .collect();
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for call in &plan.calls {
-        tasks.push(start_call(
-            &client,
-            call,
-            keys[call.key].clone(),
-            call.start,
-            true,
-        ));
+        let key = (!call.generated).then(|| keys[call.key].clone());
+        tasks.push(start_call(&client, call, key, call.start, true));
     }
     // The fault timeline, alongside the calls.
     for (at, action) in &plan.faults {
@@ -989,12 +1068,24 @@ async fn run(plan: Plan) -> Vec<String> {
                 tokio::time::sleep(*d).await;
                 mock.clear_faults();
             }
+            Action::PolicyCloseThen401For(d) => {
+                if let Some(relay) = &relay {
+                    relay.arm(*d);
+                }
+            }
         }
     }
     // Each outcome, with the planned call it belongs to.
     let mut ended: Vec<(usize, Ended)> = Vec::new();
     for (i, t) in tasks.into_iter().enumerate() {
-        if let Some(end) = t.await.expect("call task") {
+        let (key, end) = t.await.expect("call task");
+        let call = &plan.calls[i];
+        match key {
+            Some(key) if call.generated => keys[call.key] = key,
+            None if call.generated => violations.push(format!("call {i}: no generated key")),
+            _ => {}
+        }
+        if let Some(end) = end {
             ended.push((i, end));
         }
     }
@@ -1014,6 +1105,9 @@ async fn run(plan: Plan) -> Vec<String> {
     // (A SQLite file the first client's writer still holds, past its close
     // timeout, is not opened again.)
     if let (Some(j), Some(store)) = (plan.journal.filter(|j| j.second_client), &store) {
+        if let Some((_, later)) = plan.key_retention {
+            tokio::time::sleep(later).await;
+        }
         if let Some(opened) = store.open().await {
             let journal = Faulty::new(opened.clone(), j, plan.seed ^ 0x20, outage);
             second_client(&plan, &url, journal, &*opened, &keys, &mut ended).await;
@@ -1032,6 +1126,9 @@ async fn run(plan: Plan) -> Vec<String> {
         &ended,
         &mut violations,
     );
+    if let Some(relay) = &relay {
+        POLICY_CLOSES.fetch_add(relay.closes(), Ordering::Relaxed);
+    }
     drop(proxy);
     violations
 }
@@ -1059,10 +1156,8 @@ async fn second_client(
             .is_err_and(|e| e.execution() == Execution::MayHaveRun)
         {
             let call = &plan.calls[*i];
-            tasks.push((
-                *i,
-                start_call(&client, call, keys[call.key].clone(), Duration::ZERO, false),
-            ));
+            let key = Some(keys[call.key].clone());
+            tasks.push((*i, start_call(&client, call, key, Duration::ZERO, false)));
         }
     }
     // The unfinished records' intents and deadlines, to tell which planned
@@ -1079,6 +1174,18 @@ async fn second_client(
             Some((e.key.to_string(), (v, e.deadline)))
         })
         .collect();
+    // Some schedules close the client while its re-issues and recoveries
+    // run (from a stream of their own: the plan stays as it was).
+    let mut c = Rng(plan.seed ^ 0xC105_EC10);
+    let closer = c.chance(30).then(|| {
+        let (client, after) = (client.clone(), c.ms(0, 300));
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let at = Instant::now();
+            client.close().await;
+            at
+        })
+    });
     tokio::time::sleep(Duration::from_millis(plan.seed % 50)).await;
     let recovered = client.recover().await.unwrap_or_default();
     let mut recovering = Vec::new();
@@ -1113,14 +1220,30 @@ async fn second_client(
                     job_id,
                     replayed,
                     recovered: true,
+                    generated: false,
+                    after_close: false,
                 })
             }),
         ));
     }
-    for (i, t) in tasks.into_iter().chain(recovering) {
-        if let Some(end) = t.await.expect("second client's call") {
-            ended.push((i, end));
+    let mut ends = Vec::new();
+    for (i, t) in tasks {
+        if let (_, Some(end)) = t.await.expect("second client's call") {
+            ends.push((i, end));
         }
+    }
+    for (i, t) in recovering {
+        if let Some(end) = t.await.expect("second client's recovery") {
+            ends.push((i, end));
+        }
+    }
+    let closed_at = match closer {
+        Some(closer) => Some(closer.await.expect("closer")),
+        None => None,
+    };
+    for (i, mut end) in ends {
+        end.after_close = closed_at.is_some_and(|at| end.ended >= at);
+        ended.push((i, end));
     }
     client.close().await;
 }
@@ -1166,10 +1289,12 @@ fn check(
     // dispatched cancel is checked against the runtime's log only when no
     // connection was cut or stalled in between.
     let clean_network = proxy.is_some_and(|p| p.report().kills.is_empty())
-        && !plan
-            .faults
-            .iter()
-            .any(|(_, a)| matches!(a, Action::KillAll | Action::StallFor(_)));
+        && !plan.faults.iter().any(|(_, a)| {
+            matches!(
+                a,
+                Action::KillAll | Action::StallFor(_) | Action::PolicyCloseThen401For(_)
+            )
+        });
     // Whether a user issued a call with the same key and intent once `end`
     // ended (a recovery is no such call: "not run stays not run").
     let issued_again = |i: usize, end: &Ended| {
@@ -1228,9 +1353,18 @@ fn check(
                     violations.push(format!("{who}: Ok with a value not its own: {value}"));
                 }
             }
-            Err(Error::Closed) => {
-                violations.push(format!("{who}: Closed while the client was open"))
+            Err(e) if is_closed(e) && !end.after_close => {
+                violations.push(format!("{who}: Closed while the client was open ({e})"))
             }
+            // The key an error names is the call's own (a generated one is
+            // read back from the call).
+            Err(e) if e.key().is_some_and(|k| k.to_string() != key) => violations.push(format!(
+                "{who}: its error names another key ({e}; the call's is {key})"
+            )),
+            // A generated key is new: nothing of it can have run elsewhere.
+            Err(e) if end.generated && e.execution() == Execution::NotSent => violations.push(
+                format!("{who}: its key was generated, but it says not sent ({e})"),
+            ),
             // A conflict that proves the key bound to another intent (one
             // that may have run, or an HTTP 422 for a supplied key, which a
             // gateway fingerprinting whole bodies answers to the same intent
@@ -1243,7 +1377,10 @@ fn check(
                         .calls
                         .iter()
                         .any(|c| c.key == call.key && c.v != call.v);
-                if !other {
+                // A gateway fingerprinting whole bodies also remembers an
+                // attempt it refused (429, 503) unforwarded: our retry of a
+                // generated key conflicts with it, though nothing ran.
+                if !other && !plan.hostile.fingerprint {
                     violations.push(format!(
                         "{who}: DuplicateKey but no other intent used the key"
                     ));
@@ -1295,6 +1432,15 @@ fn check(
                 violations.push(format!("{who}: cancel reported dispatched, never received"));
             }
         }
+    }
+}
+
+/// `Closed`, also as the cause of a "not sent".
+fn is_closed(e: &Error) -> bool {
+    match e {
+        Error::Closed => true,
+        Error::NotSent { cause, .. } => is_closed(cause),
+        _ => false,
     }
 }
 
@@ -1350,7 +1496,7 @@ async fn seeded_fault_schedules_never_lie() {
     }
     eprintln!(
         "checker: {} schedules in {:.1?}, {} failed; journal commits refused {}, unanswered {} \
-         (landed {}, late {}), reads unanswered {}",
+         (landed {}, late {}), reads unanswered {}; policy closes {}",
         seeds.len(),
         started.elapsed(),
         failed.len(),
@@ -1361,6 +1507,7 @@ async fn seeded_fault_schedules_never_lie() {
         LANDED.load(Ordering::Relaxed),
         LATE.load(Ordering::Relaxed),
         UNREAD.load(Ordering::Relaxed),
+        POLICY_CLOSES.load(Ordering::Relaxed),
     );
     assert!(
         failed.is_empty(),
@@ -1377,36 +1524,19 @@ fn same_seed_same_schedule() {
     assert_ne!(format!("{:?}", plan(1)), format!("{:?}", plan(2)));
 }
 
-/// Schedules whose journal loses a commit's answer (the commit landed) and
-/// then refuses the retries outright, as a database demoted to read-only by
-/// a failover or a full disk does. Same oracle; in particular a call told
-/// "did not run" never runs later, by the second client's recovery or
-/// otherwise. `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as above (a
-/// tenth as many seeds by default).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_commit_answers_then_refused_retries_never_lie() {
-    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
-    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(30, |n| (n / 10).max(1));
+/// Runs `n` schedules from `first` on, each made by `make` from its seed,
+/// `parallel` at once unless `ARCP_CHECKER_PARALLEL` says otherwise;
+/// returns the failing seeds (each printed with its violations and plan).
+async fn run_family(first: u64, n: u64, parallel: u64, make: fn(u64) -> Plan) -> Vec<u64> {
     let gate = Arc::new(Semaphore::new(
-        env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(10).max(1) as usize,
+        env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(parallel).max(1) as usize,
     ));
     let mut runs = Vec::new();
     for seed in first..first + n {
         let gate = gate.clone();
         runs.push(tokio::spawn(async move {
             let _slot = gate.acquire_owned().await.expect("gate");
-            let mut plan = plan(seed);
-            let mut r = Rng(seed ^ 0x0105_7EAD);
-            plan.journal = Some(JournalPlan {
-                refuse_percent: 0,
-                unavailable_percent: r.range(10, 40),
-                landed_percent: 100,
-                outage: None,
-                sqlite: r.chance(25),
-                short_deadline_percent: r.range(0, 30),
-                second_client: true,
-                refuse_after_landed: r.range(1, 4),
-            });
+            let plan = make(seed);
             let shown = format!("{plan:?}");
             let violations = tokio::time::timeout(Duration::from_secs(30), run(plan))
                 .await
@@ -1425,5 +1555,78 @@ async fn lost_commit_answers_then_refused_retries_never_lie() {
             failed.push(seed);
         }
     }
+    failed
+}
+
+/// Schedules where the runtime forgets keys after a short retention (the
+/// client told so) and calls often end while their tools work, leaving
+/// unfinished records: the second client starts after some of them
+/// outlived the retention, and must never send those again (the tool
+/// would run twice). `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as
+/// above (a twentieth as many seeds by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_past_the_runtime_key_retention_are_never_re_sent() {
+    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
+    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(15, |n| (n / 20).max(1));
+    // Few at once: it runs alongside the other families, and its short
+    // deadlines are held to the same slack.
+    let failed = run_family(first, n, 4, |seed| {
+        let mut plan = plan(seed);
+        let mut r = Rng(seed ^ 0x4E7E_4711);
+        plan.hostile.second_caller = false;
+        plan.journal = Some(JournalPlan {
+            refuse_percent: 0,
+            unavailable_percent: 0,
+            landed_percent: 0,
+            outage: None,
+            sqlite: r.chance(25),
+            short_deadline_percent: 0,
+            second_client: true,
+            refuse_after_landed: 0,
+        });
+        let retention = r.ms(700, 1_200);
+        // Deadlines that pass while the tool works (it takes up to 250 ms),
+        // and none past the retention: a call's own re-sends stay within it.
+        let longest = retention.as_millis() as u64 - 100;
+        for call in &mut plan.calls {
+            call.deadline = if r.chance(50) {
+                r.ms(20, 120)
+            } else {
+                r.ms(200, longest)
+            };
+        }
+        plan.key_retention = Some((retention, r.ms(0, 1_500)));
+        plan
+    })
+    .await;
+    assert!(failed.is_empty(), "failing seeds {failed:?}");
+}
+
+/// Schedules whose journal loses a commit's answer (the commit landed) and
+/// then refuses the retries outright, as a database demoted to read-only by
+/// a failover or a full disk does. Same oracle; in particular a call told
+/// "did not run" never runs later, by the second client's recovery or
+/// otherwise. `ARCP_CHECKER_SEEDS` and `ARCP_CHECKER_FIRST` as above (a
+/// tenth as many seeds by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_commit_answers_then_refused_retries_never_lie() {
+    let first = env_u64("ARCP_CHECKER_FIRST").unwrap_or(0);
+    let n = env_u64("ARCP_CHECKER_SEEDS").map_or(30, |n| (n / 10).max(1));
+    let failed = run_family(first, n, 10, |seed| {
+        let mut plan = plan(seed);
+        let mut r = Rng(seed ^ 0x0105_7EAD);
+        plan.journal = Some(JournalPlan {
+            refuse_percent: 0,
+            unavailable_percent: r.range(10, 40),
+            landed_percent: 100,
+            outage: None,
+            sqlite: r.chance(25),
+            short_deadline_percent: r.range(0, 30),
+            second_client: true,
+            refuse_after_landed: r.range(1, 4),
+        });
+        plan
+    })
+    .await;
     assert!(failed.is_empty(), "failing seeds {failed:?}");
 }

@@ -14,17 +14,14 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use arcp_mock::Dialect;
-use arcp_sdk::{Error, Execution, IdempotencyKey};
+use arcp_mock::{ChaosProxy, Dialect, Fault};
+use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
 use support::mock::{client, mock};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use support::relay::{Relay, RelayHandle};
 
 /// The gateway's moves, in order; forwarding once they run out.
 fn moves(list: Vec<Move>) -> impl FnMut() -> Move + Send + 'static {
@@ -126,7 +123,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     assert_eq!(err.execution(), Execution::NotRun);
 
     // Over WebSocket: a runtime that cannot be reached at all.
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/arcp", closed.local_addr().unwrap());
     drop(closed);
     let third = client(&url, Dialect::V1_1).connect_lazy().await.unwrap();
@@ -148,118 +145,6 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     assert_eq!(mock.executions("refund"), 1);
 }
 
-/// What a WebSocket relay does with the runtime's frames.
-#[derive(Clone, Copy)]
-enum Relay {
-    /// At the first `job.accepted`: close the client's connection with 1008
-    /// (the submit was forwarded; the tool runs), and answer every later
-    /// upgrade with 401.
-    PolicyCloseThen401,
-    /// Drop every `job.accepted`; relay the rest.
-    HideAcceptance,
-}
-
-/// A relay between a WebSocket client and `upstream`, on loopback.
-async fn relay(upstream: SocketAddr, how: Relay) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let closed = Arc::new(AtomicBool::new(false));
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let closed = closed.clone();
-            tokio::spawn(async move {
-                if closed.load(Ordering::SeqCst) {
-                    let _ = refuse_401(client).await;
-                } else {
-                    let _ = pump(client, upstream, how, &closed).await;
-                }
-            });
-        }
-    });
-    addr
-}
-
-async fn refuse_401(mut client: TcpStream) -> std::io::Result<()> {
-    let mut buf = [0u8; 4096];
-    let _ = client.read(&mut buf).await?;
-    client
-        .write_all(
-            b"HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer\r\ncontent-length: 0\r\n\
-              connection: close\r\n\r\n",
-        )
-        .await?;
-    client.shutdown().await
-}
-
-/// Relays bytes both ways; the runtime's frames (unmasked) are cut out one
-/// by one after its upgrade answer, so each can be looked at.
-async fn pump(
-    client: TcpStream,
-    upstream: SocketAddr,
-    how: Relay,
-    closed: &AtomicBool,
-) -> std::io::Result<()> {
-    let runtime = TcpStream::connect(upstream).await?;
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut runtime_read, mut runtime_write) = runtime.into_split();
-    let up = tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut client_read, &mut runtime_write).await;
-    });
-    let mut buf = Vec::new();
-    let mut upgraded = false;
-    let mut chunk = [0u8; 16384];
-    loop {
-        let n = runtime_read.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if !upgraded {
-            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                continue;
-            };
-            client_write.write_all(&buf[..end + 4]).await?;
-            buf.drain(..end + 4);
-            upgraded = true;
-        }
-        while let Some(len) = frame_len(&buf) {
-            let frame: Vec<u8> = buf.drain(..len).collect();
-            let accepted = String::from_utf8_lossy(&frame).contains("\"job.accepted\"");
-            match (how, accepted) {
-                (Relay::PolicyCloseThen401, true) => {
-                    closed.store(true, Ordering::SeqCst);
-                    // Close frame, code 1008, no reason.
-                    client_write.write_all(&[0x88, 0x02, 0x03, 0xF0]).await?;
-                    client_write.shutdown().await?;
-                    up.abort();
-                    return Ok(());
-                }
-                (Relay::HideAcceptance, true) => {}
-                _ => client_write.write_all(&frame).await?,
-            }
-        }
-    }
-    up.abort();
-    client_write.shutdown().await
-}
-
-/// The length of the unmasked frame at the start of `buf`, once whole.
-fn frame_len(buf: &[u8]) -> Option<usize> {
-    let short = usize::from(*buf.get(1)? & 0x7F);
-    let (header, payload) = match short {
-        126 => (
-            4,
-            usize::from(u16::from_be_bytes([*buf.get(2)?, *buf.get(3)?])),
-        ),
-        127 => {
-            let bytes: [u8; 8] = buf.get(2..10)?.try_into().ok()?;
-            (10, usize::try_from(u64::from_be_bytes(bytes)).ok()?)
-        }
-        n => (2, n),
-    };
-    (buf.len() >= header + payload).then_some(header + payload)
-}
-
 /// The submit reaches the runtime and runs; a policy close (1008) arrives
 /// before its acceptance, then the reconnect is refused with 401. A close
 /// is no refusal frame for the submit: the call may have run.
@@ -272,8 +157,11 @@ async fn a_policy_close_after_the_submit_then_401_may_have_run() {
         .unwrap()
         .parse()
         .unwrap();
-    let addr = relay(upstream, Relay::PolicyCloseThen401).await;
-    let client = client(&format!("ws://{addr}/arcp"), Dialect::V1_1)
+    let relay = RelayHandle::start(upstream, Relay::PolicyCloseThen401)
+        .await
+        .unwrap();
+    relay.arm(Duration::MAX);
+    let client = client(&relay.ws_url("/arcp"), Dialect::V1_1)
         .connect()
         .await
         .unwrap();
@@ -312,19 +200,24 @@ async fn a_409_then_a_fresh_execution_is_not_a_replay() {
 }
 
 /// A legacy client connected to `mock` through a relay that drops every
-/// `job.accepted`.
-async fn through_hidden_acceptance(mock: &arcp_mock::MockRuntime) -> arcp_sdk::Client {
+/// `job.accepted` (the relay lives as long as its handle).
+async fn through_hidden_acceptance(
+    mock: &arcp_mock::MockRuntime,
+) -> (arcp_sdk::Client, RelayHandle) {
     let upstream: SocketAddr = mock.ws_url()[5..]
         .split('/')
         .next()
         .unwrap()
         .parse()
         .unwrap();
-    let addr = relay(upstream, Relay::HideAcceptance).await;
-    client(&format!("ws://{addr}/arcp"), Dialect::Legacy)
+    let relay = RelayHandle::start(upstream, Relay::HideAcceptance)
+        .await
+        .unwrap();
+    let client = client(&relay.ws_url("/arcp"), Dialect::Legacy)
         .connect()
         .await
-        .unwrap()
+        .unwrap();
+    (client, relay)
 }
 
 /// Over WebSocket, a terminal with no acceptance before it on the attempt
@@ -333,7 +226,7 @@ async fn through_hidden_acceptance(mock: &arcp_mock::MockRuntime) -> arcp_sdk::C
 #[tokio::test]
 async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() {
     let mock = mock(Dialect::Legacy).start().await.unwrap();
-    let client = through_hidden_acceptance(&mock).await;
+    let (client, _relay) = through_hidden_acceptance(&mock).await;
     let out = client
         .invoke_tool("refund", json!({"order": 13, "ms": 30}))
         .await
@@ -348,7 +241,7 @@ async fn a_terminal_without_acceptance_from_a_fresh_execution_is_not_a_replay() 
 #[tokio::test]
 async fn a_job_error_without_acceptance_from_a_fresh_execution_ran() {
     let mock = mock(Dialect::Legacy).start().await.unwrap();
-    let client = through_hidden_acceptance(&mock).await;
+    let (client, _relay) = through_hidden_acceptance(&mock).await;
     let e = client
         .invoke_tool("fail", json!({"code": "INTERNAL"}))
         .await
@@ -474,4 +367,122 @@ async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
     );
     assert_eq!(again.execution(), Execution::NotSent, "{again:?}");
     assert_eq!(mock.total_executions(), 0);
+}
+
+/// A supplied key's call that sends nothing (the runtime unreachable), on a
+/// journal built with `terminal_ttl` and `runtime_key_retention`.
+async fn unreachable_call_on_journal(
+    path: &std::path::Path,
+    key: &IdempotencyKey,
+    retention: Retention,
+    runtime_key_retention: Duration,
+) -> Error {
+    // Nothing listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = client(&format!("ws://127.0.0.1:{port}/arcp"), Dialect::V1_1)
+        .journal_path(path)
+        .journal_retention(retention)
+        .runtime_key_retention(runtime_key_retention)
+        .connect_lazy()
+        .await
+        .unwrap();
+    let err = client
+        .invoke("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(1))
+        .send()
+        .await
+        .unwrap_err();
+    client.close().await;
+    err
+}
+
+/// A journal that forgets a key's record (its terminal records expire)
+/// sooner than the runtime forgets the key cannot vouch that a supplied key
+/// never ran: the key's call ran, its record expired, and a later call of
+/// the key that sends nothing says "not sent", not "did not run". A journal
+/// that keeps records at least as long as the runtime keeps keys still
+/// vouches for a key it has no record of.
+#[tokio::test]
+async fn a_journal_that_forgets_keys_before_the_runtime_does_not_vouch_for_them() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.sqlite");
+    let short = Duration::from_millis(200);
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(&path)
+        .journal_retention(arcp_sdk::Retention::default().terminal_ttl(short))
+        .connect()
+        .await
+        .unwrap();
+    first
+        .invoke("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    first.close().await;
+    // The record expires; the next client's start-up purge deletes it.
+    tokio::time::sleep(short * 2).await;
+    let forgets = Retention::default().terminal_ttl(short);
+    let err = unreachable_call_on_journal(&path, &key, forgets.clone(), HOUR).await;
+    assert_eq!(mock.executions("refund"), 1, "the key ran");
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+    assert!(err.is_retryable(), "retry with the same key: {err:?}");
+
+    // Records kept as long as the runtime keeps keys: a key with no record
+    // is one the runtime does not know either.
+    let fresh = IdempotencyKey::new();
+    let err = unreachable_call_on_journal(&path, &fresh, forgets, short).await;
+    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The same for a journal that evicted the key's record for its record
+/// cap: from then on it vouches for no key it has no record of.
+#[tokio::test]
+async fn a_journal_that_evicted_records_for_its_cap_does_not_vouch_for_keys() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = client(&proxy.ws_url("/arcp"), Dialect::V1_1)
+        .journal_path(dir.path().join("journal.sqlite"))
+        .journal_retention(Retention::default().max_records(2))
+        // Only the journal remembers keys here.
+        .outcome_cache(0, HOUR)
+        .connect()
+        .await
+        .unwrap();
+    let keys: Vec<IdempotencyKey> = (0..4).map(|_| IdempotencyKey::new()).collect();
+    for (order, key) in keys.iter().enumerate() {
+        client
+            .invoke("refund", json!({"order": order}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(mock.executions("refund"), 4);
+    // The runtime refuses the reconnect: the next call sends nothing.
+    mock.inject_always(Fault::RefuseUpgrade {
+        status: 401,
+        retry_after: None,
+    });
+    proxy.kill_all();
+    let err = client
+        .invoke("refund", json!({"order": 0}))
+        .idempotency_key(keys[0].clone())
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    client.close().await;
+    assert_eq!(mock.executions("refund"), 4, "nothing more ran");
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
 }

@@ -199,3 +199,35 @@ async fn a_lost_commit_answer_then_a_read_only_database_is_not_did_not_run() {
     );
     client.close().await;
 }
+
+/// A column's type changes under the journal's cached statements (a
+/// migration by another build): the server refuses the stale statement
+/// ("cached plan must not change result type", 0A000), as a pooler that
+/// dropped the connection's prepared statements answers 26000. The refusal
+/// is the store being away for a moment, not a refusal of the call, and the
+/// pool's statement cache is reset: the next round trip prepares its
+/// statement again instead of failing until the pool recycles the
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_cached_statement_is_prepared_again() {
+    let url = postgres_or_skip!();
+    let j = journal(&url, "w0").await;
+    let key = IdempotencyKey::new();
+    assert!(j.get(&key).expect("a first read").is_none());
+    let (db, conn) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
+    let task = tokio::spawn(conn);
+    db.batch_execute("ALTER TABLE arcp_calls ALTER COLUMN trace_id TYPE varchar(200)")
+        .await
+        .expect("ALTER TABLE");
+    drop(db);
+    let _ = task.await;
+    let first = j.get(&key);
+    if let Err(e) = &first {
+        assert_eq!(e.kind, JournalErrorKind::Unavailable, "{e}");
+    }
+    let second = j.get(&key);
+    assert!(
+        matches!(second, Ok(None)),
+        "the statement is prepared again: {first:?}, then {second:?}"
+    );
+}

@@ -445,3 +445,81 @@ async fn a_prepare_that_lands_after_its_call_ended_may_have_run() {
     );
     client.close().await;
 }
+
+/// A store whose commits of new records are slowed once `slow` is set.
+struct SlowPrepares {
+    inner: SqliteJournal,
+    delay: Duration,
+    slow: Arc<AtomicBool>,
+}
+
+impl Journal for SlowPrepares {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        self.inner.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        if !new.is_empty() && self.slow.load(Ordering::SeqCst) {
+            std::thread::sleep(self.delay);
+        }
+        self.inner.apply_and_insert_new(writes, new)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+/// A caller re-issues the key of an unfinished record (its earlier call
+/// ran), and the client is closed while the journal commits the re-issue's
+/// prepare: the call finds the connection gone. The earlier attempt may
+/// have run it: "may have run", never "did not run".
+#[tokio::test]
+async fn close_during_a_re_issue_of_an_unfinished_key_says_may_have_run() {
+    let mock = mock(None, Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = unfinished_call(&mock, &path).await;
+    let slow = Arc::new(AtomicBool::new(false));
+    let journal = SlowPrepares {
+        inner: SqliteJournal::open(&path).unwrap(),
+        delay: Duration::from_millis(300),
+        slow: slow.clone(),
+    };
+    let client = builder(&mock.ws_url())
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    slow.store(true, Ordering::SeqCst);
+    let call = tokio::spawn(
+        client
+            .invoke("refund", json!({"order": 3}))
+            .idempotency_key(key.clone())
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The runtime stops answering: the connection's close takes a while,
+    // and the prepare is answered meanwhile.
+    mock.inject(arcp_mock::Fault::BlackHole);
+    tokio::time::timeout(Duration::from_secs(5), client.close())
+        .await
+        .expect("close() returns");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the call ends")
+        .unwrap();
+    mock.inject(arcp_mock::Fault::Recover);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1, "ran once");
+    let e = outcome.expect_err("the client closed");
+    assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
+}

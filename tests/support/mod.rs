@@ -5,6 +5,7 @@ pub(crate) mod gateway;
 pub(crate) mod link;
 pub(crate) mod mock;
 pub(crate) mod peers;
+pub(crate) mod relay;
 pub(crate) mod targets;
 pub(crate) mod tls;
 

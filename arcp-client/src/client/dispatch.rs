@@ -116,6 +116,17 @@ impl Client {
                 Err(deadline.exceeded_error(call))
             }
         };
+        // The client closed before this call's request went out: that proves
+        // nothing when the journal found the key in doubt (an earlier attempt
+        // may have run it; the prepare marked the call sent).
+        let outcome = match outcome {
+            Err(Error::Closed) if shared.abandon() => Err(Error::Interrupted {
+                key: key.clone(),
+                job_id: shared.job_id(),
+                attempts: shared.attempts(),
+            }),
+            other => other,
+        };
         // A journal that fails while driving a call an earlier process may
         // have sent cannot say "did not run": the outcome is unknown, and
         // the record (if any) stays as it was for the next recovery.
@@ -194,9 +205,15 @@ impl Client {
             }
         }
         let outcome = with_shared_fate(outcome, fate, &key, &shared);
-        // A supplied key the journal did not vouch for (no journal, or its
-        // record never read): "did not run" is not proven for the key.
-        let vouched = self.inner.journal.is_some() && !unproven;
+        // A supplied key the journal did not vouch for (no journal, its
+        // record never read, or a journal that forgets keys sooner than the
+        // runtime does): "did not run" is not proven for the key.
+        let vouches = self
+            .inner
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.vouches_for_keys());
+        let vouched = vouches && !unproven;
         with_key_origin(outcome, key_may_be_known && !vouched, &key)
     }
 

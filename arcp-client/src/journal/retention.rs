@@ -20,6 +20,13 @@ use super::{Journal, JournalErrorKind};
 #[non_exhaustive]
 pub struct Retention {
     /// Terminal records older than this are deleted (default 24 hours).
+    ///
+    /// Shorter than the runtime's memory of keys
+    /// (`ClientBuilder::runtime_key_retention`, default 24 hours), the
+    /// journal may forget a key the runtime still knows: it then no longer
+    /// vouches that a supplied key it has no record of never ran, and such
+    /// a call that sends nothing says "not sent" instead of "did not run".
+    /// So does a journal once it evicted records for `max_records`.
     pub terminal_ttl: Duration,
     /// Unfinished records untouched for this long are deleted with a warning
     /// (default 7 days): a call nobody recovered in a week is abandoned.

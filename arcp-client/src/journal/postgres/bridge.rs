@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
-use super::errors::classify;
+use super::errors::{classify, is_stale_statement};
 use super::PostgresJournal;
 use crate::journal::{JournalError, JournalErrorKind};
 
@@ -35,7 +35,10 @@ impl PostgresJournal {
                     Some(p) => client.query(&sql, &[p]).await,
                     None => client.query(&sql, &[]).await,
                 }
-                .map_err(|e| classify(&location, &e))?;
+                .map_err(|e| {
+                    forget_stale_statements(&pool, &e);
+                    classify(&location, &e)
+                })?;
                 rows.iter().map(|r| read(&location, r)).collect()
             };
             tokio::time::timeout(bound, query)
@@ -54,6 +57,13 @@ impl PostgresJournal {
         });
         task.await
             .map_err(|e| JournalError::new(JournalErrorKind::Io, &self.location, e.to_string()))?
+    }
+
+    /// `e` as a journal error; a stale cached statement also resets the
+    /// pool's statement cache ([`forget_stale_statements`]).
+    pub(super) fn err(&self, e: tokio_postgres::Error) -> JournalError {
+        forget_stale_statements(&self.pool, &e);
+        classify(&self.location, &e)
     }
 
     pub(super) fn rt(&self) -> &tokio::runtime::Runtime {
@@ -134,5 +144,17 @@ impl PostgresJournal {
                 format!("no connection to the journal database: {e}"),
             )
         })
+    }
+}
+
+/// After the server refused a cached statement (a pooler dropped it, or a
+/// change of the tables invalidated it), every connection's statement cache
+/// is reset: otherwise the connection holding it fails every round trip
+/// with the same error until the pool recycles it. Each statement is
+/// prepared again at its next use.
+fn forget_stale_statements(pool: &deadpool_postgres::Pool, e: &tokio_postgres::Error) {
+    if is_stale_statement(e) {
+        tracing::warn!(error = %e, "a cached statement went stale; statement caches reset");
+        pool.manager().statement_caches.clear();
     }
 }

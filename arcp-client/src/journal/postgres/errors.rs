@@ -44,7 +44,7 @@ pub(super) fn classify(location: &str, e: &tokio_postgres::Error) -> JournalErro
             || db.code() == &SqlState::DISK_FULL
             || db.code() == &SqlState::OUT_OF_MEMORY
             || db.code() == &SqlState::TOO_MANY_CONNECTIONS
-            || db.code() == &SqlState::INVALID_SQL_STATEMENT_NAME =>
+            || is_stale_statement(e) =>
         {
             JournalErrorKind::Unavailable
         }
@@ -69,6 +69,21 @@ pub(super) fn classify(location: &str, e: &tokio_postgres::Error) -> JournalErro
         _ => JournalErrorKind::Io,
     };
     JournalError::new(kind, location, format!("{} ({code})", db.message()))
+}
+
+/// Whether the server refused a prepared statement the pool cached: one a
+/// pooler dropped (26000), or one whose result type a change of the tables
+/// invalidated (0A000, "cached plan must not change result type"). The
+/// pool's statement cache is then reset (`PostgresJournal::err`).
+pub(super) fn is_stale_statement(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.as_db_error().is_some_and(|db| {
+        db.code() == &SqlState::INVALID_SQL_STATEMENT_NAME
+            || (db.code() == &SqlState::FEATURE_NOT_SUPPORTED
+                && db
+                    .message()
+                    .starts_with("cached plan must not change result type"))
+    })
 }
 
 /// Whether a client-side error is a value that does not convert between

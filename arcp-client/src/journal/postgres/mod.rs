@@ -204,10 +204,6 @@ impl PostgresJournal {
             .collect()
     }
 
-    fn err(&self, e: tokio_postgres::Error) -> JournalError {
-        classify(&self.location, &e)
-    }
-
     fn select(
         &self,
         sql: &str,

@@ -109,6 +109,7 @@ fn writer(max_records: usize) -> Writer {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
+            vouches: std::sync::atomic::AtomicBool::new(true),
         }),
         retention: Retention {
             max_records,

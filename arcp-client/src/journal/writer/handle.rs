@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -78,6 +79,15 @@ impl Drop for JournalHandle {
 }
 
 impl JournalHandle {
+    /// Whether the journal's lack of a record proves a supplied key unused:
+    /// only while it keeps terminal records at least as long as the runtime
+    /// keeps keys (`Retention::terminal_ttl` against
+    /// `ClientBuilder::runtime_key_retention`, decided when it opens) and
+    /// has evicted none for its record cap.
+    pub(crate) fn vouches_for_keys(&self) -> bool {
+        self.shared.vouches.load(Ordering::Relaxed)
+    }
+
     pub(super) async fn start(
         journal: Box<dyn Journal>,
         retention: Retention,
@@ -97,6 +107,7 @@ impl JournalHandle {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
+            vouches: AtomicBool::new(retention.terminal_ttl >= runtime_key_retention),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let writer = Writer {

@@ -191,6 +191,7 @@ mod tests {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
+            vouches: std::sync::atomic::AtomicBool::new(true),
         })
     }
 

@@ -3,6 +3,7 @@
 //! waiters, requests), the calls driven here and those fenced.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex};
 use std::time::{Instant, SystemTime};
 
@@ -221,6 +222,10 @@ pub(super) struct Shared {
     /// that instant on their own (`JournalHandle::fenced`), whatever the
     /// writer thread is blocked on.
     pub(super) lease: watch::Sender<Option<Instant>>,
+    /// Whether a key with no record is one the runtime does not know
+    /// either: the journal keeps terminal records at least as long as the
+    /// runtime keeps keys, and has evicted none to respect its record cap.
+    pub(super) vouches: AtomicBool,
 }
 
 impl Shared {
