@@ -123,17 +123,32 @@ async fn a_retry_after_past_the_budget_ends_the_call_at_once_on_both_transports(
     .await;
 }
 
+/// A retry that would start past the call's deadline: the deadline cannot
+/// be kept, so the call ends at once, as the deadline would end it
+/// (`DeadlineExceeded`, a timeout), not at the deadline instant.
 #[tokio::test]
 async fn a_retry_after_past_the_deadline_ends_the_call_at_once_on_both_transports() {
-    let (retry_after, max_elapsed) = (Duration::from_secs(5), Duration::from_secs(60));
-    let named = "would pass the call's deadline";
-    a_retry_after_past_a_limit_ends_the_call_at_once(
-        retry_after,
-        max_elapsed,
-        Duration::from_secs(3),
-        named,
-    )
-    .await;
+    for transport in TRANSPORTS {
+        let mock = mock(Dialect::V1_1).start().await.unwrap();
+        let client = client(&mock, transport, policy().max_elapsed(Duration::from_secs(60))).await;
+        refuse_every_submit(&mock, Some(Duration::from_secs(5)));
+        let (outcome, took) = call(&client, Duration::from_secs(3)).await;
+        let err = outcome.unwrap_err();
+        let Error::DeadlineExceeded {
+            attempts, deadline, ..
+        } = err
+        else {
+            panic!("{transport:?}: expected DeadlineExceeded, got {err:?}");
+        };
+        assert_eq!((attempts, deadline), (1, Duration::from_secs(3)), "{transport:?}");
+        assert!(err.is_timeout(), "{transport:?}");
+        assert_eq!(err.execution(), Execution::NotRun, "{transport:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{transport:?}: took {took:?}"
+        );
+        assert_eq!(mock.executions("refund"), 0, "{transport:?}");
+    }
 }
 
 #[tokio::test]

@@ -44,7 +44,7 @@ use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
 use crate::redact::Redactor;
 use crate::request::CallRequest;
-use crate::retry::{Decision, RetryBudget, Schedule};
+use crate::retry::{Decision, Exhausted, RetryBudget, Schedule};
 use crate::telemetry::Answered;
 
 /// What the client sends in `Accept`: a stream of envelopes preferred (it
@@ -368,6 +368,10 @@ impl<'a> Call<'a> {
                 Decision::RetryAt(at) => {
                     debug!(attempt = self.attempts, delay = ?at - now, reason = ?self.last_error, "retrying with the same key");
                     tokio::time::sleep_until(at.into()).await;
+                }
+                // The deadline cannot be kept: ended now as it would end it.
+                Decision::GiveUp(Exhausted::Deadline { .. }) => {
+                    return Err(self.deadline.exceeded_error(self.ended()))
                 }
                 Decision::GiveUp(why) => return Err(self.give_up(&why.to_string())),
             }

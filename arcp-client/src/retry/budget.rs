@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `attempts >= max_attempts` | give up: [`Exhausted::Attempts`] |
 //! | `at` is at or after the budget's end (`max_elapsed` after the first failure) | give up: [`Exhausted::Elapsed`] |
-//! | `at` is at or after the call's deadline | give up: [`Exhausted::Deadline`] |
+//! | `at` is at or after the call's deadline | give up: [`Exhausted::Deadline`] (the call ends `DeadlineExceeded` now: its deadline cannot be kept) |
 //! | otherwise | [`Decision::RetryAt`]`(at)` |
 //! | after a failure at `now` | `at` = `now` + the backoff's next delay (full jitter under a doubling ceiling), at least the runtime's floor (`Retry-After`, `retry_after`) |
 //! | a call waiting for something that is no retry delay (a connection, the job's live stream) | checked when it stops waiting, and at the budget's end |

@@ -265,8 +265,18 @@ impl Core {
         );
     }
 
-    /// Ends a call whose retry budget is spent (`why` names the limit).
+    /// Ends a call whose retry budget is spent (`why` names the limit). A
+    /// next attempt past the call's deadline means the deadline cannot be
+    /// kept: the call ends now as the deadline would end it.
     pub(super) fn give_up(&mut self, id: CallId, why: Exhausted) {
+        if let Exhausted::Deadline { .. } = why {
+            let Some(call) = self.calls.get(&id) else {
+                return;
+            };
+            let error = call.deadline.exceeded_error(call.ended());
+            self.finish(id, Err(error));
+            return;
+        }
         self.give_up_with(id, &why.to_string(), false);
     }
 
