@@ -856,7 +856,7 @@ fn start_call(
         tokio::time::sleep(delay).await;
         let started = Instant::now();
         let invocation = client
-            .invoke(call.tool, json!({"v": call.v, "ms": call.ms}))
+            .invoke_tool(call.tool, json!({"v": call.v, "ms": call.ms}))
             .idempotency_key(key)
             .deadline(call.deadline)
             .send();

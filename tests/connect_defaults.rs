@@ -20,7 +20,7 @@ async fn the_default_dialect_reaches_both_runtime_families() {
         let started = Instant::now();
         let client = Client::builder(mock.ws_url()).connect().await.unwrap();
         let out = client
-            .invoke("echo", json!({"dialect": dialect.to_string()}))
+            .invoke_tool("echo", json!({"dialect": dialect.to_string()}))
             .deadline(Duration::from_secs(10))
             .send()
             .await
@@ -72,7 +72,7 @@ async fn a_call_to_a_host_that_does_not_exist_ends_at_once() {
         .unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("echo", json!({}))
+        .invoke_tool("echo", json!({}))
         .deadline(Duration::from_secs(30))
         .send()
         .await
@@ -103,7 +103,7 @@ async fn the_default_dialect_reaches_each_published_runtime() {
             .unwrap_or_else(|e| panic!("{expected}: {e:?}"));
         assert_eq!(client.runtime().unwrap().dialect, expected);
         client
-            .invoke("counter", peer.counter_args(1, 0, "default-dialect"))
+            .invoke_tool("counter", peer.counter_args(1, 0, "default-dialect"))
             .deadline(Duration::from_secs(10))
             .send()
             .await

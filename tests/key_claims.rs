@@ -50,7 +50,7 @@ async fn a_gateway_that_fingerprints_whole_bodies_conflicts_with_our_retry_after
         .unwrap();
     for supplied in [false, true] {
         let before = mock.executions("refund");
-        let mut call = client.invoke("refund", json!({"order": 7}));
+        let mut call = client.invoke_tool("refund", json!({"order": 7}));
         if supplied {
             call = call.idempotency_key(IdempotencyKey::new());
         }
@@ -87,7 +87,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
         .await
         .unwrap();
     first
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -102,7 +102,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
         .await
         .unwrap();
     let err = second
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -131,7 +131,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     drop(closed);
     let third = client(&url, Dialect::V1_1).connect_lazy().await.unwrap();
     let err = third
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_secs(2))
         .send()
@@ -139,7 +139,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
         .unwrap_err();
     assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
     let err = third
-        .invoke("refund", json!({"order": 10}))
+        .invoke_tool("refund", json!({"order": 10}))
         .deadline(Duration::from_secs(2))
         .send()
         .await
@@ -278,7 +278,7 @@ async fn a_policy_close_after_the_submit_then_401_may_have_run() {
         .await
         .unwrap();
     let err = client
-        .invoke("refund", json!({"order": 11, "ms": 50}))
+        .invoke_tool("refund", json!({"order": 11, "ms": 50}))
         .deadline(Duration::from_secs(5))
         .send()
         .await
@@ -382,7 +382,7 @@ async fn a_recorded_intent_in_another_member_order_is_the_same_intent() {
         .await
         .unwrap();
     let out = client
-        .invoke("echo", json!({"a": 1, "b": 2}))
+        .invoke_tool("echo", json!({"a": 1, "b": 2}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -458,7 +458,7 @@ async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
     };
     assert_eq!(submits(&mock), 1);
     let again = client
-        .invoke("no-such-tool", json!({}))
+        .invoke_tool("no-such-tool", json!({}))
         .idempotency_key(key.clone())
         .send()
         .await

@@ -179,7 +179,7 @@ async fn run_seed(seed: u64, snapshotter: &Snapshotter) {
             8 if !done.is_empty() => {
                 let (key, order) = done[rng.below(done.len() as u64) as usize].clone();
                 let result = other
-                    .invoke("refund", json!({"order": order, "ms": 20}))
+                    .invoke_tool("refund", json!({"order": order, "ms": 20}))
                     .idempotency_key(key.clone())
                     .send()
                     .await;
@@ -225,7 +225,7 @@ async fn run_seed(seed: u64, snapshotter: &Snapshotter) {
             }
         };
         let result = client
-            .invoke("refund", args)
+            .invoke_tool("refund", args)
             .idempotency_key(key.clone())
             .send()
             .await;

@@ -134,7 +134,7 @@ async fn median_call_latency(dialect: Dialect, writes: Writes) -> Duration {
     for i in 0..60u32 {
         let started = Instant::now();
         let out = client
-            .invoke("echo", json!({ "n": i }))
+            .invoke_tool("echo", json!({ "n": i }))
             .deadline(Duration::from_secs(5))
             .send()
             .await

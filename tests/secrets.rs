@@ -173,7 +173,7 @@ async fn credentials_in_the_url_are_never_printed() {
             .unwrap();
         assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
         let failed = client
-            .invoke("echo", serde_json::json!({}))
+            .invoke_tool("echo", serde_json::json!({}))
             .deadline(std::time::Duration::from_millis(300))
             .send()
             .await
@@ -334,7 +334,7 @@ async fn nothing_leaks_over(dialect: Wire) {
 
     // A refused cancel.
     let call = client
-        .invoke("hold", json!({}))
+        .invoke_tool("hold", json!({}))
         .deadline(Duration::from_secs(2))
         .send();
     let handle = call.handle();
@@ -351,7 +351,7 @@ async fn nothing_leaks_over(dialect: Wire) {
     // A connection closed under a call, with the token as the reason.
     let key = IdempotencyKey::new();
     let dropped = client
-        .invoke("drop", json!({}))
+        .invoke_tool("drop", json!({}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(1500))
         .send()

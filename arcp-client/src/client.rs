@@ -28,7 +28,7 @@ use crate::fate::LiveKeys;
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef};
 use crate::journal::{JournalEntry, JournalHandle, RecoveryMode};
-use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::CallShared;
 use crate::stats::ClientStats;
@@ -70,8 +70,8 @@ const _: fn(&Client) = |client| {
     send_sync::<crate::CallHandle>();
     send_sync::<crate::Error>();
     send(&client.invoke_tool("tool", Value::Null));
-    send(&client.invoke("tool", Value::Null).send());
-    send(&client.invoke_as::<Value>("tool", &Value::Null));
+    send(&client.invoke_tool("tool", Value::Null).send());
+    send(&crate::Tool::<Value, Value>::new("tool").call(client, &Value::Null));
     send(&client.recover());
     send(&client.close());
 };
@@ -90,31 +90,6 @@ impl Client {
     /// `wss://` for WebSocket, `http://` or `https://` for the HTTP binding.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder::new(url)
-    }
-
-    /// Invokes a tool with a fresh idempotency key, retrying across failures
-    /// without ever running it twice. The common case.
-    ///
-    /// # Errors
-    ///
-    /// Everything a call can end with but a result is an [`Error`] that
-    /// says whether the tool ran ([`Error::execution`]); the crate's
-    /// [handling outcomes](crate#handling-outcomes) guide has the table for
-    /// WebSocket and HTTP. The runtime's own error for the job is
-    /// [`Error::Tool`]; the key bound to another intent,
-    /// [`Error::DuplicateKey`]; a request that may have run but whose
-    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
-    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
-    /// refusals before acceptance until the budget ran out,
-    /// [`Error::RetriesExhausted`]; refused credentials,
-    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
-    /// [`Error::Interrupted`].
-    ///
-    /// Dropping the returned future before it resolves stops this client
-    /// from driving the call (see [`Invocation`](crate::Invocation),
-    /// "Dropping a call").
-    pub async fn invoke_tool(&self, tool: &str, args: Value) -> Result<ToolOutput, Error> {
-        self.invoke(tool, args).send().await
     }
 
     /// What the client learned about the runtime in the last handshake:

@@ -33,8 +33,58 @@ pub(crate) fn keep(output: ToolOutput) -> Result<ToolOutput, Error> {
 /// Starting calls: the builder of a new call, and the calls a journal
 /// holds as unfinished.
 impl Client {
-    /// Starts building a call with options (key, deadline, events, cancel).
-    pub fn invoke(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
+    /// Invokes a tool with a fresh idempotency key, retrying across failures
+    /// without ever running it twice: the one way to start a call (typed
+    /// calls go through a [`Tool`](crate::Tool) descriptor).
+    ///
+    /// The returned builder is awaitable as it is (`.await` sends the call
+    /// and waits for its outcome); set options first (an explicit
+    /// [`idempotency_key`](InvokeBuilder::idempotency_key), a
+    /// [`deadline`](InvokeBuilder::deadline), a trace id), or
+    /// [`send`](InvokeBuilder::send) it for an [`Invocation`] whose events,
+    /// job id and cancel are at hand while it runs.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arcp_sdk::Client) -> Result<(), arcp_sdk::Error> {
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    ///
+    /// let out = client.invoke_tool("refund", json!({"order": 4812})).await?;
+    /// println!("{} (replayed: {})", out.value, out.replayed);
+    ///
+    /// let mut call = client
+    ///     .invoke_tool("refund", json!({"order": 4813}))
+    ///     .deadline(Duration::from_secs(30))
+    ///     .send();
+    /// let mut events = call.events();
+    /// tokio::spawn(async move {
+    ///     while let Some(event) = events.next().await {
+    ///         println!("{event:?}");
+    ///     }
+    /// });
+    /// let out = call.await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Everything a call can end with but a result is an [`Error`] that
+    /// says whether the tool ran ([`Error::execution`]); the crate's
+    /// [handling outcomes](crate#handling-outcomes) guide has the table for
+    /// WebSocket and HTTP. The runtime's own error for the job is
+    /// [`Error::Tool`]; the key bound to another intent,
+    /// [`Error::DuplicateKey`]; a request that may have run but whose
+    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
+    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
+    /// refusals before acceptance until the budget ran out,
+    /// [`Error::RetriesExhausted`]; refused credentials,
+    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
+    /// [`Error::Interrupted`]; an invalid key, trace id or option,
+    /// [`Error::InvalidCall`], before anything is sent.
+    ///
+    /// Dropping the call before it resolves stops this client from driving
+    /// it (see [`Invocation`], "Dropping a call").
+    pub fn invoke_tool(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
         InvokeBuilder::new(self.clone(), tool.into(), Ok(args))
     }
 
@@ -69,7 +119,7 @@ impl Client {
     /// [`Error::Journal`] when the journal cannot be read or the claims
     /// cannot be recorded (then nothing is handed out, and nothing was
     /// sent); each recovered call then ends as
-    /// [`Client::invoke_tool`](crate::Client::invoke_tool)'s do, but never
+    /// [`Client::invoke_tool`]'s do, but never
     /// with "did not run".
     ///
     /// ```no_run
@@ -95,10 +145,11 @@ impl Client {
     }
 }
 
-/// Builds one call: `client.invoke(tool, args)...send()`. `Out` is what the
-/// call's result becomes: a JSON [`Value`] by default, any
-/// `DeserializeOwned` type after [`returning`](InvokeBuilder::returning).
-#[must_use = "a call does nothing until sent and awaited"]
+/// Builds one call: `client.invoke_tool(tool, args)`, then options, then
+/// `.await` (or [`send`](InvokeBuilder::send) for an [`Invocation`]). `Out`
+/// is what the call's result becomes: a JSON [`Value`], or the result type
+/// of a [`Tool`](crate::Tool) descriptor.
+#[must_use = "a call does nothing until awaited"]
 pub struct InvokeBuilder<Out = Value> {
     client: Client,
     tool: String,
@@ -172,7 +223,7 @@ impl<Out> InvokeBuilder<Out> {
         self
     }
 
-    /// How long the call may take in all, from [`send`](Self::send):
+    /// How long the call may take in all, from the first poll:
     /// waiting for an in-flight slot, recording it in the journal,
     /// connecting and every retry included. The call ends with
     /// [`Error::DeadlineExceeded`] within milliseconds of it, whatever the
@@ -228,7 +279,7 @@ impl<Out> InvokeBuilder<Out> {
     /// serialize, end the [`Invocation`] with [`Error::InvalidCall`] or
     /// [`Error::ArgumentsEncode`] when it is awaited, before anything is
     /// sent; its other errors are those of
-    /// [`Client::invoke_tool`](crate::Client::invoke_tool).
+    /// [`Client::invoke_tool`].
     pub fn send(self) -> Invocation<Out> {
         let shared = Arc::new(CallShared::default());
         let key_supplied = self.key.is_some();
@@ -299,6 +350,17 @@ impl<Out> InvokeBuilder<Out> {
     }
 }
 
+/// Awaiting the builder sends the call and waits for its outcome:
+/// `client.invoke_tool(tool, args).await` is
+/// `client.invoke_tool(tool, args).send().await`.
+impl<Out> std::future::IntoFuture for InvokeBuilder<Out> {
+    type Output = Result<ToolOutput<Out>, Error>;
+    type IntoFuture = Invocation<Out>;
+    fn into_future(self) -> Invocation<Out> {
+        self.send()
+    }
+}
+
 type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send>>;
 
 /// A call in progress: await it for the outcome (its result as `Out`: a
@@ -309,7 +371,7 @@ type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Se
 /// # Errors
 ///
 /// It resolves to `Err` with the errors of
-/// [`Client::invoke_tool`](crate::Client::invoke_tool); a typed call also
+/// [`Client::invoke_tool`]; a typed call also
 /// with [`Error::ResultDecode`] and [`Error::ArgumentsEncode`].
 ///
 /// # Dropping a call

@@ -32,9 +32,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Calls are typed ([`Tool`], [`Client::invoke_as`]: arguments from any
+//! Calls are typed ([`Tool`]: arguments from any
 //! `Serialize`, results into any `DeserializeOwned`) or JSON
-//! ([`Client::invoke_tool`], [`Client::invoke`]); a typed call is the JSON
+//! ([`Client::invoke_tool`]); a typed call is the JSON
 //! call underneath, with the same keys, retries and replays. Every error
 //! says whether the tool ran ([`Error::execution`]).
 //!
