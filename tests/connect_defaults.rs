@@ -27,7 +27,7 @@ async fn the_default_dialect_reaches_both_runtime_families() {
             .unwrap_or_else(|e| panic!("{dialect}: {e:?}"));
         assert_eq!(out.value, json!({"dialect": dialect.to_string()}));
         assert_eq!(mock.executions("echo"), 1, "{dialect}");
-        assert_eq!(client.runtime().unwrap().dialect, dialect);
+        assert_eq!(client.runtime().unwrap().dialect(), dialect);
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{dialect}: {:?}",
@@ -101,7 +101,7 @@ async fn the_default_dialect_reaches_each_published_runtime() {
             .connect()
             .await
             .unwrap_or_else(|e| panic!("{expected}: {e:?}"));
-        assert_eq!(client.runtime().unwrap().dialect, expected);
+        assert_eq!(client.runtime().unwrap().dialect(), expected);
         client
             .invoke_tool("counter", peer.counter_args(1, 0, "default-dialect"))
             .deadline(Duration::from_secs(10))

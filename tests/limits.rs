@@ -113,7 +113,7 @@ async fn undrained_events_beyond_the_buffer_are_dropped_not_blocking() {
         .await
         .unwrap();
     let client = client(&mock.ws_url(), Dialect::V1_1)
-        .event_buffer(4)
+        .tuning(arcp_sdk::tuning::Tuning::new().event_buffer(4))
         .connect()
         .await
         .unwrap();

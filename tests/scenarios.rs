@@ -403,7 +403,7 @@ async fn auto_dialect_finds_each_published_runtime() {
             .connect()
             .await
             .unwrap();
-        assert_eq!(client.runtime().unwrap().dialect, expected, "{kind:?}");
+        assert_eq!(client.runtime().unwrap().dialect(), expected, "{kind:?}");
         let out = client
             .invoke_tool("echo", json!({"auto": true}))
             .await

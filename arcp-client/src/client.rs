@@ -111,7 +111,7 @@ impl Client {
     }
 
     /// What the client holds now: calls in flight, requests awaiting an
-    /// answer, timers and cached outcomes. Nothing of a finished call stays
+    /// answer and cached outcomes. Nothing of a finished call stays
     /// behind, so once every call ended `calls` and `requests` are zero; a
     /// closed client reports zeros.
     pub async fn stats(&self) -> ClientStats {

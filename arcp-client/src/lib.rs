@@ -187,6 +187,7 @@ mod client;
 #[cfg(feature = "http")]
 mod http;
 mod invocation;
+pub mod tuning;
 mod typed;
 mod ws;
 

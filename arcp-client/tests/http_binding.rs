@@ -44,7 +44,7 @@ async fn a_terminal_envelope_is_the_outcome() {
     let server = MockServer::start().await;
     answer(&server, json_body(result("job_1", json!({"ok": 1}))), 1).await;
     let client = client(&server.uri()).connect().await.unwrap();
-    assert!(client.runtime().unwrap().replays_terminal);
+    assert!(client.runtime().unwrap().replays_terminal());
     let out = client.invoke_tool("echo", json!({"a": 1})).await.unwrap();
     assert_eq!(out.value, json!({"ok": 1}));
     assert_eq!(out.job_id.as_deref(), Some("job_1"));

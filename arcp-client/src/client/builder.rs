@@ -22,6 +22,7 @@ use crate::journal::{Journal, JournalSetup, RecoveryMode, Retention};
 use crate::profile::RuntimeProfile;
 #[cfg(feature = "http")]
 use crate::sync::lock;
+use crate::tuning::Tuning;
 use crate::ws::{self, Core};
 
 use super::{Client, Inner};
@@ -86,15 +87,6 @@ impl ClientBuilder {
         self
     }
 
-    /// The most bytes of outcomes (results and errors, as held) the
-    /// outcome cache keeps (default 16 MiB), besides its entry count
-    /// ([`outcome_cache`](Self::outcome_cache)); the oldest go first. An
-    /// outcome larger than this is not cached.
-    pub fn outcome_cache_bytes(mut self, bytes: usize) -> Self {
-        self.config.outcome_cache_bytes = bytes;
-        self
-    }
-
     /// The most bytes of frames that may wait for the connection's writer
     /// (default 32 MiB, and never less than
     /// [`max_frame_size`](Self::max_frame_size)). A runtime that stops
@@ -103,16 +95,6 @@ impl ClientBuilder {
     /// with their keys, on a new one.
     pub fn max_outbox_bytes(mut self, bytes: usize) -> Self {
         self.config.max_outbox_bytes = bytes;
-        self
-    }
-
-    /// The most bytes of events a watched call buffers for its watcher
-    /// ([`Invocation::events`](crate::Invocation::events); default 4 MiB),
-    /// besides [`event_buffer`](Self::event_buffer)'s count. Events past
-    /// either bound are dropped while the watcher lags (one event is always
-    /// taken into an empty buffer).
-    pub fn event_buffer_bytes(mut self, bytes: usize) -> Self {
-        self.config.event_buffer_bytes = bytes;
         self
     }
 
@@ -174,22 +156,6 @@ impl ClientBuilder {
         self
     }
 
-    /// Over WebSocket, the longest the connection task keeps polling for
-    /// the reply to the only call in flight instead of sleeping (default
-    /// 100 us; `Duration::ZERO` turns it off). It polls only while recent
-    /// lone calls have ended sooner than this, for up to twice their
-    /// usual time: a runtime that answers within microseconds (on the same
-    /// host or LAN) answers a lone call up to twice as fast, since a
-    /// sleeping thread (above all on a virtual machine) is slow to wake.
-    /// Several calls at once never spin, and against a runtime slower than
-    /// the limit only the first call after faster ones does. The cost is
-    /// that CPU time: at most this long per call sent, and only while the
-    /// call waits.
-    pub fn spin_limit(mut self, limit: Duration) -> Self {
-        self.config.spin_limit = limit;
-        self
-    }
-
     /// How long [`cancel`](crate::CallHandle::cancel) waits for the
     /// runtime's confirmation before reporting
     /// [`CancelOutcome::Dispatched`](crate::CancelOutcome::Dispatched) (or
@@ -247,19 +213,19 @@ impl ClientBuilder {
         self
     }
 
-    /// Events buffered per call for [`crate::Invocation::events`] (default 256).
-    pub fn event_buffer(mut self, n: usize) -> Self {
-        self.config.event_buffer = n.max(1);
-        self
-    }
-
-    /// Capacity and time-to-live of the cache of terminal outcomes by key
-    /// (default 1024 entries, 10 minutes). A repeated call with a cached key
-    /// is answered locally, even against runtimes that replay only
-    /// `job.accepted`. A capacity of 0 disables the cache.
-    pub fn outcome_cache(mut self, capacity: usize, ttl: Duration) -> Self {
-        self.config.outcome_cache_capacity = capacity;
-        self.config.outcome_cache_ttl = ttl;
+    /// Performance and memory knobs ([`tuning`](crate::tuning): polling for
+    /// replies, event and outcome buffers); the knobs `tuning` leaves unset
+    /// keep their defaults.
+    pub fn tuning(mut self, tuning: Tuning) -> Self {
+        let c = &mut self.config;
+        c.spin_limit = tuning.spin_limit.unwrap_or(c.spin_limit);
+        c.event_buffer = tuning.event_buffer.unwrap_or(c.event_buffer);
+        c.event_buffer_bytes = tuning.event_buffer_bytes.unwrap_or(c.event_buffer_bytes);
+        if let Some((capacity, ttl)) = tuning.outcome_cache {
+            c.outcome_cache_capacity = capacity;
+            c.outcome_cache_ttl = ttl;
+        }
+        c.outcome_cache_bytes = tuning.outcome_cache_bytes.unwrap_or(c.outcome_cache_bytes);
         self
     }
 
@@ -515,5 +481,34 @@ mod tests {
         }
         assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
         assert!(check_ws_url("WSS://example.com").is_ok());
+    }
+
+    #[test]
+    fn tuning_sets_only_the_knobs_it_names() {
+        let default = ClientBuilder::new("ws://127.0.0.1:7777/arcp");
+        let tuned = default
+            .clone()
+            .tuning(Tuning::new().spin_limit(Duration::ZERO).event_buffer(0));
+        assert_eq!(tuned.config.spin_limit, Duration::ZERO);
+        assert_eq!(tuned.config.event_buffer, 1, "at least one event");
+        assert_eq!(
+            tuned.config.event_buffer_bytes,
+            default.config.event_buffer_bytes
+        );
+        assert_eq!(
+            (
+                tuned.config.outcome_cache_capacity,
+                tuned.config.outcome_cache_ttl
+            ),
+            (
+                default.config.outcome_cache_capacity,
+                default.config.outcome_cache_ttl
+            )
+        );
+        let tuned = default
+            .clone()
+            .tuning(Tuning::new().outcome_cache(0, Duration::from_secs(1)));
+        assert_eq!(tuned.config.outcome_cache_capacity, 0);
+        assert_eq!(tuned.config.spin_limit, default.config.spin_limit);
     }
 }

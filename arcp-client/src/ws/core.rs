@@ -454,7 +454,6 @@ impl Core {
         ClientStats {
             calls: self.calls.len(),
             requests: self.requests.len(),
-            timers: self.timers.len(),
             cached_outcomes: self.cache.len(),
         }
     }
