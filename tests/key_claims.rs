@@ -97,10 +97,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     let gateway = Gateway::start(mock.http_address(), || Move::Refuse(404))
         .await
         .unwrap();
-    let second = client(&gateway.url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let second = client(&gateway.url(), Dialect::V1_1).connect_lazy();
     let err = second
         .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
@@ -129,7 +126,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/arcp", closed.local_addr().unwrap());
     drop(closed);
-    let third = client(&url, Dialect::V1_1).connect_lazy().await.unwrap();
+    let third = client(&url, Dialect::V1_1).connect_lazy();
     let err = third
         .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())

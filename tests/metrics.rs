@@ -156,16 +156,10 @@ async fn run_seed(seed: u64, snapshotter: &Snapshotter) {
         builder
     };
     let mock = builder.start().await.unwrap();
-    let first = client(&mock.ws_url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let first = client(&mock.ws_url(), Dialect::V1_1).connect_lazy();
     // Another process with the same keys: no shared cache, so the runtime
     // answers its repeats with stored terminals.
-    let other = client(&mock.ws_url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let other = client(&mock.ws_url(), Dialect::V1_1).connect_lazy();
     let client = first;
     let mut events = client.events();
     let mut other_events = other.events();

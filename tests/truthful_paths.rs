@@ -201,9 +201,7 @@ async fn a_journaled_key_re_issued_by_a_new_process_may_have_run() {
     });
     let b = client(&mock.ws_url(), Dialect::V1_1)
         .journal_path(&path)
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let err = b
         .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
@@ -275,9 +273,7 @@ async fn not_run_is_said_only_once_the_journal_records_it() {
     };
     let client: Client = client(&mock.ws_url(), Dialect::V1_1)
         .journal(journal)
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let err = client
         .invoke_tool("refund", json!({"order": 5}))
         .deadline(Duration::from_millis(200))
@@ -311,9 +307,7 @@ async fn one_callers_give_up_does_not_end_the_record_another_drives() {
     });
     let client = client(&mock.ws_url(), Dialect::V1_1)
         .journal(MemoryJournal::new())
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let key = IdempotencyKey::new();
     let args = json!({"order": 6});
     let patient = tokio::spawn({

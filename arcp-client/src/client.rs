@@ -6,6 +6,7 @@
 
 mod builder;
 mod dispatch;
+mod lazy_journal;
 
 pub use builder::ClientBuilder;
 
@@ -27,12 +28,14 @@ use crate::error::{Error, Execution};
 use crate::fate::LiveKeys;
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef};
-use crate::journal::{JournalEntry, JournalHandle, RecoveryMode};
+use crate::journal::{JournalEntry, RecoveryMode};
 use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::CallShared;
 use crate::stats::ClientStats;
 use crate::sync::lock;
+
+use lazy_journal::LazyJournal;
 
 struct Inner {
     config: Arc<Config>,
@@ -43,8 +46,12 @@ struct Inner {
     /// Built on first use: most clients never fetch an artifact.
     #[cfg(feature = "http")]
     artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
-    /// The invocation journal, when configured.
-    journal: Option<JournalHandle>,
+    /// The invocation journal, when configured (opened on first use after
+    /// `connect_lazy`).
+    journal: LazyJournal,
+    /// Why this client can never call (a lazily built client whose
+    /// configuration cannot work): every call ends with this error.
+    broken: Option<Error>,
     /// The keys with calls in flight, for callers that share a key.
     live_keys: LiveKeys,
     /// Where the connection task announces connection events.
@@ -127,7 +134,7 @@ impl Client {
     /// this client then fail with `JOURNAL_CLOSED`.
     pub async fn close(&self) {
         self.inner.backend.close().await;
-        if let Some(journal) = &self.inner.journal {
+        if let Some(journal) = self.inner.journal.as_ref() {
             journal.close().await;
         }
     }
@@ -135,7 +142,7 @@ impl Client {
     /// The unfinished calls the journal hands this client to re-drive
     /// ([`Client::recover`]); none without a journal.
     pub(crate) async fn claim_unfinished(&self) -> Result<Vec<JournalEntry>, Error> {
-        let Some(journal) = &self.inner.journal else {
+        let Some(journal) = self.inner.journal.get().await? else {
             return Ok(Vec::new());
         };
         journal.unfinished().await
@@ -144,7 +151,7 @@ impl Client {
     /// Nobody here drives `key` any more: its record stays unfinished, and
     /// a shared journal lets another worker claim it now.
     pub(crate) fn release_claim(&self, key: &IdempotencyKey) {
-        if let Some(journal) = &self.inner.journal {
+        if let Some(journal) = self.inner.journal.as_ref() {
             journal.release(key);
         }
     }
@@ -158,9 +165,10 @@ impl Client {
     ///
     /// [`Error::Journal`] when the journal cannot be read (closed with the
     /// client: `JOURNAL_CLOSED`; a database that cannot be reached:
-    /// `JOURNAL_UNAVAILABLE`).
+    /// `JOURNAL_UNAVAILABLE`), or, for a client built with
+    /// [`connect_lazy`](ClientBuilder::connect_lazy), could not be opened.
     pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, Error> {
-        match &self.inner.journal {
+        match self.inner.journal.get().await? {
             Some(journal) => journal.lookup(key).await,
             None => Ok(None),
         }
@@ -175,7 +183,7 @@ impl Client {
     /// [`Error::Journal`] when the journal cannot be written (as for
     /// [`Client::lookup`]).
     pub async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
-        match &self.inner.journal {
+        match self.inner.journal.get().await? {
             Some(journal) => journal.discard(key).await,
             None => Ok(false),
         }
@@ -183,10 +191,12 @@ impl Client {
 
     /// Starts what a new client does in the background (automatic recovery).
     fn started(self) -> Self {
-        if let Some(journal) = &self.inner.journal {
-            if journal.recovery() == RecoveryMode::Automatic {
-                spawn_recovery(self.clone());
-            }
+        let journal = &self.inner.journal;
+        if journal.is_some()
+            && journal.recovery() == RecoveryMode::Automatic
+            && self.inner.broken.is_none()
+        {
+            spawn_recovery(self.clone());
         }
         self
     }

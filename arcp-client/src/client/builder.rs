@@ -25,6 +25,7 @@ use crate::sync::lock;
 use crate::tuning::Tuning;
 use crate::ws::{self, Core};
 
+use super::lazy_journal::LazyJournal;
 use super::{Client, Inner};
 
 mod credentials;
@@ -327,83 +328,150 @@ impl ClientBuilder {
     /// handshake, so only the URL and token format are checked here; a
     /// wrong address or token shows on the first call.
     pub async fn connect(self) -> Result<Client, Error> {
-        Ok(self.start(true).await?.started())
-    }
-
-    /// Returns a client at once, without connecting (as tonic's
-    /// `connect_lazy`): the first call dials, and every call waits for the
-    /// connection within its own deadline. Fails only on a configuration
-    /// that can never work (a bad URL, an invalid token) or a journal that
-    /// cannot be opened. Must be called within a Tokio runtime.
-    pub async fn connect_lazy(self) -> Result<Client, Error> {
-        Ok(self.start(false).await?.started())
-    }
-
-    /// Starts the backend, waits for the first session when `wait_ready`,
-    /// then opens the journal (so a failed connect leaves the journal to
-    /// the next attempt).
-    async fn start(self, wait_ready: bool) -> Result<Client, Error> {
-        crate::credentials::checked_headers(&self.config)?;
-        let config = Arc::new(self.config);
-        crate::cleartext::check_cleartext_credential(
-            &config.url,
-            config.token.is_some()
-                || config.token_provider.is_some()
-                || crate::cleartext::url_has_credentials(&config.url),
-            config.allow_insecure_token,
-        )?;
-        let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
-        let profile = Arc::new(Mutex::new(None));
-        let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
-        let backend = if is_http_url(&config.url) {
-            http_backend(&config, &profile)?
-        } else {
-            check_ws_url(&config.url)?;
-            let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
-            let (ready_tx, ready_rx) = oneshot::channel();
-            let ready = wait_ready.then_some(ready_tx);
-            let core = Core::new(
-                config.clone(),
-                ready,
-                profile.clone(),
-                events.clone(),
-                Instant::now(),
-            );
-            let dialect = core.dialect_hint();
-            tokio::spawn(ws::run(config.clone(), rx, core));
-            let backend = Backend::Ws { tx, dialect };
-            if wait_ready {
-                let first = ready_rx.await.unwrap_or(Err(Error::Closed));
-                if let Err(e) = first {
-                    backend.close().await;
-                    return Err(e);
-                }
+        let max_in_flight = self.config.max_in_flight;
+        let mut started = start_backend(Arc::new(self.config), true)?;
+        if let Some(ready) = started.ready.take() {
+            let first = ready.await.unwrap_or(Err(Error::Closed));
+            if let Err(e) = first {
+                started.backend.close().await;
+                return Err(e);
             }
-            backend
-        };
+        }
         // A corrupt, foreign or locked journal fails here (and the backend
-        // closes with the client).
-        let journal = match self.journal.open(config.max_in_flight).await {
+        // closes with the client); opened after the first session, so a
+        // failed connect leaves the journal to the next attempt.
+        let journal = match self.journal.open(max_in_flight).await {
             Ok(journal) => journal,
             Err(e) => {
-                backend.close().await;
+                started.backend.close().await;
                 return Err(e);
             }
         };
-        Ok(Client {
+        Ok(started
+            .into_client(LazyJournal::opened(journal), None)
+            .started())
+    }
+
+    /// Returns a client at once, without connecting and without waiting (as
+    /// tonic's `Endpoint::connect_lazy`): the first call dials, and every
+    /// call waits for the connection within its own deadline. The journal,
+    /// if any, is opened on first use (at once in the background with
+    /// [`RecoveryMode::Automatic`]).
+    ///
+    /// It cannot fail: what `connect` would refuse at once (a bad URL, an
+    /// invalid token or header, a token over cleartext, no Tokio runtime
+    /// to run in) ends every call of the client with that error instead,
+    /// and a journal that cannot be opened ends every call, and
+    /// [`Client::recover`], [`Client::lookup`] and [`Client::discard`], with
+    /// the [`Error::Journal`] naming it. None of these sent anything.
+    pub fn connect_lazy(self) -> Client {
+        let config = Arc::new(self.config);
+        let journal = LazyJournal::deferred(self.journal, config.max_in_flight);
+        let started = match tokio::runtime::Handle::try_current() {
+            Ok(_) => start_backend(config.clone(), false),
+            Err(_) => Err(Error::Connect {
+                url: crate::config::shown_url(&config.url),
+                message: "connect_lazy was called outside a Tokio runtime: build the client \
+                          within one"
+                    .into(),
+                retryable: false,
+                source: None,
+            }),
+        };
+        match started {
+            Ok(started) => started.into_client(journal, None).started(),
+            Err(e) => Started::unusable(config).into_client(journal, Some(e)),
+        }
+    }
+}
+
+/// A client's transport, started; what `connect` still waits for.
+struct Started {
+    config: Arc<Config>,
+    backend: Backend,
+    profile: Arc<Mutex<Option<RuntimeProfile>>>,
+    events: tokio::sync::broadcast::Sender<crate::connection_events::ConnectionEvent>,
+    /// The first session's outcome, when asked for.
+    ready: Option<oneshot::Receiver<Result<RuntimeProfile, Error>>>,
+}
+
+impl Started {
+    /// A transport for a client whose configuration can never work: no
+    /// connection task, so its calls (refused before they reach it) have
+    /// nowhere to go, and closing it does nothing.
+    fn unusable(config: Arc<Config>) -> Started {
+        let (tx, _) = mpsc::channel(1);
+        Started {
+            config,
+            backend: Backend::Ws {
+                tx,
+                dialect: Default::default(),
+            },
+            profile: Arc::new(Mutex::new(None)),
+            events: tokio::sync::broadcast::channel(1).0,
+            ready: None,
+        }
+    }
+
+    fn into_client(self, journal: LazyJournal, broken: Option<Error>) -> Client {
+        Client {
             inner: Arc::new(Inner {
-                in_flight,
-                config,
-                backend,
-                profile,
+                in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+                config: self.config,
+                backend: self.backend,
+                profile: self.profile,
                 #[cfg(feature = "http")]
                 artifacts: OnceLock::new(),
                 journal,
+                broken,
                 live_keys: LiveKeys::default(),
-                events,
+                events: self.events,
             }),
-        })
+        }
     }
+}
+
+/// Checks the configuration and starts the backend for the URL's scheme;
+/// with `wait_ready`, the first session's outcome is to be awaited.
+fn start_backend(config: Arc<Config>, wait_ready: bool) -> Result<Started, Error> {
+    crate::credentials::checked_headers(&config)?;
+    crate::cleartext::check_cleartext_credential(
+        &config.url,
+        config.token.is_some()
+            || config.token_provider.is_some()
+            || crate::cleartext::url_has_credentials(&config.url),
+        config.allow_insecure_token,
+    )?;
+    let profile = Arc::new(Mutex::new(None));
+    let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
+    let mut ready = None;
+    let backend = if is_http_url(&config.url) {
+        http_backend(&config, &profile)?
+    } else {
+        check_ws_url(&config.url)?;
+        let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        if wait_ready {
+            ready = Some(ready_rx);
+        }
+        let core = Core::new(
+            config.clone(),
+            wait_ready.then_some(ready_tx),
+            profile.clone(),
+            events.clone(),
+            Instant::now(),
+        );
+        let dialect = core.dialect_hint();
+        tokio::spawn(ws::run(config.clone(), rx, core));
+        Backend::Ws { tx, dialect }
+    };
+    Ok(Started {
+        config,
+        backend,
+        profile,
+        events,
+        ready,
+    })
 }
 
 /// The HTTP binding's backend; its runtime profile is known without a
