@@ -95,6 +95,9 @@ pub(crate) struct DialPlan {
     /// Dialects to try, in order (two in `Auto` before the first session).
     pub(crate) dialects: Vec<Dialect>,
     pub(crate) resume: Option<ResumeRequest>,
+    /// The client had a session before (then a host that no longer
+    /// resolves is a transient failure).
+    pub(crate) had_session: bool,
 }
 
 /// A completed handshake.
@@ -303,6 +306,7 @@ impl Core {
         Some(DialPlan {
             dialects,
             resume: self.session.resume_request(),
+            had_session: self.session.dialect.is_some(),
         })
     }
 
