@@ -206,8 +206,12 @@ impl Client {
     /// [`ClientBuilder::max_artifact_size`] bytes, and exactly the reference's
     /// `size` and `sha256` when it gives them. Transient failures are
     /// retried with the client's [`RetryPolicy`](crate::RetryPolicy); the
-    /// client's default deadline bounds the whole fetch. The bearer token is
-    /// sent only to URIs on the runtime's own origin.
+    /// client's default deadline bounds the whole fetch. The bearer token
+    /// (or, with [`ClientBuilder::token_provider`], a token the provider
+    /// gives for each request) is sent only to URIs on the runtime's own
+    /// origin; requests go through the client's proxy
+    /// ([`ClientBuilder::proxy`], [`ClientBuilder::no_proxy`], else the
+    /// environment's).
     ///
     /// # Errors
     ///
