@@ -36,7 +36,8 @@
 //! `Serialize`, results into any `DeserializeOwned`) or JSON
 //! ([`Client::invoke_tool`]); a typed call is the JSON
 //! call underneath, with the same keys, retries and replays. Every error
-//! says whether the tool ran ([`Error::execution`]).
+//! says whether the tool ran ([`Error::execution`]). The knobs that trade
+//! CPU time and memory, not behaviour, are in [`tuning`].
 //!
 //! Keys in memory survive network failures, not a crash of the caller's
 //! process. With a journal (`ClientBuilder::journal_path`, a SQLite file)
