@@ -108,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // id) and does not run it again; this runtime still keeps the result to
     // itself, so it is its job records, by job id, that hold the answer.
     let later = client
-        .invoke("refund", json!({"order": 4812}))
+        .invoke_tool("refund", json!({"order": 4812}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_secs(1))
         .send()

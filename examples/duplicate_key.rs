@@ -31,7 +31,7 @@ async fn main() -> Result<(), Error> {
     let key = IdempotencyKey::try_from("refund-order-4812").expect("printable ASCII");
     let refund = |cents: u64| {
         client
-            .invoke("refund", json!({"order": 4812, "cents": cents}))
+            .invoke_tool("refund", json!({"order": 4812, "cents": cents}))
             .idempotency_key(key.clone())
             .send()
     };
@@ -56,7 +56,7 @@ async fn main() -> Result<(), Error> {
     // runtime itself refuses the conflicting intent.
     let other = Client::builder(mock.ws_url()).connect().await?;
     let remote = other
-        .invoke("refund", json!({"order": 4812, "cents": 5000}))
+        .invoke_tool("refund", json!({"order": 4812, "cents": 5000}))
         .idempotency_key(key.clone())
         .send()
         .await;
@@ -77,7 +77,7 @@ async fn main() -> Result<(), Error> {
     // Fix A: it is the same refund after all. Same key, same arguments: safe,
     // and answered with the stored outcome of the one execution.
     let again = client
-        .invoke("refund", json!({"order": 4812, "cents": 500}))
+        .invoke_tool("refund", json!({"order": 4812, "cents": 500}))
         .idempotency_key(key.clone())
         .send()
         .await?;
@@ -91,7 +91,7 @@ async fn main() -> Result<(), Error> {
     let args = json!({"order": 4812, "cents": 5000, "reason": "second refund"});
     let new_key = IdempotencyKey::derive("orders", "refund", &args);
     let second = other
-        .invoke("refund", args)
+        .invoke_tool("refund", args)
         .idempotency_key(new_key.clone())
         .send()
         .await?;

@@ -39,7 +39,7 @@ async fn main() -> Result<(), Error> {
     let args = json!({"order": 4812, "cents": 500});
     for round in 1..=2 {
         let out = client
-            .invoke("refund", args.clone())
+            .invoke_tool("refund", args.clone())
             .idempotency_key(key.clone())
             .send()
             .await?;
@@ -64,7 +64,7 @@ async fn main() -> Result<(), Error> {
         cents: 1250,
     };
     let first = REFUND
-        .invoke(&client, &args)
+        .call(&client, &args)
         .idempotency_key(REFUND.derive_key("orders", &args)?)
         .send()
         .await?;
@@ -90,7 +90,7 @@ async fn main() -> Result<(), Error> {
         IdempotencyKey::derive("orders", "refund", &json!({"cents": 1250, "order": 4813}))
     );
     let second = REFUND
-        .invoke(&client, &same_args)
+        .call(&client, &same_args)
         .idempotency_key(REFUND.derive_key("orders", &same_args)?)
         .send()
         .await?;

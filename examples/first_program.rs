@@ -51,7 +51,7 @@ async fn main() -> Result<(), Error> {
     // deadline, and the job's progress events while it runs.
     let key = REFUND.derive_key("orders", &args)?;
     let mut call = REFUND
-        .invoke(&client, &args)
+        .call(&client, &args)
         .idempotency_key(key)
         .deadline(Duration::from_secs(30))
         .send();
@@ -67,11 +67,10 @@ async fn main() -> Result<(), Error> {
         out.value.refunded, out.replayed
     );
 
-    // Without a descriptor: any `Serialize` in, any `DeserializeOwned` out;
-    // or JSON in and out with `invoke_tool`.
+    // Without a descriptor: JSON in and out.
     let out = client
-        .invoke_as::<Refunded>("refund", &serde_json::json!({"order": 4813, "cents": 100}))
+        .invoke_tool("refund", serde_json::json!({"order": 4813, "cents": 100}))
         .await?;
-    println!("refunded order {}", out.value.refunded);
+    println!("refunded: {}", out.value);
     Ok(())
 }

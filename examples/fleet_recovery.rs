@@ -142,7 +142,7 @@ async fn worker_a(runtime: &str, db: &str, run: &str) -> Result<(), Error> {
     let mut handles = Vec::new();
     for i in 0..REFUNDS {
         let call = client
-            .invoke("refund", json!({"order": 1000 + i, "cents": 2500}))
+            .invoke_tool("refund", json!({"order": 1000 + i, "cents": 2500}))
             .key_str(format!("refund-{run}-{i}"))
             .send();
         handles.push(call.handle());

@@ -40,7 +40,7 @@ async fn main() -> Result<(), Error> {
         .await?;
     let key = IdempotencyKey::try_from("refund-order-4812").expect("printable ASCII");
     let out = client
-        .invoke("refund", json!({"order": 4812}))
+        .invoke_tool("refund", json!({"order": 4812}))
         .idempotency_key(key.clone())
         .send()
         .await?;
@@ -68,7 +68,7 @@ async fn main() -> Result<(), Error> {
     // refusal comes from the runtime rather than the client's outcome cache.)
     let other = Client::builder(mock.http_url()).connect().await?;
     let refused = other
-        .invoke("refund", json!({"order": 9999}))
+        .invoke_tool("refund", json!({"order": 9999}))
         .idempotency_key(key.clone())
         .send()
         .await;

@@ -160,7 +160,7 @@ async fn child(role: &str, url: &str, journal: &Path) -> Result<(), Error> {
         .await?;
     if role == "invoke" {
         let call = client
-            .invoke("charge", json!({"card": "4242", "cents": 1999}))
+            .invoke_tool("charge", json!({"card": "4242", "cents": 1999}))
             .send();
         let key = call.key().cloned().expect("a fresh key");
         say(&format!(

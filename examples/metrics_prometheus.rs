@@ -46,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for order in 0..40 {
         let key = IdempotencyKey::new();
         let _ = client
-            .invoke("refund", json!({"order": order}))
+            .invoke_tool("refund", json!({"order": order}))
             .idempotency_key(key.clone())
             .send()
             .await;
@@ -56,14 +56,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // key reused for another intent (refused: DUPLICATE_KEY).
     for (key, order) in keys.iter().take(5) {
         let _ = client
-            .invoke("refund", json!({"order": order}))
+            .invoke_tool("refund", json!({"order": order}))
             .idempotency_key(key.clone())
             .send()
             .await;
     }
     if let Some((key, _)) = keys.first() {
         let _ = client
-            .invoke("refund", json!({"order": -1}))
+            .invoke_tool("refund", json!({"order": -1}))
             .idempotency_key(key.clone())
             .send()
             .await;

@@ -1,6 +1,6 @@
 //! Streaming the progress and log events of one call while awaiting its result.
 //!
-//! `client.invoke(..).send()` returns an `Invocation`: a future of the outcome
+//! `client.invoke_tool(..).send()` returns an `Invocation`: a future of the outcome
 //! that also hands out the call's event stream (`call.events()`, taken before
 //! awaiting) and a cloneable handle (`call.handle()`) to read the job id from
 //! another task. Events are typed with `event.typed()` (progress, log, metric,
@@ -39,7 +39,7 @@ async fn main() -> Result<(), Error> {
 
     let started = Instant::now();
     let mut call = client
-        .invoke("reindex", json!({"shards": 5}))
+        .invoke_tool("reindex", json!({"shards": 5}))
         .deadline(Duration::from_secs(10))
         .send();
     let mut events = call.events();

@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         order: 4812,
         cents: 500,
     };
-    let mut call = REFUND.invoke(&client, &order).send();
+    let mut call = REFUND.call(&client, &order).send();
     let key = call
         .key()
         .cloned()

@@ -36,7 +36,7 @@ async fn a_watched_call_gets_every_event_whole_beside_unwatched_calls() {
                 tokio::spawn(async move { client.invoke_tool("chatty", json!({"n": n})).await })
             })
             .collect();
-        let mut call = client.invoke("chatty", json!({"n": 100})).send();
+        let mut call = client.invoke_tool("chatty", json!({"n": 100})).send();
         let mut events = call.events();
         let out = call.await.unwrap();
         assert_eq!(out.value, json!({"n": 100}), "{dialect}");

@@ -46,7 +46,7 @@ async fn chaos(dialect: Dialect, policy: ReplayPolicy, calls: usize, seed: u64) 
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
             let out = client
-                .invoke("refund", json!({"order": i}))
+                .invoke_tool("refund", json!({"order": i}))
                 .deadline(deadline)
                 .send()
                 .await;

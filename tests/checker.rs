@@ -495,9 +495,7 @@ async fn second_caller(
     keys: &[IdempotencyKey],
     ended: &mut Vec<(usize, Ended)>,
 ) {
-    let Ok(client) = client_builder(plan, url).connect_lazy().await else {
-        return;
-    };
+    let client = client_builder(plan, url).connect_lazy();
     let mut tasks = Vec::new();
     for (i, end) in ended.iter() {
         let ran = match &end.outcome {
@@ -917,7 +915,7 @@ fn start_call(
         let started = Instant::now();
         let generated = key.is_none();
         let mut builder = client
-            .invoke(call.tool, json!({"v": call.v, "ms": call.ms}))
+            .invoke_tool(call.tool, json!({"v": call.v, "ms": call.ms}))
             .deadline(call.deadline);
         if let Some(key) = key {
             builder = builder.idempotency_key(key);
@@ -1017,7 +1015,7 @@ async fn run(plan: Plan) -> Vec<String> {
         builder = builder.journal(Faulty::new(opened, j, plan.seed ^ 0x10, outage));
     }
     let client = if plan.lazy {
-        builder.connect_lazy().await
+        Ok(builder.connect_lazy())
     } else {
         builder.connect().await
     };
@@ -1145,9 +1143,7 @@ async fn second_client(
     ended: &mut Vec<(usize, Ended)>,
 ) {
     let builder = client_builder(plan, url).journal(journal);
-    let Ok(client) = builder.connect_lazy().await else {
-        return;
-    };
+    let client = builder.connect_lazy();
     let mut tasks = Vec::new();
     for (i, end) in ended.iter() {
         if end

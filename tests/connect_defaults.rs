@@ -20,14 +20,14 @@ async fn the_default_dialect_reaches_both_runtime_families() {
         let started = Instant::now();
         let client = Client::builder(mock.ws_url()).connect().await.unwrap();
         let out = client
-            .invoke("echo", json!({"dialect": dialect.to_string()}))
+            .invoke_tool("echo", json!({"dialect": dialect.to_string()}))
             .deadline(Duration::from_secs(10))
             .send()
             .await
             .unwrap_or_else(|e| panic!("{dialect}: {e:?}"));
         assert_eq!(out.value, json!({"dialect": dialect.to_string()}));
         assert_eq!(mock.executions("echo"), 1, "{dialect}");
-        assert_eq!(client.runtime().unwrap().dialect, dialect);
+        assert_eq!(client.runtime().unwrap().dialect(), dialect);
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{dialect}: {:?}",
@@ -66,13 +66,10 @@ async fn a_host_that_does_not_exist_fails_connect_at_once() {
 #[tokio::test]
 async fn a_call_to_a_host_that_does_not_exist_ends_at_once() {
     let host = "no-such-host.invalid";
-    let client = Client::builder(format!("ws://{host}:7777/arcp"))
-        .connect_lazy()
-        .await
-        .unwrap();
+    let client = Client::builder(format!("ws://{host}:7777/arcp")).connect_lazy();
     let started = Instant::now();
     let err = client
-        .invoke("echo", json!({}))
+        .invoke_tool("echo", json!({}))
         .deadline(Duration::from_secs(30))
         .send()
         .await
@@ -101,9 +98,9 @@ async fn the_default_dialect_reaches_each_published_runtime() {
             .connect()
             .await
             .unwrap_or_else(|e| panic!("{expected}: {e:?}"));
-        assert_eq!(client.runtime().unwrap().dialect, expected);
+        assert_eq!(client.runtime().unwrap().dialect(), expected);
         client
-            .invoke("counter", peer.counter_args(1, 0, "default-dialect"))
+            .invoke_tool("counter", peer.counter_args(1, 0, "default-dialect"))
             .deadline(Duration::from_secs(10))
             .send()
             .await

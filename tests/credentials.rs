@@ -94,7 +94,7 @@ async fn a_reconnect_after_expiry_uses_a_refreshed_token_and_the_tool_runs_once(
         .unwrap();
     mock.inject(Fault::DropAfterAccepted);
     let out = client
-        .invoke("refund", json!({"order": 7, "ms": 50}))
+        .invoke_tool("refund", json!({"order": 7, "ms": 50}))
         .deadline(Duration::from_secs(10))
         .send()
         .await

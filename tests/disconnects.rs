@@ -40,7 +40,7 @@ async fn run(
         Point::MidEvents => {}
     }
     let mut call = client
-        .invoke("refund", json!({"order": 1, "steps": 4, "ms": 40}))
+        .invoke_tool("refund", json!({"order": 1, "steps": 4, "ms": 40}))
         .send();
     let mut events = call.events();
     let run = tokio::spawn(call);
@@ -128,7 +128,7 @@ async fn during_resume() {
         .await
         .unwrap();
     let mut call = client
-        .invoke("refund", json!({"order": 2, "steps": 4, "ms": 40}))
+        .invoke_tool("refund", json!({"order": 2, "steps": 4, "ms": 40}))
         .send();
     let mut events = call.events();
     let run = tokio::spawn(call);
@@ -195,7 +195,7 @@ async fn cut_while_disconnected_long_enough_gives_up_in_the_budget() {
         .await
         .unwrap();
     let mut call = client
-        .invoke("refund", json!({"order": 4, "steps": 50, "ms": 50}))
+        .invoke_tool("refund", json!({"order": 4, "steps": 50, "ms": 50}))
         .send();
     let mut events = call.events();
     let run = tokio::spawn(call);

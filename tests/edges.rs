@@ -73,7 +73,7 @@ async fn a_deadline_holds_while_the_task_reconnects() {
         .await
         .unwrap();
     let call = client
-        .invoke("refund", json!({"order": 2, "steps": 20, "ms": 100}))
+        .invoke_tool("refund", json!({"order": 2, "steps": 20, "ms": 100}))
         .deadline(Duration::from_secs(1))
         .send();
     let started = Instant::now();
@@ -113,7 +113,7 @@ async fn a_deadline_covers_waiting_for_an_in_flight_slot() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     let err = client
-        .invoke("echo", json!({"n": 2}))
+        .invoke_tool("echo", json!({"n": 2}))
         .deadline(Duration::from_millis(300))
         .send()
         .await
@@ -142,14 +142,14 @@ async fn an_idless_error_after_a_cancel_reaches_its_call() {
         .unwrap();
     let key = IdempotencyKey::new();
     first
-        .invoke("echo", json!({"a": 1}))
+        .invoke_tool("echo", json!({"a": 1}))
         .idempotency_key(key.clone())
         .send()
         .await
         .unwrap();
     // A long call, cancelled; the runtime does not confirm the cancel.
     let long = first
-        .invoke("refund", json!({"order": 3, "steps": 10, "ms": 100}))
+        .invoke_tool("refund", json!({"order": 3, "steps": 10, "ms": 100}))
         .send();
     let handle = long.handle();
     let long = tokio::spawn(long);
@@ -163,7 +163,7 @@ async fn an_idless_error_after_a_cancel_reaches_its_call() {
         .unwrap();
     let started = Instant::now();
     let err = other
-        .invoke("echo", json!({"a": 2}))
+        .invoke_tool("echo", json!({"a": 2}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -191,7 +191,7 @@ async fn a_replayed_retryable_tool_error_is_terminal() {
         .await
         .unwrap();
     let e1 = first
-        .invoke("fail", args.clone())
+        .invoke_tool("fail", args.clone())
         .idempotency_key(key.clone())
         .send()
         .await
@@ -205,7 +205,7 @@ async fn a_replayed_retryable_tool_error_is_terminal() {
         .await
         .unwrap();
     let e2 = second
-        .invoke("fail", args)
+        .invoke_tool("fail", args)
         .idempotency_key(key.clone())
         .send()
         .await
@@ -233,7 +233,7 @@ async fn a_cached_tool_error_is_marked_replayed() {
     let key = IdempotencyKey::new();
     for replayed in [false, true] {
         let err = client
-            .invoke("fail", json!({}))
+            .invoke_tool("fail", json!({}))
             .idempotency_key(key.clone())
             .send()
             .await
@@ -287,7 +287,7 @@ async fn a_refused_reconnect_after_acceptance_keeps_the_key_and_job() {
         });
         mock.inject(Fault::DropAfterAccepted);
         let err = client
-            .invoke("refund", json!({"order": 6, "ms": 50}))
+            .invoke_tool("refund", json!({"order": 6, "ms": 50}))
             .deadline(Duration::from_secs(3))
             .send()
             .await
@@ -321,7 +321,7 @@ async fn a_request_closed_with_1009_is_rejected_not_retried() {
         .unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("echo", json!({"blob": "x".repeat(4_000)}))
+        .invoke_tool("echo", json!({"blob": "x".repeat(4_000)}))
         .send()
         .await
         .unwrap_err();
@@ -367,7 +367,7 @@ async fn an_accepted_only_runtime_ends_fast_after_a_cut() {
     mock.inject(Fault::DropAfterAccepted);
     let started = Instant::now();
     let err = client
-        .invoke("refund", json!({"order": 7, "ms": 200}))
+        .invoke_tool("refund", json!({"order": 7, "ms": 200}))
         .send()
         .await
         .unwrap_err();
@@ -395,7 +395,7 @@ async fn cancel_is_bounded_on_a_silent_runtime() {
         .await
         .unwrap();
     let call = client
-        .invoke("refund", json!({"order": 8, "steps": 20, "ms": 50}))
+        .invoke_tool("refund", json!({"order": 8, "steps": 20, "ms": 50}))
         .deadline(Duration::from_secs(5))
         .send();
     let handle = call.handle();
@@ -426,7 +426,7 @@ async fn a_cancel_while_disconnected_is_sent_after_reconnecting() {
         .await
         .unwrap();
     let call = client
-        .invoke("refund", json!({"order": 9, "steps": 30, "ms": 50}))
+        .invoke_tool("refund", json!({"order": 9, "steps": 30, "ms": 50}))
         .deadline(Duration::from_secs(6))
         .send();
     let handle = call.handle();
@@ -466,13 +466,16 @@ async fn a_joined_caller_can_await_acceptance() {
     let key = IdempotencyKey::new();
     let args = json!({"order": 10, "ms": 300});
     let first = client
-        .invoke("refund", args.clone())
+        .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
         .send();
     let first_handle = first.handle();
     let first = tokio::spawn(first);
     let job = first_handle.accepted().await.unwrap();
-    let second = client.invoke("refund", args).idempotency_key(key).send();
+    let second = client
+        .invoke_tool("refund", args)
+        .idempotency_key(key)
+        .send();
     let second_handle = second.handle();
     let second = tokio::spawn(second);
     assert_eq!(second_handle.accepted().await, Some(job.clone()));
@@ -496,7 +499,7 @@ async fn a_joined_caller_is_held_to_its_own_deadline() {
         let key = IdempotencyKey::new();
         let args = json!({"order": 11, "ms": 700});
         let first = client
-            .invoke("refund", args.clone())
+            .invoke_tool("refund", args.clone())
             .idempotency_key(key.clone())
             .deadline(Duration::from_secs(10))
             .send();
@@ -506,7 +509,7 @@ async fn a_joined_caller_is_held_to_its_own_deadline() {
         let deadline = Duration::from_millis(200);
         let started = Instant::now();
         let second = client
-            .invoke("refund", args)
+            .invoke_tool("refund", args)
             .idempotency_key(key)
             .deadline(deadline)
             .send()
@@ -551,7 +554,7 @@ async fn a_call_made_while_closing_over_a_stalled_connection_keeps_its_deadline(
         let (client, pad) = (client.clone(), pad.clone());
         senders.push(tokio::spawn(async move {
             client
-                .invoke("echo", json!({"i": i, "pad": pad}))
+                .invoke_tool("echo", json!({"i": i, "pad": pad}))
                 .deadline(Duration::from_secs(10))
                 .send()
                 .await
@@ -568,7 +571,7 @@ async fn a_call_made_while_closing_over_a_stalled_connection_keeps_its_deadline(
     let deadline = Duration::from_millis(100);
     let started = Instant::now();
     let late = client
-        .invoke("refund", json!({"order": 99}))
+        .invoke_tool("refund", json!({"order": 99}))
         .deadline(deadline)
         .send()
         .await;
@@ -598,7 +601,7 @@ async fn stray_frames_for_finished_calls_are_dropped() {
         for i in 0..5 {
             mock.inject(Fault::StrayFrames);
             let call = client
-                .invoke("refund", json!({"order": i, "ms": 20}))
+                .invoke_tool("refund", json!({"order": i, "ms": 20}))
                 .send();
             let handle = call.handle();
             let run = tokio::spawn(call);
@@ -636,7 +639,7 @@ async fn an_acceptance_after_a_lost_attempt_does_not_trust_the_live_stream() {
         let client = client.clone();
         async move {
             client
-                .invoke("refund", json!({"order": 11, "steps": 4, "ms": 200}))
+                .invoke_tool("refund", json!({"order": 11, "steps": 4, "ms": 200}))
                 .deadline(Duration::from_secs(10))
                 .send()
                 .await
@@ -672,7 +675,7 @@ async fn an_abandoned_call_keeps_its_key_bound_in_the_client() {
         .unwrap();
     let key = IdempotencyKey::new();
     let first = client
-        .invoke("refund", json!({"order": 12, "ms": 300}))
+        .invoke_tool("refund", json!({"order": 12, "ms": 300}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(100))
         .send()
@@ -681,7 +684,7 @@ async fn an_abandoned_call_keeps_its_key_bound_in_the_client() {
     assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
     tokio::time::sleep(Duration::from_millis(400)).await;
     let second = client
-        .invoke("refund", json!({"order": 13}))
+        .invoke_tool("refund", json!({"order": 13}))
         .idempotency_key(key)
         .send()
         .await;
@@ -710,7 +713,7 @@ async fn a_repeat_of_a_call_with_an_unknown_outcome_never_claims_not_run() {
     let args = json!({"order": 14, "ms": 100});
     mock.inject(Fault::DropAfterAccepted);
     let first = client
-        .invoke("refund", args.clone())
+        .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
         .send()
         .await
@@ -724,7 +727,7 @@ async fn a_repeat_of_a_call_with_an_unknown_outcome_never_claims_not_run() {
     mock.kill_connections();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let again = client
-        .invoke("refund", args)
+        .invoke_tool("refund", args)
         .idempotency_key(key)
         .deadline(Duration::from_millis(300))
         .send()

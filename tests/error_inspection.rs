@@ -107,7 +107,7 @@ async fn a_passed_deadline_is_a_timeout_and_a_tool_error_is_none_of_them() {
     let mock = mock(Dialect::V1_1).start().await.unwrap();
     let client = Client::builder(mock.ws_url()).connect().await.unwrap();
     let err = client
-        .invoke("refund", json!({"order": 1, "ms": 2_000}))
+        .invoke_tool("refund", json!({"order": 1, "ms": 2_000}))
         .deadline(Duration::from_millis(100))
         .send()
         .await

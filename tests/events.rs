@@ -21,10 +21,7 @@ async fn next(events: &mut ConnectionEvents, what: &str) -> ConnectionEvent {
 #[tokio::test]
 async fn connect_cut_reconnect_and_resume_are_reported_in_order() {
     let mock = mock(Dialect::V1_1).start().await.unwrap();
-    let client = client(&mock.ws_url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1).connect_lazy();
     let mut events = client.events();
     client.invoke_tool("echo", json!({"n": 1})).await.unwrap();
     let first = match next(&mut events, "connected").await {

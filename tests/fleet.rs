@@ -128,7 +128,7 @@ async fn worker_main(worker: usize, runtime_url: &str, journal_url: &str) {
     let keys: Vec<String> = (0..CALLS_PER_WORKER).map(|i| key_of(worker, i)).collect();
     for (i, key) in keys.iter().enumerate() {
         let call = client
-            .invoke(
+            .invoke_tool(
                 "work",
                 json!({"id": key, "ms": tool_ms(worker, i), "amount": 10.5 + i as f64}),
             )

@@ -130,7 +130,7 @@ fn start_calls(
         .map(|i| {
             let key = format!("{prefix}-{i:03}");
             let call = client
-                .invoke("slow", json!({"v": i, "ms": ms(i)}))
+                .invoke_tool("slow", json!({"v": i, "ms": ms(i)}))
                 .key_str(key.as_str())
                 .deadline(deadline)
                 .send();
@@ -423,7 +423,7 @@ async fn a_black_holed_link_stops_the_worker_before_another_claims_its_calls() {
     let _ = dark_at;
     // Once the link is back, w1 serves journaled calls again.
     let again = w1
-        .invoke("slow", json!({"v": 999, "ms": 10}))
+        .invoke_tool("slow", json!({"v": 999, "ms": 10}))
         .key_str("hole-after")
         .deadline(Duration::from_secs(10))
         .send()

@@ -185,7 +185,7 @@ fn check(
         let out = tokio::time::timeout(
             Duration::from_secs(5),
             client
-                .invoke("refund", args.clone())
+                .invoke_tool("refund", args.clone())
                 .deadline(Duration::from_secs(4))
                 .send(),
         )

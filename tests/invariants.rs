@@ -20,7 +20,7 @@ both_dialects! {
         mock.inject(Fault::DropOnSubmit);
         mock.inject(Fault::DropOnSubmit);
         let out = client
-            .invoke("refund", json!({"order": 4812, "amount": 1.0}))
+            .invoke_tool("refund", json!({"order": 4812, "amount": 1.0}))
             .option("max_runtime_sec", json!(30))
             .send()
             .await
@@ -69,7 +69,7 @@ both_dialects! {
         mock.inject(Fault::BlackHole);
         let started = Instant::now();
         let err = client
-            .invoke("refund", json!({"order": 2}))
+            .invoke_tool("refund", json!({"order": 2}))
             .deadline(Duration::from_millis(800))
             .send()
             .await
@@ -92,7 +92,7 @@ both_dialects! {
         let key = IdempotencyKey::new();
         let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
         first
-            .invoke("refund", json!({"order": 7}))
+            .invoke_tool("refund", json!({"order": 7}))
             .idempotency_key(key.clone())
             .send()
             .await
@@ -107,7 +107,7 @@ both_dialects! {
             let key = key.clone();
             async move {
                 second
-                    .invoke("refund", json!({"order": 9}))
+                    .invoke_tool("refund", json!({"order": 9}))
                     .idempotency_key(key)
                     .send()
                     .await
@@ -176,7 +176,7 @@ both_dialects! {
             let client = client.clone();
             async move {
                 client
-                    .invoke("refund", json!({"order": 5, "steps": 10, "ms": 100}))
+                    .invoke_tool("refund", json!({"order": 5, "steps": 10, "ms": 100}))
                     .deadline(Duration::from_secs(3))
                     .send()
                     .await
@@ -219,7 +219,7 @@ both_dialects! {
     async fn invariant_7_cancel_is_truthful(dialect: Dialect) {
         let mock = mock(dialect).start().await.unwrap();
         let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
-        let call = client.invoke("refund", json!({"order": 6, "steps": 20, "ms": 50})).send();
+        let call = client.invoke_tool("refund", json!({"order": 6, "steps": 20, "ms": 50})).send();
         assert!(matches!(call.cancel().await, CancelOutcome::NotDispatched { .. }));
         let handle = call.handle();
         let run = tokio::spawn(call);
@@ -247,7 +247,7 @@ both_dialects! {
             .await
             .unwrap();
         let call = client
-            .invoke("refund", json!({"order": 9, "steps": 20, "ms": 50}))
+            .invoke_tool("refund", json!({"order": 9, "steps": 20, "ms": 50}))
             .deadline(Duration::from_secs(2))
             .send();
         let handle = call.handle();

@@ -49,7 +49,12 @@ async fn interrupted_then_recovered_against_a_runtime_without_the_tool(
     }
     let call = tokio::spawn({
         let (a, key) = (a.clone(), key.clone());
-        async move { a.invoke("gone", args).idempotency_key(key).send().await }
+        async move {
+            a.invoke_tool("gone", args)
+                .idempotency_key(key)
+                .send()
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     a.close().await;
@@ -102,7 +107,7 @@ async fn a_refused_recovery_is_not_recorded_as_the_keys_outcome_that_ran() {
         .await
         .unwrap();
     let out = c
-        .invoke("gone", args)
+        .invoke_tool("gone", args)
         .idempotency_key(key.clone())
         .send()
         .await;
@@ -150,7 +155,7 @@ async fn a_refused_recovery_does_not_lose_the_result_of_the_job_that_ran() {
         .await
         .unwrap();
     let out = c
-        .invoke("gone", args)
+        .invoke_tool("gone", args)
         .idempotency_key(key.clone())
         .send()
         .await;

@@ -47,7 +47,7 @@ async fn a_gateway_that_fingerprints_whole_bodies_conflicts_with_our_retry_after
         .unwrap();
     for supplied in [false, true] {
         let before = mock.executions("refund");
-        let mut call = client.invoke("refund", json!({"order": 7}));
+        let mut call = client.invoke_tool("refund", json!({"order": 7}));
         if supplied {
             call = call.idempotency_key(IdempotencyKey::new());
         }
@@ -84,7 +84,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
         .await
         .unwrap();
     first
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -94,12 +94,9 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     let gateway = Gateway::start(mock.http_address(), || Move::Refuse(404))
         .await
         .unwrap();
-    let second = client(&gateway.url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let second = client(&gateway.url(), Dialect::V1_1).connect_lazy();
     let err = second
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -126,9 +123,9 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/arcp", closed.local_addr().unwrap());
     drop(closed);
-    let third = client(&url, Dialect::V1_1).connect_lazy().await.unwrap();
+    let third = client(&url, Dialect::V1_1).connect_lazy();
     let err = third
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_secs(2))
         .send()
@@ -136,7 +133,7 @@ async fn a_second_caller_of_a_key_whose_first_call_ran_is_told_not_sent() {
         .unwrap_err();
     assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
     let err = third
-        .invoke("refund", json!({"order": 10}))
+        .invoke_tool("refund", json!({"order": 10}))
         .deadline(Duration::from_secs(2))
         .send()
         .await
@@ -166,7 +163,7 @@ async fn a_policy_close_after_the_submit_then_401_may_have_run() {
         .await
         .unwrap();
     let err = client
-        .invoke("refund", json!({"order": 11, "ms": 50}))
+        .invoke_tool("refund", json!({"order": 11, "ms": 50}))
         .deadline(Duration::from_secs(5))
         .send()
         .await
@@ -275,7 +272,7 @@ async fn a_recorded_intent_in_another_member_order_is_the_same_intent() {
         .await
         .unwrap();
     let out = client
-        .invoke("echo", json!({"a": 1, "b": 2}))
+        .invoke_tool("echo", json!({"a": 1, "b": 2}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -351,7 +348,7 @@ async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
     };
     assert_eq!(submits(&mock), 1);
     let again = client
-        .invoke("no-such-tool", json!({}))
+        .invoke_tool("no-such-tool", json!({}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -387,11 +384,9 @@ async fn unreachable_call_on_journal(
         .journal_path(path)
         .journal_retention(retention)
         .runtime_key_retention(runtime_key_retention)
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let err = client
-        .invoke("refund", json!({"order": 15}))
+        .invoke_tool("refund", json!({"order": 15}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_secs(1))
         .send()
@@ -421,7 +416,7 @@ async fn a_journal_that_forgets_keys_before_the_runtime_does_not_vouch_for_them(
         .await
         .unwrap();
     first
-        .invoke("refund", json!({"order": 15}))
+        .invoke_tool("refund", json!({"order": 15}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -455,14 +450,14 @@ async fn a_journal_that_evicted_records_for_its_cap_does_not_vouch_for_keys() {
         .journal_path(dir.path().join("journal.sqlite"))
         .journal_retention(Retention::default().max_records(2))
         // Only the journal remembers keys here.
-        .outcome_cache(0, HOUR)
+        .tuning(arcp_sdk::tuning::Tuning::new().outcome_cache(0, HOUR))
         .connect()
         .await
         .unwrap();
     let keys: Vec<IdempotencyKey> = (0..4).map(|_| IdempotencyKey::new()).collect();
     for (order, key) in keys.iter().enumerate() {
         client
-            .invoke("refund", json!({"order": order}))
+            .invoke_tool("refund", json!({"order": order}))
             .idempotency_key(key.clone())
             .send()
             .await
@@ -476,7 +471,7 @@ async fn a_journal_that_evicted_records_for_its_cap_does_not_vouch_for_keys() {
     });
     proxy.kill_all();
     let err = client
-        .invoke("refund", json!({"order": 0}))
+        .invoke_tool("refund", json!({"order": 0}))
         .idempotency_key(keys[0].clone())
         .deadline(Duration::from_secs(2))
         .send()

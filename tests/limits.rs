@@ -75,7 +75,7 @@ async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending()
         let client = client(&url, dialect).connect().await.unwrap();
         for name in ["agent", "input", "idempotency_key", "tool", "arguments"] {
             let err = client
-                .invoke("echo", json!({"n": 1}))
+                .invoke_tool("echo", json!({"n": 1}))
                 .option(name, json!("elsewhere"))
                 .send()
                 .await
@@ -88,7 +88,7 @@ async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending()
             }
         }
         let out = client
-            .invoke("echo", json!({"n": 1}))
+            .invoke_tool("echo", json!({"n": 1}))
             .option("max_runtime_sec", json!(30))
             .send()
             .await
@@ -113,11 +113,11 @@ async fn undrained_events_beyond_the_buffer_are_dropped_not_blocking() {
         .await
         .unwrap();
     let client = client(&mock.ws_url(), Dialect::V1_1)
-        .event_buffer(4)
+        .tuning(arcp_sdk::tuning::Tuning::new().event_buffer(4))
         .connect()
         .await
         .unwrap();
-    let mut call = client.invoke("chatty", json!({})).send();
+    let mut call = client.invoke_tool("chatty", json!({})).send();
     let mut events = call.events(); // taken, never read during the call
     let out = call.await.unwrap();
     assert_eq!(
@@ -160,7 +160,7 @@ async fn calls_beyond_max_in_flight_wait_for_a_slot() {
         .await
         .unwrap();
     let calls: Vec<_> = (0..6)
-        .map(|_| tokio::spawn(client.invoke("slow", json!({})).send()))
+        .map(|_| tokio::spawn(client.invoke_tool("slow", json!({})).send()))
         .collect();
     for call in calls {
         call.await.unwrap().unwrap();
@@ -232,7 +232,9 @@ async fn a_streamed_result_over_the_limit_is_returned_as_its_reference() {
     // The reference comes with every field the runtime gave beside it
     // (here the completion time), whether or not the call was watched.
     assert!(out.value["completed_at"].is_string(), "{}", out.value);
-    let mut watched = client.invoke("stream", json!({"watched": true})).send();
+    let mut watched = client
+        .invoke_tool("stream", json!({"watched": true}))
+        .send();
     let _events = watched.events();
     let watched = watched.await.unwrap();
     let fields = |v: &serde_json::Value| {
@@ -258,7 +260,7 @@ async fn huge_durations_do_not_overflow() {
         .await
         .unwrap();
     let out = client
-        .invoke("echo", json!({"n": 1}))
+        .invoke_tool("echo", json!({"n": 1}))
         .deadline(Duration::MAX)
         .send()
         .await

@@ -156,16 +156,10 @@ async fn run_seed(seed: u64, snapshotter: &Snapshotter) {
         builder
     };
     let mock = builder.start().await.unwrap();
-    let first = client(&mock.ws_url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let first = client(&mock.ws_url(), Dialect::V1_1).connect_lazy();
     // Another process with the same keys: no shared cache, so the runtime
     // answers its repeats with stored terminals.
-    let other = client(&mock.ws_url(), Dialect::V1_1)
-        .connect_lazy()
-        .await
-        .unwrap();
+    let other = client(&mock.ws_url(), Dialect::V1_1).connect_lazy();
     let client = first;
     let mut events = client.events();
     let mut other_events = other.events();
@@ -179,7 +173,7 @@ async fn run_seed(seed: u64, snapshotter: &Snapshotter) {
             8 if !done.is_empty() => {
                 let (key, order) = done[rng.below(done.len() as u64) as usize].clone();
                 let result = other
-                    .invoke("refund", json!({"order": order, "ms": 20}))
+                    .invoke_tool("refund", json!({"order": order, "ms": 20}))
                     .idempotency_key(key.clone())
                     .send()
                     .await;
@@ -225,7 +219,7 @@ async fn run_seed(seed: u64, snapshotter: &Snapshotter) {
             }
         };
         let result = client
-            .invoke("refund", args)
+            .invoke_tool("refund", args)
             .idempotency_key(key.clone())
             .send()
             .await;

@@ -134,7 +134,7 @@ async fn median_call_latency(dialect: Dialect, writes: Writes) -> Duration {
     for i in 0..60u32 {
         let started = Instant::now();
         let out = client
-            .invoke("echo", json!({ "n": i }))
+            .invoke_tool("echo", json!({ "n": i }))
             .deadline(Duration::from_secs(5))
             .send()
             .await
@@ -193,7 +193,11 @@ async fn median_wave(dialect: Dialect, c: usize) -> Duration {
     let mut waves = Vec::new();
     for wave in 0..40u32 {
         let started = Instant::now();
-        let calls = (0..c).map(|i| client.invoke_tool("echo", json!({ "wave": wave, "i": i })));
+        let calls = (0..c).map(|i| {
+            std::future::IntoFuture::into_future(
+                client.invoke_tool("echo", json!({ "wave": wave, "i": i })),
+            )
+        });
         for out in futures_util::future::join_all(calls).await {
             out.expect("the call succeeds");
         }

@@ -252,6 +252,7 @@ async fn a_ws_token_through_a_remote_proxy_is_refused_unless_allowed() {
         .token_provider(|| async { Ok::<_, std::io::Error>("provided".to_owned()) })
         .proxy(remote_proxy)
         .connect_lazy()
+        .invoke_tool("echo", json!({}))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("allow_insecure_token"), "{err}");
@@ -263,8 +264,16 @@ async fn a_ws_token_through_a_remote_proxy_is_refused_unless_allowed() {
             .bearer_token("t")
             .allow_insecure_token(true),
     ] {
-        let client = builder.proxy(remote_proxy).connect_lazy().await;
-        assert!(client.is_ok(), "{:?}", client.err());
+        // A refused configuration ends every call of a lazy client with
+        // its error; an allowed one only fails to reach the proxy.
+        let client = builder.proxy(remote_proxy).connect_lazy();
+        let call = client
+            .invoke_tool("echo", json!({}))
+            .deadline(Duration::from_millis(300))
+            .await;
+        if let Err(err) = call {
+            assert!(!err.to_string().contains("allow_insecure_token"), "{err}");
+        }
     }
 
     // Through a proxy on this machine the call runs, token and all.

@@ -23,13 +23,13 @@ async fn resend_after_completion(
 ) -> Result<arcp_sdk::ToolOutput, Error> {
     let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
     let _ = first
-        .invoke(tool, args.clone())
+        .invoke_tool(tool, args.clone())
         .idempotency_key(key.clone())
         .send()
         .await;
     let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
     second
-        .invoke(tool, args)
+        .invoke_tool(tool, args)
         .idempotency_key(key.clone())
         .send()
         .await
@@ -99,7 +99,7 @@ async fn duplicate_key(dialect: Dialect, signal: ConflictSignal) {
     let key = IdempotencyKey::new();
     let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
     first
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -107,7 +107,7 @@ async fn duplicate_key(dialect: Dialect, signal: ConflictSignal) {
     let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
     let before = submits(&mock).len();
     let err = second
-        .invoke("refund", json!({"order": 2}))
+        .invoke_tool("refund", json!({"order": 2}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -160,7 +160,7 @@ async fn accepted_only(dialect: Dialect, policy: ReplayPolicy) {
     let key = IdempotencyKey::new();
     let first = client(&mock.ws_url(), dialect).connect().await.unwrap();
     let original = first
-        .invoke("refund", json!({"order": 3}))
+        .invoke_tool("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -168,7 +168,7 @@ async fn accepted_only(dialect: Dialect, policy: ReplayPolicy) {
     let second = client(&mock.ws_url(), dialect).connect().await.unwrap();
     let started = std::time::Instant::now();
     let err = second
-        .invoke("refund", json!({"order": 3}))
+        .invoke_tool("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -219,7 +219,7 @@ async fn accepted_only_replay_with_subscribe_v1_1() {
         .await
         .unwrap();
     let original = first
-        .invoke("refund", json!({"order": 3}))
+        .invoke_tool("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -229,7 +229,7 @@ async fn accepted_only_replay_with_subscribe_v1_1() {
         .await
         .unwrap();
     let out = second
-        .invoke("refund", json!({"order": 3}))
+        .invoke_tool("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -271,7 +271,7 @@ async fn accepted_while_running_then_terminal_replay() {
         .unwrap();
     mock.inject(Fault::DropAfterAccepted);
     let out = client
-        .invoke("refund", json!({"order": 4, "steps": 2, "ms": 150}))
+        .invoke_tool("refund", json!({"order": 4, "steps": 2, "ms": 150}))
         .send()
         .await
         .unwrap();
@@ -296,7 +296,7 @@ async fn outcome_cache_answers_a_repeated_key() {
     let key = IdempotencyKey::new();
     let call = || {
         client
-            .invoke("refund", json!({"order": 5}))
+            .invoke_tool("refund", json!({"order": 5}))
             .idempotency_key(key.clone())
             .send()
     };
@@ -306,7 +306,7 @@ async fn outcome_cache_answers_a_repeated_key() {
     assert_eq!(again.value, first.value);
     assert_eq!(submits(&mock).len(), 1, "answered locally");
     let other = client
-        .invoke("refund", json!({"order": 6}))
+        .invoke_tool("refund", json!({"order": 6}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -325,11 +325,11 @@ async fn same_key_twice_in_flight_shares_one_outcome() {
         .unwrap();
     let key = IdempotencyKey::new();
     let a = client
-        .invoke("refund", json!({"order": 7, "ms": 100}))
+        .invoke_tool("refund", json!({"order": 7, "ms": 100}))
         .idempotency_key(key.clone())
         .send();
     let b = client
-        .invoke("refund", json!({"order": 7, "ms": 100}))
+        .invoke_tool("refund", json!({"order": 7, "ms": 100}))
         .idempotency_key(key.clone())
         .send();
     let (a, b) = tokio::join!(a, b);
@@ -352,7 +352,7 @@ async fn a_refused_intent_does_not_poison_the_key() {
         .await
         .unwrap();
     let call = |c: &arcp_sdk::Client, order: u64| {
-        c.invoke("refund", json!({"order": order}))
+        c.invoke_tool("refund", json!({"order": order}))
             .idempotency_key(key.clone())
             .send()
     };

@@ -63,7 +63,7 @@ async fn call(
 ) -> (Result<arcp_sdk::ToolOutput, Error>, Duration) {
     let started = Instant::now();
     let outcome = client
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .deadline(deadline)
         .send()
         .await;
@@ -130,7 +130,12 @@ async fn a_retry_after_past_the_budget_ends_the_call_at_once_on_both_transports(
 async fn a_retry_after_past_the_deadline_ends_the_call_at_once_on_both_transports() {
     for transport in TRANSPORTS {
         let mock = mock(Dialect::V1_1).start().await.unwrap();
-        let client = client(&mock, transport, policy().max_elapsed(Duration::from_secs(60))).await;
+        let client = client(
+            &mock,
+            transport,
+            policy().max_elapsed(Duration::from_secs(60)),
+        )
+        .await;
         refuse_every_submit(&mock, Some(Duration::from_secs(5)));
         let (outcome, took) = call(&client, Duration::from_secs(3)).await;
         let err = outcome.unwrap_err();
@@ -140,7 +145,11 @@ async fn a_retry_after_past_the_deadline_ends_the_call_at_once_on_both_transport
         else {
             panic!("{transport:?}: expected DeadlineExceeded, got {err:?}");
         };
-        assert_eq!((attempts, deadline), (1, Duration::from_secs(3)), "{transport:?}");
+        assert_eq!(
+            (attempts, deadline),
+            (1, Duration::from_secs(3)),
+            "{transport:?}"
+        );
         assert!(err.is_timeout(), "{transport:?}");
         assert_eq!(err.execution(), Execution::NotRun, "{transport:?}");
         assert!(
@@ -213,9 +222,7 @@ async fn a_call_that_never_gets_a_connection_ends_within_its_retry_budget() {
         .dialect(Dialect::V1_1)
         .handshake_timeout(Duration::from_secs(2))
         .retry(policy())
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let (outcome, took) = call(&client, Duration::from_secs(30)).await;
     let (attempts, last_error) = exhausted(&outcome, Transport::Ws);
     assert_eq!(attempts, 0, "nothing was sent");
@@ -258,7 +265,7 @@ async fn a_call_waiting_for_its_job_past_the_budget_waits_idle() {
     let cpu = thread_cpu_time();
     let started = Instant::now();
     let outcome = client
-        .invoke("refund", json!({"order": 1, "ms": 2000}))
+        .invoke_tool("refund", json!({"order": 1, "ms": 2000}))
         .deadline(Duration::from_secs(30))
         .send()
         .await;

@@ -50,7 +50,7 @@ async fn same_key_after_completion(kind: TargetKind) {
     let args = peer.counter_args(0, 1, "after-completion");
     let first = peer.client(&peer.url).connect().await.unwrap();
     let out = first
-        .invoke("counter", args.clone())
+        .invoke_tool("counter", args.clone())
         .idempotency_key(key.clone())
         .send()
         .await
@@ -59,7 +59,7 @@ async fn same_key_after_completion(kind: TargetKind) {
 
     let second = peer.client(&peer.url).connect().await.unwrap();
     let again = second
-        .invoke("counter", args)
+        .invoke_tool("counter", args)
         .idempotency_key(key.clone())
         .send()
         .await;
@@ -91,14 +91,14 @@ async fn conflicting_intent(kind: TargetKind) {
     let key = IdempotencyKey::new();
     let first = peer.client(&peer.url).connect().await.unwrap();
     first
-        .invoke("counter", peer.counter_args(0, 0, "a"))
+        .invoke_tool("counter", peer.counter_args(0, 0, "a"))
         .idempotency_key(key.clone())
         .send()
         .await
         .unwrap();
     let second = peer.client(&peer.url).connect().await.unwrap();
     let err = second
-        .invoke("counter", peer.counter_args(0, 0, "DIFFERENT"))
+        .invoke_tool("counter", peer.counter_args(0, 0, "DIFFERENT"))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -135,7 +135,7 @@ async fn killed(kind: TargetKind, point: KillPoint) {
     let proxy = ChaosProxy::builder(addr(&peer.url)).start().await.unwrap();
     let client = peer.client(&proxy.ws_url("/arcp")).connect().await.unwrap();
     let mut call = client
-        .invoke("counter", peer.counter_args(1200, 3, "killed"))
+        .invoke_tool("counter", peer.counter_args(1200, 3, "killed"))
         .deadline(Duration::from_secs(20))
         .send();
     let mut events = call.events();
@@ -249,7 +249,7 @@ async fn concurrent_with_kills(kind: TargetKind) {
         let args = peer.counter_args(20, 1, &format!("c{i}"));
         tasks.push(tokio::spawn(async move {
             client
-                .invoke("counter", args)
+                .invoke_tool("counter", args)
                 .deadline(deadline)
                 .send()
                 .await
@@ -305,7 +305,7 @@ async fn silent_runtime(kind: TargetKind) {
         .await
         .unwrap();
     let mut call = client
-        .invoke("counter", peer.counter_args(400, 2, "silent"))
+        .invoke_tool("counter", peer.counter_args(400, 2, "silent"))
         .deadline(Duration::from_secs(6))
         .send();
     let mut events = call.events();
@@ -403,7 +403,7 @@ async fn auto_dialect_finds_each_published_runtime() {
             .connect()
             .await
             .unwrap();
-        assert_eq!(client.runtime().unwrap().dialect, expected, "{kind:?}");
+        assert_eq!(client.runtime().unwrap().dialect(), expected, "{kind:?}");
         let out = client
             .invoke_tool("echo", json!({"auto": true}))
             .await

@@ -168,12 +168,10 @@ async fn credentials_in_the_url_are_never_printed() {
     // not in `Debug`, not in the error of a call that cannot connect.
     for scheme in ["ws", "http"] {
         let client = Client::builder(format!("{scheme}://{address}/arcp?access_token={PASSWORD}"))
-            .connect_lazy()
-            .await
-            .unwrap();
+            .connect_lazy();
         assert!(!format!("{client:?}").contains(PASSWORD), "{client:?}");
         let failed = client
-            .invoke("echo", serde_json::json!({}))
+            .invoke_tool("echo", serde_json::json!({}))
             .deadline(std::time::Duration::from_millis(300))
             .send()
             .await
@@ -334,7 +332,7 @@ async fn nothing_leaks_over(dialect: Wire) {
 
     // A refused cancel.
     let call = client
-        .invoke("hold", json!({}))
+        .invoke_tool("hold", json!({}))
         .deadline(Duration::from_secs(2))
         .send();
     let handle = call.handle();
@@ -351,7 +349,7 @@ async fn nothing_leaks_over(dialect: Wire) {
     // A connection closed under a call, with the token as the reason.
     let key = IdempotencyKey::new();
     let dropped = client
-        .invoke("drop", json!({}))
+        .invoke_tool("drop", json!({}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(1500))
         .send()
@@ -434,7 +432,7 @@ async fn a_runtime_echoing_the_providers_token_does_not_leak_it() {
     shown.push_str(&format!("{failed} {failed:?}\n"));
     let key = IdempotencyKey::new();
     let dropped = client
-        .invoke("drop", json!({}))
+        .invoke_tool("drop", json!({}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(1500))
         .send()

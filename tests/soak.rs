@@ -67,7 +67,7 @@ async fn soak(dialect: Dialect, policy: ReplayPolicy, seed: u64) {
     let tasks: Vec<_> = (0..calls)
         .map(|i| {
             let call = client
-                .invoke("refund", json!({"order": i}))
+                .invoke_tool("refund", json!({"order": i}))
                 .deadline(deadline)
                 .send();
             let key = call.key().cloned().expect("generated keys are valid");

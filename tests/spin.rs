@@ -1,5 +1,5 @@
 //! The connection task polls for a lone call's reply instead of sleeping
-//! only within its window (`ClientBuilder::spin_limit`): never while a
+//! only within its window (`Tuning::spin_limit`): never while a
 //! call waits on a slow tool, never while the client is idle. Measured as
 //! this process's CPU time (one test per binary, so no other test's work
 //! is counted).
@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use arcp_mock::MockRuntime;
-use arcp_sdk::Client;
+use arcp_sdk::{tuning::Tuning, Client};
 use serde_json::json;
 
 /// CPU time this process has used.
@@ -37,7 +37,7 @@ async fn polling_for_a_reply_never_outlives_its_window() {
     // hundreds of microseconds), so lone calls do poll: the window, not
     // the limit, must end it.
     let client = Client::builder(mock.ws_url())
-        .spin_limit(Duration::from_millis(50))
+        .tuning(Tuning::new().spin_limit(Duration::from_millis(50)))
         .connect()
         .await
         .unwrap();

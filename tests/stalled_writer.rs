@@ -114,7 +114,7 @@ async fn a_runtime_that_stops_reading_is_dropped_and_the_call_redriven() {
     let mut events = client.events();
     let started = Instant::now();
     let out = client
-        .invoke("work", json!({"n": 1}))
+        .invoke_tool("work", json!({"n": 1}))
         .deadline(Duration::from_secs(60))
         .send()
         .await
@@ -239,7 +239,7 @@ async fn submits_to_a_runtime_that_stops_reading_wait_and_are_redriven() {
     let calls: Vec<_> = (0..200)
         .map(|n| {
             client
-                .invoke("work", json!({"n": n, "padding": padding}))
+                .invoke_tool("work", json!({"n": n, "padding": padding}))
                 .deadline(Duration::from_secs(60))
                 .send()
         })

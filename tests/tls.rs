@@ -114,7 +114,7 @@ async fn https_with_an_untrusted_certificate_is_a_clear_non_retried_error() {
         .unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("echo", json!({}))
+        .invoke_tool("echo", json!({}))
         .deadline(Duration::from_secs(3))
         .send()
         .await

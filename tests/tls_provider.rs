@@ -89,7 +89,7 @@ async fn https_with_default_settings_reaches_the_certificate_check() {
         .await
         .unwrap();
     let err = client
-        .invoke("echo", json!({}))
+        .invoke_tool("echo", json!({}))
         .deadline(Duration::from_secs(5))
         .send()
         .await

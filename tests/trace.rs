@@ -16,7 +16,7 @@ async fn one_trace_across_a_cut(dialect: Dialect) {
     let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
     mock.inject(Fault::DropOnSubmit);
     let out = client
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .traceparent(PARENT)
         .send()
         .await
@@ -52,7 +52,7 @@ async fn a_malformed_traceparent_is_refused_before_sending() {
         .await
         .unwrap();
     let err = client
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .traceparent("00-not-a-trace-01")
         .send()
         .await
@@ -75,7 +75,7 @@ async fn a_call_answered_by_another_reports_its_own_trace() {
         let args = json!({"order": 7, "steps": 2, "ms": 30});
         let call = |parent: &'static str| {
             client
-                .invoke("refund", args.clone())
+                .invoke_tool("refund", args.clone())
                 .key_str("trace-owner-key")
                 .traceparent(parent)
                 .send()
@@ -105,7 +105,7 @@ async fn over_http_each_result_carries_its_callers_trace() {
         .unwrap();
     let call = |parent: &'static str| {
         client
-            .invoke("refund", json!({"order": 8}))
+            .invoke_tool("refund", json!({"order": 8}))
             .key_str("http-trace-key")
             .traceparent(parent)
             .send()

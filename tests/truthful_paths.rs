@@ -95,7 +95,7 @@ async fn http_a_deadline_during_the_post_may_have_run() {
         .await
         .unwrap();
     let err = client
-        .invoke("refund", json!({"order": 1, "ms": 600}))
+        .invoke_tool("refund", json!({"order": 1, "ms": 600}))
         .deadline(Duration::from_millis(200))
         .send()
         .await
@@ -185,7 +185,7 @@ async fn a_journaled_key_re_issued_by_a_new_process_may_have_run() {
             .await
             .unwrap();
         let err = a
-            .invoke("refund", args.clone())
+            .invoke_tool("refund", args.clone())
             .idempotency_key(key.clone())
             .deadline(Duration::from_millis(100))
             .send()
@@ -201,11 +201,9 @@ async fn a_journaled_key_re_issued_by_a_new_process_may_have_run() {
     });
     let b = client(&mock.ws_url(), Dialect::V1_1)
         .journal_path(&path)
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let err = b
-        .invoke("refund", args.clone())
+        .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(300))
         .send()
@@ -275,11 +273,9 @@ async fn not_run_is_said_only_once_the_journal_records_it() {
     };
     let client: Client = client(&mock.ws_url(), Dialect::V1_1)
         .journal(journal)
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let err = client
-        .invoke("refund", json!({"order": 5}))
+        .invoke_tool("refund", json!({"order": 5}))
         .deadline(Duration::from_millis(200))
         .send()
         .await
@@ -311,16 +307,14 @@ async fn one_callers_give_up_does_not_end_the_record_another_drives() {
     });
     let client = client(&mock.ws_url(), Dialect::V1_1)
         .journal(MemoryJournal::new())
-        .connect_lazy()
-        .await
-        .unwrap();
+        .connect_lazy();
     let key = IdempotencyKey::new();
     let args = json!({"order": 6});
     let patient = tokio::spawn({
         let (client, key, args) = (client.clone(), key.clone(), args.clone());
         async move {
             client
-                .invoke("refund", args)
+                .invoke_tool("refund", args)
                 .idempotency_key(key)
                 .deadline(Duration::from_secs(10))
                 .send()
@@ -328,7 +322,7 @@ async fn one_callers_give_up_does_not_end_the_record_another_drives() {
         }
     });
     let hasty = client
-        .invoke("refund", args.clone())
+        .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(200))
         .send()
@@ -362,7 +356,7 @@ async fn a_conflict_the_journal_answers_is_not_written_over_the_running_call() {
         let (client, key) = (client.clone(), key.clone());
         async move {
             client
-                .invoke("refund", json!({"order": 7, "ms": 300}))
+                .invoke_tool("refund", json!({"order": 7, "ms": 300}))
                 .idempotency_key(key)
                 .send()
                 .await
@@ -372,7 +366,7 @@ async fn a_conflict_the_journal_answers_is_not_written_over_the_running_call() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let conflict = client
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await

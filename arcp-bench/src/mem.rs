@@ -132,7 +132,7 @@ async fn ours(args: &Args) -> Result<serde_json::Value, String> {
     let mut calls = FuturesUnordered::new();
     let mut handles = Vec::with_capacity(args.in_flight);
     for _ in 0..args.in_flight {
-        let call = client.invoke("hold", clients::echo_args()).send();
+        let call = client.invoke_tool("hold", clients::echo_args()).send();
         handles.push(call.handle());
         calls.push(call);
     }

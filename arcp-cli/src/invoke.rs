@@ -147,7 +147,7 @@ pub(crate) async fn run(
         .saturating_sub(started.elapsed())
         .max(Duration::from_millis(1));
     let mut call = client
-        .invoke(args.tool.clone(), arguments)
+        .invoke_tool(args.tool.clone(), arguments)
         .idempotency_key(key.clone())
         .deadline(remaining)
         .send();

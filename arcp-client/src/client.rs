@@ -6,6 +6,7 @@
 
 mod builder;
 mod dispatch;
+mod lazy_journal;
 
 pub use builder::ClientBuilder;
 
@@ -27,12 +28,14 @@ use crate::error::{Error, Execution};
 use crate::fate::LiveKeys;
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef};
-use crate::journal::{JournalEntry, JournalHandle, RecoveryMode};
-use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::journal::{JournalEntry, RecoveryMode};
+use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::CallShared;
 use crate::stats::ClientStats;
 use crate::sync::lock;
+
+use lazy_journal::LazyJournal;
 
 struct Inner {
     config: Arc<Config>,
@@ -43,8 +46,12 @@ struct Inner {
     /// Built on first use: most clients never fetch an artifact.
     #[cfg(feature = "http")]
     artifacts: OnceLock<Result<ArtifactFetcher, Error>>,
-    /// The invocation journal, when configured.
-    journal: Option<JournalHandle>,
+    /// The invocation journal, when configured (opened on first use after
+    /// `connect_lazy`).
+    journal: LazyJournal,
+    /// Why this client can never call (a lazily built client whose
+    /// configuration cannot work): every call ends with this error.
+    broken: Option<Error>,
     /// The keys with calls in flight, for callers that share a key.
     live_keys: LiveKeys,
     /// Where the connection task announces connection events.
@@ -70,8 +77,8 @@ const _: fn(&Client) = |client| {
     send_sync::<crate::CallHandle>();
     send_sync::<crate::Error>();
     send(&client.invoke_tool("tool", Value::Null));
-    send(&client.invoke("tool", Value::Null).send());
-    send(&client.invoke_as::<Value>("tool", &Value::Null));
+    send(&client.invoke_tool("tool", Value::Null).send());
+    send(&crate::Tool::<Value, Value>::new("tool").call(client, &Value::Null));
     send(&client.recover());
     send(&client.close());
 };
@@ -90,31 +97,6 @@ impl Client {
     /// `wss://` for WebSocket, `http://` or `https://` for the HTTP binding.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         ClientBuilder::new(url)
-    }
-
-    /// Invokes a tool with a fresh idempotency key, retrying across failures
-    /// without ever running it twice. The common case.
-    ///
-    /// # Errors
-    ///
-    /// Everything a call can end with but a result is an [`Error`] that
-    /// says whether the tool ran ([`Error::execution`]); the crate's
-    /// [handling outcomes](crate#handling-outcomes) guide has the table for
-    /// WebSocket and HTTP. The runtime's own error for the job is
-    /// [`Error::Tool`]; the key bound to another intent,
-    /// [`Error::DuplicateKey`]; a request that may have run but whose
-    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
-    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
-    /// refusals before acceptance until the budget ran out,
-    /// [`Error::RetriesExhausted`]; refused credentials,
-    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
-    /// [`Error::Interrupted`].
-    ///
-    /// Dropping the returned future before it resolves stops this client
-    /// from driving the call (see [`Invocation`](crate::Invocation),
-    /// "Dropping a call").
-    pub async fn invoke_tool(&self, tool: &str, args: Value) -> Result<ToolOutput, Error> {
-        self.invoke(tool, args).send().await
     }
 
     /// What the client learned about the runtime in the last handshake:
@@ -136,7 +118,7 @@ impl Client {
     }
 
     /// What the client holds now: calls in flight, requests awaiting an
-    /// answer, timers and cached outcomes. Nothing of a finished call stays
+    /// answer and cached outcomes. Nothing of a finished call stays
     /// behind, so once every call ended `calls` and `requests` are zero; a
     /// closed client reports zeros.
     pub async fn stats(&self) -> ClientStats {
@@ -152,7 +134,7 @@ impl Client {
     /// this client then fail with `JOURNAL_CLOSED`.
     pub async fn close(&self) {
         self.inner.backend.close().await;
-        if let Some(journal) = &self.inner.journal {
+        if let Some(journal) = self.inner.journal.as_ref() {
             journal.close().await;
         }
     }
@@ -160,7 +142,7 @@ impl Client {
     /// The unfinished calls the journal hands this client to re-drive
     /// ([`Client::recover`]); none without a journal.
     pub(crate) async fn claim_unfinished(&self) -> Result<Vec<JournalEntry>, Error> {
-        let Some(journal) = &self.inner.journal else {
+        let Some(journal) = self.inner.journal.get().await? else {
             return Ok(Vec::new());
         };
         journal.unfinished().await
@@ -169,7 +151,7 @@ impl Client {
     /// Nobody here drives `key` any more: its record stays unfinished, and
     /// a shared journal lets another worker claim it now.
     pub(crate) fn release_claim(&self, key: &IdempotencyKey) {
-        if let Some(journal) = &self.inner.journal {
+        if let Some(journal) = self.inner.journal.as_ref() {
             journal.release(key);
         }
     }
@@ -183,9 +165,10 @@ impl Client {
     ///
     /// [`Error::Journal`] when the journal cannot be read (closed with the
     /// client: `JOURNAL_CLOSED`; a database that cannot be reached:
-    /// `JOURNAL_UNAVAILABLE`).
+    /// `JOURNAL_UNAVAILABLE`), or, for a client built with
+    /// [`connect_lazy`](ClientBuilder::connect_lazy), could not be opened.
     pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, Error> {
-        match &self.inner.journal {
+        match self.inner.journal.get().await? {
             Some(journal) => journal.lookup(key).await,
             None => Ok(None),
         }
@@ -200,7 +183,7 @@ impl Client {
     /// [`Error::Journal`] when the journal cannot be written (as for
     /// [`Client::lookup`]).
     pub async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
-        match &self.inner.journal {
+        match self.inner.journal.get().await? {
             Some(journal) => journal.discard(key).await,
             None => Ok(false),
         }
@@ -208,10 +191,12 @@ impl Client {
 
     /// Starts what a new client does in the background (automatic recovery).
     fn started(self) -> Self {
-        if let Some(journal) = &self.inner.journal {
-            if journal.recovery() == RecoveryMode::Automatic {
-                spawn_recovery(self.clone());
-            }
+        let journal = &self.inner.journal;
+        if journal.is_some()
+            && journal.recovery() == RecoveryMode::Automatic
+            && self.inner.broken.is_none()
+        {
+            spawn_recovery(self.clone());
         }
         self
     }
@@ -221,8 +206,12 @@ impl Client {
     /// [`ClientBuilder::max_artifact_size`] bytes, and exactly the reference's
     /// `size` and `sha256` when it gives them. Transient failures are
     /// retried with the client's [`RetryPolicy`](crate::RetryPolicy); the
-    /// client's default deadline bounds the whole fetch. The bearer token is
-    /// sent only to URIs on the runtime's own origin.
+    /// client's default deadline bounds the whole fetch. The bearer token
+    /// (or, with [`ClientBuilder::token_provider`], a token the provider
+    /// gives for each request) is sent only to URIs on the runtime's own
+    /// origin; requests go through the client's proxy
+    /// ([`ClientBuilder::proxy`], [`ClientBuilder::no_proxy`], else the
+    /// environment's).
     ///
     /// # Errors
     ///

@@ -272,8 +272,7 @@ pub enum Error {
         #[source]
         source: Option<ErrorSource>,
     },
-    /// A typed call ([`Client::invoke_as`](crate::Client::invoke_as),
-    /// [`Tool`](crate::Tool), [`InvokeBuilder::returning`](crate::InvokeBuilder::returning))
+    /// A typed call (through a [`Tool`](crate::Tool) descriptor)
     /// got a result that does not decode into the type it asked for. The
     /// tool ran ([`Execution::Ran`]): the raw result, key and job id are in
     /// the [`ResultDecodeError`]. Not retryable: the same key replays the

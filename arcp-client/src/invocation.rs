@@ -18,8 +18,11 @@ use crate::error::Error;
 use crate::journal::JournalEntry;
 use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
 use crate::request::{CallRequest, CallShared, EventBytes, EventsEnd, TraceId};
+
+mod traceparent;
 #[cfg(doc)]
 use crate::{Journal, RecoveryMode};
+use traceparent::trace_id_of_traceparent;
 
 /// Turns a call's result into what the caller asked for: the JSON value
 /// itself ([`keep`]), or a typed value (`crate::typed`).
@@ -33,8 +36,58 @@ pub(crate) fn keep(output: ToolOutput) -> Result<ToolOutput, Error> {
 /// Starting calls: the builder of a new call, and the calls a journal
 /// holds as unfinished.
 impl Client {
-    /// Starts building a call with options (key, deadline, events, cancel).
-    pub fn invoke(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
+    /// Invokes a tool with a fresh idempotency key, retrying across failures
+    /// without ever running it twice: the one way to start a call (typed
+    /// calls go through a [`Tool`](crate::Tool) descriptor).
+    ///
+    /// The returned builder is awaitable as it is (`.await` sends the call
+    /// and waits for its outcome); set options first (an explicit
+    /// [`idempotency_key`](InvokeBuilder::idempotency_key), a
+    /// [`deadline`](InvokeBuilder::deadline), a trace id), or
+    /// [`send`](InvokeBuilder::send) it for an [`Invocation`] whose events,
+    /// job id and cancel are at hand while it runs.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: arcp_sdk::Client) -> Result<(), arcp_sdk::Error> {
+    /// use std::time::Duration;
+    /// use serde_json::json;
+    ///
+    /// let out = client.invoke_tool("refund", json!({"order": 4812})).await?;
+    /// println!("{} (replayed: {})", out.value, out.replayed);
+    ///
+    /// let mut call = client
+    ///     .invoke_tool("refund", json!({"order": 4813}))
+    ///     .deadline(Duration::from_secs(30))
+    ///     .send();
+    /// let mut events = call.events();
+    /// tokio::spawn(async move {
+    ///     while let Some(event) = events.next().await {
+    ///         println!("{event:?}");
+    ///     }
+    /// });
+    /// let out = call.await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Everything a call can end with but a result is an [`Error`] that
+    /// says whether the tool ran ([`Error::execution`]); the crate's
+    /// [handling outcomes](crate#handling-outcomes) guide has the table for
+    /// WebSocket and HTTP. The runtime's own error for the job is
+    /// [`Error::Tool`]; the key bound to another intent,
+    /// [`Error::DuplicateKey`]; a request that may have run but whose
+    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
+    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
+    /// refusals before acceptance until the budget ran out,
+    /// [`Error::RetriesExhausted`]; refused credentials,
+    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
+    /// [`Error::Interrupted`]; an invalid key, trace id or option,
+    /// [`Error::InvalidCall`], before anything is sent.
+    ///
+    /// Dropping the call before it resolves stops this client from driving
+    /// it (see [`Invocation`], "Dropping a call").
+    pub fn invoke_tool(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
         InvokeBuilder::new(self.clone(), tool.into(), Ok(args))
     }
 
@@ -69,7 +122,7 @@ impl Client {
     /// [`Error::Journal`] when the journal cannot be read or the claims
     /// cannot be recorded (then nothing is handed out, and nothing was
     /// sent); each recovered call then ends as
-    /// [`Client::invoke_tool`](crate::Client::invoke_tool)'s do, but never
+    /// [`Client::invoke_tool`]'s do, but never
     /// with "did not run".
     ///
     /// ```no_run
@@ -95,10 +148,11 @@ impl Client {
     }
 }
 
-/// Builds one call: `client.invoke(tool, args)...send()`. `Out` is what the
-/// call's result becomes: a JSON [`Value`] by default, any
-/// `DeserializeOwned` type after [`returning`](InvokeBuilder::returning).
-#[must_use = "a call does nothing until sent and awaited"]
+/// Builds one call: `client.invoke_tool(tool, args)`, then options, then
+/// `.await` (or [`send`](InvokeBuilder::send) for an [`Invocation`]). `Out`
+/// is what the call's result becomes: a JSON [`Value`], or the result type
+/// of a [`Tool`](crate::Tool) descriptor.
+#[must_use = "a call does nothing until awaited"]
 pub struct InvokeBuilder<Out = Value> {
     client: Client,
     tool: String,
@@ -172,7 +226,7 @@ impl<Out> InvokeBuilder<Out> {
         self
     }
 
-    /// How long the call may take in all, from [`send`](Self::send):
+    /// How long the call may take in all, from the first poll:
     /// waiting for an in-flight slot, recording it in the journal,
     /// connecting and every retry included. The call ends with
     /// [`Error::DeadlineExceeded`] within milliseconds of it, whatever the
@@ -228,7 +282,7 @@ impl<Out> InvokeBuilder<Out> {
     /// serialize, end the [`Invocation`] with [`Error::InvalidCall`] or
     /// [`Error::ArgumentsEncode`] when it is awaited, before anything is
     /// sent; its other errors are those of
-    /// [`Client::invoke_tool`](crate::Client::invoke_tool).
+    /// [`Client::invoke_tool`].
     pub fn send(self) -> Invocation<Out> {
         let shared = Arc::new(CallShared::default());
         let key_supplied = self.key.is_some();
@@ -299,6 +353,17 @@ impl<Out> InvokeBuilder<Out> {
     }
 }
 
+/// Awaiting the builder sends the call and waits for its outcome:
+/// `client.invoke_tool(tool, args).await` is
+/// `client.invoke_tool(tool, args).send().await`.
+impl<Out> std::future::IntoFuture for InvokeBuilder<Out> {
+    type Output = Result<ToolOutput<Out>, Error>;
+    type IntoFuture = Invocation<Out>;
+    fn into_future(self) -> Invocation<Out> {
+        self.send()
+    }
+}
+
 type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send>>;
 
 /// A call in progress: await it for the outcome (its result as `Out`: a
@@ -309,7 +374,7 @@ type OutcomeFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Se
 /// # Errors
 ///
 /// It resolves to `Err` with the errors of
-/// [`Client::invoke_tool`](crate::Client::invoke_tool); a typed call also
+/// [`Client::invoke_tool`]; a typed call also
 /// with [`Error::ResultDecode`] and [`Error::ArgumentsEncode`].
 ///
 /// # Dropping a call
@@ -541,29 +606,6 @@ impl futures_util::Stream for Events {
     }
 }
 
-/// The trace id of a W3C `traceparent` header (version 00, or a later
-/// version read as 00 as the recommendation asks), if well formed.
-fn trace_id_of_traceparent(header: &str) -> Option<&str> {
-    let mut parts = header.trim().split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, len: usize| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
-    let valid = hex(version, 2)
-        && version != "ff"
-        && (version != "00" || parts.next().is_none())
-        && hex(trace, 32)
-        && nonzero(trace)
-        && hex(parent, 16)
-        && nonzero(parent)
-        && hex(flags, 2);
-    valid.then_some(trace)
-}
-
 /// Gives a recovered call's claim back when it is dropped before its
 /// dispatch began (see [`Invocation::recovered`]).
 struct ReleaseUnlessDriven {
@@ -575,36 +617,6 @@ impl Drop for ReleaseUnlessDriven {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
             self.client.release_claim(&key);
-        }
-    }
-}
-
-#[cfg(test)]
-mod traceparent_tests {
-    use super::trace_id_of_traceparent as parse;
-
-    #[test]
-    fn the_trace_id_of_a_w3c_traceparent() {
-        assert_eq!(
-            parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-            Some("4bf92f3577b34da6a3ce929d0e0e4736")
-        );
-        // A later version may append fields.
-        assert_eq!(
-            parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more"),
-            Some("4bf92f3577b34da6a3ce929d0e0e4736")
-        );
-        for bad in [
-            "",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
-            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
-            "00-é-00f067aa0ba902b7-01",
-        ] {
-            assert_eq!(parse(bad), None, "{bad:?}");
         }
     }
 }

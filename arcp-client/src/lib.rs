@@ -32,11 +32,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Calls are typed ([`Tool`], [`Client::invoke_as`]: arguments from any
+//! Calls are typed ([`Tool`]: arguments from any
 //! `Serialize`, results into any `DeserializeOwned`) or JSON
-//! ([`Client::invoke_tool`], [`Client::invoke`]); a typed call is the JSON
+//! ([`Client::invoke_tool`]); a typed call is the JSON
 //! call underneath, with the same keys, retries and replays. Every error
-//! says whether the tool ran ([`Error::execution`]).
+//! says whether the tool ran ([`Error::execution`]). The knobs that trade
+//! CPU time and memory, not behaviour, are in [`tuning`].
 //!
 //! Keys in memory survive network failures, not a crash of the caller's
 //! process. With a journal (`ClientBuilder::journal_path`, a SQLite file)
@@ -192,6 +193,7 @@ mod client;
 #[cfg(feature = "http")]
 mod http;
 mod invocation;
+pub mod tuning;
 mod typed;
 mod ws;
 

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 /// The successful outcome of a call: the tool's result (`T`: a JSON
 /// [`Value`] for [`Client::invoke_tool`](crate::Client::invoke_tool), the
-/// type asked for in a typed call such as
-/// [`Client::invoke_as`](crate::Client::invoke_as)) and how it was obtained.
+/// result type of a typed call through a [`Tool`](crate::Tool)) and how it
+/// was obtained.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ToolOutput<T = Value> {

@@ -7,50 +7,82 @@
 
 use arcp_types::{Dialect, Welcome};
 
-/// Behaviours of one runtime that the client adapts to.
+/// What the client learned about a runtime in the handshake
+/// ([`Client::runtime`](crate::Client::runtime)): its name and version, the
+/// dialect of the session, and whether it replays stored outcomes and
+/// resumes sessions. The rest of what the client adapts to (liveness
+/// probes, acknowledgements, socket options) stays inside the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RuntimeProfile {
     /// Runtime name from the welcome (`runtime.name`, legacy `runtime.kind`).
-    pub name: String,
+    pub(crate) name: String,
     /// Runtime version from the welcome.
-    pub version: String,
+    pub(crate) version: String,
     /// The dialect the session speaks.
-    pub dialect: Dialect,
+    pub(crate) dialect: Dialect,
     /// A same-key resubmit after completion gets the stored terminal back
     /// (not only `job.accepted`).
-    pub replays_terminal: bool,
+    pub(crate) replays_terminal: bool,
     /// Error frames name the request they answer (otherwise the client
     /// attributes them to the oldest request awaiting an answer).
-    pub echoes_request_id_on_errors: bool,
+    pub(crate) echoes_request_id_on_errors: bool,
     /// Sessions can be resumed after a transport drop.
-    pub supports_resume: bool,
+    pub(crate) supports_resume: bool,
     /// `job.subscribe` with history is safe and useful.
-    pub supports_subscribe: bool,
+    pub(crate) supports_subscribe: bool,
     /// The runtime answers `session.ping`, so the client may probe liveness.
-    pub answers_ping: bool,
+    pub(crate) answers_ping: bool,
     /// The runtime sends `session.ping` itself (the client must answer).
-    pub sends_ping: bool,
+    pub(crate) sends_ping: bool,
     /// The runtime accepts `session.ack`.
-    pub accepts_ack: bool,
+    pub(crate) accepts_ack: bool,
     /// A `job.accepted` that echoes the idempotency key on its envelope is a
     /// replay of an earlier acceptance (fresh ones do not echo it).
-    pub key_echo_marks_replay: bool,
+    pub(crate) key_echo_marks_replay: bool,
     /// The runtime may write a reply in pieces without TCP_NODELAY, so the
     /// client re-arms TCP_QUICKACK after reading while a call still waits
     /// (else each piece waits out a 40 ms delayed ACK). Assumed for unknown
     /// runtimes; a syscall and an ACK packet per wake-up are saved for
     /// runtimes known to set TCP_NODELAY.
-    pub writes_in_pieces: bool,
+    pub(crate) writes_in_pieces: bool,
 }
 
 impl RuntimeProfile {
+    /// The runtime's name (`runtime.name` of the welcome, legacy
+    /// `runtime.kind`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The runtime's version, from the welcome.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The dialect the session speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Whether a same-key resubmit after completion gets the stored
+    /// outcome back; when not, a call whose connection died after
+    /// acceptance may end [`Error::OutcomeUnavailable`](crate::Error::OutcomeUnavailable).
+    pub fn replays_terminal(&self) -> bool {
+        self.replays_terminal
+    }
+
+    /// Whether a session survives a transport drop (resumed on reconnect).
+    pub fn supports_resume(&self) -> bool {
+        self.supports_resume
+    }
+
     /// The profile for the runtime that sent `welcome` on a `dialect` session.
     ///
     /// Known runtimes get their observed behaviour (`docs/compatibility.md` in this package);
     /// unknown ones get conservative defaults derived only from what they
     /// negotiated.
-    pub fn from_welcome(dialect: Dialect, welcome: &Welcome) -> Self {
+    pub(crate) fn from_welcome(dialect: Dialect, welcome: &Welcome) -> Self {
         let features = welcome.features();
         let has = |f: &str| features.iter().any(|x| x == f);
         let mut profile = RuntimeProfile {

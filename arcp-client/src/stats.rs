@@ -5,7 +5,7 @@
 
 /// A snapshot of what a client holds, from [`Client::stats`](crate::Client::stats):
 /// everything here belongs to calls still in flight, or is bounded (the
-/// outcome cache), so after all calls ended the first three are zero.
+/// outcome cache), so after all calls ended the first two are zero.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClientStats {
@@ -14,8 +14,6 @@ pub struct ClientStats {
     /// Requests on the connection awaiting an answer (submits, cancels,
     /// subscribes).
     pub requests: usize,
-    /// Timer entries, live and stale (stale ones are compacted away).
-    pub timers: usize,
     /// Terminal outcomes cached by key (bounded by the cache's capacity).
     pub cached_outcomes: usize,
 }

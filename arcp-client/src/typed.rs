@@ -80,34 +80,21 @@ impl<In: ?Sized, Out> Tool<In, Out> {
 
 impl<In: ?Sized + Serialize, Out: DeserializeOwned> Tool<In, Out> {
     /// Invokes the tool with a fresh idempotency key: the typed
-    /// [`Client::invoke_tool`].
+    /// [`Client::invoke_tool`]. Await the returned builder for the
+    /// outcome, or set options first (an explicit key, a deadline) or
+    /// [`send`](InvokeBuilder::send) it for events and cancel; it resolves
+    /// to a `ToolOutput<Out>`.
     ///
     /// # Errors
     ///
-    /// Everything a call can end with but a result is an [`Error`] that
-    /// says whether the tool ran ([`Error::execution`]); the crate's
-    /// [handling outcomes](crate#handling-outcomes) guide has the table for
-    /// WebSocket and HTTP. The runtime's own error for the job is
-    /// [`Error::Tool`]; the key bound to another intent,
-    /// [`Error::DuplicateKey`]; a request that may have run but whose
-    /// outcome could not be had, [`Error::OutcomeUnavailable`] (retry later
-    /// with [`Error::key`]); the deadline, [`Error::DeadlineExceeded`];
-    /// refusals before acceptance until the budget ran out,
-    /// [`Error::RetriesExhausted`]; refused credentials,
-    /// [`Error::Unauthenticated`]; a closed client, [`Error::Closed`] or
-    /// [`Error::Interrupted`].
-    /// A result that does not decode into `Out` is [`Error::ResultDecode`]
-    /// (the tool ran; the raw result is kept).
-    pub async fn call(&self, client: &Client, args: &In) -> Result<ToolOutput<Out>, Error> {
-        self.invoke(client, args).send().await
-    }
-
-    /// Starts building a call with options (key, deadline, events, cancel);
-    /// it resolves to a `ToolOutput<Out>`.
-    pub fn invoke(&self, client: &Client, args: &In) -> InvokeBuilder<Out> {
-        client
-            .invoke_with(self.name.as_ref(), args)
-            .returning::<Out>()
+    /// Those of [`Client::invoke_tool`], and: a result that does not decode
+    /// into `Out` fails with [`Error::ResultDecode`] (the tool ran; the raw
+    /// result is kept); arguments that do not serialize fail with
+    /// [`Error::ArgumentsEncode`] before anything is sent.
+    pub fn call(&self, client: &Client, args: &In) -> InvokeBuilder<Out> {
+        let arguments = encode(&self.name, args);
+        InvokeBuilder::new(client.clone(), self.name.to_string(), arguments)
+            .with_decode(decode::<Out>)
     }
 
     /// A key derived from the namespace, this tool and the arguments
@@ -136,67 +123,6 @@ impl<In: ?Sized, Out> fmt::Debug for Tool<In, Out> {
             .field("arguments", &std::any::type_name::<In>())
             .field("result", &std::any::type_name::<Out>())
             .finish()
-    }
-}
-
-impl Client {
-    /// Invokes a tool with typed arguments and result, and a fresh
-    /// idempotency key: [`invoke_tool`](Client::invoke_tool) with the
-    /// arguments serialized from `args` and the result decoded into `Out`.
-    /// Every retry, key and replay rule is the untyped call's.
-    ///
-    /// # Errors
-    ///
-    /// Those of [`invoke_tool`](Client::invoke_tool), and: a result that
-    /// does not decode fails with [`Error::ResultDecode`] (the tool ran; the
-    /// raw result is kept); arguments that do not serialize fail with
-    /// [`Error::ArgumentsEncode`] before anything is sent.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: arcp_sdk::Client) -> Result<(), arcp_sdk::Error> {
-    /// use serde_json::json;
-    ///
-    /// #[derive(serde::Deserialize)]
-    /// struct Refunded {
-    ///     refunded: u64,
-    /// }
-    ///
-    /// let out = client
-    ///     .invoke_as::<Refunded>("refund", &json!({"order": 4812}))
-    ///     .await?;
-    /// println!("refunded order {}", out.value.refunded);
-    /// # Ok(()) }
-    /// ```
-    pub async fn invoke_as<Out: DeserializeOwned>(
-        &self,
-        tool: &str,
-        args: &(impl Serialize + ?Sized),
-    ) -> Result<ToolOutput<Out>, Error> {
-        self.invoke_with(tool, args).returning::<Out>().send().await
-    }
-
-    /// Starts building a call whose arguments are serialized from `args`
-    /// (once, now). Arguments that do not serialize fail the call with
-    /// [`Error::ArgumentsEncode`] when it is awaited, before anything is
-    /// sent. Chain [`returning`](InvokeBuilder::returning) for a typed
-    /// result.
-    pub fn invoke_with(
-        &self,
-        tool: impl Into<String>,
-        args: &(impl Serialize + ?Sized),
-    ) -> InvokeBuilder {
-        let tool = tool.into();
-        let arguments = encode(&tool, args);
-        InvokeBuilder::new(self.clone(), tool, arguments)
-    }
-}
-
-impl<Out> InvokeBuilder<Out> {
-    /// The same call, its result decoded into `T` when it ends. A result
-    /// that does not decode fails the call with [`Error::ResultDecode`],
-    /// which keeps the raw result: the tool ran.
-    pub fn returning<T: DeserializeOwned>(self) -> InvokeBuilder<T> {
-        self.with_decode(decode::<T>)
     }
 }
 

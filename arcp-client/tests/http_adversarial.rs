@@ -137,7 +137,7 @@ async fn http_a_dropped_call_then_its_key_again_refused_may_have_run() {
     let dropped = tokio::time::timeout(
         Duration::from_millis(200),
         client
-            .invoke("refund", args.clone())
+            .invoke_tool("refund", args.clone())
             .idempotency_key(key.clone())
             .send(),
     )
@@ -145,7 +145,7 @@ async fn http_a_dropped_call_then_its_key_again_refused_may_have_run() {
     assert!(dropped.is_err(), "the first call is dropped mid-POST");
     assert_eq!(server.executions(), 1, "the POST reached the runtime");
     let err = client
-        .invoke("refund", args)
+        .invoke_tool("refund", args)
         .idempotency_key(key)
         .deadline(Duration::from_secs(2))
         .send()
@@ -170,7 +170,7 @@ async fn http_an_unlisted_5xx_after_the_tool_ran_may_have_run() {
         let server = serve(once(answer.clone(), answer)).await;
         let client = builder(&server.url).connect().await.unwrap();
         let err = client
-            .invoke("refund", json!({"order": 2}))
+            .invoke_tool("refund", json!({"order": 2}))
             .deadline(Duration::from_secs(2))
             .send()
             .await

@@ -247,3 +247,101 @@ async fn the_client_limit_applies() {
         "{err:?}"
     );
 }
+
+/// Answers only a request that carries the token the provider issued last.
+struct CurrentTokenOnly(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl wiremock::Respond for CurrentTokenOnly {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let current = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        let sent = request
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if current > 0 && sent == Some(format!("Bearer token-{current}").as_str()) {
+            ok()
+        } else {
+            ResponseTemplate::new(401)
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_client_fetches_with_its_token_providers_current_token() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let runtime = MockServer::start().await;
+    let issued = Arc::new(AtomicU64::new(0));
+    Mock::given(method("GET"))
+        .respond_with(CurrentTokenOnly(issued.clone()))
+        .mount(&runtime)
+        .await;
+    let counter = issued.clone();
+    let client = arcp_sdk::Client::builder(format!("{}/arcp", runtime.uri()))
+        .token_provider(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { Ok::<_, std::io::Error>(format!("token-{n}")) }
+        })
+        .retry(fast_retry())
+        .connect()
+        .await
+        .unwrap();
+    let own = ArtifactRef::new(format!("{}/artifacts/1", runtime.uri()));
+    // Each fetch asks the provider: the token the endpoint wants changes.
+    for _ in 0..2 {
+        assert_eq!(client.fetch_artifact(&own).await.unwrap(), BODY);
+    }
+    assert!(issued.load(Ordering::SeqCst) >= 2);
+    // The provider's token still goes only to the runtime's own origin.
+    let storage = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ok())
+        .expect(1)
+        .mount(&storage)
+        .await;
+    let foreign = ArtifactRef::new(format!("{}/bucket/1", storage.uri()));
+    assert_eq!(client.fetch_artifact(&foreign).await.unwrap(), BODY);
+    let sent = &storage.received_requests().await.unwrap()[0];
+    assert!(!sent.headers.contains_key("authorization"));
+}
+
+#[tokio::test]
+async fn the_client_fetches_artifacts_through_its_proxy() {
+    // A host that does not resolve: only the proxy can reach it.
+    let proxy = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/artifacts/1"))
+        .respond_with(ok())
+        .expect(1)
+        .mount(&proxy)
+        .await;
+    let client = arcp_sdk::Client::builder("http://runtime.invalid/arcp")
+        .proxy(proxy.uri())
+        .retry(fast_retry())
+        .connect()
+        .await
+        .unwrap();
+    let artifact = ArtifactRef::new("http://runtime.invalid/artifacts/1");
+    assert_eq!(client.fetch_artifact(&artifact).await.unwrap(), BODY);
+    let sent = &proxy.received_requests().await.unwrap()[0];
+    assert_eq!(
+        sent.headers.get("host").and_then(|h| h.to_str().ok()),
+        Some("runtime.invalid")
+    );
+}
+
+#[tokio::test]
+async fn no_proxy_fetches_directly() {
+    let runtime = MockServer::start().await;
+    serve(&runtime, "/artifacts/1", ok(), 1).await;
+    // A proxy that does not listen: set, then turned off.
+    let client = arcp_sdk::Client::builder(format!("{}/arcp", runtime.uri()))
+        .proxy("http://127.0.0.1:9")
+        .no_proxy()
+        .retry(fast_retry())
+        .connect()
+        .await
+        .unwrap();
+    let artifact = ArtifactRef::new(format!("{}/artifacts/1", runtime.uri()));
+    assert_eq!(client.fetch_artifact(&artifact).await.unwrap(), BODY);
+}

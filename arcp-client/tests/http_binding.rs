@@ -44,7 +44,7 @@ async fn a_terminal_envelope_is_the_outcome() {
     let server = MockServer::start().await;
     answer(&server, json_body(result("job_1", json!({"ok": 1}))), 1).await;
     let client = client(&server.uri()).connect().await.unwrap();
-    assert!(client.runtime().unwrap().replays_terminal);
+    assert!(client.runtime().unwrap().replays_terminal());
     let out = client.invoke_tool("echo", json!({"a": 1})).await.unwrap();
     assert_eq!(out.value, json!({"ok": 1}));
     assert_eq!(out.job_id.as_deref(), Some("job_1"));
@@ -83,7 +83,7 @@ async fn an_ndjson_stream_delivers_events_then_the_terminal() {
     )
     .await;
     let client = client(&server.uri()).connect().await.unwrap();
-    let mut call = client.invoke("work", json!({})).send();
+    let mut call = client.invoke_tool("work", json!({})).send();
     let mut events = call.events();
     let handle = call.handle();
     let out = call.await.unwrap();
@@ -106,7 +106,7 @@ async fn the_same_key_on_every_attempt_a_fresh_envelope_id_and_the_same_bytes() 
     let client = client(&server.uri()).connect().await.unwrap();
     let key = IdempotencyKey::try_from("order-4812").unwrap();
     let out = client
-        .invoke("refund", json!({"order": 4812, "cents": 1.5}))
+        .invoke_tool("refund", json!({"order": 4812, "cents": 1.5}))
         .idempotency_key(key.clone())
         .option("max_runtime_sec", json!(30))
         .send()
@@ -171,7 +171,7 @@ async fn unprocessable_422_is_duplicate_key_and_never_retried() {
     let client = client(&server.uri()).connect().await.unwrap();
     let key = IdempotencyKey::try_from("k-422").unwrap();
     let err = client
-        .invoke("refund", json!({}))
+        .invoke_tool("refund", json!({}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -437,7 +437,7 @@ async fn the_call_deadline_bounds_a_slow_response() {
     let client = client(&server.uri()).connect().await.unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("refund", json!({}))
+        .invoke_tool("refund", json!({}))
         .deadline(Duration::from_millis(300))
         .send()
         .await
@@ -478,7 +478,7 @@ async fn a_repeated_key_is_answered_from_the_outcome_cache() {
     let key = IdempotencyKey::try_from("cached").unwrap();
     let call = || {
         client
-            .invoke("refund", json!({"a": 1}))
+            .invoke_tool("refund", json!({"a": 1}))
             .idempotency_key(key.clone())
             .send()
     };
@@ -486,7 +486,7 @@ async fn a_repeated_key_is_answered_from_the_outcome_cache() {
     assert!(call().await.unwrap().replayed);
     // A cached answer carries the trace of the caller it answers.
     let traced = client
-        .invoke("refund", json!({"a": 1}))
+        .invoke_tool("refund", json!({"a": 1}))
         .idempotency_key(key.clone())
         .traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         .send()
@@ -495,7 +495,7 @@ async fn a_repeated_key_is_answered_from_the_outcome_cache() {
     assert!(traced.replayed);
     assert_eq!(traced.trace_id, "0af7651916cd43dd8448eb211c80319c");
     let other = client
-        .invoke("refund", json!({"a": 2}))
+        .invoke_tool("refund", json!({"a": 2}))
         .idempotency_key(key.clone())
         .send()
         .await;
@@ -513,7 +513,7 @@ async fn cancel_is_not_dispatched_over_http() {
         .mount(&server)
         .await;
     let client = client(&server.uri()).connect().await.unwrap();
-    let call = client.invoke("refund", json!({})).send();
+    let call = client.invoke_tool("refund", json!({})).send();
     let handle = call.handle();
     let task = tokio::spawn(call);
     tokio::time::sleep(Duration::from_millis(50)).await;

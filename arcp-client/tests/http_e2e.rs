@@ -61,7 +61,7 @@ async fn a_response_cut_after_acceptance_is_recovered_without_a_second_run() {
         .unwrap();
     let key = IdempotencyKey::try_from("refund-4812").unwrap();
     let out = client
-        .invoke("refund", json!({"order": 4812, "ms": 300}))
+        .invoke_tool("refund", json!({"order": 4812, "ms": 300}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -99,7 +99,7 @@ async fn progress_events_stream_over_ndjson() {
     let mock = mock().start().await.unwrap();
     let client = client(&mock.http_url()).connect().await.unwrap();
     let mut call = client
-        .invoke("refund", json!({"order": 2, "steps": 3}))
+        .invoke_tool("refund", json!({"order": 2, "steps": 3}))
         .send();
     let mut events = call.events();
     let out = call.await.unwrap();
@@ -118,7 +118,7 @@ async fn the_same_key_with_other_arguments_is_refused_with_422() {
     let key = IdempotencyKey::try_from("order-7").unwrap();
     let first = client(&mock.http_url()).connect().await.unwrap();
     first
-        .invoke("refund", json!({"order": 7}))
+        .invoke_tool("refund", json!({"order": 7}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -126,7 +126,7 @@ async fn the_same_key_with_other_arguments_is_refused_with_422() {
     // Another client (no local cache of the key): the runtime refuses.
     let other = client(&mock.http_url()).connect().await.unwrap();
     let err = other
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -137,7 +137,7 @@ async fn the_same_key_with_other_arguments_is_refused_with_422() {
     );
     // The same arguments get the stored outcome, flagged as a replay.
     let again = other
-        .invoke("refund", json!({"order": 7}))
+        .invoke_tool("refund", json!({"order": 7}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -255,7 +255,7 @@ async fn a_legacy_mock_serves_the_binding_with_its_own_fingerprint_rules() {
         let key = key.clone();
         async move {
             client
-                .invoke("refund", args)
+                .invoke_tool("refund", args)
                 .idempotency_key(key)
                 .send()
                 .await
@@ -300,7 +300,7 @@ async fn huge_deadlines_and_budgets_are_not_a_panic() {
         .await
         .unwrap();
     let out = client
-        .invoke("refund", json!({"order": 5}))
+        .invoke_tool("refund", json!({"order": 5}))
         .deadline(Duration::MAX)
         .send()
         .await

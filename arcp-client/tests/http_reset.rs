@@ -92,7 +92,7 @@ async fn an_ndjson_stream_cut_after_acceptance_is_retried_with_the_same_key() {
     let replay = ndjson(&[result("job_5", json!("done"))]);
     let (url, seen) = serve(vec![cut, whole("application/x-ndjson", &replay)]).await;
     let client = client(&url).connect().await.unwrap();
-    let call = client.invoke("refund", json!({"order": 1})).send();
+    let call = client.invoke_tool("refund", json!({"order": 1})).send();
     let handle = call.handle();
     let out = call.await.unwrap();
     assert_eq!(out.value, json!("done"));
@@ -166,7 +166,7 @@ async fn ndjson_lines_cut_between_chunks_are_read_whole() {
         for watched in [false, true] {
             let (url, seen) = serve(vec![chunked(&content, size)]).await;
             let client = client(&url).connect().await.unwrap();
-            let mut call = client.invoke("refund", json!({"order": 4812})).send();
+            let mut call = client.invoke_tool("refund", json!({"order": 4812})).send();
             let events = watched.then(|| call.events());
             let handle = call.handle();
             let out = call.await.unwrap();

@@ -130,7 +130,7 @@ async fn sequential_calls(client: &Client, truth: &Truth, n: usize) {
     for i in 0..n {
         let started = Instant::now();
         let out = client
-            .invoke("refund", json!({ "order": i }))
+            .invoke_tool("refund", json!({ "order": i }))
             .deadline(Duration::from_secs(3))
             .send()
             .await;
@@ -184,7 +184,7 @@ async fn idle_close_races_with_reuse() {
         let client = builder(&url).connect().await.unwrap();
         for i in 0..20 {
             let out = client
-                .invoke("refund", json!({ "order": i }))
+                .invoke_tool("refund", json!({ "order": i }))
                 .deadline(Duration::from_secs(3))
                 .send()
                 .await
@@ -281,7 +281,7 @@ async fn garbage_after_the_body_does_not_confuse_the_next_call() {
         let client = builder(&url).connect().await.unwrap();
         for i in 0..6 {
             let out = client
-                .invoke("refund", json!({ "order": i }))
+                .invoke_tool("refund", json!({ "order": i }))
                 .send()
                 .await
                 .unwrap_or_else(|e| panic!("later {later_ms} call {i}: {e:?}"));
@@ -326,7 +326,7 @@ async fn a_smuggled_second_response_is_never_the_next_calls_answer() {
     let client = builder(&url).connect().await.unwrap();
     for i in 0..6 {
         let out = client
-            .invoke("refund", json!({ "order": i }))
+            .invoke_tool("refund", json!({ "order": i }))
             .deadline(Duration::from_secs(3))
             .send()
             .await;
@@ -410,7 +410,7 @@ async fn a_stream_that_never_ends_after_its_terminal() {
     for i in 0..5 {
         let started = Instant::now();
         let out = client
-            .invoke("refund", json!({ "order": i }))
+            .invoke_tool("refund", json!({ "order": i }))
             .send()
             .await
             .unwrap();
@@ -455,7 +455,7 @@ async fn a_stream_that_keeps_talking_after_its_terminal() {
     for i in 0..3 {
         let started = Instant::now();
         let out = client
-            .invoke("refund", json!({ "order": i }))
+            .invoke_tool("refund", json!({ "order": i }))
             .send()
             .await
             .unwrap();
@@ -540,7 +540,7 @@ async fn a_malformed_head_after_the_tool_ran_may_have_run() {
         let client = builder(&url).connect().await.unwrap();
         let started = Instant::now();
         let err = client
-            .invoke("refund", json!({ "order": 1 }))
+            .invoke_tool("refund", json!({ "order": 1 }))
             .deadline(Duration::from_secs(2))
             .send()
             .await
@@ -584,7 +584,7 @@ async fn a_tls_server_that_never_answers_the_handshake() {
         .unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("refund", json!({ "order": 1 }))
+        .invoke_tool("refund", json!({ "order": 1 }))
         .deadline(Duration::from_secs(5))
         .send()
         .await
@@ -682,7 +682,7 @@ async fn many_concurrent_calls_against_random_drops() {
                 let key = arcp_sdk::IdempotencyKey::new();
                 let started = Instant::now();
                 let out = client
-                    .invoke("refund", json!({ "round": round, "i": i }))
+                    .invoke_tool("refund", json!({ "round": round, "i": i }))
                     .idempotency_key(key.clone())
                     .deadline(Duration::from_secs(4))
                     .send()
@@ -762,7 +762,7 @@ async fn a_trickled_head_keeps_the_deadline() {
     let client = builder(&url).connect().await.unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("refund", json!({}))
+        .invoke_tool("refund", json!({}))
         .deadline(Duration::from_millis(800))
         .send()
         .await
@@ -805,7 +805,7 @@ async fn credentials_in_the_endpoint_url() {
         .await
         .unwrap();
     let out = client
-        .invoke("refund", json!({ "order": 1 }))
+        .invoke_tool("refund", json!({ "order": 1 }))
         .deadline(Duration::from_secs(3))
         .send()
         .await
@@ -841,7 +841,7 @@ async fn url_credentials_echoed_by_the_server_are_redacted() {
     let url = url.replace("http://", &format!("http://user:{PASSWORD}@"));
     let client = Client::builder(&url).connect().await.unwrap();
     let err = client
-        .invoke("refund", json!({ "order": 1 }))
+        .invoke_tool("refund", json!({ "order": 1 }))
         .deadline(Duration::from_secs(3))
         .send()
         .await
@@ -887,7 +887,7 @@ async fn call_into_a_blackhole(connect: Duration, deadline: Duration) -> (Error,
         .unwrap();
     let started = Instant::now();
     let err = client
-        .invoke("refund", json!({ "order": 1 }))
+        .invoke_tool("refund", json!({ "order": 1 }))
         .deadline(deadline)
         .send()
         .await
@@ -953,7 +953,7 @@ async fn a_refused_endpoint_until_the_deadline_says_not_run() {
     let mut wrong = Vec::new();
     for i in 0..100u64 {
         let err = client
-            .invoke("refund", json!({ "order": i }))
+            .invoke_tool("refund", json!({ "order": i }))
             .deadline(Duration::from_millis(20 + 7 * (i % 10)))
             .send()
             .await
@@ -988,7 +988,7 @@ async fn an_unasked_101_after_the_tool_ran_may_have_run() {
     .await;
     let client = builder(&url).connect().await.unwrap();
     let err = client
-        .invoke("refund", json!({ "order": 1 }))
+        .invoke_tool("refund", json!({ "order": 1 }))
         .deadline(Duration::from_secs(2))
         .send()
         .await

@@ -72,7 +72,7 @@ async fn url_credentials_stay_off_the_request_line_through_a_proxy() {
         .unwrap();
     clear();
     let _ = c
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .deadline(Duration::from_secs(2))
         .send()
         .await;
@@ -101,7 +101,7 @@ async fn a_proxy_refusing_connect_with_407_is_not_hammered() {
     clear();
     let started = Instant::now();
     let refused = c
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .deadline(Duration::from_secs(2))
         .send()
         .await
@@ -136,7 +136,7 @@ async fn a_dead_proxy_is_named_in_the_error() {
         .unwrap();
     let started = Instant::now();
     let deadline = c
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .deadline(Duration::from_secs(1))
         .send()
         .await
@@ -157,7 +157,7 @@ async fn a_dead_proxy_is_named_in_the_error() {
         .await
         .unwrap();
     let budget = c
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .deadline(Duration::from_secs(5))
         .send()
         .await

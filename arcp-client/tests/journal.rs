@@ -58,7 +58,7 @@ async fn a_call_is_recorded_from_prepared_to_terminal() {
         .await
         .unwrap();
     let out = client
-        .invoke("refund", json!({"order": 1, "cents": 2.50}))
+        .invoke_tool("refund", json!({"order": 1, "cents": 2.50}))
         .option("max_runtime_sec", json!(30))
         .send()
         .await
@@ -107,7 +107,7 @@ async fn a_restarted_client_answers_a_finished_key_from_the_journal() {
         .await
         .unwrap();
     let a = first
-        .invoke("refund", args.clone())
+        .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
         .send()
         .await
@@ -123,7 +123,7 @@ async fn a_restarted_client_answers_a_finished_key_from_the_journal() {
         .await
         .unwrap();
     let b = second
-        .invoke("refund", args.clone())
+        .invoke_tool("refund", args.clone())
         .idempotency_key(key.clone())
         .send()
         .await
@@ -133,7 +133,7 @@ async fn a_restarted_client_answers_a_finished_key_from_the_journal() {
     assert!(b.replayed && !a.replayed);
     assert_eq!(submits(&mock, key.as_str()), 1);
     let conflict = second
-        .invoke("refund", json!({"order": 8}))
+        .invoke_tool("refund", json!({"order": 8}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -177,7 +177,7 @@ async fn an_unfinished_call_stays_unfinished_and_recover_delivers_it() {
         .await
         .unwrap();
     let err = client
-        .invoke("refund", json!({"order": 9}))
+        .invoke_tool("refund", json!({"order": 9}))
         .deadline(Duration::from_millis(200))
         .send()
         .await
@@ -461,7 +461,7 @@ async fn a_journal_full_of_unfinished_calls_refuses_new_ones() {
         .unwrap();
     for i in 0..2 {
         let err = client
-            .invoke("slow", json!({"i": i}))
+            .invoke_tool("slow", json!({"i": i}))
             .deadline(Duration::from_millis(100))
             .send()
             .await
@@ -469,7 +469,7 @@ async fn a_journal_full_of_unfinished_calls_refuses_new_ones() {
         assert!(matches!(err, Error::DeadlineExceeded { .. }), "{err:?}");
     }
     let err = client
-        .invoke("slow", json!({"i": 2}))
+        .invoke_tool("slow", json!({"i": 2}))
         .send()
         .await
         .unwrap_err();
@@ -485,7 +485,7 @@ async fn a_journal_full_of_unfinished_calls_refuses_new_ones() {
         call.await.unwrap();
     }
     client
-        .invoke("slow", json!({"i": 2}))
+        .invoke_tool("slow", json!({"i": 2}))
         .send()
         .await
         .expect("room again");
@@ -743,14 +743,14 @@ async fn a_calls_marks_ride_in_its_end_unless_it_runs_long() {
             let client = client.clone();
             async move {
                 let args = json!({ "round": round, "i": i });
-                client.invoke("fast", args).send().await.unwrap().key
+                client.invoke_tool("fast", args).send().await.unwrap().key
             }
         });
         fast.extend(futures_util::future::join_all(calls).await);
     }
     let slow = {
         let client = client.clone();
-        tokio::spawn(async move { client.invoke("slow", json!({})).send().await })
+        tokio::spawn(async move { client.invoke_tool("slow", json!({})).send().await })
     };
     // Well past the marks' delay, well before the slow call ends.
     tokio::time::sleep(Duration::from_millis(350)).await;
@@ -861,7 +861,7 @@ async fn a_call_that_ends_before_its_key_is_read_leaves_the_keys_outcome_alone()
         .unwrap();
     let key = IdempotencyKey::new();
     let first = client
-        .invoke("refund", json!({"order": 21}))
+        .invoke_tool("refund", json!({"order": 21}))
         .idempotency_key(key.clone())
         .send();
     let first = tokio::spawn(first);
@@ -872,7 +872,7 @@ async fn a_call_that_ends_before_its_key_is_read_leaves_the_keys_outcome_alone()
     assert_eq!(out.value, json!({"refunded": 21}));
 
     let second = client
-        .invoke("refund", json!({"order": 21}))
+        .invoke_tool("refund", json!({"order": 21}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(150))
         .send()

@@ -57,7 +57,7 @@ async fn many_concurrent_calls_leave_a_consistent_journal() {
             for i in 0..CALLS_PER_TASK {
                 let tool = if i % 10 == 9 { "fail" } else { "echo" };
                 let args = json!({"task": t, "call": i, "ms": (i % 5) * 3, "x": 0.1 * i as f64});
-                let call = client.invoke(tool, args.clone()).send();
+                let call = client.invoke_tool(tool, args.clone()).send();
                 let key = call.key().cloned().expect("key");
                 calls.push((key, tool, args, call));
             }

@@ -86,7 +86,7 @@ async fn child(role: &str, url: &str, path: &str) {
             .await;
             assert!(matches!(go, Ok(Ok(ref l)) if l.trim() == "GO"), "{go:?}");
             let call = client
-                .invoke(
+                .invoke_tool(
                     "charge",
                     json!({"order": 4812, "amount": 12.5, "note": "ünïcode"}),
                 )

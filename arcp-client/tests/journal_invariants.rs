@@ -145,7 +145,7 @@ async fn a_call_is_prepared_before_its_first_send() {
         .await
         .unwrap();
     let _ = client_slot.set(client.clone());
-    let calls = (0..10).map(|i| client.invoke("refund", json!({"order": i})).send());
+    let calls = (0..10).map(|i| client.invoke_tool("refund", json!({"order": i})).send());
     for out in futures_util::future::join_all(calls).await {
         out.unwrap();
     }

@@ -217,7 +217,7 @@ async fn a_call_is_prepared_before_its_first_send() {
         .connect()
         .await
         .unwrap();
-    let calls = (0..20).map(|i| client.invoke("refund", json!({"order": i})).send());
+    let calls = (0..20).map(|i| client.invoke_tool("refund", json!({"order": i})).send());
     for out in futures_util::future::join_all(calls).await {
         out.unwrap();
     }
@@ -576,7 +576,7 @@ async fn silence_is_not_success() {
         .await
         .unwrap();
     let err = client
-        .invoke("slow", json!({}))
+        .invoke_tool("slow", json!({}))
         .key_str("slow-1")
         .deadline(Duration::from_millis(300))
         .send()
@@ -656,7 +656,7 @@ async fn clients_share_the_journal_and_recover_a_dead_workers_calls() {
         .await
         .unwrap();
     let out = a
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .key_str("order-1")
         .send()
         .await
@@ -694,7 +694,7 @@ async fn clients_share_the_journal_and_recover_a_dead_workers_calls() {
         .await
         .unwrap();
     let err = b
-        .invoke("refund", json!({"order": 2}))
+        .invoke_tool("refund", json!({"order": 2}))
         .key_str("order-2")
         .send()
         .await
@@ -720,7 +720,7 @@ async fn clients_share_the_journal_and_recover_a_dead_workers_calls() {
     }
     // And a re-issued finished call is answered from the shared journal.
     let again = b
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .key_str("order-1")
         .send()
         .await
@@ -1442,7 +1442,11 @@ async fn a_tool_name_the_store_cannot_hold_fails_alone() {
         .await
         .expect("connect");
     let bad = client.invoke_tool("ec\0ho", serde_json::json!({"n": -1}));
-    let good = (0..16).map(|n| client.invoke_tool("echo", serde_json::json!({ "n": n })));
+    let good = (0..16).map(|n| {
+        client
+            .invoke_tool("echo", serde_json::json!({ "n": n }))
+            .send()
+    });
     let (bad, good) = tokio::join!(bad, futures_util::future::join_all(good));
     match bad {
         Err(arcp_sdk::Error::InvalidCall(message)) => {

@@ -167,7 +167,7 @@ async fn a_lost_commit_answer_then_a_read_only_database_is_not_did_not_run() {
         .await
         .unwrap();
     let told = client
-        .invoke("refund", json!({"order": 1}))
+        .invoke_tool("refund", json!({"order": 1}))
         .deadline(Duration::from_millis(1500))
         .send()
         .await

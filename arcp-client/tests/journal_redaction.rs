@@ -97,7 +97,7 @@ async fn a_redacted_field_is_sent_but_never_written_to_the_journal_file() {
     let path = dir.path().join("j.db");
     let client = builder(&mock.ws_url(), &path).connect().await.unwrap();
     let out = client
-        .invoke("charge", json!({"card": SECRET, "cents": 250}))
+        .invoke_tool("charge", json!({"card": SECRET, "cents": 250}))
         .send()
         .await
         .unwrap();
@@ -137,7 +137,7 @@ async fn a_crashed_redacted_call_is_not_resent_and_ends_not_recoverable() {
     // the record stays unfinished (accepted).
     let first = builder(&mock.ws_url(), &path).connect().await.unwrap();
     let err = first
-        .invoke("charge", args.clone())
+        .invoke_tool("charge", args.clone())
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(300))
         .send()
@@ -194,7 +194,7 @@ async fn a_crashed_redacted_call_is_not_resent_and_ends_not_recoverable() {
     // Re-issued with its key and full arguments, the call gets its outcome
     // from the runtime, without a second execution.
     let out = second
-        .invoke("charge", args)
+        .invoke_tool("charge", args)
         .idempotency_key(key.clone())
         .send()
         .await
@@ -212,7 +212,7 @@ async fn a_reissued_redacted_key_is_the_same_call_only_with_the_same_arguments()
     let key = IdempotencyKey::new();
     let first = builder(&mock.ws_url(), &path).connect().await.unwrap();
     first
-        .invoke("charge", json!({"card": SECRET, "cents": 100}))
+        .invoke_tool("charge", json!({"card": SECRET, "cents": 100}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -223,7 +223,7 @@ async fn a_reissued_redacted_key_is_the_same_call_only_with_the_same_arguments()
     // A restarted process (no outcome cache): only the journal can tell.
     let second = builder(&mock.ws_url(), &path).connect().await.unwrap();
     let again = second
-        .invoke("charge", json!({"cents": 100, "card": SECRET}))
+        .invoke_tool("charge", json!({"cents": 100, "card": SECRET}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -232,7 +232,7 @@ async fn a_reissued_redacted_key_is_the_same_call_only_with_the_same_arguments()
     assert!(again.replayed, "answered from the journal");
     // Another card: the redacted records look alike, the calls do not.
     let err = second
-        .invoke(
+        .invoke_tool(
             "charge",
             json!({"card": "5500-0000-0000-OTHER", "cents": 100}),
         )

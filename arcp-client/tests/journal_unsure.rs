@@ -118,7 +118,7 @@ async fn recover_all(client: &Client) -> Vec<Result<Value, Error>> {
 /// Sends a call whose record the journal fails to commit; its error.
 async fn unrecorded_call(client: &Client, order: u64, deadline: Duration) -> Error {
     client
-        .invoke("refund", json!({"order": order}))
+        .invoke_tool("refund", json!({"order": order}))
         .deadline(deadline)
         .send()
         .await
@@ -253,7 +253,7 @@ async fn unfinished_call(mock: &MockRuntime, path: &Path) -> IdempotencyKey {
         .unwrap();
     let key = IdempotencyKey::new();
     let e = client
-        .invoke("refund", json!({"order": 3}))
+        .invoke_tool("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .deadline(Duration::from_millis(100))
         .send()
@@ -297,7 +297,7 @@ async fn a_record_older_than_the_runtime_key_retention_is_never_re_sent() {
     }
     // Re-issued under its key, it is answered, not sent.
     let again = client
-        .invoke("refund", json!({"order": 3}))
+        .invoke_tool("refund", json!({"order": 3}))
         .idempotency_key(key.clone())
         .send()
         .await
@@ -424,7 +424,7 @@ async fn a_prepare_that_lands_after_its_call_ended_may_have_run() {
         .await
         .unwrap();
     let told = client
-        .invoke("refund", json!({"order": 7}))
+        .invoke_tool("refund", json!({"order": 7}))
         .idempotency_key(IdempotencyKey::new())
         .deadline(Duration::from_millis(100))
         .send()
@@ -502,7 +502,7 @@ async fn close_during_a_re_issue_of_an_unfinished_key_says_may_have_run() {
     slow.store(true, Ordering::SeqCst);
     let call = tokio::spawn(
         client
-            .invoke("refund", json!({"order": 3}))
+            .invoke_tool("refund", json!({"order": 3}))
             .idempotency_key(key.clone())
             .send(),
     );

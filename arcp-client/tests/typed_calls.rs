@@ -119,11 +119,11 @@ async fn a_typed_call_sends_the_serialized_arguments_and_decodes_the_result() {
 }
 
 #[tokio::test]
-async fn invoke_as_decodes_into_any_type() {
+async fn a_tool_named_at_run_time_decodes_into_any_type() {
     let mock = mock(Dialect::V1_1).await;
     let client = client(&mock, Dialect::V1_1).await;
-    let out = client
-        .invoke_as::<BTreeMap<String, u64>>("refund", &json!({"order": 7, "cents": 3}))
+    let out = Tool::<Value, BTreeMap<String, u64>>::named("refund")
+        .call(&client, &json!({"order": 7, "cents": 3}))
         .await
         .expect("a map of numbers");
     assert_eq!(
@@ -145,7 +145,7 @@ async fn a_typed_call_across_a_disconnect_reuses_its_key_and_runs_once() {
     // The connection dies right after the runtime accepts the call.
     mock.inject(Fault::DropAfterAccepted);
     let out = REFUND
-        .invoke(&client, &args)
+        .call(&client, &args)
         .idempotency_key(key.clone())
         .deadline(Duration::from_secs(10))
         .send()
@@ -168,10 +168,9 @@ async fn a_result_that_does_not_decode_is_an_error_that_says_the_tool_ran() {
     let mock = mock(Dialect::V1_1).await;
     let client = client(&mock, Dialect::V1_1).await;
     let key = IdempotencyKey::new();
-    let err = client
-        .invoke_with("garbled", &json!({"order": 1}))
+    let err = Tool::<Value, Refunded>::new("garbled")
+        .call(&client, &json!({"order": 1}))
         .idempotency_key(key.clone())
-        .returning::<Refunded>()
         .send()
         .await
         .expect_err("a string is not a number");
@@ -189,7 +188,7 @@ async fn a_result_that_does_not_decode_is_an_error_that_says_the_tool_ran() {
     // The outcome is final: the same key returns the same raw result,
     // replayed, and the tool does not run again.
     let again = client
-        .invoke_with("garbled", &json!({"order": 1}))
+        .invoke_tool("garbled", json!({"order": 1}))
         .idempotency_key(key)
         .send()
         .await
@@ -206,8 +205,8 @@ async fn arguments_that_do_not_serialize_send_nothing() {
     let client = client(&mock, Dialect::V1_1).await;
     // JSON object keys must be strings: a map keyed by pairs does not serialize.
     let args: BTreeMap<(u8, u8), u8> = BTreeMap::from([((1, 2), 3)]);
-    let err = client
-        .invoke_as::<Value>("refund", &args)
+    let err = Tool::<_, Value>::new("refund")
+        .call(&client, &args)
         .await
         .expect_err("does not serialize");
     assert_eq!(err.execution(), Execution::NotRun);

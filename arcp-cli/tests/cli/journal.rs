@@ -257,7 +257,7 @@ fn a_call_past_the_runtime_key_retention_is_listed_as_unknown() {
             .await
             .unwrap();
         let e = client
-            .invoke("slow", json!({"ms": 100}))
+            .invoke_tool("slow", json!({"ms": 100}))
             .key_str("old-1")
             .deadline(Duration::from_millis(50))
             .send()
@@ -305,7 +305,7 @@ fn a_redacted_call_is_listed_as_not_recoverable() {
             .await
             .unwrap();
         let e = client
-            .invoke("slow", json!({"ms": 100, "note": "redact-me-please"}))
+            .invoke_tool("slow", json!({"ms": 100, "note": "redact-me-please"}))
             .key_str("redacted-1")
             .deadline(Duration::from_millis(50))
             .send()

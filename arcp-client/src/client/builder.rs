@@ -22,8 +22,10 @@ use crate::journal::{Journal, JournalSetup, RecoveryMode, Retention};
 use crate::profile::RuntimeProfile;
 #[cfg(feature = "http")]
 use crate::sync::lock;
+use crate::tuning::Tuning;
 use crate::ws::{self, Core};
 
+use super::lazy_journal::LazyJournal;
 use super::{Client, Inner};
 
 mod credentials;
@@ -106,15 +108,6 @@ impl ClientBuilder {
         self
     }
 
-    /// The most bytes of outcomes (results and errors, as held) the
-    /// outcome cache keeps (default 16 MiB), besides its entry count
-    /// ([`outcome_cache`](Self::outcome_cache)); the oldest go first. An
-    /// outcome larger than this is not cached.
-    pub fn outcome_cache_bytes(mut self, bytes: usize) -> Self {
-        self.config.outcome_cache_bytes = bytes;
-        self
-    }
-
     /// The most bytes of frames that may wait for the connection's writer
     /// (default 32 MiB, and never less than
     /// [`max_frame_size`](Self::max_frame_size)). A runtime that stops
@@ -126,16 +119,6 @@ impl ClientBuilder {
     /// progress ends at [`write_timeout`](Self::write_timeout).
     pub fn max_outbox_bytes(mut self, bytes: usize) -> Self {
         self.config.max_outbox_bytes = bytes;
-        self
-    }
-
-    /// The most bytes of events a watched call buffers for its watcher
-    /// ([`Invocation::events`](crate::Invocation::events); default 4 MiB),
-    /// besides [`event_buffer`](Self::event_buffer)'s count. Events past
-    /// either bound are dropped while the watcher lags (one event is always
-    /// taken into an empty buffer).
-    pub fn event_buffer_bytes(mut self, bytes: usize) -> Self {
-        self.config.event_buffer_bytes = bytes;
         self
     }
 
@@ -197,22 +180,6 @@ impl ClientBuilder {
         self
     }
 
-    /// Over WebSocket, the longest the connection task keeps polling for
-    /// the reply to the only call in flight instead of sleeping (default
-    /// 100 us; `Duration::ZERO` turns it off). It polls only while recent
-    /// lone calls have ended sooner than this, for up to twice their
-    /// usual time: a runtime that answers within microseconds (on the same
-    /// host or LAN) answers a lone call up to twice as fast, since a
-    /// sleeping thread (above all on a virtual machine) is slow to wake.
-    /// Several calls at once never spin, and against a runtime slower than
-    /// the limit only the first call after faster ones does. The cost is
-    /// that CPU time: at most this long per call sent, and only while the
-    /// call waits.
-    pub fn spin_limit(mut self, limit: Duration) -> Self {
-        self.config.spin_limit = limit;
-        self
-    }
-
     /// How long [`cancel`](crate::CallHandle::cancel) waits for the
     /// runtime's confirmation before reporting
     /// [`CancelOutcome::Dispatched`](crate::CancelOutcome::Dispatched) (or
@@ -270,19 +237,19 @@ impl ClientBuilder {
         self
     }
 
-    /// Events buffered per call for [`crate::Invocation::events`] (default 256).
-    pub fn event_buffer(mut self, n: usize) -> Self {
-        self.config.event_buffer = n.max(1);
-        self
-    }
-
-    /// Capacity and time-to-live of the cache of terminal outcomes by key
-    /// (default 1024 entries, 10 minutes). A repeated call with a cached key
-    /// is answered locally, even against runtimes that replay only
-    /// `job.accepted`. A capacity of 0 disables the cache.
-    pub fn outcome_cache(mut self, capacity: usize, ttl: Duration) -> Self {
-        self.config.outcome_cache_capacity = capacity;
-        self.config.outcome_cache_ttl = ttl;
+    /// Performance and memory knobs ([`tuning`](crate::tuning): polling for
+    /// replies, event and outcome buffers); the knobs `tuning` leaves unset
+    /// keep their defaults.
+    pub fn tuning(mut self, tuning: Tuning) -> Self {
+        let c = &mut self.config;
+        c.spin_limit = tuning.spin_limit.unwrap_or(c.spin_limit);
+        c.event_buffer = tuning.event_buffer.unwrap_or(c.event_buffer);
+        c.event_buffer_bytes = tuning.event_buffer_bytes.unwrap_or(c.event_buffer_bytes);
+        if let Some((capacity, ttl)) = tuning.outcome_cache {
+            c.outcome_cache_capacity = capacity;
+            c.outcome_cache_ttl = ttl;
+        }
+        c.outcome_cache_bytes = tuning.outcome_cache_bytes.unwrap_or(c.outcome_cache_bytes);
         self
     }
 
@@ -434,84 +401,151 @@ impl ClientBuilder {
     /// handshake, so only the URL and token format are checked here; a
     /// wrong address or token shows on the first call.
     pub async fn connect(self) -> Result<Client, Error> {
-        Ok(self.start(true).await?.started())
-    }
-
-    /// Returns a client at once, without connecting (as tonic's
-    /// `connect_lazy`): the first call dials, and every call waits for the
-    /// connection within its own deadline. Fails only on a configuration
-    /// that can never work (a bad URL, an invalid token) or a journal that
-    /// cannot be opened. Must be called within a Tokio runtime.
-    pub async fn connect_lazy(self) -> Result<Client, Error> {
-        Ok(self.start(false).await?.started())
-    }
-
-    /// Starts the backend, waits for the first session when `wait_ready`,
-    /// then opens the journal (so a failed connect leaves the journal to
-    /// the next attempt).
-    async fn start(self, wait_ready: bool) -> Result<Client, Error> {
-        crate::credentials::checked_headers(&self.config)?;
-        let config = Arc::new(self.config);
-        crate::cleartext::check_cleartext_credential(
-            &config.url,
-            config.token.is_some()
-                || config.token_provider.is_some()
-                || crate::cleartext::url_has_credentials(&config.url),
-            config.allow_insecure_token,
-        )?;
-        let in_flight = Arc::new(Semaphore::new(config.max_in_flight));
-        let profile = Arc::new(Mutex::new(None));
-        let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
-        let backend = if is_http_url(&config.url) {
-            http_backend(&config, &profile)?
-        } else {
-            check_ws_url(&config.url)?;
-            ws::check_cleartext_proxy(&config)?;
-            let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
-            let (ready_tx, ready_rx) = oneshot::channel();
-            let ready = wait_ready.then_some(ready_tx);
-            let core = Core::new(
-                config.clone(),
-                ready,
-                profile.clone(),
-                events.clone(),
-                Instant::now(),
-            );
-            let dialect = core.dialect_hint();
-            tokio::spawn(ws::run(config.clone(), rx, core));
-            let backend = Backend::Ws { tx, dialect };
-            if wait_ready {
-                let first = ready_rx.await.unwrap_or(Err(Error::Closed));
-                if let Err(e) = first {
-                    backend.close().await;
-                    return Err(e);
-                }
+        let max_in_flight = self.config.max_in_flight;
+        let mut started = start_backend(Arc::new(self.config), true)?;
+        if let Some(ready) = started.ready.take() {
+            let first = ready.await.unwrap_or(Err(Error::Closed));
+            if let Err(e) = first {
+                started.backend.close().await;
+                return Err(e);
             }
-            backend
-        };
+        }
         // A corrupt, foreign or locked journal fails here (and the backend
-        // closes with the client).
-        let journal = match self.journal.open(config.max_in_flight).await {
+        // closes with the client); opened after the first session, so a
+        // failed connect leaves the journal to the next attempt.
+        let journal = match self.journal.open(max_in_flight).await {
             Ok(journal) => journal,
             Err(e) => {
-                backend.close().await;
+                started.backend.close().await;
                 return Err(e);
             }
         };
-        Ok(Client {
+        Ok(started
+            .into_client(LazyJournal::opened(journal), None)
+            .started())
+    }
+
+    /// Returns a client at once, without connecting and without waiting (as
+    /// tonic's `Endpoint::connect_lazy`): the first call dials, and every
+    /// call waits for the connection within its own deadline. The journal,
+    /// if any, is opened on first use (at once in the background with
+    /// [`RecoveryMode::Automatic`]).
+    ///
+    /// It cannot fail: what `connect` would refuse at once (a bad URL, an
+    /// invalid token or header, a token over cleartext, no Tokio runtime
+    /// to run in) ends every call of the client with that error instead,
+    /// and a journal that cannot be opened ends every call, and
+    /// [`Client::recover`], [`Client::lookup`] and [`Client::discard`], with
+    /// the [`Error::Journal`] naming it. None of these sent anything.
+    pub fn connect_lazy(self) -> Client {
+        let config = Arc::new(self.config);
+        let journal = LazyJournal::deferred(self.journal, config.max_in_flight);
+        let started = match tokio::runtime::Handle::try_current() {
+            Ok(_) => start_backend(config.clone(), false),
+            Err(_) => Err(Error::Connect {
+                url: crate::config::shown_url(&config.url),
+                message: "connect_lazy was called outside a Tokio runtime: build the client \
+                          within one"
+                    .into(),
+                retryable: false,
+                source: None,
+            }),
+        };
+        match started {
+            Ok(started) => started.into_client(journal, None).started(),
+            Err(e) => Started::unusable(config).into_client(journal, Some(e)),
+        }
+    }
+}
+
+/// A client's transport, started; what `connect` still waits for.
+struct Started {
+    config: Arc<Config>,
+    backend: Backend,
+    profile: Arc<Mutex<Option<RuntimeProfile>>>,
+    events: tokio::sync::broadcast::Sender<crate::connection_events::ConnectionEvent>,
+    /// The first session's outcome, when asked for.
+    ready: Option<oneshot::Receiver<Result<RuntimeProfile, Error>>>,
+}
+
+impl Started {
+    /// A transport for a client whose configuration can never work: no
+    /// connection task, so its calls (refused before they reach it) have
+    /// nowhere to go, and closing it does nothing.
+    fn unusable(config: Arc<Config>) -> Started {
+        let (tx, _) = mpsc::channel(1);
+        Started {
+            config,
+            backend: Backend::Ws {
+                tx,
+                dialect: Default::default(),
+            },
+            profile: Arc::new(Mutex::new(None)),
+            events: tokio::sync::broadcast::channel(1).0,
+            ready: None,
+        }
+    }
+
+    fn into_client(self, journal: LazyJournal, broken: Option<Error>) -> Client {
+        Client {
             inner: Arc::new(Inner {
-                in_flight,
-                config,
-                backend,
-                profile,
+                in_flight: Arc::new(Semaphore::new(self.config.max_in_flight)),
+                config: self.config,
+                backend: self.backend,
+                profile: self.profile,
                 #[cfg(feature = "http")]
                 artifacts: OnceLock::new(),
                 journal,
+                broken,
                 live_keys: LiveKeys::default(),
-                events,
+                events: self.events,
             }),
-        })
+        }
     }
+}
+
+/// Checks the configuration and starts the backend for the URL's scheme;
+/// with `wait_ready`, the first session's outcome is to be awaited.
+fn start_backend(config: Arc<Config>, wait_ready: bool) -> Result<Started, Error> {
+    crate::credentials::checked_headers(&config)?;
+    crate::cleartext::check_cleartext_credential(
+        &config.url,
+        config.token.is_some()
+            || config.token_provider.is_some()
+            || crate::cleartext::url_has_credentials(&config.url),
+        config.allow_insecure_token,
+    )?;
+    let profile = Arc::new(Mutex::new(None));
+    let (events, _) = tokio::sync::broadcast::channel(EVENT_CAPACITY);
+    let mut ready = None;
+    let backend = if is_http_url(&config.url) {
+        http_backend(&config, &profile)?
+    } else {
+        check_ws_url(&config.url)?;
+        ws::check_cleartext_proxy(&config)?;
+        let (tx, rx) = mpsc::channel(config.max_in_flight.clamp(16, 4096));
+        let (ready_tx, ready_rx) = oneshot::channel();
+        if wait_ready {
+            ready = Some(ready_rx);
+        }
+        let core = Core::new(
+            config.clone(),
+            wait_ready.then_some(ready_tx),
+            profile.clone(),
+            events.clone(),
+            Instant::now(),
+        );
+        let dialect = core.dialect_hint();
+        tokio::spawn(ws::run(config.clone(), rx, core));
+        Backend::Ws { tx, dialect }
+    };
+    Ok(Started {
+        config,
+        backend,
+        profile,
+        events,
+        ready,
+    })
 }
 
 /// The HTTP binding's backend; its runtime profile is known without a
@@ -589,5 +623,34 @@ mod tests {
         }
         assert!(check_ws_url("ws://127.0.0.1:7777/arcp").is_ok());
         assert!(check_ws_url("WSS://example.com").is_ok());
+    }
+
+    #[test]
+    fn tuning_sets_only_the_knobs_it_names() {
+        let default = ClientBuilder::new("ws://127.0.0.1:7777/arcp");
+        let tuned = default
+            .clone()
+            .tuning(Tuning::new().spin_limit(Duration::ZERO).event_buffer(0));
+        assert_eq!(tuned.config.spin_limit, Duration::ZERO);
+        assert_eq!(tuned.config.event_buffer, 1, "at least one event");
+        assert_eq!(
+            tuned.config.event_buffer_bytes,
+            default.config.event_buffer_bytes
+        );
+        assert_eq!(
+            (
+                tuned.config.outcome_cache_capacity,
+                tuned.config.outcome_cache_ttl
+            ),
+            (
+                default.config.outcome_cache_capacity,
+                default.config.outcome_cache_ttl
+            )
+        );
+        let tuned = default
+            .clone()
+            .tuning(Tuning::new().outcome_cache(0, Duration::from_secs(1)));
+        assert_eq!(tuned.config.outcome_cache_capacity, 0);
+        assert_eq!(tuned.config.spin_limit, default.config.spin_limit);
     }
 }

@@ -30,7 +30,11 @@ impl Client {
     /// what that needs (a few hundred bytes less per call in flight than
     /// the general path, which every other call runs in a box of its own).
     pub(crate) async fn dispatch(&self, mut request: Box<CallRequest>) -> Outcome {
-        if self.inner.journal.is_some() {
+        if self.inner.journal.is_some() || self.inner.broken.is_some() {
+            if let Err(e) = Box::pin(self.usable_for(&request)).await {
+                let supplied = request.key_supplied || request.in_doubt;
+                return with_key_origin(Err(e), supplied, &request.key);
+            }
             return Box::pin(self.dispatch_held(request)).await;
         }
         // Borrowed, not owned: no shared reference count to bump.
@@ -60,6 +64,34 @@ impl Client {
         );
         let outcome = with_shared_fate(outcome, fate, &guard.key, shared);
         with_key_origin(outcome, key_supplied, &guard.key)
+    }
+
+    /// Whether this client can take the call at all: a configuration that
+    /// can never work (`connect_lazy`), or a journal that cannot be opened
+    /// (opened here on first use, within the call's deadline), ends it
+    /// before anything is sent.
+    async fn usable_for(&self, request: &CallRequest) -> Result<(), Error> {
+        if let Some(e) = &self.inner.broken {
+            return Err(e.clone());
+        }
+        let deadline = Deadline::new(request.started, request.deadline);
+        let opening = self.inner.journal.get();
+        match tokio::time::timeout_at(deadline.at().into(), opening).await {
+            Ok(opened) => opened.map(drop),
+            Err(_) => {
+                let call = Ended {
+                    key: &request.key,
+                    job_id: None,
+                    exposure: Exposure {
+                        bound: false,
+                        in_doubt: request.in_doubt,
+                    },
+                    attempts: 0,
+                    last_error: None,
+                };
+                Err(deadline.exceeded_error(call))
+            }
+        }
     }
 
     /// [`dispatch`](Self::dispatch) for any call: a journal's records, a
@@ -224,7 +256,7 @@ impl Client {
             .acquire()
             .await
             .map_err(|_| Error::Closed)?;
-        if let Some(journal) = &self.inner.journal {
+        if let Some(journal) = self.inner.journal.as_ref() {
             let max_frame_size = self.inner.config.max_frame_size;
             // Boxed: only journaled calls pay for these futures' size.
             return Box::pin(self.run_journaled(journal, request, max_frame_size)).await;
@@ -341,7 +373,7 @@ impl Drop for AbandonOnDrop<'_> {
                 .abandon(self.key.clone(), self.shared.clone());
             // Nobody drives the call here any more: it stays unfinished,
             // and a shared journal lets another worker claim it at once.
-            if let Some(journal) = &self.client.inner.journal {
+            if let Some(journal) = self.client.inner.journal.as_ref() {
                 journal.release(&self.key);
             }
         }

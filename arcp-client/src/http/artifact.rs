@@ -83,6 +83,11 @@ struct FetcherInner {
     /// The bearer token, sent only to URIs of this origin.
     credential: Option<(Origin, HeaderValue)>,
     token: Option<Secret>,
+    /// The client's token provider, asked for each request to this origin
+    /// (instead of `credential`).
+    provider: Option<(Origin, Arc<Config>)>,
+    /// The provider's tokens given out so far, redacted from error details.
+    provided: std::sync::Mutex<Vec<Secret>>,
     /// Whether link-local and cloud metadata addresses may be fetched.
     allow_link_local: bool,
 }
@@ -112,6 +117,9 @@ pub struct ArtifactFetcherBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     token: Option<(String, Secret)>,
+    /// A client's token provider and proxy choice (`from_config`).
+    provider: Option<Arc<Config>>,
+    proxy: crate::config::ProxyChoice,
     tls: Option<Arc<rustls::ClientConfig>>,
     user_agent: String,
     allow_link_local: bool,
@@ -190,6 +198,7 @@ impl ArtifactFetcherBuilder {
             // send a `Referer` and keep the token across a scheme change.
             reqwest::redirect::Policy::none(),
             (!self.allow_link_local).then_some(hosts::CheckedResolver),
+            &self.proxy,
         )
         .map_err(|message| Error::Connect {
             url: "artifact fetcher".into(),
@@ -213,6 +222,10 @@ impl ArtifactFetcherBuilder {
             }
             None => (None, None),
         };
+        let provider = self.provider.and_then(|config| {
+            let origin = Url::parse(&config.url).ok().and_then(|u| Origin::of(&u))?;
+            Some((origin, config))
+        });
         Ok(ArtifactFetcher {
             inner: Arc::new(FetcherInner {
                 http,
@@ -221,6 +234,8 @@ impl ArtifactFetcherBuilder {
                 timeout: self.timeout,
                 credential,
                 token,
+                provider,
+                provided: Default::default(),
                 allow_link_local: self.allow_link_local,
             }),
         })
@@ -247,6 +262,8 @@ impl ArtifactFetcher {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: Duration::from_secs(10),
             token: None,
+            provider: None,
+            proxy: Default::default(),
             tls: None,
             user_agent: format!("arcp-rust/{}", env!("CARGO_PKG_VERSION")),
             allow_link_local: false,
@@ -254,7 +271,8 @@ impl ArtifactFetcher {
     }
 
     /// The fetcher of a [`crate::Client`]: its limits, retry policy, TLS
-    /// settings, and its token for the runtime's origin.
+    /// settings, its proxy choice, and its token (or its token provider's,
+    /// asked for each request) for the runtime's origin.
     pub(crate) fn from_config(config: &Config) -> Result<ArtifactFetcher, Error> {
         let mut builder = ArtifactFetcher::builder()
             .max_size(config.max_artifact_size)
@@ -264,7 +282,10 @@ impl ArtifactFetcher {
             .allow_link_local(config.allow_link_local_artifacts);
         builder.user_agent = format!("{}/{}", config.client_name, config.client_version);
         builder.tls = config.tls.client_config();
-        if let Some(token) = &config.token {
+        builder.proxy = config.proxy.clone();
+        if config.token_provider.is_some() {
+            builder.provider = Some(Arc::new(config.clone()));
+        } else if let Some(token) = &config.token {
             builder = builder.bearer_token(config.url.clone(), token.0.clone());
         }
         builder.build()
@@ -475,16 +496,34 @@ impl ArtifactFetcher {
         Fetch::Done(Ok(body))
     }
 
+    /// Keeps a token the provider gave out, to redact it from error
+    /// details (the last few: a provider rotates them).
+    pub(super) fn remember_provided(&self, token: Secret) {
+        let mut provided = crate::sync::lock(&self.inner.provided);
+        if !provided.iter().any(|t| t.0 == token.0) {
+            if provided.len() == PROVIDED_KEPT {
+                provided.remove(0);
+            }
+            provided.push(token);
+        }
+    }
+
     async fn detail(&self, response: &mut reqwest::Response) -> String {
         match read_capped(response, ERROR_BODY_LIMIT).await {
-            Ok(body) => body_detail(
-                &body,
-                &crate::config::redact_token(self.inner.token.as_ref()),
-            ),
+            Ok(body) => {
+                let mut redactor = crate::config::redact_token(self.inner.token.as_ref());
+                for token in crate::sync::lock(&self.inner.provided).iter() {
+                    redactor = redactor.with_secret(token.0.clone());
+                }
+                body_detail(&body, &redactor)
+            }
             Err(_) => "the response body could not be read".into(),
         }
     }
 }
+
+/// How many of the provider's tokens a fetcher redacts.
+const PROVIDED_KEPT: usize = 4;
 
 fn size_mismatch(shown: &str, expected: u64, actual: String) -> Error {
     Error::ArtifactMismatch {

@@ -139,6 +139,7 @@ pub(crate) fn build_http_client(
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     redirect: reqwest::redirect::Policy,
     resolver: Option<impl reqwest::dns::Resolve + 'static>,
+    proxy: &crate::config::ProxyChoice,
 ) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .user_agent(user_agent)
@@ -155,6 +156,21 @@ pub(crate) fn build_http_client(
     };
     if let Some(resolver) = resolver {
         builder = builder.dns_resolver(std::sync::Arc::new(resolver));
+    }
+    // The environment's proxy variables are reqwest's default.
+    match proxy {
+        crate::config::ProxyChoice::Env => {}
+        crate::config::ProxyChoice::Off => builder = builder.no_proxy(),
+        crate::config::ProxyChoice::Url(url) => {
+            let proxy = reqwest::Proxy::all(url.0.as_str()).map_err(|e| {
+                format!(
+                    "the proxy {} is not a usable URL: {}",
+                    crate::config::shown_url(&url.0),
+                    describe(&e)
+                )
+            })?;
+            builder = builder.proxy(proxy);
+        }
     }
     builder
         .use_preconfigured_tls(tls)

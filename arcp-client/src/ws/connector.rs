@@ -56,7 +56,14 @@ pub(crate) async fn dial(
         // At most three tries per dialect: a refused resume, a token
         // refused as stale (with a provider), then fresh.
         for _ in 0..3 {
-            let (mut reader, mut writer) = transport::connect(&config).await?;
+            let (mut reader, mut writer) =
+                transport::connect(&config).await.map_err(|failure| {
+                    if plan.had_session {
+                        super::dial::on_reconnect(failure)
+                    } else {
+                        failure
+                    }
+                })?;
             let resuming = resume.is_some();
             let hello = Hello {
                 dialect,

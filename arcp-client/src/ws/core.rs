@@ -96,6 +96,9 @@ pub(crate) struct DialPlan {
     /// Dialects to try, in order (two in `Auto` before the first session).
     pub(crate) dialects: Vec<Dialect>,
     pub(crate) resume: Option<ResumeRequest>,
+    /// The client had a session before (then a host that no longer
+    /// resolves is a transient failure).
+    pub(crate) had_session: bool,
 }
 
 /// A completed handshake.
@@ -320,6 +323,7 @@ impl Core {
         Some(DialPlan {
             dialects,
             resume: self.session.resume_request(),
+            had_session: self.session.dialect.is_some(),
         })
     }
 
@@ -473,7 +477,6 @@ impl Core {
         ClientStats {
             calls: self.calls.len(),
             requests: self.requests.len(),
-            timers: self.timers.len(),
             cached_outcomes: self.cache.len(),
         }
     }

@@ -1,6 +1,9 @@
 //! TCP to the runtime: the host's name resolved, then each address tried in
-//! turn. A name the resolver says does not exist is definitive (a mistyped
-//! host fails at once, naming the host); a resolver that could not answer
+//! turn. A name the resolver says does not exist is definitive before the
+//! client ever had a session (a mistyped host fails at once, naming the
+//! host), and transient after one ([`on_reconnect`]: a name that resolved
+//! and now does not is a DNS blip during a failover, and failing every
+//! call in flight on it would be wrong); a resolver that could not answer
 //! this time (no DNS server reachable) is transient, as is any failure to
 //! connect.
 
@@ -35,8 +38,19 @@ pub(super) async fn tcp(host: &str, port: u16, url: &str) -> Result<TcpStream, D
 
 /// The addresses of `host` (an IP literal is its own).
 async fn resolve(host: &str, port: u16, url: &str) -> Result<Vec<SocketAddr>, DialFailure> {
-    match tokio::net::lookup_host((host, port)).await {
-        Ok(found) => Ok(found.collect()),
+    #[cfg(test)]
+    let found = match test_resolver::answer(host) {
+        Some(answer) => answer,
+        None => tokio::net::lookup_host((host, port))
+            .await
+            .map(|a| a.collect()),
+    };
+    #[cfg(not(test))]
+    let found = tokio::net::lookup_host((host, port))
+        .await
+        .map(|a| a.collect());
+    match found {
+        Ok(found) => Ok(found),
         Err(e) if no_such_host(&e) => Err(failure(
             url,
             format!("the host {host} does not exist (the resolver: {e})"),
@@ -49,6 +63,56 @@ async fn resolve(host: &str, port: u16, url: &str) -> Result<Vec<SocketAddr>, Di
             true,
             Some(e),
         )),
+    }
+}
+
+/// A failed dial of a client that had a session before: a host the
+/// resolver now says does not exist is retried like any transient failure
+/// (within the call's budget and deadline; the error keeps naming the
+/// host). Other definitive failures stay definitive.
+pub(super) fn on_reconnect(mut failure: DialFailure) -> DialFailure {
+    if let Error::Connect {
+        retryable,
+        source: Some(source),
+        ..
+    } = &mut failure.error
+    {
+        let io = source.downcast_ref::<io::Error>();
+        if !*retryable && io.is_some_and(no_such_host) {
+            *retryable = true;
+            failure.transient = true;
+        }
+    }
+    failure
+}
+
+/// Names resolved by the tests, which switch a name from resolving to
+/// not existing while a client runs.
+#[cfg(test)]
+pub(crate) mod test_resolver {
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+
+    static NAMES: Mutex<Vec<(String, Option<SocketAddr>)>> = Mutex::new(Vec::new());
+
+    /// From now on `host` resolves to `address`, or (`None`) does not exist.
+    pub(crate) fn set(host: &str, address: Option<SocketAddr>) {
+        let mut names = crate::sync::lock(&NAMES);
+        names.retain(|(name, _)| name != host);
+        names.push((host.to_owned(), address));
+    }
+
+    /// The answer for `host`, if the tests set one: the resolver's own
+    /// words for a name that does not exist.
+    pub(super) fn answer(host: &str) -> Option<std::io::Result<Vec<SocketAddr>>> {
+        let names = crate::sync::lock(&NAMES);
+        let (_, address) = names.iter().find(|(name, _)| name == host)?;
+        Some(match address {
+            Some(address) => Ok(vec![*address]),
+            None => Err(std::io::Error::other(
+                "failed to lookup address information: Name or service not known",
+            )),
+        })
     }
 }
 
@@ -151,3 +215,7 @@ mod tests {
         assert!(failure.transient, "{}", failure.error);
     }
 }
+
+#[cfg(test)]
+#[path = "dial_reconnect_tests.rs"]
+mod reconnect_tests;

@@ -51,6 +51,19 @@ impl ArtifactFetcher {
                     request = request.header(AUTHORIZATION, header.clone());
                 }
             }
+            // A provider's token, fresh for each request to the origin.
+            if let Some((origin, config)) = &self.inner.provider {
+                if Origin::of(&hop).as_ref() == Some(origin) {
+                    match crate::credentials::provided_authorization(config).await {
+                        Ok(Some((token, header))) => {
+                            self.remember_provided(token);
+                            request = request.header(AUTHORIZATION, header);
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Err(Fetch::Done(Err(e))),
+                    }
+                }
+            }
             let response = match request.send().await {
                 Ok(response) => response,
                 Err(e) => {

@@ -103,6 +103,16 @@ impl JournalSetup {
         self.redaction = Some(redaction);
     }
 
+    /// Whether a journal is configured (opening it may still fail).
+    pub(crate) fn is_configured(&self) -> bool {
+        self.source.is_some()
+    }
+
+    /// The recovery mode the journal will run in once open.
+    pub(crate) fn recovery(&self) -> RecoveryMode {
+        self.recovery
+    }
+
     /// Opens the journal (if one is configured), applies the retention
     /// policy once and starts the writer thread. Fails with a typed
     /// [`Error::Journal`] on a corrupt, foreign or locked journal.
