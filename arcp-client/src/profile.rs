@@ -41,8 +41,8 @@ pub struct RuntimeProfile {
     /// replay of an earlier acceptance (fresh ones do not echo it).
     pub(crate) key_echo_marks_replay: bool,
     /// The runtime may write a reply in pieces without TCP_NODELAY, so the
-    /// client re-arms TCP_QUICKACK after reading while a call still waits
-    /// (else each piece waits out a 40 ms delayed ACK). Assumed for unknown
+    /// client sees that each piece read is acknowledged soon (`ws/ack.rs`;
+    /// else each piece waits out a 40 ms delayed ACK). Assumed for unknown
     /// runtimes; a syscall and an ACK packet per wake-up are saved for
     /// runtimes known to set TCP_NODELAY.
     pub(crate) writes_in_pieces: bool,
