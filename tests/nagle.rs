@@ -121,15 +121,20 @@ async fn runtime_writing_in_pieces(dialect: Dialect, writes: Writes) -> String {
     url
 }
 
-/// The median of sequential calls' latencies, after a warm-up long enough
-/// for the kernel's quick-ACK start of a connection to end.
-async fn median_call_latency(dialect: Dialect, writes: Writes) -> Duration {
+/// A client connected to a runtime that writes its replies as `writes` says.
+async fn client_of_runtime_writing_in_pieces(dialect: Dialect, writes: Writes) -> Client {
     let url = runtime_writing_in_pieces(dialect, writes).await;
-    let client = Client::builder(url)
+    Client::builder(url)
         .dialect(dialect)
         .connect()
         .await
-        .expect("connect");
+        .expect("connect")
+}
+
+/// The median of sequential calls' latencies, after a warm-up long enough
+/// for the kernel's quick-ACK start of a connection to end.
+async fn median_call_latency(dialect: Dialect, writes: Writes) -> Duration {
+    let client = client_of_runtime_writing_in_pieces(dialect, writes).await;
     let mut latencies = Vec::new();
     for i in 0..60u32 {
         let started = Instant::now();
@@ -184,12 +189,7 @@ async fn frames_written_in_two_pieces_wait_for_no_delayed_ack() {
 /// freed by its outcome sends no request that could carry the ACK the
 /// others' replies wait for.
 async fn median_wave(dialect: Dialect, c: usize) -> Duration {
-    let url = runtime_writing_in_pieces(dialect, Writes::Frames).await;
-    let client = Client::builder(url)
-        .dialect(dialect)
-        .connect()
-        .await
-        .expect("connect");
+    let client = client_of_runtime_writing_in_pieces(dialect, Writes::Frames).await;
     let mut waves = Vec::new();
     for wave in 0..40u32 {
         let started = Instant::now();
@@ -213,12 +213,7 @@ async fn median_wave(dialect: Dialect, c: usize) -> Duration {
 /// The median latency of `c` callers each calling again as soon as its
 /// call ends (a closed loop: requests carry the ACKs).
 async fn median_closed_loop(dialect: Dialect, c: usize) -> Duration {
-    let url = runtime_writing_in_pieces(dialect, Writes::Frames).await;
-    let client = Client::builder(url)
-        .dialect(dialect)
-        .connect()
-        .await
-        .expect("connect");
+    let client = client_of_runtime_writing_in_pieces(dialect, Writes::Frames).await;
     let mut tasks = Vec::new();
     for caller in 0..c {
         let client = client.clone();

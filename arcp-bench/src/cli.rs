@@ -32,13 +32,15 @@ pub(crate) struct RunArgs {
     /// Warm-up before each window, in seconds.
     #[arg(long)]
     pub warmup: Option<f64>,
-    /// Which sections to run (`sweep` is extra: throughput and p99 against
+    /// Which sections to run (`runtime`: ours against the reference client
+    /// on the published arcp-runtime 2.0.0 at 1, 4, 16 and 64 calls in
+    /// flight; `sweep` is extra: throughput and p99 against
     /// calls in flight, see `--sweep` and `--chart`; `python` needs
     /// `bash interop/setup.sh`).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "throughput,http,memory,recovery,codec,python"
+        default_value = "throughput,http,runtime,memory,recovery,codec,python"
     )]
     pub sections: Vec<String>,
     /// Completed calls for the growth-per-call (leak) check.

@@ -229,6 +229,31 @@ pub(crate) fn websocket_ratios() -> Vec<Ratio> {
     rows
 }
 
+/// The ratios of the `runtime` section: ours (as the README drives it)
+/// against the reference client, each concurrency, against arcp-runtime
+/// 2.0.0.
+pub(crate) fn runtime_ratios() -> Vec<Ratio> {
+    use Figure::*;
+    let s = |driver, c| Scenario::new(driver, ServerKind::ReferenceRuntime, Dialect::Legacy, c);
+    let (user, reference) = (Driver::OursAsDocumented, Driver::Reference);
+    let mut rows = Vec::new();
+    for c in crate::scenarios::RUNTIME_IN_FLIGHT {
+        let (calls_bar, cpu_bar) = if c == 64 {
+            (">= 1.1", "<= 1.0")
+        } else {
+            ("", "")
+        };
+        rows.push(Ratio::new(
+            s(user, c),
+            s(reference, c),
+            CallsPerSec,
+            calls_bar,
+        ));
+        rows.push(Ratio::new(s(user, c), s(reference, c), ClientCpu, cpu_bar));
+    }
+    rows
+}
+
 /// The ratios of the `http` section.
 pub(crate) fn http_ratios() -> Vec<Ratio> {
     use Figure::*;

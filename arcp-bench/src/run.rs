@@ -51,6 +51,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
             &mut md,
         );
     }
+    if has("runtime") {
+        let table = selected(scenarios::runtime_table(), &args.only);
+        servers.start_all(table.iter().map(|s| s.server)).await?;
+        let samples =
+            scenarios::rounds("runtime", p.rounds, p.warmup, p.window, &table, &servers).await?;
+        crate::report::throughput(
+            "Against arcp-runtime 2.0.0: throughput, latency, CPU (README driver and reference client)",
+            &p,
+            &table,
+            &samples,
+            &crate::report::runtime_ratios(),
+            &mut md,
+        );
+    }
     if has("sweep") {
         servers.start_all([ServerKind::FastWebSocket]).await?;
         crate::sweep::run(&p, &args.sweep, args.chart.as_ref(), &servers, &mut md).await?;

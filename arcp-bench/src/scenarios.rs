@@ -124,6 +124,28 @@ pub(crate) fn websocket_table() -> Vec<Scenario> {
     v
 }
 
+/// The scenarios of the `runtime` section: our client driven as the README
+/// shows and the reference client, each in a process of its own, against
+/// the published arcp-runtime 2.0.0 (legacy message set), at 1 to 64 calls
+/// in flight.
+pub(crate) fn runtime_table() -> Vec<Scenario> {
+    let mut v = Vec::new();
+    for c in RUNTIME_IN_FLIGHT {
+        for driver in [Driver::OursAsDocumented, Driver::Reference] {
+            v.push(Scenario::new(
+                driver,
+                ServerKind::ReferenceRuntime,
+                Dialect::Legacy,
+                c,
+            ));
+        }
+    }
+    v
+}
+
+/// Calls in flight of the `runtime` section.
+pub(crate) const RUNTIME_IN_FLIGHT: [usize; 4] = [1, 4, 16, 64];
+
 /// The scenarios of the `http` section: the binding speaks v1.1 only.
 pub(crate) fn http_table() -> Vec<Scenario> {
     let mut v = Vec::new();
