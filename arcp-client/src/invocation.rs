@@ -11,17 +11,18 @@ use std::time::{Duration, Instant};
 
 use arcp_types::{IdempotencyKey, Invoke};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use crate::client::Client;
 use crate::error::Error;
 use crate::journal::JournalEntry;
-use crate::outcome::{CancelOutcome, InvocationEvent, ToolOutput};
-use crate::request::{CallRequest, CallShared, EventBytes, EventsEnd, TraceId};
+use crate::outcome::{CancelOutcome, ToolOutput};
+use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
 
+mod events;
 mod traceparent;
 #[cfg(doc)]
 use crate::{Journal, RecoveryMode};
+pub use events::Events;
 use traceparent::trace_id_of_traceparent;
 
 /// Turns a call's result into what the caller asked for: the JSON value
@@ -570,39 +571,6 @@ impl<Out> Future for Invocation<Out> {
             .as_mut()
             .poll(cx)
             .map(|outcome| outcome.and_then(decode))
-    }
-}
-
-/// The event stream of one call. See [`Invocation::events`].
-#[derive(Debug)]
-pub struct Events {
-    rx: Option<mpsc::Receiver<InvocationEvent>>,
-    /// The bytes buffered, which a received event frees.
-    held: Option<EventBytes>,
-}
-
-impl Events {
-    /// The next event, or `None` once the call has ended.
-    pub async fn next(&mut self) -> Option<InvocationEvent> {
-        std::future::poll_fn(|cx| self.poll_event(cx)).await
-    }
-
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<InvocationEvent>> {
-        let Some(rx) = &mut self.rx else {
-            return Poll::Ready(None);
-        };
-        let polled = rx.poll_recv(cx);
-        if let (Poll::Ready(Some(event)), Some(held)) = (&polled, &self.held) {
-            held.received(event);
-        }
-        polled
-    }
-}
-
-impl futures_util::Stream for Events {
-    type Item = InvocationEvent;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.poll_event(cx)
     }
 }
 
