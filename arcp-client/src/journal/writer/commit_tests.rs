@@ -110,6 +110,7 @@ fn writer(max_records: usize) -> Writer {
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
             vouches: std::sync::atomic::AtomicBool::new(true),
+            runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
         }),
         retention: Retention {
             max_records,
