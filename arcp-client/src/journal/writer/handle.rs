@@ -119,6 +119,7 @@ impl JournalHandle {
             retry_delay: None,
             unavailable_since: None,
             unsure: HashSet::new(),
+            landing: HashMap::new(),
             runtime_key_retention,
         };
         std::thread::Builder::new()
