@@ -1459,6 +1459,10 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_fault_schedules_never_lie() {
+    // `RUST_LOG=arcp_sdk=debug`: the client's log, to follow a replay.
+    if std::env::var_os("RUST_LOG").is_some() {
+        support::init_tracing();
+    }
     let seeds: Vec<u64> = match env_u64("ARCP_CHECKER_SEED") {
         Some(s) => vec![s],
         None => {
