@@ -1455,6 +1455,10 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_fault_schedules_never_lie() {
+    // `RUST_LOG=arcp_sdk=debug`: the client's log, to follow a replay.
+    if std::env::var_os("RUST_LOG").is_some() {
+        support::init_tracing();
+    }
     let seeds: Vec<u64> = match env_u64("ARCP_CHECKER_SEED") {
         Some(s) => vec![s],
         None => {
@@ -1473,6 +1477,10 @@ async fn seeded_fault_schedules_never_lie() {
             let _slot = gate.acquire_owned().await.expect("gate");
             let plan = plan(seed);
             let shown = format!("{plan:?}");
+            // `ARCP_CHECKER_SHOW_PLAN=1`: every plan, passing or not.
+            if env_u64("ARCP_CHECKER_SHOW_PLAN").is_some_and(|v| v != 0) {
+                eprintln!("seed {seed} plan: {shown}");
+            }
             let violations = tokio::time::timeout(Duration::from_secs(30), run(plan))
                 .await
                 .unwrap_or_else(|_| vec!["the schedule did not finish within 30 s".into()]);

@@ -235,6 +235,10 @@ pub(crate) fn web_pki_config(
     Some(config)
 }
 
+/// How long a runtime keeps a key unless told otherwise: the Python
+/// runtime's default (`ClientBuilder::runtime_key_retention`).
+pub(crate) const DEFAULT_RUNTIME_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Everything the transports need to know. Each wait has its own name.
 #[derive(Clone)]
 pub(crate) struct Config {
@@ -250,6 +254,9 @@ pub(crate) struct Config {
     pub(crate) proxy: ProxyChoice,
     pub(crate) dialect: DialectChoice,
     pub(crate) retry: RetryPolicy,
+    /// How long the runtime keeps a key after its first send: no send of
+    /// it at or after that (`retry/budget.rs`).
+    pub(crate) runtime_key_retention: Duration,
     /// One TCP connect plus WebSocket upgrade (and TLS).
     pub(crate) connect_timeout: Duration,
     /// From the hello to the runtime's welcome.
@@ -362,6 +369,7 @@ impl Config {
             proxy: ProxyChoice::Env,
             dialect: DialectChoice::Auto,
             retry: RetryPolicy::default(),
+            runtime_key_retention: DEFAULT_RUNTIME_KEY_RETENTION,
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
             connect_budget: Duration::from_secs(30),

@@ -176,6 +176,10 @@ pub(crate) struct CallShared {
     /// The events channel exists only once someone asked for it: most calls
     /// are never watched, and a channel costs a few KiB.
     events: Mutex<EventSlot>,
+    /// No send of the key at or after this instant: its journal record was
+    /// prepared (by this process or an earlier one) the runtime's key
+    /// retention before it (`retry/budget.rs`), with that retention.
+    send_limit: OnceLock<(Instant, Duration)>,
 }
 
 #[derive(Debug, Default)]
@@ -275,6 +279,17 @@ impl CallShared {
     /// Where the outcome came from.
     pub(crate) fn answered(&self) -> Answered {
         Answered::from_u8(self.answered.load(Ordering::Acquire))
+    }
+
+    /// Sets the key's send limit (the first one set stays).
+    pub(crate) fn set_send_limit(&self, until: Instant, retention: Duration) {
+        let _ = self.send_limit.set((until, retention));
+    }
+
+    /// The key's send limit and the retention it came from, when the
+    /// journal set one.
+    pub(crate) fn send_limit(&self) -> Option<(Instant, Duration)> {
+        self.send_limit.get().copied()
     }
 
     /// Requests sent so far.

@@ -323,6 +323,7 @@ impl ClientBuilder {
     /// only until it evicts a record for its record cap.
     pub fn runtime_key_retention(mut self, retention: Duration) -> Self {
         self.journal.set_runtime_key_retention(retention);
+        self.config.runtime_key_retention = retention;
         self
     }
 

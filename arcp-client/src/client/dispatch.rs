@@ -62,7 +62,7 @@ impl Client {
             shared.attempts(),
             shared.answered(),
         );
-        let outcome = with_shared_fate(outcome, fate, &guard.key, shared);
+        let outcome = with_shared_fate(outcome, fate.as_ref(), &guard.key, shared);
         with_key_origin(outcome, key_supplied, &guard.key)
     }
 
@@ -210,7 +210,11 @@ impl Client {
             shared.attempts(),
             shared.answered(),
         );
-        let mut outcome = outcome;
+        // Another caller of the key alongside may have run it: neither
+        // this answer nor the journal's record of the key may say "did not
+        // run" (a record saying so would vouch for the key to its next
+        // caller, here or in another process).
+        let mut outcome = with_shared_fate(outcome, fate.as_ref(), &key, &shared);
         // An outcome the journal itself answered (the key's stored
         // outcome, or a conflict with its record) is not written back.
         let journal = self
@@ -236,7 +240,7 @@ impl Client {
                 }
             }
         }
-        let outcome = with_shared_fate(outcome, fate, &key, &shared);
+        drop(fate);
         // A supplied key the journal did not vouch for (no journal, its
         // record never read, or a journal that forgets keys sooner than the
         // runtime does): "did not run" is not proven for the key.
@@ -297,7 +301,7 @@ impl Client {
 /// answered: it may have run the tool.
 fn with_shared_fate(
     outcome: Outcome,
-    fate: Option<KeyFateGuard<'_>>,
+    fate: Option<&KeyFateGuard<'_>>,
     key: &IdempotencyKey,
     shared: &CallShared,
 ) -> Outcome {

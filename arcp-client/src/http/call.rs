@@ -302,6 +302,10 @@ impl<'a> Call<'a> {
         encoded: EncodedRequest,
         fingerprint: u64,
     ) -> Self {
+        let mut budget = RetryBudget::default();
+        if let Some((until, retention)) = req.shared.send_limit() {
+            budget.no_send_after(until, retention);
+        }
         Call {
             backend,
             deadline: Deadline::new(req.started, req.deadline),
@@ -323,7 +327,7 @@ impl<'a> Call<'a> {
             gate: None,
             accepted_now: false,
             last_error: None,
-            budget: RetryBudget::default(),
+            budget,
             ladder: None,
             last_event_seq: None,
             dropped_events: 0,
@@ -338,6 +342,14 @@ impl<'a> Call<'a> {
     async fn run(&mut self) -> Outcome {
         let deadline_at = self.deadline.at();
         loop {
+            // Every send of the key before the runtime may have forgotten
+            // it; past that, asking again cannot help.
+            if let Err(why) = self.budget.may_send_at(Instant::now()) {
+                return Err(self.end(Ending::BudgetSpent {
+                    reason: why.to_string(),
+                    permanent: true,
+                }));
+            }
             let next = self.attempt().await;
             let backend = self.backend;
             let retry = &backend.config.retry;
@@ -372,6 +384,12 @@ impl<'a> Call<'a> {
                 // The deadline cannot be kept: ended now as it would end it.
                 Decision::GiveUp(Exhausted::Deadline { .. }) => {
                     return Err(self.deadline.exceeded_error(self.ended()))
+                }
+                Decision::GiveUp(why @ Exhausted::KeyRetention { .. }) => {
+                    return Err(self.end(Ending::BudgetSpent {
+                        reason: why.to_string(),
+                        permanent: true,
+                    }))
                 }
                 Decision::GiveUp(why) => return Err(self.give_up(&why.to_string())),
             }
@@ -450,6 +468,9 @@ impl<'a> Call<'a> {
         self.bound_before = self.bound.then(|| self.job_id.clone());
         self.accepted_now = false;
         self.attempts += 1;
+        // The first send starts the runtime's memory of the key.
+        let retention = self.config().runtime_key_retention;
+        self.budget.sent(retention, Instant::now());
         let gate = AttemptGate::new(self.req.shared.clone());
         self.gate = Some(gate.clone());
         let mut request = Request::new(GatedBody::new(body, gate));

@@ -17,6 +17,15 @@
 //! | after a failure at `now` | `at` = `now` + the backoff's next delay (full jitter under a doubling ceiling), at least the runtime's floor (`Retry-After`, `retry_after`) |
 //! | a call waiting for something that is no retry delay (a connection, the job's live stream) | checked when it stops waiting, and at the budget's end |
 //! | the recovery ladder's re-sends (looks for an outcome the runtime holds) | time only: [`RetryBudget::ladder_may_go_on`] |
+//! | `at` is at or after the key's send limit (its first send, or its journal record's prepare, plus the runtime's key retention) | give up: [`Exhausted::KeyRetention`], on the ladder too |
+//!
+//! **The key's send limit.** A runtime forgets a key some time after it
+//! first saw it (`runtime_key_retention`); a send after that is a new call,
+//! and the tool runs again. So no send of a key, first or re-send, may
+//! start at or after (first send) + retention: the limit is set from the
+//! journal's record (its prepare precedes its first send, in this process
+//! or an earlier one) and by the call's own first send
+//! ([`RetryBudget::sent`]), the earlier of the two winning.
 //!
 //! **One give-up timing.** A call gives up as soon as its next attempt is
 //! known to fall outside the budget: at once when the attempt's time is
@@ -61,6 +70,10 @@ pub(crate) enum Exhausted {
     /// The next attempt, `wait` ahead, would start at or after the call's
     /// deadline.
     Deadline { wait: Duration },
+    /// The next attempt would start at or after the key's send limit: the
+    /// key was first sent (or prepared) `retention` or more before, and the
+    /// runtime may have forgotten it.
+    KeyRetention { retention: Duration },
 }
 
 impl fmt::Display for Exhausted {
@@ -83,6 +96,12 @@ impl fmt::Display for Exhausted {
                 f,
                 "the next attempt ({wait:?} from now) would pass the call's deadline"
             ),
+            Exhausted::KeyRetention { retention } => write!(
+                f,
+                "the key was first sent {retention:?} or more before the next attempt, longer \
+                 than the runtime keeps keys (runtime_key_retention): not sent again, since the \
+                 runtime would run it afresh"
+            ),
         }
     }
 }
@@ -96,6 +115,16 @@ pub(crate) struct RetryBudget {
     ends_at: Option<Instant>,
     /// Boxed: most calls never retry.
     backoff: Option<Box<Schedule>>,
+    /// No send of the key at or after this instant (module docs).
+    send_limit: Option<SendLimit>,
+}
+
+/// The key's send limit: the instant, and the retention it came from (what
+/// the give-up names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SendLimit {
+    until: Instant,
+    retention: Duration,
 }
 
 impl RetryBudget {
@@ -106,6 +135,35 @@ impl RetryBudget {
         if self.ends_at.is_none() {
             self.ends_at = Some(saturating_deadline(now, policy.max_elapsed));
         }
+    }
+
+    /// No send of the key at or after `until` (the runtime forgets it
+    /// then); the earliest limit set wins.
+    pub(crate) fn no_send_after(&mut self, until: Instant, retention: Duration) {
+        if self.send_limit.is_none_or(|limit| until < limit.until) {
+            self.send_limit = Some(SendLimit { until, retention });
+        }
+    }
+
+    /// A send of the key at `now`: the first one starts the runtime's
+    /// memory of the key, `retention` long (later ones leave the limit).
+    pub(crate) fn sent(&mut self, retention: Duration, now: Instant) {
+        self.no_send_after(saturating_deadline(now, retention), retention);
+    }
+
+    /// Whether the key may be sent at `at`: before its send limit.
+    pub(crate) fn may_send_at(&self, at: Instant) -> Result<(), Exhausted> {
+        match self.send_limit {
+            Some(limit) if at >= limit.until => Err(Exhausted::KeyRetention {
+                retention: limit.retention,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The key's send limit, once set.
+    pub(crate) fn send_limit(&self) -> Option<Instant> {
+        self.send_limit.map(|limit| limit.until)
     }
 
     /// When the budget's time runs out, once started.
@@ -190,6 +248,8 @@ impl RetryBudget {
             })
         } else if at >= deadline_at {
             Decision::GiveUp(Exhausted::Deadline { wait })
+        } else if let Err(why) = self.may_send_at(at) {
+            Decision::GiveUp(why)
         } else {
             Decision::RetryAt(at)
         }
@@ -197,7 +257,8 @@ impl RetryBudget {
 
     /// Whether the recovery ladder may take its next step at `now`: its
     /// re-sends look for an outcome the runtime holds, so only the budget's
-    /// time bounds them, not the attempts.
+    /// time bounds them, not the attempts; and the key's send limit, like
+    /// every send.
     pub(crate) fn ladder_may_go_on(
         &self,
         policy: &RetryPolicy,
@@ -208,7 +269,7 @@ impl RetryBudget {
                 max: policy.max_elapsed,
                 wait: None,
             }),
-            _ => Ok(()),
+            _ => self.may_send_at(now),
         }
     }
 }
@@ -342,6 +403,57 @@ mod tests {
                 max: Duration::from_secs(2),
                 wait: None,
             })
+        );
+    }
+
+    /// Row: no send at or after the key's send limit, whatever else the
+    /// budget allows: the first send starts it, a journal's earlier record
+    /// sets an earlier one, and a later send never extends it.
+    #[test]
+    fn no_send_at_or_after_the_key_retention() {
+        let (t0, policy) = (Instant::now(), policy().max_elapsed(FAR).max_attempts(100));
+        let retention = Duration::from_secs(1);
+        let mut budget = RetryBudget::default();
+        // Nothing sent yet: no limit.
+        assert_eq!(budget.may_send_at(t0 + FAR), Ok(()));
+        budget.sent(retention, t0);
+        // A later send does not move it.
+        budget.sent(retention, t0 + Duration::from_millis(900));
+        assert_eq!(budget.send_limit(), Some(t0 + retention));
+        let before = t0 + Duration::from_millis(999);
+        assert_eq!(
+            budget.judge(&policy, 1, before, t0 + FAR, t0),
+            Decision::RetryAt(before)
+        );
+        let limited = Decision::GiveUp(Exhausted::KeyRetention { retention });
+        assert_eq!(
+            budget.judge(&policy, 1, t0 + retention, t0 + FAR, t0),
+            limited
+        );
+        // A retry drawn past the limit (a long floor) gives up at once.
+        assert_eq!(
+            budget.after_failure(&policy, 1, Some(Duration::from_secs(2)), t0 + FAR, t0),
+            limited
+        );
+        let text = decision_text(limited);
+        assert!(text.contains("runtime_key_retention"), "{text}");
+        // The ladder's re-sends too, though the budget's time goes on.
+        budget.start(&policy, t0);
+        assert_eq!(budget.ladder_may_go_on(&policy, before), Ok(()));
+        assert_eq!(
+            budget.ladder_may_go_on(&policy, t0 + retention),
+            Err(Exhausted::KeyRetention { retention })
+        );
+        // A journal record prepared earlier sets an earlier limit; a later
+        // one does not replace it.
+        let mut budget = RetryBudget::default();
+        let recorded = t0 + Duration::from_millis(300);
+        budget.no_send_after(recorded, retention);
+        budget.sent(retention, t0 + Duration::from_millis(100));
+        assert_eq!(budget.send_limit(), Some(recorded));
+        assert_eq!(
+            budget.judge(&policy, 1, recorded, t0 + FAR, t0),
+            Decision::GiveUp(Exhausted::KeyRetention { retention })
         );
     }
 

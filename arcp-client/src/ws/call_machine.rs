@@ -108,6 +108,13 @@ impl Core {
 
     /// Sends the call's next attempt, or queues it for the send window.
     fn try_send(&mut self, id: CallId, now: Instant) {
+        // Every send of the key, whatever scheduled it, before the runtime
+        // may have forgotten the key.
+        let limit = self.calls.get(&id).map(|call| call.budget.may_send_at(now));
+        if let Some(Err(why)) = limit {
+            self.give_up(id, why);
+            return;
+        }
         let outbox_room = self.outbox_has_room();
         let Link::Up(up) = &mut self.link else {
             // Waiting for a connection is retrying.
@@ -144,6 +151,8 @@ impl Core {
             return;
         }
         call.attempts += 1;
+        // The first send starts the runtime's memory of the key.
+        call.budget.sent(self.config.runtime_key_retention, now);
         call.span.record("attempt", call.attempts);
         for waiter in &call.waiters {
             waiter.shared.set_attempts(call.attempts);
@@ -277,7 +286,10 @@ impl Core {
             self.finish(id, Err(error));
             return;
         }
-        self.give_up_with(id, &why.to_string(), false);
+        // Past the key's retention, asking again cannot help: the journal
+        // ends the record "outcome unknown" instead of re-driving it.
+        let permanent = matches!(why, Exhausted::KeyRetention { .. });
+        self.give_up_with(id, &why.to_string(), permanent);
     }
 
     /// Ends a call without its outcome, by the one give-up rule.

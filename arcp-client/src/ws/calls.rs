@@ -170,6 +170,10 @@ impl Call {
         if let Some(end) = self.budget.ends_at().filter(|_| retrying) {
             at = at.min(end);
         }
+        // A call waiting to send ends when its key's send limit passes.
+        if let Some(limit) = self.budget.send_limit().filter(|_| retrying) {
+            at = at.min(limit);
+        }
         if let Some(cancel) = &self.cancel {
             if !cancel.waiters.is_empty() {
                 at = at.min(cancel.until);

@@ -121,6 +121,9 @@ impl Core {
                         w.shared.mark_sent();
                     }
                     waiter.shared.mark_sent();
+                    if let Some((until, retention)) = waiter.shared.send_limit() {
+                        call.budget.no_send_after(until, retention);
+                    }
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
                     call.deadline = call.deadline.latest(waiter.deadline);
@@ -157,7 +160,7 @@ impl Core {
             waiter.shared.mark_sent();
         }
         let deadline = waiter.deadline;
-        let call = Call {
+        let mut call = Call {
             key: req.key.clone(),
             trace_id: prepared.trace_id,
             outgoing: prepared.outgoing,
@@ -186,6 +189,9 @@ impl Core {
             span: prepared.span,
             timer: TimerSlot::default(),
         };
+        if let Some((until, retention)) = req.shared.send_limit() {
+            call.budget.no_send_after(until, retention);
+        }
         self.by_key.insert(req.key, id);
         self.calls.insert(id, Box::new(call));
         // A journal record of an earlier process says which job the key is

@@ -314,7 +314,7 @@ impl Writer {
     ) {
         // These prepares' commit may still land.
         for (entry, _) in &prepares {
-            self.unsure.insert(entry.key.clone());
+            self.may_land(entry);
         }
         let since = *self.unavailable_since.get_or_insert_with(Instant::now);
         let mut q = lock(&self.shared.queue);

@@ -283,10 +283,11 @@ impl Writer {
                 for (&i, inserted) in new.iter().zip(inserted) {
                     if inserted {
                         self.records += 1;
-                        self.unsure.remove(&prepares[i].0.key);
+                        let prior = self.prior_of_new(&prepares[i].0);
+                        self.landed(&prepares[i].0.key);
                         // Committed here: the decision does not wait on
                         // step 3's transaction.
-                        step.decisions[i] = Some((Ok(Prepared::Proceed(Prior::default())), false));
+                        step.decisions[i] = Some((Ok(Prepared::Proceed(prior)), false));
                     }
                 }
                 Ok(())
@@ -295,7 +296,7 @@ impl Writer {
                 // Their commit may still land (its answer may be what was
                 // lost).
                 for &i in &new {
-                    self.unsure.insert(prepares[i].0.key.clone());
+                    self.may_land(&prepares[i].0);
                 }
                 if e.kind == JournalErrorKind::Unavailable {
                     Err(Failed::Unavailable(e))
@@ -467,8 +468,8 @@ impl Writer {
             if *wrote || matches!(decision, Ok(Prepared::Proceed(_))) {
                 let key = &prepares[i].0.key;
                 match &result {
-                    Ok(()) => self.unsure.remove(key),
-                    Err(_) => self.unsure.insert(key.clone()),
+                    Ok(()) => self.landed(key),
+                    Err(_) => self.may_land(&prepares[i].0),
                 };
             }
         }
@@ -484,7 +485,10 @@ impl Writer {
         current: Option<&JournalEntry>,
     ) -> Result<(Prepared, Option<JournalEntry>), JournalError> {
         let Some(existing) = current else {
-            return Ok((Prepared::Proceed(Prior::default()), Some(entry.clone())));
+            return Ok((
+                Prepared::Proceed(self.prior_of_new(entry)),
+                Some(entry.clone()),
+            ));
         };
         if !crate::request::same_intent(&existing.intent, &entry.intent) {
             return Ok((Prepared::Conflict(existing.clone()), None));

@@ -110,6 +110,7 @@ fn writer(max_records: usize) -> Writer {
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
             vouches: std::sync::atomic::AtomicBool::new(true),
+            runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
         }),
         retention: Retention {
             max_records,
@@ -119,6 +120,7 @@ fn writer(max_records: usize) -> Writer {
         retry_delay: None,
         unavailable_since: None,
         unsure: HashSet::new(),
+        landing: HashMap::new(),
         runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
     }
 }
@@ -402,4 +404,44 @@ fn a_recovery_does_not_hand_out_a_call_still_being_prepared() {
 
 fn lock_queue_prepares(w: &Writer) -> usize {
     w.shared.queue.lock().unwrap().prepares.len()
+}
+
+/// A prepare's commit went unanswered (its record may land late); its
+/// caller then gave up (its release is written, its prepare dropped). A
+/// second call with the key, prepared before that record shows, must not
+/// be taken as the key's first: the late record is one a recovery sends,
+/// so the second call may not be vouched "did not run".
+#[test]
+fn a_prepare_after_a_released_unanswered_one_of_its_key_is_in_doubt() {
+    use super::super::queue::Pending;
+
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    journal.down.store(true, Ordering::SeqCst);
+    let first = vec![prepare(&key, "a")];
+    let err = w
+        .commit(&journal, &first, &HashMap::new())
+        .err()
+        .expect("unanswered");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable);
+    // Its caller gives up: the release commits, the prepare is dropped.
+    journal.down.store(false, Ordering::SeqCst);
+    let released = Pending {
+        released: true,
+        ..Pending::default()
+    };
+    w.commit(&journal, &[], &HashMap::from([(key.clone(), released)]))
+        .unwrap();
+    // Another caller of the key, before the late record shows.
+    let second = vec![prepare(&key, "a")];
+    let committed = w.commit(&journal, &second, &HashMap::new()).unwrap();
+    match decisions(&committed)[..] {
+        [Ok(Prepared::Proceed(Prior { in_doubt, .. }))] => assert!(
+            *in_doubt,
+            "an earlier prepare of the key may land late: {committed:?}",
+            committed = decisions(&committed)
+        ),
+        ref other => panic!("{other:?}"),
+    }
 }

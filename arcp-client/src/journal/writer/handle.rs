@@ -108,6 +108,7 @@ impl JournalHandle {
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
             vouches: AtomicBool::new(retention.terminal_ttl >= runtime_key_retention),
+            runtime_key_retention,
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let writer = Writer {
@@ -118,6 +119,7 @@ impl JournalHandle {
             retry_delay: None,
             unavailable_since: None,
             unsure: HashSet::new(),
+            landing: HashMap::new(),
             runtime_key_retention,
         };
         std::thread::Builder::new()
@@ -217,6 +219,18 @@ impl JournalHandle {
         match decision {
             Prepared::Proceed(prior) => {
                 request.shared.mark_recorded();
+                // No send of the key once the runtime may have forgotten
+                // it: its record's first prepare plus the retention.
+                let first = prior.first_prepared.unwrap_or(now);
+                let left = match first.checked_add(self.shared.runtime_key_retention) {
+                    Some(end) => end.duration_since(SystemTime::now()).unwrap_or_default(),
+                    // Too far ahead for the clock: no limit.
+                    None => Duration::MAX,
+                };
+                request.shared.set_send_limit(
+                    crate::retry::saturating_deadline(std::time::Instant::now(), left),
+                    self.shared.runtime_key_retention,
+                );
                 if prior.in_doubt {
                     // An earlier attempt may have run it: whatever happens
                     // now, this call cannot say "did not run".

@@ -152,7 +152,8 @@ impl JournalSetup {
 
 /// How long a runtime is assumed to remember a key unless told otherwise:
 /// the Python runtime's default (24 hours).
-pub(crate) const DEFAULT_RUNTIME_KEY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const DEFAULT_RUNTIME_KEY_RETENTION: Duration =
+    crate::config::DEFAULT_RUNTIME_KEY_RETENTION;
 
 /// The first wait before retrying a batch the store could not take, and
 /// the longest (the wait doubles in between).
@@ -202,6 +203,7 @@ mod tests {
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
             vouches: std::sync::atomic::AtomicBool::new(true),
+            runtime_key_retention: super::DEFAULT_RUNTIME_KEY_RETENTION,
         })
     }
 

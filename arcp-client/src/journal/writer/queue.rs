@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
@@ -124,11 +124,14 @@ impl Pending {
 }
 
 /// What the journal knew of a key before this call: whether an earlier
-/// attempt may have sent it, and the job the runtime bound it to.
+/// attempt may have sent it, the job the runtime bound it to, and when its
+/// record was first prepared (no later than its first send).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Prior {
     pub(super) in_doubt: bool,
     pub(super) job_id: Option<String>,
+    /// `None`: a new record, prepared by this call.
+    pub(super) first_prepared: Option<SystemTime>,
 }
 
 impl Prior {
@@ -144,6 +147,7 @@ impl Prior {
         Prior {
             in_doubt: !own,
             job_id: existing.job_id().map(str::to_owned),
+            first_prepared: Some(existing.created_at),
         }
     }
 }
@@ -226,6 +230,9 @@ pub(super) struct Shared {
     /// either: the journal keeps terminal records at least as long as the
     /// runtime keeps keys, and has evicted none to respect its record cap.
     pub(super) vouches: AtomicBool,
+    /// How long the runtime keeps a key: no send of it after its record's
+    /// first prepare plus this.
+    pub(super) runtime_key_retention: Duration,
 }
 
 impl Shared {

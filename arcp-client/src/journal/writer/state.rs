@@ -2,14 +2,16 @@
 //! the commit steps (`commit.rs`) both work on; and what becomes of the
 //! queue when the writer ends, however it ends.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
 use super::queue::Shared;
-use crate::journal::{Journal, Retention};
+use crate::journal::rows::to_millis;
+use crate::journal::{Journal, JournalEntry, Retention};
 use crate::sync::lock;
 
 /// The writer thread's state.
@@ -30,9 +32,57 @@ pub(super) struct Writer {
     /// terminal for them is never taken as durable. Pruned when the key's
     /// prepare commits, or its call ends (terminal or release).
     pub(super) unsure: HashSet<IdempotencyKey>,
+    /// The prepares (trace id, prepare time in ms) whose commit went
+    /// unanswered, by key: their record may land late whatever became of
+    /// their call (a release does not stop it), so until the key's record
+    /// is committed, another call's prepare of the key is in doubt.
+    pub(super) landing: HashMap<IdempotencyKey, Vec<(String, i64)>>,
     /// How long the runtime remembers a key: a record prepared longer ago
     /// is never sent again (the runtime would run it afresh).
     pub(super) runtime_key_retention: Duration,
+}
+
+/// Keys with prepares that may land late, at most: past it the writer
+/// forgets them and stops vouching for keys it has no record of.
+const MAX_LANDING: usize = 65_536;
+
+impl Writer {
+    /// `entry`'s prepare went out in a commit that was not answered: its
+    /// record may land late.
+    pub(super) fn may_land(&mut self, entry: &JournalEntry) {
+        self.unsure.insert(entry.key.clone());
+        if self.landing.len() >= MAX_LANDING && !self.landing.contains_key(&entry.key) {
+            self.landing.clear();
+            self.shared.vouches.store(false, Ordering::Relaxed);
+        }
+        let mark = (entry.trace_id.clone(), to_millis(entry.created_at));
+        let marks = self.landing.entry(entry.key.clone()).or_default();
+        if !marks.contains(&mark) {
+            marks.push(mark);
+        }
+    }
+
+    /// `key`'s record is committed: a late prepare of it finds it there
+    /// and inserts nothing.
+    pub(super) fn landed(&mut self, key: &IdempotencyKey) {
+        self.unsure.remove(key);
+        self.landing.remove(key);
+    }
+
+    /// What a prepare of a key with no record knows of it: in doubt if
+    /// another call's prepare of the key may still land (a recovery would
+    /// send that record).
+    pub(super) fn prior_of_new(&self, entry: &JournalEntry) -> super::queue::Prior {
+        let own = (entry.trace_id.clone(), to_millis(entry.created_at));
+        let in_doubt = self
+            .landing
+            .get(&entry.key)
+            .is_some_and(|marks| marks.iter().any(|mark| *mark != own));
+        super::queue::Prior {
+            in_doubt,
+            ..super::queue::Prior::default()
+        }
+    }
 }
 
 impl Drop for Writer {
