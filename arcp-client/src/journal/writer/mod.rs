@@ -25,6 +25,7 @@ mod expiry;
 mod handle;
 mod queue;
 mod state;
+mod upkeep;
 
 use std::fmt;
 #[cfg(feature = "sqlite")]
