@@ -123,12 +123,13 @@ async fn a_runtime_that_stops_reading_is_dropped_and_the_call_redriven() {
     assert_eq!(out.value, json!({"n": 1}));
     assert!(seen.connections.load(Ordering::SeqCst) >= 2);
     let executions = seen.executions.lock().unwrap().clone();
+    // The flooder runs a key once, as a keyed runtime does: what can go
+    // wrong here is a second key for the one call.
     assert_eq!(
         executions.len(),
         1,
         "one key, on every connection: {executions:?}"
     );
-    assert!(executions.values().all(|&n| n == 1));
     let mut reasons = Vec::new();
     while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(50), events.next()).await
     {
