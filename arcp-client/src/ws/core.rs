@@ -25,14 +25,14 @@
 //!
 //! The state is in owned types, each with private fields and its
 //! invariants next to it: the link and the live connection
-//! (`connection.rs`), the request table (`attribution.rs`), the outbox and
+//! (`link_state.rs`), the request table (`requests.rs`), the outbox and
 //! its sequence numbers (`outbox.rs`), the timers (`timers.rs`), the
 //! session and liveness (`session.rs`), each call (`calls.rs`).
 //!
 //! This file holds the core's state and what the driver asks of it (what
 //! to write, when to look, whether to dial) and the time; the rest of
 //! `impl Core` is split by concern: `commands.rs` (client handles),
-//! `link.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
+//! `link_events.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
 //! (frames from the runtime; results and errors in `inbound/verdicts.rs`)
 //! and `call_machine.rs` (`step`, the one place that decides what a call
 //! does next, and how a call ends; timers only say *when* to look).
@@ -43,12 +43,12 @@ use std::time::{Duration, Instant};
 use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome};
 use tokio::sync::oneshot;
 
-use super::attribution::Requests;
 use super::calls::Call;
-use super::connection::{Link, WINDOW_AFTER_LOSS};
 use super::ids::CallId;
+use super::link_state::{Link, WINDOW_AFTER_LOSS};
 use super::outbox::Outbox;
 use super::reconnect::ReconnectBucket;
+use super::requests::Requests;
 use super::session::{LivenessAction, Session};
 use super::timers::TimerTable;
 use crate::cache::{OutcomeCache, Settled};

@@ -17,12 +17,14 @@ use super::ack::OwedAck;
 use super::connector;
 use super::core::{Command, Core, DialFailure, Established, Loss};
 use super::spin::Spin;
-use super::transport::{Inbound, Reader, Writer};
+use super::transport::{Inbound, SocketReader, SocketWriter};
 use crate::config::Config;
 
-type Dialing =
-    Pin<Box<dyn Future<Output = Result<(Reader, Writer, Established), DialFailure>> + Send>>;
-type Writing = Pin<Box<dyn Future<Output = (Writer, Vec<String>, Result<(), String>)> + Send>>;
+type Dialing = Pin<
+    Box<dyn Future<Output = Result<(SocketReader, SocketWriter, Established), DialFailure>> + Send>,
+>;
+type Writing =
+    Pin<Box<dyn Future<Output = (SocketWriter, Vec<String>, Result<(), String>)> + Send>>;
 
 /// Commands taken per loop turn before writing, so bursts leave in one flush.
 const MAX_COMMANDS_PER_TURN: usize = 512;
@@ -46,11 +48,11 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let mut dialing: Option<Dialing> = None;
     // The live connection's halves: the reader, and the writer when idle
     // (a write in progress holds it, with the transmit seq it covers).
-    let mut reader: Option<Reader> = None;
-    let mut writer: Option<Writer> = None;
+    let mut reader: Option<SocketReader> = None;
+    let mut writer: Option<SocketWriter> = None;
     let mut writing: Option<(Writing, u64)> = None;
     // The frames of the next write; the list a write empties comes back
-    // (`Writer::write`), so its block is allocated once per connection.
+    // (`SocketWriter::write`), so its block is allocated once per connection.
     let mut batch: Vec<String> = Vec::new();
     let mut handles_gone = false;
     // One timer for the loop's whole life, moved to each new wake-up time:
@@ -99,9 +101,9 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
         #[allow(clippy::large_enum_variant)]
         enum Turn {
             Command(Option<Command>),
-            Dialed(Box<Result<(Reader, Writer, Established), DialFailure>>),
+            Dialed(Box<Result<(SocketReader, SocketWriter, Established), DialFailure>>),
             Read(Inbound),
-            Wrote(Writer, Result<(), String>),
+            Wrote(SocketWriter, Result<(), String>),
             Timer,
             Spun,
         }
@@ -309,7 +311,7 @@ async fn poll_opt<T>(future: &mut Option<Pin<Box<dyn Future<Output = T> + Send>>
     }
 }
 
-async fn read(reader: &mut Option<Reader>) -> Inbound {
+async fn read(reader: &mut Option<SocketReader>) -> Inbound {
     match reader {
         Some(r) => r.recv().await,
         None => std::future::pending().await,
@@ -318,7 +320,7 @@ async fn read(reader: &mut Option<Reader>) -> Inbound {
 
 async fn write_done(
     writing: &mut Option<(Writing, u64)>,
-) -> (Writer, Vec<String>, Result<(), String>) {
+) -> (SocketWriter, Vec<String>, Result<(), String>) {
     match writing {
         Some((pending, _)) => pending.await,
         None => std::future::pending().await,

@@ -16,8 +16,8 @@ use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self};
 
-use super::connection::{Link, Up, WINDOW_AFTER_LOSS};
 use super::core::{with_context, Core, DialFailure, Established, Loss};
+use super::link_state::{Link, Up, WINDOW_AFTER_LOSS};
 
 impl Core {
     /// The driver completed a handshake.
