@@ -11,7 +11,9 @@
 //!   what the driver asks, time), `commands.rs`, `link_events.rs`, `inbound.rs`
 //!   (results and errors in `inbound/verdicts.rs`), `call_machine.rs` (one
 //!   concern of `impl Core` each); its state in owned types, each with its
-//!   invariants: `link_state.rs` (the link, the send window), `outbox.rs`,
+//!   invariants: `link_state.rs` (the link, the send window), `dialer.rs`
+//!   (when to dial again; its bucket of immediate reconnects in
+//!   `reconnect.rs`), `outbox.rs`,
 //!   `timers.rs`, `requests.rs` (the request table), `calls.rs`,
 //!   `waiters.rs` (a call's callers), `session.rs`; `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
@@ -31,6 +33,7 @@ mod core;
 #[cfg(test)]
 mod core_tests;
 mod dial;
+mod dialer;
 mod driver;
 mod ids;
 mod inbound;
