@@ -267,31 +267,34 @@ mod tests {
         assert_eq!(dialer.lost(long, t0).delay, Duration::ZERO);
     }
 
+    /// What a transient failure gets: (at, delay, attempt, past the
+    /// connect budget).
+    fn retried(after: AfterDialFailure) -> (Instant, Duration, u32, bool) {
+        match after {
+            AfterDialFailure::Retry {
+                at,
+                delay,
+                attempt,
+                past_connect_budget,
+            } => (at, delay, attempt, past_connect_budget),
+            AfterDialFailure::Stop => panic!("a transient failure is retried"),
+        }
+    }
+
     #[test]
     fn transient_dial_failures_count_attempts_and_keep_the_runtimes_floor() {
         let t0 = Instant::now();
         let mut dialer = Dialer::new(&config(|_| {}));
         let floor = Duration::from_secs(3);
         for attempt in 2..6 {
-            let AfterDialFailure::Retry {
-                at,
-                delay,
-                attempt: got,
-                past_connect_budget,
-            } = dialer.dial_failed(true, Some(floor), None, t0)
-            else {
-                panic!("a transient failure is retried");
-            };
+            let (at, delay, got, past) = retried(dialer.dial_failed(true, Some(floor), None, t0));
             assert_eq!(got, attempt);
             assert!(delay >= floor, "{delay:?}");
             assert_eq!(at, t0 + delay);
-            assert!(!past_connect_budget);
+            assert!(!past);
         }
         dialer.connected();
-        let AfterDialFailure::Retry { attempt, .. } = dialer.dial_failed(true, None, None, t0)
-        else {
-            panic!("a transient failure is retried");
-        };
+        let (_, _, attempt, _) = retried(dialer.dial_failed(true, None, None, t0));
         assert_eq!(attempt, 2, "the count restarts with each session");
     }
 
@@ -300,31 +303,15 @@ mod tests {
         let t0 = Instant::now();
         let mut dialer = Dialer::new(&config(|_| {}));
         let floor = Some(Duration::from_secs(2));
-        let flagged = |after: AfterDialFailure| match after {
-            AfterDialFailure::Retry {
-                past_connect_budget,
-                ..
-            } => past_connect_budget,
-            AfterDialFailure::Stop => panic!("a transient failure is retried"),
-        };
-        assert!(flagged(dialer.dial_failed(
-            true,
-            floor,
-            Some(t0 + Duration::from_secs(1)),
-            t0
-        )));
-        assert!(!flagged(dialer.dial_failed(
-            true,
-            floor,
-            Some(t0 + Duration::from_secs(60)),
-            t0
-        )));
+        let mut flagged =
+            |budget: Instant| retried(dialer.dial_failed(true, floor, Some(budget), t0)).3;
+        assert!(flagged(t0 + Duration::from_secs(1)));
+        assert!(!flagged(t0 + Duration::from_secs(60)));
         // A budget exactly at the next dial is spent.
-        let AfterDialFailure::Retry { at, .. } = dialer.dial_failed(true, floor, None, t0) else {
-            panic!("a transient failure is retried");
-        };
         let mut twin = Dialer::new(&config(|_| {}));
-        assert!(flagged(twin.dial_failed(true, Some(at - t0), Some(at), t0)));
+        let (at, ..) = retried(twin.dial_failed(true, floor, None, t0));
+        let mut other = Dialer::new(&config(|_| {}));
+        assert!(retried(other.dial_failed(true, Some(at - t0), Some(at), t0)).3);
     }
 
     #[test]
@@ -339,10 +326,7 @@ mod tests {
                 dialer.dial_failed(false, None, None, t0),
                 AfterDialFailure::Stop
             );
-            match dialer.dial_failed(true, None, None, t0) {
-                AfterDialFailure::Retry { delay, .. } => delay,
-                AfterDialFailure::Stop => panic!("a transient failure is retried"),
-            }
+            retried(dialer.dial_failed(true, None, None, t0)).1
         }));
     }
 }
