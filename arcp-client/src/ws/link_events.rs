@@ -1,6 +1,7 @@
-//! The link: a handshake completed, a dial failed (backoff, the connect
-//! budget), writes flushed, the connection lost (what becomes of every call
-//! on it).
+//! What happens on the link, in the core: a handshake completed, a dial
+//! failed (the connect budget), writes flushed, the connection lost (what
+//! becomes of every call on it). When to dial again is the dialer's
+//! (`dialer.rs`); the link's states are `link_state.rs`.
 
 use std::time::Instant;
 

@@ -13,9 +13,9 @@
 //!   concern of `impl Core` each); its state in owned types, each with its
 //!   invariants: `link_state.rs` (the link, the send window), `dialer.rs`
 //!   (when to dial again; its bucket of immediate reconnects in
-//!   `reconnect.rs`), `outbox.rs`,
-//!   `timers.rs`, `requests.rs` (the request table), `calls.rs`,
-//!   `waiters.rs` (a call's callers), `session.rs`; `assembly.rs`, `ids.rs`.
+//!   `reconnect.rs`), `outbox.rs`, `timers.rs`, `requests.rs` (the request
+//!   table), `calls.rs`, `waiters.rs` (a call's callers), `session.rs`;
+//!   `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
 //!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
 //!   the driver polls instead of sleeping for a lone call's reply.
