@@ -9,9 +9,9 @@ use arcp_types::{Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 use tracing::info;
 
-use super::attribution::ReqKind;
 use super::calls::{Call, CancelState, Phase};
 use super::ids::{CallId, RequestId};
+use super::requests::ReqKind;
 use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
 use crate::cache::{conflict, Cached, Intent, Settled};
@@ -24,8 +24,8 @@ use crate::request::{CallRequest, CallShared};
 use crate::retry::{saturating_deadline, RetryBudget};
 use crate::telemetry::Answered;
 
-use super::connection::Link;
 use super::core::{Command, Core};
+use super::link_state::Link;
 
 impl Core {
     /// Takes a command from a client handle.

@@ -12,7 +12,7 @@ use arcp_types::{Auth, Dialect, ErrorCode, Frame, Message, Open, PeerInfo, Pong,
 use tracing::{debug, info, warn};
 
 use super::core::{DialFailure, DialPlan, Established};
-use super::transport::{self, Inbound, Reader, Writer};
+use super::transport::{self, Inbound, SocketReader, SocketWriter};
 use crate::config::{shown_url, Config, Secret};
 use crate::credentials;
 use crate::error::Error;
@@ -42,7 +42,7 @@ enum Refusal {
 pub(crate) async fn dial(
     config: Arc<Config>,
     plan: DialPlan,
-) -> Result<(Reader, Writer, Established), DialFailure> {
+) -> Result<(SocketReader, SocketWriter, Established), DialFailure> {
     let mut resume = plan.resume;
     let probing = plan.dialects.len() > 1;
     let mut explicit_refusals = 0;
@@ -192,8 +192,8 @@ struct Hello<'a> {
 
 async fn handshake(
     config: &Config,
-    reader: &mut Reader,
-    writer: &mut Writer,
+    reader: &mut SocketReader,
+    writer: &mut SocketWriter,
     hello: Hello<'_>,
 ) -> Result<Welcome, Refusal> {
     let Hello {
@@ -274,7 +274,7 @@ async fn handshake(
 }
 
 /// Writes one frame during the handshake.
-async fn write(writer: &mut Writer, text: String, config: &Config) -> Result<(), Refusal> {
+async fn write(writer: &mut SocketWriter, text: String, config: &Config) -> Result<(), Refusal> {
     writer
         .send(&mut vec![text], config.write_timeout)
         .await

@@ -25,14 +25,14 @@
 //!
 //! The state is in owned types, each with private fields and its
 //! invariants next to it: the link and the live connection
-//! (`connection.rs`), the request table (`attribution.rs`), the outbox and
+//! (`link_state.rs`), the request table (`requests.rs`), the outbox and
 //! its sequence numbers (`outbox.rs`), the timers (`timers.rs`), the
 //! session and liveness (`session.rs`), each call (`calls.rs`).
 //!
 //! This file holds the core's state and what the driver asks of it (what
 //! to write, when to look, whether to dial) and the time; the rest of
 //! `impl Core` is split by concern: `commands.rs` (client handles),
-//! `link.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
+//! `link_events.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
 //! (frames from the runtime; results and errors in `inbound/verdicts.rs`)
 //! and `call_machine.rs` (`step`, the one place that decides what a call
 //! does next, and how a call ends; timers only say *when* to look).
@@ -43,12 +43,12 @@ use std::time::{Duration, Instant};
 use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome};
 use tokio::sync::oneshot;
 
-use super::attribution::Requests;
 use super::calls::Call;
-use super::connection::{Link, WINDOW_AFTER_LOSS};
+use super::dialer::Dialer;
 use super::ids::CallId;
+use super::link_state::{Link, WINDOW_AFTER_LOSS};
 use super::outbox::Outbox;
-use super::reconnect::ReconnectBucket;
+use super::requests::Requests;
 use super::session::{LivenessAction, Session};
 use super::timers::TimerTable;
 use crate::cache::{OutcomeCache, Settled};
@@ -59,7 +59,7 @@ use crate::fast_map::FastMap;
 use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::{saturating_deadline, Schedule};
+use crate::retry::saturating_deadline;
 use crate::stats::ClientStats;
 
 /// Requests from client handles. Nearly every one is an `Invoke`: the
@@ -148,9 +148,8 @@ pub(crate) struct Core {
     pub(super) generation: u64,
     pub(super) next_id: CallId,
     pub(super) outbox: Outbox,
-    pub(super) reconnect: Option<Schedule>,
-    /// Immediate reconnects left (`reconnect.rs`).
-    pub(super) immediate_reconnects: ReconnectBucket,
+    /// When to dial again after a loss or a failed dial (`dialer.rs`).
+    pub(super) dialer: Dialer,
     /// `connect()` waits on this until the first session, or the budget.
     pub(super) ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
     /// The window size after the next loss (1 after a request-level close).
@@ -161,8 +160,6 @@ pub(crate) struct Core {
     pub(super) profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
     /// `Client::events()` listeners (sending costs nothing without any).
     pub(super) events: tokio::sync::broadcast::Sender<ConnectionEvent>,
-    /// Dials since the last established session.
-    pub(super) dials: u32,
     /// The id and timestamp of the envelope being written, reused so that
     /// writing a request allocates only its shared id and its text.
     pub(super) message_id: String,
@@ -188,8 +185,7 @@ impl Core {
         now: Instant,
     ) -> Self {
         let budget = saturating_deadline(now, config.connect_budget);
-        let immediate_reconnects =
-            ReconnectBucket::new(config.reconnect_burst, config.reconnect_per_second);
+        let dialer = Dialer::new(&config);
         let config_dialect = match config.dialect {
             DialectChoice::V1_1 => Some(Dialect::V1_1),
             DialectChoice::Legacy => Some(Dialect::Legacy),
@@ -216,15 +212,13 @@ impl Core {
                 None => OnceLock::new(),
             }),
             outbox: Outbox::default(),
-            reconnect: None,
-            immediate_reconnects,
+            dialer,
             ready: ready.map(|r| (r, budget)),
             window_after_loss: WINDOW_AFTER_LOSS,
             drop_reason: None,
             close_replies: Vec::new(),
             profile_out,
             events,
-            dials: 0,
         }
     }
 

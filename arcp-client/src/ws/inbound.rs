@@ -18,11 +18,11 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::assembly::Assembly;
-use super::attribution::ReqKind;
 use super::calls::Phase;
-use super::connection::Link;
 use super::core::{Core, Loss};
 use super::ids::CallId;
+use super::link_state::Link;
+use super::requests::ReqKind;
 use crate::error::Error;
 use crate::fast_map::FastMap;
 use crate::outcome::{CancelOutcome, InvocationEvent};

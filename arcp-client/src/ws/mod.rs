@@ -8,12 +8,14 @@
 //! ```
 //!
 //! - the core, no socket, no `await`, time passed in: `core.rs` (its state,
-//!   what the driver asks, time), `commands.rs`, `link.rs`, `inbound.rs`
+//!   what the driver asks, time), `commands.rs`, `link_events.rs`, `inbound.rs`
 //!   (results and errors in `inbound/verdicts.rs`), `call_machine.rs` (one
 //!   concern of `impl Core` each); its state in owned types, each with its
-//!   invariants: `connection.rs` (the link, the send window), `outbox.rs`,
-//!   `timers.rs`, `attribution.rs` (the request table), `calls.rs`,
-//!   `waiters.rs` (a call's callers), `session.rs`; `assembly.rs`, `ids.rs`.
+//!   invariants: `link_state.rs` (the link, the send window), `dialer.rs`
+//!   (when to dial again; its bucket of immediate reconnects in
+//!   `reconnect.rs`), `outbox.rs`, `timers.rs`, `requests.rs` (the request
+//!   table), `calls.rs`, `waiters.rs` (a call's callers), `session.rs`;
+//!   `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
 //!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
 //!   the driver polls instead of sleeping for a lone call's reply.
@@ -23,23 +25,24 @@
 
 mod ack;
 mod assembly;
-mod attribution;
 mod call_machine;
 mod calls;
 mod commands;
-mod connection;
 mod connector;
 mod core;
 #[cfg(test)]
 mod core_tests;
 mod dial;
+mod dialer;
 mod driver;
 mod ids;
 mod inbound;
-mod link;
+mod link_events;
+mod link_state;
 mod outbox;
 mod proxy;
 mod reconnect;
+mod requests;
 mod session;
 mod spin;
 mod timers;

@@ -74,7 +74,7 @@ pub(crate) enum LivenessAction {
 }
 
 /// Liveness of the live connection. Invariant (kept by the connection's
-/// state, `connection.rs`): `awaiting_since` is set exactly while requests
+/// state, `link_state.rs`): `awaiting_since` is set exactly while requests
 /// on the connection are unanswered.
 #[derive(Debug)]
 pub(crate) struct Liveness {

@@ -3,7 +3,7 @@
 //! while a write is in progress and never blocks on either.
 //!
 //! ```text
-//!  TcpStream (dial.rs; proxy.rs's tunnel) ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── Reader / Writer
+//!  TcpStream (dial.rs; proxy.rs's tunnel) ── CountedTcp (bytes read) ── rustls (wss://) ── tungstenite ── SocketReader / SocketWriter
 //! ```
 //!
 //! The count below TLS and tungstenite tells the reader when a read took
@@ -42,7 +42,7 @@ type Ws = WebSocketStream<MaybeTlsStream<CountedTcp>>;
 const READ_BUFFER: usize = 16 * 1024;
 
 /// The reading half, with a handle on the TCP socket for `TCP_QUICKACK`.
-pub(crate) struct Reader {
+pub(crate) struct SocketReader {
     stream: SplitStream<Ws>,
     socket: Option<socket2::Socket>,
     /// Bytes read from the socket so far (`CountedTcp`).
@@ -111,7 +111,7 @@ impl AsyncWrite for CountedTcp {
 }
 
 /// The writing half.
-pub(crate) struct Writer {
+pub(crate) struct SocketWriter {
     sink: SplitSink<Ws, WsMessage>,
 }
 
@@ -127,7 +127,7 @@ pub(crate) enum Inbound {
 
 /// Opens a WebSocket to the configured URL, with TCP_NODELAY set, bounded
 /// by `connect_timeout`.
-pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFailure> {
+pub(crate) async fn connect(config: &Config) -> Result<(SocketReader, SocketWriter), DialFailure> {
     // A small read buffer: tungstenite zero-fills the spare capacity before
     // every socket read, and ARCP frames are a few hundred bytes; with the
     // default 128 KiB that memset was the client's largest single cost.
@@ -203,7 +203,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
             floor: None,
         })??;
     let (sink, stream) = ws.split();
-    let reader = Reader {
+    let reader = SocketReader {
         stream,
         socket,
         bytes_read,
@@ -211,7 +211,7 @@ pub(crate) async fn connect(config: &Config) -> Result<(Reader, Writer), DialFai
         redactor: config.redactor(),
     };
     reader.rearm_quickack();
-    Ok((reader, Writer { sink }))
+    Ok((reader, SocketWriter { sink }))
 }
 
 /// The host to dial (an IPv6 address without its brackets) and the port
@@ -245,7 +245,7 @@ fn quickack_handle(tcp: &TcpStream) -> Option<socket2::Socket> {
         .map(socket2::Socket::from)
 }
 
-impl Reader {
+impl SocketReader {
     /// Reads the next frame. A read that takes bytes from the socket yet
     /// completes no message re-arms `TCP_QUICKACK` when the driver wants it
     /// (see the module).
@@ -320,7 +320,7 @@ fn rearm_quickack(socket: Option<&socket2::Socket>) {
     let _ = socket;
 }
 
-impl Writer {
+impl SocketWriter {
     /// Writes `frames` and flushes once (one syscall batch instead of one
     /// per frame), bounded by `timeout`; hands the writer back, and the
     /// emptied list for the next batch (a list of a few dozen frames is a
@@ -330,7 +330,7 @@ impl Writer {
         mut self,
         mut frames: Vec<String>,
         timeout: Duration,
-    ) -> (Writer, Vec<String>, Result<(), String>) {
+    ) -> (SocketWriter, Vec<String>, Result<(), String>) {
         let result = self.send(&mut frames, timeout).await;
         frames.clear();
         (self, frames, result)

@@ -19,10 +19,10 @@ use crate::classify::{
 use crate::outcome::{CancelOutcome, ToolOutput};
 use crate::request::Outgoing;
 use crate::retry::Decision;
-use crate::ws::attribution::ReqKind;
 use crate::ws::calls::Phase;
 use crate::ws::core::Core;
 use crate::ws::ids::{CallId, RequestId};
+use crate::ws::requests::ReqKind;
 
 /// The call's tool name (read back from its request: only for the rare
 /// error that needs it).

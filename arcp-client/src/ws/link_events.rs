@@ -1,10 +1,11 @@
-//! The link: a handshake completed, a dial failed (backoff, the connect
-//! budget), writes flushed, the connection lost (what becomes of every call
-//! on it).
+//! What happens on the link, in the core: a handshake completed, a dial
+//! failed (the connect budget), writes flushed, the connection lost (what
+//! becomes of every call on it). When to dial again is the dialer's
+//! (`dialer.rs`); the link's states are `link_state.rs`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::calls::Phase;
 use super::ids::CallId;
@@ -16,8 +17,9 @@ use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self};
 
-use super::connection::{Link, Up, WINDOW_AFTER_LOSS};
 use super::core::{with_context, Core, DialFailure, Established, Loss};
+use super::dialer::{AfterDialFailure, LostLink};
+use super::link_state::{Link, Up, WINDOW_AFTER_LOSS};
 
 impl Core {
     /// The driver completed a handshake.
@@ -28,7 +30,7 @@ impl Core {
             .install(est.dialect, &est.welcome, est.resuming);
         let profile = self.session.profile.clone().expect("installed above");
         self.generation += 1;
-        self.dials = 0;
+        self.dialer.connected();
         // Refused with an error (then a fresh session was opened), or
         // answered with a new session instead of the old one.
         let refused = est.resume_refused.clone().or_else(|| {
@@ -114,8 +116,22 @@ impl Core {
     /// The driver's dial failed.
     pub(crate) fn on_dial_failed(&mut self, failure: DialFailure, now: Instant) {
         warn!(error = %failure.error, transient = failure.transient, "connecting failed");
+        // `connect()`'s budget binds only until the first session.
         let ever = self.session.profile.is_some();
-        if !failure.transient {
+        let connect_budget = self.ready.as_ref().map(|(_, budget)| *budget);
+        let next = self.dialer.dial_failed(
+            failure.transient,
+            failure.floor,
+            connect_budget.filter(|_| !ever),
+            now,
+        );
+        let AfterDialFailure::Retry {
+            at,
+            delay,
+            attempt,
+            past_connect_budget,
+        } = next
+        else {
             if self.ready.is_some() {
                 self.fail_ready(failure.error.clone());
             }
@@ -125,21 +141,14 @@ impl Core {
             for id in ids {
                 self.end_without_outcome(id, Ending::ConnectFailed(failure.error.clone()));
             }
-            self.reconnect = None;
             self.link = if self.is_closed() {
                 Link::Closed
             } else {
                 Link::Down { next_dial: now }
             };
             return;
-        }
-        let delay = self
-            .reconnect
-            .get_or_insert_with(|| self.config.retry.schedule())
-            .next_delay(failure.floor);
+        };
         let message = failure.error.to_string();
-        self.dials += 1;
-        let attempt = self.dials + 1;
         telemetry::reconnecting();
         self.emit(|| ConnectionEvent::Reconnecting {
             at: std::time::SystemTime::now(),
@@ -153,22 +162,18 @@ impl Core {
                 call.troubles_mut().last_error = Some(message.clone());
             }
         }
-        if let Some((_, budget)) = &self.ready {
-            if saturating_deadline(now, delay) >= *budget && !ever {
-                let budget = self.config.connect_budget;
-                self.fail_ready(with_context(
-                    failure.error,
-                    &format!("gave up after retrying for the connect budget of {budget:?}"),
-                ));
-                return;
-            }
+        if past_connect_budget {
+            let budget = self.config.connect_budget;
+            self.fail_ready(with_context(
+                failure.error,
+                &format!("gave up after retrying for the connect budget of {budget:?}"),
+            ));
+            return;
         }
         self.link = if self.is_closed() {
             Link::Closed
         } else {
-            Link::Down {
-                next_dial: saturating_deadline(now, delay),
-            }
+            Link::Down { next_dial: at }
         };
         for id in ids {
             self.step(id, now);
@@ -278,30 +283,19 @@ impl Core {
         if ours {
             self.drop_reason = Some(reason.clone());
         }
-        // A connection that carried something after its handshake (and
-        // lived at least `min_connection_lifetime`, when set): reconnect at
-        // once, while the bucket of immediate reconnects has a token
-        // (`reconnect.rs`). Otherwise back off before the next dial (a
-        // runtime that answers once, then drops every connection, must not
-        // get a reconnect loop).
-        let useful = up.was_useful() && up.lived(now) >= self.config.min_connection_lifetime;
-        let immediate = useful && self.immediate_reconnects.take(up.answered(), now);
-        if useful && !immediate {
-            debug!(
-                answered = up.answered(),
-                "no immediate reconnect left (`immediate_reconnects`): backing off"
-            );
-        }
-        let delay = if immediate {
-            self.reconnect = None;
-            Duration::ZERO
-        } else {
-            self.reconnect
-                .get_or_insert_with(|| self.config.retry.schedule())
-                .next_delay(None)
-        };
+        // At once after a useful connection, else after a backoff
+        // (`dialer.rs`).
+        let redial = self.dialer.lost(
+            LostLink {
+                useful: up.was_useful(),
+                lived: up.lived(now),
+                answered: up.answered(),
+            },
+            now,
+        );
+        let delay = redial.delay;
         self.link = Link::Down {
-            next_dial: saturating_deadline(now, delay),
+            next_dial: redial.at,
         };
         if !self.calls.is_empty() {
             telemetry::reconnecting();
