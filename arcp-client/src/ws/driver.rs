@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use tokio::sync::mpsc;
 
-use super::ack::OwedAck;
+use super::ack::{AtRest, OwedAck};
 use super::connector;
 use super::core::{Command, Core, DialFailure, Established, Loss};
 use super::spin::Spin;
@@ -63,6 +63,8 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
     let mut spin = Spin::new(config.spin_limit);
     let mut gathering = Gathering::default();
     let mut owed_ack = OwedAck::default();
+    // Whether the last turn left an owed ACK waiting on freed callers (`ack.rs`).
+    let mut ack_yield = false;
     loop {
         let now = Instant::now();
         if core.take_drop().is_some() {
@@ -106,6 +108,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             Spun,
         }
         let spinning = reader.is_some() && spin.spinning(now);
+        let yielding = spinning || (ack_yield && owed_ack.owed());
         let turn = tokio::select! {
             command = rx.recv(), if !handles_gone => Turn::Command(command),
             dialed = poll_opt(&mut dialing) => Turn::Dialed(Box::new(dialed)),
@@ -117,7 +120,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             () = &mut timer, if armed.is_some() => Turn::Timer,
             // Polling instead of sleeping (`spin.rs`): back at once, after
             // every other ready task and a look at the sockets.
-            () = tokio::task::yield_now(), if spinning => Turn::Spun,
+            () = tokio::task::yield_now(), if yielding => Turn::Spun,
         };
         let now = Instant::now();
         match turn {
@@ -185,14 +188,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
                         inbound = reader.as_mut().and_then(|r| r.recv().now_or_never());
                     }
                 }
-                // Outcomes first: whether a caller was freed decides whether
-                // its next request may carry the ACK (`ack.rs`).
-                owed_ack.handed_out(core.hand_out_replies());
-                if owed_ack.on_read(now, core.calls_awaiting_runtime()) {
-                    if let Some(r) = reader.as_ref() {
-                        r.rearm_quickack();
-                    }
-                }
+                owed_ack.on_read(now, core.calls_awaiting_runtime());
             }
             Turn::Wrote(idle, Ok(())) => {
                 if let Some((_, upto)) = writing.take() {
@@ -208,11 +204,19 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             // Elapsed: set again (even for the same time) before it is
             // awaited again.
             Turn::Timer => armed = None,
-            Turn::Spun => {}
+            Turn::Spun => owed_ack.on_yield(),
         }
         core.handle_timeout(Instant::now());
+        // Outcomes first: whether a caller was freed decides whether its
+        // next request may carry the ACK (`ack.rs`).
         owed_ack.handed_out(core.hand_out_replies());
-        if owed_ack.take_due(now) && core.wants_quickack() {
+        let at_rest = owed_ack.at_rest(
+            Instant::now(),
+            core.calls_awaiting_runtime(),
+            core.has_transmit(),
+        );
+        ack_yield = at_rest == AtRest::Yield;
+        if at_rest == AtRest::AckNow {
             if let Some(r) = reader.as_ref() {
                 r.rearm_quickack();
             }
