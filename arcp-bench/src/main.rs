@@ -100,9 +100,11 @@ fn main() {
             secs,
             server_pid,
             client,
+            token,
         }) => documented_driver::main(documented_driver::Args {
             reference: client == "ref",
             url,
+            token,
             dialect: parse_dialect(&dialect),
             in_flight,
             warmup: Duration::from_secs_f64(warmup),
