@@ -214,6 +214,7 @@ pub(crate) async fn run(config: Arc<Config>, mut rx: mpsc::Receiver<Command>, mu
             Instant::now(),
             core.calls_awaiting_runtime(),
             core.has_transmit(),
+            core.requests_unanswered(),
         );
         ack_yield = at_rest == AtRest::Yield;
         if at_rest == AtRest::AckNow {
