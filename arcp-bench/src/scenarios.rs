@@ -275,7 +275,7 @@ pub(crate) async fn rounds(
     warmup: Duration,
     window: Duration,
     scenarios: &[Scenario],
-    servers: &crate::servers::Servers,
+    servers: &mut crate::servers::Servers,
 ) -> Result<Vec<Vec<Sample>>, String> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); scenarios.len()];
     for round in 0..rounds {
@@ -283,7 +283,11 @@ pub(crate) async fn rounds(
         for k in 0..scenarios.len() {
             let i = (k + round) % scenarios.len();
             let s = scenarios[i];
-            let server = servers.running(s.server)?;
+            let server = if s.server.fresh_per_window() {
+                servers.restart(s.server).await?
+            } else {
+                servers.running(s.server)?
+            };
             let sample = run(s, server, warmup, window).await?;
             eprintln!(
                 "  {:<34} {:<18} {:<6} c={:<3} {:>9.0} calls/s  p50 {:>8.1} us  p99 {:>8.1} us  cpu {:>6.2} us/call",

@@ -35,6 +35,17 @@ impl ServerKind {
         }
     }
 
+    /// Whether each measured window starts the server afresh: the
+    /// published runtimes keep every job (and arcp-runtime every envelope)
+    /// in memory and slow down as a run goes on, so a scenario measured
+    /// later would meet a slower runtime than one measured earlier.
+    pub(crate) fn fresh_per_window(self) -> bool {
+        matches!(
+            self,
+            ServerKind::ReferenceRuntime | ServerKind::PythonRuntime
+        )
+    }
+
     /// The bearer token the server accepts.
     pub(crate) fn token(self) -> &'static str {
         match self {
@@ -133,6 +144,12 @@ impl Servers {
             self.get(kind).await?;
         }
         Ok(())
+    }
+
+    /// The server of `kind`, stopped if it runs and started afresh.
+    pub(crate) async fn restart(&mut self, kind: ServerKind) -> Result<&Server, String> {
+        self.started.retain(|s| s.kind != kind);
+        self.get(kind).await
     }
 
     /// The server of `kind`; it must have been started.
