@@ -60,12 +60,13 @@ pub(super) const GRACE: Duration = Duration::from_millis(1);
 /// once, so a few turns of the scheduler are enough for it.
 pub(super) const YIELDS: u32 = 4;
 
-/// Unanswered requests from which the runtime is busy for at least
-/// [`GRACE`] without the ACK: arcp-runtime 2.0.0 serves a call in 250-350
-/// us of its time on the machine measured. Fewer, and a held ACK idles it
-/// (measured at 4 calls in flight: holding from 1 or 2 unanswered requests
-/// kept the p50 at 2.6 ms, from 4 it fell to 1.2-1.3 ms; the segments per
-/// call at 16 and 64 in flight were the same from 1, 2 or 4).
+/// Unanswered requests from which the runtime is busy for about [`GRACE`]
+/// without the ACK: arcp-runtime 2.0.0 spends 300-450 us of its CPU per
+/// call on the machine measured. Fewer, and a held ACK idles it (measured
+/// at 4 calls in flight: holding from 1 or 2 unanswered requests kept the
+/// p50 at 2.6 ms, from 4 it fell to 1.2-1.3 ms; the runtime's segments per
+/// call at 64 in flight were the same from 1, 2 or 4, and at 16 the same
+/// as with a fixed 1 ms hold).
 pub(super) const BACKLOG: usize = 4;
 
 /// What the driver does with the owed ACK before it sleeps.
