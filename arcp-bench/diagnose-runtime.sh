@@ -8,6 +8,7 @@
 # (its in-memory event log grows with every envelope).
 #
 #   arcp-bench/diagnose-runtime.sh [BENCH_BINARY] [C ...]
+#   CLIENTS=user arcp-bench/diagnose-runtime.sh ...   # one client only (default: user ref)
 #
 # Needs perf (perf_event_paranoid <= 2 is enough for a process of one's own)
 # and ss (iproute2). Counts, not timings: safe to read on a busy machine,
@@ -32,7 +33,7 @@ perf_counts() { awk -F, '$1 ~ /^[0-9]+$/ {print $3, $1}' "$1"; }
 printf '| client | c | calls/s | p50 us | client CPU us/call | runtime CPU us/call | runtime segs in/call (data) | runtime segs out/call (data) | runtime syscalls/call (recv, send, epoll, futex) | runtime ctx sw/call | client syscalls/call (setsockopt) | client ctx sw/call |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for c in "${cs[@]}"; do
-    for client in user ref; do
+    for client in ${CLIENTS:-user ref}; do
         "$bench" serve runtime --port 0 >"$tmp/server.out" 2>/dev/null &
         server=$!
         for _ in $(seq 100); do grep -q ARCP_URL "$tmp/server.out" && break; sleep 0.05; done

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Closed-loop load from the published Python client (agentruntimecontrolprotocol 1.1.3).
 
-Used by `arcp-bench --sections python`: one `ARCPClient` session over
-`WebSocketTransport.connect`, `concurrency` tasks each submitting the `echo`
-agent and awaiting `handle.done` in a loop, as the client's README shows. After
-`warmup` seconds it measures for `secs` seconds and prints one JSON line:
+Used by `arcp-bench --sections runtime` and `--sections python`: one
+`ARCPClient` session over `WebSocketTransport.connect`, `concurrency` tasks each
+submitting the `echo` agent and awaiting `handle.done` in a loop, as the
+client's README shows. After `warmup` seconds it measures for `secs` seconds
+and prints one JSON line:
 
-    {"calls": N, "errors": E, "secs": S, "p50_us": X, "p99_us": Y, "cpu_secs": C}
+    {"calls": N, "errors": E, "secs": S, "p50_us": X, "p99_us": Y, "cpu_secs": C,
+     "lat_ns": [...], "client_cpu_ns": C_NS, "server_cpu_ns": S_NS}
 
-`cpu_secs` is this process's user + system CPU over the window (getrusage).
+`cpu_secs` (and `client_cpu_ns`) is this process's user + system CPU over the
+window (getrusage); `server_cpu_ns` the run time of `--server-pid`'s threads
+over the same window (schedstat), 0 without it; `lat_ns` the window's
+latencies, sorted, at most 20,001 evenly spaced ranks (the largest kept).
 The client sends an idempotency key per call, as ours does.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import sys
 import time
@@ -32,6 +38,35 @@ def cpu_now() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def process_cpu_ns(pid: int | None) -> int:
+    """Run time of every thread of `pid` (0 without one), as arcp-bench reads it."""
+    if pid is None:
+        return 0
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+MAX_LATENCIES = 20_001
+
+
+def kept_latencies(sorted_ns: list[int]) -> list[int]:
+    step = max(1, -(-len(sorted_ns) // MAX_LATENCIES))
+    kept = sorted_ns[::step]
+    if step > 1 and kept:
+        kept[-1] = sorted_ns[-1]
+    return kept
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
@@ -39,6 +74,7 @@ async def main() -> int:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--secs", type=float, default=2.0)
+    parser.add_argument("--server-pid", type=int, default=None)
     args = parser.parse_args()
 
     transport = await WebSocketTransport.connect(args.url)
@@ -69,10 +105,10 @@ async def main() -> int:
     tasks = [asyncio.create_task(worker()) for _ in range(args.concurrency)]
     await asyncio.sleep(args.warmup)
     state["measuring"] = True
-    cpu0, t0 = cpu_now(), time.perf_counter()
+    cpu0, srv0, t0 = cpu_now(), process_cpu_ns(args.server_pid), time.perf_counter()
     await asyncio.sleep(args.secs)
     state["measuring"] = False
-    cpu1, t1 = cpu_now(), time.perf_counter()
+    cpu1, srv1, t1 = cpu_now(), process_cpu_ns(args.server_pid), time.perf_counter()
     state["stop"] = True
     await asyncio.wait(tasks, timeout=5)
     latencies.sort()
@@ -91,6 +127,9 @@ async def main() -> int:
                 "p50_us": pct(0.50),
                 "p99_us": pct(0.99),
                 "cpu_secs": cpu1 - cpu0,
+                "lat_ns": kept_latencies([int(x * 1e9) for x in latencies]),
+                "client_cpu_ns": int((cpu1 - cpu0) * 1e9),
+                "server_cpu_ns": max(0, srv1 - srv0),
             }
         ),
         flush=True,

@@ -33,8 +33,9 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Which sections to run (`runtime`: ours against the reference client
-    /// on the published arcp-runtime 2.0.0 at 1, 4, 16 and 64 calls in
-    /// flight; `sweep` is extra: throughput and p99 against
+    /// on the published arcp-runtime 2.0.0, and against the official Python
+    /// client on the published Python runtime 1.1.3, at 1, 4, 16 and 64
+    /// calls in flight; `sweep` is extra: throughput and p99 against
     /// calls in flight, see `--sweep` and `--chart`; `python` needs
     /// `bash interop/setup.sh`).
     #[arg(
@@ -126,6 +127,9 @@ pub(crate) enum Command {
         /// own.
         #[arg(long, default_value = "user")]
         client: String,
+        /// The bearer token the server accepts.
+        #[arg(long, default_value = crate::TOKEN)]
+        token: String,
     },
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct Args {
     /// figures taken from outside the process (syscalls, segments).
     pub reference: bool,
     pub url: String,
+    /// The bearer token the server accepts.
+    pub token: String,
     pub dialect: Dialect,
     pub in_flight: usize,
     pub warmup: Duration,
@@ -70,7 +72,7 @@ async fn drive(args: Args) -> Result<Sample, String> {
         .await);
     }
     // As the README builds it.
-    let mut builder = Client::builder(&args.url).bearer_token(crate::TOKEN).retry(
+    let mut builder = Client::builder(&args.url).bearer_token(&args.token).retry(
         RetryPolicy::exponential()
             .max_attempts(8)
             .max_delay(Duration::from_secs(5)),
@@ -148,7 +150,9 @@ fn to_json(sample: &Sample) -> serde_json::Value {
     })
 }
 
-fn from_json(v: &serde_json::Value) -> Option<Sample> {
+/// A sample from a `SAMPLE` line's JSON (the Python client's line has the
+/// same fields).
+pub(crate) fn from_json(v: &serde_json::Value) -> Option<Sample> {
     let ns = |k: &str| v[k].as_u64().map(Duration::from_nanos);
     Some(Sample {
         calls: v["calls"].as_u64()?,
@@ -164,9 +168,11 @@ fn from_json(v: &serde_json::Value) -> Option<Sample> {
     })
 }
 
-/// One window of the documented driver, in a child process.
+/// One window of the documented driver, in a child process; `token`: the
+/// bearer token the server accepts.
 pub(crate) async fn run_child(
     url: &str,
+    token: &str,
     dialect: Dialect,
     in_flight: usize,
     warmup: Duration,
@@ -179,6 +185,8 @@ pub(crate) async fn run_child(
         "drive",
         "--url",
         url,
+        "--token",
+        token,
         "--dialect",
         &dialect.to_string(),
         "--in-flight",

@@ -20,8 +20,12 @@
 //! - each server is this binary re-executed as `arcp-bench serve fast` (the
 //!   minimal fast WebSocket server), `serve http` (the minimal fast server
 //!   of the HTTP binding) or `serve runtime` (the published `arcp-runtime
-//!   2.0.0` as `arcp serve` runs it); "server CPU" is the sum of its
-//!   threads' scheduler run time over the same window;
+//!   2.0.0` as `arcp serve` runs it), or the published Python runtime
+//!   1.1.3 under `interop/python/.venv` (`python_peer`), started afresh
+//!   for every window against a published runtime; "server CPU" is the
+//!   sum of its threads' scheduler run time over the same window;
+//! - the official Python client runs in a process of its own too
+//!   (`python/client_bench.py`) and reports its own CPU the same way;
 //! - the memory figures come from `arcp-bench mem ...` children whose
 //!   counting allocator is on from the start (it is off, one relaxed load
 //!   per allocation, everywhere else).
@@ -100,9 +104,11 @@ fn main() {
             secs,
             server_pid,
             client,
+            token,
         }) => documented_driver::main(documented_driver::Args {
             reference: client == "ref",
             url,
+            token,
             dialect: parse_dialect(&dialect),
             in_flight,
             warmup: Duration::from_secs_f64(warmup),

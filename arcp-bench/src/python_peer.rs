@@ -1,9 +1,14 @@
 //! The published Python runtime (agentruntimecontrolprotocol 1.1.3, from
-//! `interop/setup.sh`) served on loopback, called by our client and by its own
-//! published Python client (`arcp-bench/python/client_bench.py`), at c=1 and
-//! c=64, rounds alternated. Skipped, with a note, when the venv is missing.
+//! `interop/setup.sh`) served on loopback (`interop/python/server.py`), and
+//! its official Python client driven as its README shows
+//! (`arcp-bench/python/client_bench.py`), both in processes of their own
+//! under the venv's interpreter. The `runtime` section runs them among its
+//! scenarios (`ServerKind::PythonRuntime`, `Driver::PythonClient`); the
+//! `python` section compares this harness's driver with that client at c=1
+//! and c=64, rounds alternated. Skipped, with a note, when the venv is
+//! missing.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -14,7 +19,7 @@ use crate::ready_line;
 use crate::stats::{median, Sample};
 
 /// The token the interop server maps to a principal.
-const TOKEN: &str = "test-token";
+pub(crate) const TOKEN: &str = "test-token";
 
 /// One measured window of one client.
 pub(crate) struct Figures {
@@ -25,30 +30,51 @@ pub(crate) struct Figures {
     pub errors: u64,
 }
 
+impl From<&Sample> for Figures {
+    fn from(sample: &Sample) -> Self {
+        Figures {
+            calls_per_sec: sample.throughput(),
+            p50_us: sample.pct_us(50.0),
+            p99_us: sample.pct_us(99.0),
+            cpu_us_per_call: sample.client_cpu_us(),
+            errors: sample.errors,
+        }
+    }
+}
+
 /// Results per concurrency: (c, ours per round, python per round).
 pub(crate) type Results = Vec<(usize, Vec<Figures>, Vec<Figures>)>;
 
-fn repo_root() -> Option<PathBuf> {
-    let start = std::env::current_dir().ok()?;
-    start
-        .ancestors()
-        .find(|d| d.join("interop/setup.sh").is_file())
-        .map(Path::to_path_buf)
+/// Where the installed Python runtime and the client script are.
+struct Installed {
+    python: PathBuf,
+    server: PathBuf,
+    script: PathBuf,
 }
 
-/// Runs the section; `Err` names what is missing or failed.
-pub(crate) async fn run(
-    rounds: usize,
-    warmup: Duration,
-    window: Duration,
-) -> Result<Results, String> {
-    let root = repo_root().ok_or("run from the repository (interop/setup.sh not found)")?;
+fn installed() -> Result<Installed, String> {
+    let start = std::env::current_dir().map_err(|e| e.to_string())?;
+    let root = start
+        .ancestors()
+        .find(|d| d.join("interop/setup.sh").is_file())
+        .ok_or("run from the repository (interop/setup.sh not found)")?;
     let python = root.join("interop/python/.venv/bin/python");
     if !python.is_file() {
         return Err("the Python runtime is not installed: run `bash interop/setup.sh`".into());
     }
-    let mut server = tokio::process::Command::new(&python)
-        .arg(root.join("interop/python/server.py"))
+    Ok(Installed {
+        python,
+        server: root.join("interop/python/server.py"),
+        script: root.join("arcp-bench/python/client_bench.py"),
+    })
+}
+
+/// Starts the Python runtime and waits for its URL; the child is killed
+/// when dropped.
+pub(crate) async fn spawn_server() -> Result<(tokio::process::Child, String), String> {
+    let at = installed()?;
+    let mut server = tokio::process::Command::new(&at.python)
+        .arg(&at.server)
         .args(["--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -59,7 +85,19 @@ pub(crate) async fn run(
     let mut lines = BufReader::new(stdout).lines();
     let url =
         ready_line::await_url(&mut lines, "the Python runtime", Duration::from_secs(30)).await?;
-    let script = root.join("arcp-bench/python/client_bench.py");
+    // The runtime may write more later: keep its stdout drained.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((server, url))
+}
+
+/// Runs the `python` section; `Err` names what is missing or failed.
+pub(crate) async fn run(
+    rounds: usize,
+    warmup: Duration,
+    window: Duration,
+) -> Result<Results, String> {
+    let (server, url) = spawn_server().await?;
+    let pid = server.id();
     let mut results = Vec::new();
     for c in [1usize, 64] {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
@@ -69,12 +107,14 @@ pub(crate) async fn run(
                 if first_ours {
                     ours.push(run_ours(&url, c, warmup, window).await?);
                 } else {
-                    theirs.push(run_python(&python, &script, &url, c, warmup, window).await?);
+                    let sample = client_window(&url, c, warmup, window, pid).await?;
+                    theirs.push(Figures::from(&sample));
                 }
             }
         }
         results.push((c, ours, theirs));
     }
+    drop(server);
     Ok(results)
 }
 
@@ -106,59 +146,71 @@ async fn run_ours(
     })
     .await;
     client.close().await;
-    Ok(Figures {
-        calls_per_sec: sample.throughput(),
-        p50_us: sample.pct_us(50.0),
-        p99_us: sample.pct_us(99.0),
-        cpu_us_per_call: sample.client_cpu_us(),
-        errors: sample.errors,
-    })
+    Ok(Figures::from(&sample))
 }
 
-async fn run_python(
-    python: &Path,
-    script: &Path,
+/// One window of the official Python client at `c` calls in flight, in a
+/// process of its own; `server_pid`: the runtime whose CPU time is read
+/// over the window.
+pub(crate) async fn client_window(
     url: &str,
     c: usize,
     warmup: Duration,
     window: Duration,
-) -> Result<Figures, String> {
-    let out = tokio::process::Command::new(python)
-        .arg(script)
+    server_pid: Option<u32>,
+) -> Result<Sample, String> {
+    let at = installed()?;
+    let mut command = tokio::process::Command::new(&at.python);
+    command
+        .arg(&at.script)
         .args(["--url", url, "--token", TOKEN])
         .args(["--concurrency", &c.to_string()])
         .args(["--warmup", &warmup.as_secs_f64().to_string()])
-        .args(["--secs", &window.as_secs_f64().to_string()])
+        .args(["--secs", &window.as_secs_f64().to_string()]);
+    if let Some(pid) = server_pid {
+        command.args(["--server-pid", &pid.to_string()]);
+    }
+    let out = command
         .stderr(Stdio::null())
+        .kill_on_drop(true)
         .output()
         .await
         .map_err(|e| format!("cannot run the Python client: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = text
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .ok_or_else(|| format!("the Python client printed no result: {text}"))?;
-    let num = |k: &str| v[k].as_f64().unwrap_or(0.0);
-    let calls = num("calls");
-    Ok(Figures {
-        calls_per_sec: if num("secs") > 0.0 {
-            calls / num("secs")
-        } else {
-            0.0
-        },
-        p50_us: num("p50_us"),
-        p99_us: num("p99_us"),
-        cpu_us_per_call: if calls > 0.0 {
-            num("cpu_secs") * 1e6 / calls
-        } else {
-            0.0
-        },
-        errors: num("errors") as u64,
-    })
+    parse_window(&String::from_utf8_lossy(&out.stdout))
+        .ok_or_else(|| format!("the Python client printed no result ({})", out.status))
+}
+
+/// The sample of the last line the Python client printed.
+fn parse_window(stdout: &str) -> Option<Sample> {
+    let line = stdout.lines().last()?;
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    crate::documented_driver::from_json(&v)
 }
 
 /// Median of one figure over rounds.
 pub(crate) fn med(rounds: &[Figures], f: impl Fn(&Figures) -> f64) -> f64 {
     median(&rounds.iter().map(f).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_python_client_window_is_read_into_a_sample() {
+        let line = r#"{"calls": 4, "errors": 1, "secs": 2.0, "p50_us": 2.0, "p99_us": 4.0, "cpu_secs": 0.5, "lat_ns": [1000, 2000, 3000, 4000], "client_cpu_ns": 500000000, "server_cpu_ns": 250000000}"#;
+        let sample = parse_window(&format!("noise\n{line}\n")).expect("parsed");
+        assert_eq!((sample.calls, sample.errors), (4, 1));
+        assert_eq!(sample.throughput(), 2.0);
+        assert_eq!(sample.pct_us(50.0), 2.0);
+        assert_eq!(sample.client_cpu_us(), 125_000.0);
+        assert_eq!(sample.server_cpu_us(), 62_500.0);
+    }
+
+    #[test]
+    fn a_python_client_that_printed_no_result_is_an_error() {
+        assert!(parse_window("").is_none());
+        assert!(parse_window("Traceback (most recent call last):").is_none());
+        assert!(parse_window(r#"{"calls": 3}"#).is_none(), "fields missing");
+    }
 }

@@ -47,6 +47,8 @@ fn request_bytes(s: &Scenario) -> usize {
                 .0
                 .len()
         }
+        // Not taken from the Python client's process.
+        Driver::PythonClient => 0,
         Driver::Reference => {
             let mut env = arcp_core::Envelope::new(arcp_core::MessageType::ToolInvoke(
                 arcp_core::messages::ToolInvokePayload::new("echo", crate::clients::echo_args()),
@@ -152,7 +154,10 @@ pub(crate) fn throughput(
             fmt_range(&col(&|x| x.pct_us(99.0)), 0),
             fmt_range(&col(&|x| x.client_cpu_us()), 2),
             fmt_range(&col(&|x| x.server_cpu_us()), 2),
-            request_bytes(s),
+            match request_bytes(s) {
+                0 => String::new(),
+                n => n.to_string(),
+            },
             v.iter().map(|x| x.calls).sum::<u64>(),
             v.iter().map(|x| x.errors).sum::<u64>(),
         );
@@ -229,12 +234,13 @@ pub(crate) fn websocket_ratios() -> Vec<Ratio> {
     rows
 }
 
-/// The ratios of the `runtime` section: ours (as the README drives it)
-/// against the reference client, each concurrency, against arcp-runtime
-/// 2.0.0.
+/// The ratios of the `runtime` section, each concurrency: ours (as the
+/// README drives it) against the reference client on arcp-runtime 2.0.0,
+/// then against the official Python client on the Python runtime 1.1.3.
 pub(crate) fn runtime_ratios() -> Vec<Ratio> {
     use Figure::*;
     let s = |driver, c| Scenario::new(driver, ServerKind::ReferenceRuntime, Dialect::Legacy, c);
+    let py = |driver, c| Scenario::new(driver, ServerKind::PythonRuntime, Dialect::V1_1, c);
     let (user, reference) = (Driver::OursAsDocumented, Driver::Reference);
     let mut rows = Vec::new();
     for c in crate::scenarios::RUNTIME_IN_FLIGHT {
@@ -250,6 +256,11 @@ pub(crate) fn runtime_ratios() -> Vec<Ratio> {
             calls_bar,
         ));
         rows.push(Ratio::new(s(user, c), s(reference, c), ClientCpu, cpu_bar));
+    }
+    for c in crate::scenarios::RUNTIME_IN_FLIGHT {
+        let (a, b) = (py(user, c), py(Driver::PythonClient, c));
+        rows.push(Ratio::new(a, b, CallsPerSec, ">= 1.0"));
+        rows.push(Ratio::new(a, b, ClientCpu, "<= 0.25"));
     }
     rows
 }

@@ -23,8 +23,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
     if has("throughput") {
         let table = selected(scenarios::websocket_table(), &args.only);
         servers.start_all(table.iter().map(|s| s.server)).await?;
-        let samples =
-            scenarios::rounds("throughput", p.rounds, p.warmup, p.window, &table, &servers).await?;
+        let samples = scenarios::rounds(
+            "throughput",
+            p.rounds,
+            p.warmup,
+            p.window,
+            &table,
+            &mut servers,
+        )
+        .await?;
         let ratios = crate::report::websocket_ratios();
         crate::report::throughput(
             "WebSocket: throughput, latency, CPU",
@@ -40,7 +47,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
         let table = selected(scenarios::http_table(), &args.only);
         servers.start_all(table.iter().map(|s| s.server)).await?;
         let samples =
-            scenarios::rounds("http", p.rounds, p.warmup, p.window, &table, &servers).await?;
+            scenarios::rounds("http", p.rounds, p.warmup, p.window, &table, &mut servers).await?;
         let ratios = crate::report::http_ratios();
         crate::report::throughput(
             "HTTP binding: throughput, latency, CPU",
@@ -52,22 +59,40 @@ pub(crate) async fn run(args: RunArgs) -> Result<(), String> {
         );
     }
     if has("runtime") {
-        let table = selected(scenarios::runtime_table(), &args.only);
+        let mut table = selected(scenarios::runtime_table(), &args.only);
+        // Without the Python runtime installed, the rest of the section runs.
+        let mut skipped = None;
+        if table.iter().any(|s| s.server == ServerKind::PythonRuntime) {
+            if let Err(e) = servers.start_all([ServerKind::PythonRuntime]).await {
+                table.retain(|s| s.server != ServerKind::PythonRuntime);
+                skipped = Some(e);
+            }
+        }
         servers.start_all(table.iter().map(|s| s.server)).await?;
-        let samples =
-            scenarios::rounds("runtime", p.rounds, p.warmup, p.window, &table, &servers).await?;
+        let samples = scenarios::rounds(
+            "runtime",
+            p.rounds,
+            p.warmup,
+            p.window,
+            &table,
+            &mut servers,
+        )
+        .await?;
         crate::report::throughput(
-            "Against arcp-runtime 2.0.0: throughput, latency, CPU (README driver and reference client)",
+            "Against the published runtimes: throughput, latency, CPU (README driver; the reference client on arcp-runtime 2.0.0, the official Python client on the Python runtime 1.1.3)",
             &p,
             &table,
             &samples,
             &crate::report::runtime_ratios(),
             &mut md,
         );
+        if let Some(e) = skipped {
+            let _ = writeln!(md, "Python runtime 1.1.3 skipped: {e}\n");
+        }
     }
     if has("sweep") {
         servers.start_all([ServerKind::FastWebSocket]).await?;
-        crate::sweep::run(&p, &args.sweep, args.chart.as_ref(), &servers, &mut md).await?;
+        crate::sweep::run(&p, &args.sweep, args.chart.as_ref(), &mut servers, &mut md).await?;
     }
     if has("memory") {
         memory(&p, &args.mem_only, &mut servers, &mut md).await?;

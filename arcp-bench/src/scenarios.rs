@@ -25,6 +25,10 @@ pub(crate) enum Driver {
     /// The HTTP ceiling: plain reqwest POSTs of our request bytes
     /// (`http_raw.rs`).
     RawReqwest,
+    /// The official Python client shipped with the Python runtime
+    /// (agentruntimecontrolprotocol 1.1.3), driven as its README shows, in
+    /// a process of its own (`python/client_bench.py`).
+    PythonClient,
 }
 
 impl Driver {
@@ -36,6 +40,7 @@ impl Driver {
             Driver::OursAsDocumented => "user",
             Driver::Reference => "ref",
             Driver::RawReqwest => "reqwest",
+            Driver::PythonClient => "py",
         }
     }
 
@@ -47,6 +52,7 @@ impl Driver {
             Driver::OursAsDocumented => "ours, driven as the README shows",
             Driver::Reference => "reference arcp-client 2.0.0",
             Driver::RawReqwest => "raw reqwest",
+            Driver::PythonClient => "official Python client 1.1.3",
         }
     }
 
@@ -54,6 +60,7 @@ impl Driver {
     pub(crate) fn short_name(self) -> &'static str {
         match self {
             Driver::Reference => "reference",
+            Driver::PythonClient => "Python client",
             other => other.tag(),
         }
     }
@@ -90,6 +97,7 @@ impl Scenario {
             ServerKind::FastWebSocket => "fast",
             ServerKind::ReferenceRuntime => "runtime",
             ServerKind::FastHttp => "http",
+            ServerKind::PythonRuntime => "python",
         };
         format!(
             "{}/{server}/{}/{}",
@@ -124,10 +132,11 @@ pub(crate) fn websocket_table() -> Vec<Scenario> {
     v
 }
 
-/// The scenarios of the `runtime` section: our client driven as the README
-/// shows and the reference client, each in a process of its own, against
-/// the published arcp-runtime 2.0.0 (legacy message set), at 1 to 64 calls
-/// in flight.
+/// The scenarios of the `runtime` section, each client in a process of its
+/// own, at 1 to 64 calls in flight: our client driven as the README shows
+/// and the reference client against the published arcp-runtime 2.0.0
+/// (legacy message set); ours and the official Python client against the
+/// published Python runtime 1.1.3 (v1.1).
 pub(crate) fn runtime_table() -> Vec<Scenario> {
     let mut v = Vec::new();
     for c in RUNTIME_IN_FLIGHT {
@@ -136,6 +145,14 @@ pub(crate) fn runtime_table() -> Vec<Scenario> {
                 driver,
                 ServerKind::ReferenceRuntime,
                 Dialect::Legacy,
+                c,
+            ));
+        }
+        for driver in [Driver::OursAsDocumented, Driver::PythonClient] {
+            v.push(Scenario::new(
+                driver,
+                ServerKind::PythonRuntime,
+                Dialect::V1_1,
                 c,
             ));
         }
@@ -207,7 +224,20 @@ pub(crate) async fn run(
             Ok(sample)
         }
         Driver::OursAsDocumented => {
-            crate::documented_driver::run_child(url, scenario.dialect, c, warmup, window, pid).await
+            let token = scenario.server.token();
+            crate::documented_driver::run_child(
+                url,
+                token,
+                scenario.dialect,
+                c,
+                warmup,
+                window,
+                pid,
+            )
+            .await
+        }
+        Driver::PythonClient => {
+            crate::python_peer::client_window(url, c, warmup, window, pid).await
         }
         Driver::Reference => {
             let session = crate::clients::reference(url).await?;
@@ -245,7 +275,7 @@ pub(crate) async fn rounds(
     warmup: Duration,
     window: Duration,
     scenarios: &[Scenario],
-    servers: &crate::servers::Servers,
+    servers: &mut crate::servers::Servers,
 ) -> Result<Vec<Vec<Sample>>, String> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); scenarios.len()];
     for round in 0..rounds {
@@ -253,7 +283,11 @@ pub(crate) async fn rounds(
         for k in 0..scenarios.len() {
             let i = (k + round) % scenarios.len();
             let s = scenarios[i];
-            let server = servers.running(s.server)?;
+            let server = if s.server.fresh_per_window() {
+                servers.restart(s.server).await?
+            } else {
+                servers.running(s.server)?
+            };
             let sample = run(s, server, warmup, window).await?;
             eprintln!(
                 "  {:<34} {:<18} {:<6} c={:<3} {:>9.0} calls/s  p50 {:>8.1} us  p99 {:>8.1} us  cpu {:>6.2} us/call",

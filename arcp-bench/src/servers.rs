@@ -1,5 +1,6 @@
 //! The servers, each in a process of its own (this binary re-executed as
-//! `arcp-bench serve KIND`), so that the client's CPU figure is the client's
+//! `arcp-bench serve KIND`, or the published Python runtime under its
+//! venv's interpreter), so that the client's CPU figure is the client's
 //! alone and the server's is read from its threads.
 
 use std::process::Stdio;
@@ -18,6 +19,9 @@ pub(crate) enum ServerKind {
     ReferenceRuntime,
     /// The minimal fast server of the HTTP binding (`http_server.rs`).
     FastHttp,
+    /// The published Python runtime 1.1.3 (`interop/python/server.py`,
+    /// v1.1 message set; `python_peer.rs`).
+    PythonRuntime,
 }
 
 impl ServerKind {
@@ -27,6 +31,26 @@ impl ServerKind {
             ServerKind::FastWebSocket => "fast",
             ServerKind::ReferenceRuntime => "runtime",
             ServerKind::FastHttp => "http",
+            ServerKind::PythonRuntime => "python",
+        }
+    }
+
+    /// Whether each measured window starts the server afresh: the
+    /// published runtimes keep every job (and arcp-runtime every envelope)
+    /// in memory and slow down as a run goes on, so a scenario measured
+    /// later would meet a slower runtime than one measured earlier.
+    pub(crate) fn fresh_per_window(self) -> bool {
+        matches!(
+            self,
+            ServerKind::ReferenceRuntime | ServerKind::PythonRuntime
+        )
+    }
+
+    /// The bearer token the server accepts.
+    pub(crate) fn token(self) -> &'static str {
+        match self {
+            ServerKind::PythonRuntime => crate::python_peer::TOKEN,
+            _ => crate::TOKEN,
         }
     }
 
@@ -36,6 +60,7 @@ impl ServerKind {
             ServerKind::FastWebSocket => "fast server",
             ServerKind::ReferenceRuntime => "arcp-runtime 2.0.0",
             ServerKind::FastHttp => "fast HTTP server",
+            ServerKind::PythonRuntime => "Python runtime 1.1.3",
         }
     }
 }
@@ -60,6 +85,16 @@ pub(crate) struct Server {
 
 /// Starts a server process and waits for its URL.
 pub(crate) async fn spawn(kind: ServerKind) -> Result<Server, String> {
+    if kind == ServerKind::PythonRuntime {
+        let (child, url) = crate::python_peer::spawn_server().await?;
+        let pid = child.id().unwrap_or(0);
+        return Ok(Server {
+            _child: child,
+            kind,
+            url,
+            pid,
+        });
+    }
     let name = kind.serve_arg();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = tokio::process::Command::new(exe)
@@ -109,6 +144,12 @@ impl Servers {
             self.get(kind).await?;
         }
         Ok(())
+    }
+
+    /// The server of `kind`, stopped if it runs and started afresh.
+    pub(crate) async fn restart(&mut self, kind: ServerKind) -> Result<&Server, String> {
+        self.started.retain(|s| s.kind != kind);
+        self.get(kind).await
     }
 
     /// The server of `kind`; it must have been started.

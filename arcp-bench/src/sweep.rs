@@ -15,7 +15,7 @@ pub(crate) async fn run(
     p: &Plan,
     cs: &[usize],
     chart: Option<&PathBuf>,
-    servers: &Servers,
+    servers: &mut Servers,
     md: &mut String,
 ) -> Result<(), String> {
     let series = [

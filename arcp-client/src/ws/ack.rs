@@ -13,42 +13,83 @@
 //! took 2.9 runtime segments per call, where a client whose requests
 //! carry the ACKs takes 0.7.
 //!
-//! The rule, from what is pending when bytes were read:
+//! While the ACK is owed the runtime sends nothing more (Nagle holds its
+//! next frames), so waiting pays only while a request is coming (one
+//! already queued, or one a caller freed since the last write may still
+//! submit) or while the runtime is busy anyway, working through requests
+//! it has not answered: then its frames gather behind the ACK at no cost
+//! in latency. The rule decides from what is pending when the driver is
+//! about to sleep, not from a fixed delay:
 //!
 //! ```text
-//!   read ─┬─ no call waits ─────────────────────────────▶ nothing owed (the next request carries it)
-//!         ├─ one call waits, no caller freed since the last write
-//!         │                                             ─▶ ACK now: nothing else can carry it
-//!         └─ otherwise ─────────────────────────────────▶ owe it for GRACE: a freed caller's
-//!                                                         request, or one freed by another
-//!                                                         call's reply, carries it
-//!   a write starts ──▶ nothing owed (its segment carries the ACK)
-//!   owed for GRACE with no write ──▶ ACK now
+//!   read, no call waits ──────────────────────▶ nothing owed (the next request carries it)
+//!   read, calls wait ─────────────────────────▶ owed
+//!   a write starts ───────────────────────────▶ nothing owed (its segment carries the ACK)
+//!
+//!   owed, the driver about to sleep:
+//!     no call waits any more ─────────────────▶ nothing owed
+//!     past GRACE since it was owed ───────────▶ ACK now
+//!     a request is queued for writing ────────▶ keep owing: its write carries the ACK
+//!     a caller was freed since the last write,
+//!     fewer than YIELDS yields spent ─────────▶ yield once: the freed callers run and
+//!                                               may submit (then a write carries it)
+//!     BACKLOG or more requests unanswered ────▶ keep owing (GRACE at most): the runtime
+//!                                               works through them meanwhile, and its
+//!                                               frames gather into fewer segments
+//!     otherwise ──────────────────────────────▶ ACK now: nothing else will carry it
 //! ```
 //!
-//! So a lone call gets its ACK at once, several calls' ACKs ride on their
-//! requests, and the runtime's frames gather into fewer segments while the
-//! ACK is owed; a wave of calls whose callers stop calling costs at most
-//! [`GRACE`], never the kernel's 40 ms. Measured against arcp-runtime 2.0.0
-//! (BENCHMARKS.md, `arcp-bench/diagnose-runtime.sh`): at 64 calls in flight
-//! 0.55 runtime segments and 0.35 ACK packets per call, where re-arming
-//! after every read took 2.7-2.9 and 2.6.
+//! So a lone call, or a few calls whose runtime has caught up, get the ACK
+//! in the same turn (no timer tick: at 4 calls in flight against
+//! arcp-runtime 2.0.0 the p50 fell from 2.6-2.8 ms to 1.2-1.3 ms); the
+//! ACKs of calls whose callers call again ride on their requests; under a
+//! backlog (16 and 64 in flight) the runtime's frames gather as before
+//! (0.45-0.6 runtime segments per call at 64); a wave of calls whose
+//! callers stop calling costs a few yields, never the kernel's 40 ms.
+//! Measured with `arcp-bench/diagnose-runtime.sh` (BENCHMARKS.md).
 
 use std::time::{Duration, Instant};
 
-/// How long an owed ACK waits for a request to carry it: the driver's
-/// timer resolution (tokio's timers fire on millisecond ticks), far below
-/// the kernel's 40 ms.
+/// The longest an ACK stays owed: a queued write normally starts within
+/// the turn; under a backlog this is how long the runtime's frames may
+/// gather (tokio's timers fire on millisecond ticks).
 pub(super) const GRACE: Duration = Duration::from_millis(1);
+
+/// Yields, with nothing else to do, that an owed ACK waits for the callers
+/// freed since the last write to submit: a freed caller is runnable at
+/// once, so a few turns of the scheduler are enough for it.
+pub(super) const YIELDS: u32 = 4;
+
+/// Unanswered requests from which the runtime is busy for about [`GRACE`]
+/// without the ACK: arcp-runtime 2.0.0 spends 300-450 us of its CPU per
+/// call on the machine measured. Fewer, and a held ACK idles it (measured
+/// at 4 calls in flight: holding from 1 or 2 unanswered requests kept the
+/// p50 at 2.6 ms, from 4 it fell to 1.2-1.3 ms; the runtime's segments per
+/// call at 64 in flight were the same from 1, 2 or 4, and at 16 the same
+/// as with a fixed 1 ms hold).
+pub(super) const BACKLOG: usize = 4;
+
+/// What the driver does with the owed ACK before it sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AtRest {
+    /// Nothing owed, or a queued write carries it: sleep as usual.
+    Sleep,
+    /// Yield once (freed callers may submit), then ask again.
+    Yield,
+    /// Send the ACK on its own now.
+    AckNow,
+}
 
 /// The connection's owed ACK (see the module docs). Pure: time is passed in.
 #[derive(Debug, Default)]
 pub(super) struct OwedAck {
-    /// When the owed ACK is sent on its own, if one is owed.
+    /// When the owed ACK goes out at the latest, if one is owed.
     due: Option<Instant>,
     /// Whether a caller got its outcome since the last write started (its
     /// next request may carry the ACK).
     caller_freed: bool,
+    /// Yields spent waiting for a freed caller since the ACK was owed.
+    yields: u32,
 }
 
 impl OwedAck {
@@ -58,49 +99,76 @@ impl OwedAck {
     }
 
     /// Bytes were read; `waiting`: the calls that still wait for the
-    /// runtime. Returns whether to send the ACK now.
-    pub(super) fn on_read(&mut self, now: Instant, waiting: usize) -> bool {
-        match waiting {
-            0 => {
-                self.due = None;
-                false
-            }
-            1 if !self.caller_freed => {
-                self.due = None;
-                true
-            }
-            _ => {
-                self.due.get_or_insert(now + GRACE);
-                false
-            }
+    /// runtime.
+    pub(super) fn on_read(&mut self, now: Instant, waiting: usize) {
+        if waiting == 0 {
+            self.clear();
+        } else {
+            self.due.get_or_insert(now + GRACE);
         }
     }
 
     /// A write started: its first segment carries the ACK.
     pub(super) fn on_write(&mut self) {
-        self.due = None;
+        self.clear();
         self.caller_freed = false;
     }
 
-    /// When the owed ACK is due, if one is owed.
-    pub(super) fn due(&self) -> Option<Instant> {
-        self.due
+    /// The driver yielded with nothing else to do.
+    pub(super) fn on_yield(&mut self) {
+        if self.due.is_some() {
+            self.yields += 1;
+        }
     }
 
-    /// Whether the owed ACK is due at `now` (then it is no longer owed).
-    pub(super) fn take_due(&mut self, now: Instant) -> bool {
-        match self.due {
-            Some(at) if now >= at => {
-                self.due = None;
-                true
-            }
-            _ => false,
+    /// The driver is about to sleep at `now`: `waiting` calls wait for the
+    /// runtime, `queued` says whether a request waits to be written, and
+    /// `unanswered` counts the requests the runtime has not answered yet.
+    pub(super) fn at_rest(
+        &mut self,
+        now: Instant,
+        waiting: usize,
+        queued: bool,
+        unanswered: usize,
+    ) -> AtRest {
+        let Some(due) = self.due else {
+            return AtRest::Sleep;
+        };
+        if waiting == 0 {
+            self.clear();
+            return AtRest::Sleep;
         }
+        if now < due && queued {
+            return AtRest::Sleep;
+        }
+        if now < due && self.caller_freed && self.yields < YIELDS {
+            return AtRest::Yield;
+        }
+        if now < due && unanswered >= BACKLOG {
+            return AtRest::Sleep;
+        }
+        self.clear();
+        AtRest::AckNow
+    }
+
+    /// Whether an ACK is owed.
+    pub(super) fn owed(&self) -> bool {
+        self.due.is_some()
+    }
+
+    /// When the owed ACK goes out at the latest, if one is owed.
+    pub(super) fn due(&self) -> Option<Instant> {
+        self.due
     }
 
     /// The connection ended: nothing is owed on the next one.
     pub(super) fn reset(&mut self) {
         *self = OwedAck::default();
+    }
+
+    fn clear(&mut self) {
+        self.due = None;
+        self.yields = 0;
     }
 }
 
@@ -109,50 +177,128 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lone_waiting_call_is_acked_at_once() {
+    fn a_lone_waiting_call_is_acked_in_the_same_turn() {
         let (mut ack, t) = (OwedAck::default(), Instant::now());
-        assert!(ack.on_read(t, 1), "its caller sends nothing meanwhile");
-        assert_eq!(ack.due(), None);
+        ack.on_read(t, 1);
+        assert_eq!(
+            ack.at_rest(t, 1, false, 0),
+            AtRest::AckNow,
+            "its caller sends nothing meanwhile"
+        );
+        assert!(!ack.owed());
+    }
+
+    #[test]
+    fn a_read_that_freed_no_caller_is_acked_in_the_same_turn() {
+        // Several calls wait, none ended, the runtime has few requests to
+        // work on: no request is coming, and it holds its next frames
+        // until the ACK.
+        let (mut ack, t) = (OwedAck::default(), Instant::now());
+        ack.on_read(t, 4);
+        assert_eq!(ack.at_rest(t, 4, false, BACKLOG - 1), AtRest::AckNow);
+    }
+
+    #[test]
+    fn a_runtime_with_a_backlog_gathers_its_frames_behind_the_ack() {
+        let (mut ack, t) = (OwedAck::default(), Instant::now());
+        ack.on_read(t, 64);
+        assert_eq!(ack.at_rest(t, 64, false, BACKLOG), AtRest::Sleep);
+        assert_eq!(ack.due(), Some(t + GRACE), "the timer sends it");
+        // Still busy, but the grace is over.
+        assert_eq!(ack.at_rest(t + GRACE, 64, false, 40), AtRest::AckNow);
+        assert!(!ack.owed());
+    }
+
+    #[test]
+    fn freed_callers_get_their_yields_before_the_backlog_is_looked_at() {
+        let (mut ack, t) = (OwedAck::default(), Instant::now());
+        ack.handed_out(5);
+        ack.on_read(t, 64);
+        assert_eq!(ack.at_rest(t, 64, false, 40), AtRest::Yield);
+        ack.on_yield();
+        assert_eq!(
+            ack.at_rest(t, 64, true, 40),
+            AtRest::Sleep,
+            "they submitted"
+        );
+        ack.on_write();
+        assert!(!ack.owed());
     }
 
     #[test]
     fn nothing_waiting_owes_nothing() {
         let (mut ack, t) = (OwedAck::default(), Instant::now());
         ack.handed_out(1);
-        assert!(!ack.on_read(t, 0));
-        assert_eq!(ack.due(), None, "the next request carries it, whenever");
+        ack.on_read(t, 0);
+        assert!(!ack.owed(), "the next request carries it, whenever");
+        assert_eq!(ack.at_rest(t, 0, false, 0), AtRest::Sleep);
     }
 
     #[test]
     fn a_freed_callers_request_carries_the_ack() {
         let (mut ack, t) = (OwedAck::default(), Instant::now());
         ack.handed_out(3);
-        assert!(!ack.on_read(t, 1), "owed, not sent");
-        assert_eq!(ack.due(), Some(t + GRACE));
+        ack.on_read(t, 1);
+        assert_eq!(ack.at_rest(t, 1, false, 0), AtRest::Yield, "owed, not sent");
+        ack.on_yield();
+        // The freed caller submitted: its request is queued, then written.
+        assert_eq!(ack.at_rest(t, 1, true, 0), AtRest::Sleep);
         ack.on_write();
-        assert_eq!(ack.due(), None);
-        assert!(!ack.take_due(t + GRACE * 2), "the write carried it");
-        // After the write, no caller is freed: the next read is acked at once.
-        assert!(ack.on_read(t + GRACE, 1));
+        assert!(!ack.owed());
+        assert_eq!(
+            ack.at_rest(t, 1, false, 0),
+            AtRest::Sleep,
+            "the write carried it"
+        );
+        // After the write no caller is freed: the next read is acked at once.
+        ack.on_read(t, 1);
+        assert_eq!(ack.at_rest(t, 1, false, 0), AtRest::AckNow);
     }
 
     #[test]
-    fn several_waiting_calls_owe_the_ack_to_a_coming_request() {
+    fn freed_callers_that_submit_nothing_get_a_few_yields() {
         let (mut ack, t) = (OwedAck::default(), Instant::now());
-        assert!(!ack.on_read(t, 2), "another reply may free a caller");
-        assert_eq!(ack.due(), Some(t + GRACE));
+        ack.handed_out(2);
+        ack.on_read(t, 2);
+        for _ in 0..YIELDS {
+            assert_eq!(ack.at_rest(t, 2, false, 0), AtRest::Yield);
+            ack.on_yield();
+        }
+        assert_eq!(ack.at_rest(t, 2, false, 0), AtRest::AckNow);
+        assert!(!ack.owed(), "sent once");
     }
 
     #[test]
-    fn an_owed_ack_goes_out_after_the_grace() {
+    fn a_later_read_neither_extends_the_grace_nor_refunds_yields() {
         let (mut ack, t) = (OwedAck::default(), Instant::now());
         ack.handed_out(1);
-        assert!(!ack.on_read(t, 4));
-        // A later read keeps the first due time: the grace is not extended.
-        assert!(!ack.on_read(t + GRACE / 2, 4));
-        assert!(!ack.take_due(t + GRACE / 2));
-        assert!(ack.take_due(t + GRACE));
-        assert_eq!(ack.due(), None, "sent once");
+        ack.on_read(t, 4);
+        assert_eq!(ack.at_rest(t, 4, true, 0), AtRest::Sleep);
+        ack.on_read(t + GRACE / 2, 4);
+        assert_eq!(ack.due(), Some(t + GRACE));
+        assert_eq!(ack.at_rest(t + GRACE / 2, 4, true, 0), AtRest::Sleep);
+        // A queued write that has not started by the grace: ACK anyway.
+        assert_eq!(ack.at_rest(t + GRACE, 4, true, 0), AtRest::AckNow);
+    }
+
+    #[test]
+    fn yields_are_counted_only_while_owed() {
+        let (mut ack, t) = (OwedAck::default(), Instant::now());
+        ack.handed_out(1);
+        for _ in 0..10 {
+            ack.on_yield();
+        }
+        ack.on_read(t, 2);
+        assert_eq!(ack.at_rest(t, 2, false, 0), AtRest::Yield);
+    }
+
+    #[test]
+    fn an_ack_owed_when_the_last_call_ends_is_dropped() {
+        let (mut ack, t) = (OwedAck::default(), Instant::now());
+        ack.handed_out(1);
+        ack.on_read(t, 2);
+        assert_eq!(ack.at_rest(t, 0, false, 0), AtRest::Sleep);
+        assert!(!ack.owed());
     }
 
     #[test]
@@ -161,7 +307,8 @@ mod tests {
         ack.handed_out(1);
         ack.on_read(t, 4);
         ack.reset();
-        assert_eq!(ack.due(), None);
-        assert!(ack.on_read(t, 1));
+        assert!(!ack.owed());
+        ack.on_read(t, 1);
+        assert_eq!(ack.at_rest(t, 1, false, 0), AtRest::AckNow);
     }
 }

@@ -278,6 +278,12 @@ impl Core {
         }
     }
 
+    /// Requests the runtime has not answered yet (submits not yet
+    /// accepted, subscribes, cancels), for the ACK rule (`ack.rs`).
+    pub(crate) fn requests_unanswered(&self) -> usize {
+        self.requests.len()
+    }
+
     /// Whether the core decided to drop the connection (and reads no more
     /// of its frames).
     pub(crate) fn drop_pending(&self) -> bool {

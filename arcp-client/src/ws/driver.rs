@@ -14,7 +14,7 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
-use super::ack::OwedAck;
+use super::ack::{AtRest, OwedAck};
 use super::connector;
 use super::core::{Command, Core, DialFailure, Established, Loss};
 use super::spin::Spin;
@@ -98,6 +98,8 @@ struct Driver {
     spin: Spin,
     gathering: Gathering,
     owed_ack: OwedAck,
+    /// Whether the last turn left an owed ACK waiting on freed callers (`ack.rs`).
+    ack_yield: bool,
 }
 
 impl Driver {
@@ -117,6 +119,7 @@ impl Driver {
             armed: None,
             gathering: Gathering::default(),
             owed_ack: OwedAck::default(),
+            ack_yield: false,
         }
     }
 
@@ -133,7 +136,8 @@ impl Driver {
         self.start_write();
         self.arm_timer();
         let spinning = self.reader.is_some() && self.spin.spinning(now);
-        let turn = self.wait(spinning).await;
+        let yielding = spinning || (self.ack_yield && self.owed_ack.owed());
+        let turn = self.wait(yielding).await;
         let now = Instant::now();
         match turn {
             Turn::Command(Some(command)) => self.take_commands(command, now).await,
@@ -152,7 +156,7 @@ impl Driver {
             // Elapsed: set again (even for the same time) before it is
             // awaited again.
             Turn::Timer => self.armed = None,
-            Turn::Spun => {}
+            Turn::Spun => self.owed_ack.on_yield(),
         }
         self.serve_timers(now);
         Flow::Go
@@ -204,8 +208,9 @@ impl Driver {
     }
 
     /// Waits for the first of: a command, a dial's result, a frame, a
-    /// write's completion, the timer, or (spinning) a yield.
-    async fn wait(&mut self, spinning: bool) -> Turn {
+    /// write's completion, the timer, or (spinning, or an owed ACK giving
+    /// freed callers their chance) a yield.
+    async fn wait(&mut self, yielding: bool) -> Turn {
         tokio::select! {
             command = self.rx.recv(), if !self.handles_gone => Turn::Command(command),
             dialed = poll_opt(&mut self.dialing) => Turn::Dialed(Box::new(dialed)),
@@ -217,7 +222,7 @@ impl Driver {
             () = self.timer.as_mut(), if self.armed.is_some() => Turn::Timer,
             // Polling instead of sleeping (`spin.rs`): back at once, after
             // every other ready task and a look at the sockets.
-            () = tokio::task::yield_now(), if spinning => Turn::Spun,
+            () = tokio::task::yield_now(), if yielding => Turn::Spun,
         }
     }
 
@@ -293,14 +298,7 @@ impl Driver {
                 inbound = self.reader.as_mut().and_then(|r| r.recv().now_or_never());
             }
         }
-        // Outcomes first: whether a caller was freed decides whether
-        // its next request may carry the ACK (`ack.rs`).
-        owed_ack.handed_out(core.hand_out_replies());
-        if owed_ack.on_read(now, core.calls_awaiting_runtime()) {
-            if let Some(r) = self.reader.as_ref() {
-                r.rearm_quickack();
-            }
-        }
+        owed_ack.on_read(now, core.calls_awaiting_runtime());
     }
 
     /// A write ended: flushed (the writer is idle again), or failed (the
@@ -325,8 +323,17 @@ impl Driver {
     /// outcomes they decided, the owed ACK, the spin and TCP_QUICKACK.
     fn serve_timers(&mut self, now: Instant) {
         self.core.handle_timeout(Instant::now());
+        // Outcomes first: whether a caller was freed decides whether its
+        // next request may carry the ACK (`ack.rs`).
         self.owed_ack.handed_out(self.core.hand_out_replies());
-        if self.owed_ack.take_due(now) && self.core.wants_quickack() {
+        let at_rest = self.owed_ack.at_rest(
+            Instant::now(),
+            self.core.calls_awaiting_runtime(),
+            self.core.has_transmit(),
+            self.core.requests_unanswered(),
+        );
+        self.ack_yield = at_rest == AtRest::Yield;
+        if at_rest == AtRest::AckNow {
             if let Some(r) = self.reader.as_ref() {
                 r.rearm_quickack();
             }

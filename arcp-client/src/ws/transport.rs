@@ -295,8 +295,8 @@ impl SocketReader {
     /// Linux delays ACKs by up to 40 ms; a runtime that writes its replies
     /// in several small segments without TCP_NODELAY then waits on each.
     /// Setting the flag sends the pending ACK at once; the kernel clears it
-    /// after use. The driver decides when (`ack.rs`): at once for a lone
-    /// waiting call, else after a short grace unless a request carried it.
+    /// after use. The driver decides when (`ack.rs`): once nothing pending
+    /// (a queued request, a freed caller's next one) will carry it.
     pub(crate) fn rearm_quickack(&self) {
         rearm_quickack(self.socket.as_ref());
     }
