@@ -35,9 +35,6 @@
 //! | sent, bound | bound | may have run |
 //! | started in doubt, nothing sent | in doubt | may have run |
 
-// Until the WebSocket call holds one too, only the HTTP binding does.
-#![cfg_attr(not(feature = "http"), allow(dead_code))]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -105,6 +102,8 @@ pub(crate) struct Attempts {
     job: Option<Arc<str>>,
     /// What the settled attempts exposed (not the one out).
     exposure: Exposure,
+    /// The runtime's answers show a stored outcome.
+    replayed: bool,
     /// The last reason an attempt failed; boxed text, absent until one does.
     last_error: Option<Box<str>>,
     /// When retrying stops, and the backoff's place (`retry/budget.rs`).
@@ -146,6 +145,9 @@ impl Attempts {
 
     /// The attempt counted by the last [`sent`](Self::sent) never left
     /// (its body was never handed over): it is not counted.
+    // The HTTP binding's alone (its gate knows; a WebSocket frame queued
+    // is as good as sent).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn withdrawn(&mut self) {
         self.count = self.count.saturating_sub(1);
     }
@@ -155,7 +157,9 @@ impl Attempts {
         self.exposure.in_doubt = true;
     }
 
-    /// Another call or process may have sent the key: it may have run.
+    /// Another call or process may have sent the key: it may have run
+    /// (the WebSocket call knows at its start: [`Attempts::new`]).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn in_doubt(&mut self) {
         self.exposure.in_doubt = true;
     }
@@ -188,6 +192,12 @@ impl Attempts {
                 }
             }
         }
+    }
+
+    /// The runtime's answers show a stored outcome (or, `false`, a fresh
+    /// one).
+    pub(crate) fn set_replayed(&mut self, replayed: bool) {
+        self.replayed = replayed;
     }
 
     /// An attempt failed for `reason`; the next one waits as `next` says:
@@ -228,9 +238,9 @@ impl Attempts {
         true
     }
 
-    /// An event the caller did not take in time.
-    pub(crate) fn event_dropped(&mut self) {
-        self.dropped_events += 1;
+    /// Events the caller did not take in time.
+    pub(crate) fn events_dropped(&mut self, n: u64) {
+        self.dropped_events += n;
     }
 
     /// Requests sent.
@@ -256,6 +266,11 @@ impl Attempts {
         exposure
     }
 
+    /// Whether the runtime's answers show a stored outcome.
+    pub(crate) fn replayed(&self) -> bool {
+        self.replayed
+    }
+
     /// The last reason an attempt failed.
     pub(crate) fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
@@ -269,6 +284,11 @@ impl Attempts {
     /// The retry budget.
     pub(crate) fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// The retry budget, to start its clock or set a send limit.
+    pub(crate) fn budget_mut(&mut self) -> &mut RetryBudget {
+        &mut self.budget
     }
 
     /// The call as an ending names it, `out` as in
@@ -515,7 +535,7 @@ mod tests {
         // A new epoch (a new session) starts its sequence again.
         assert!(attempts.event(1, 1));
         assert!(!attempts.event(0, 9));
-        attempts.event_dropped();
-        assert_eq!(attempts.dropped_events(), 1);
+        attempts.events_dropped(2);
+        assert_eq!(attempts.dropped_events(), 2);
     }
 }

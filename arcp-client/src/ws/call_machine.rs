@@ -71,7 +71,7 @@ impl Core {
             call.answer_cancel(outcome);
         }
         let policy = &self.config.retry;
-        match call.phase {
+        match *call.phase() {
             Phase::Queued { not_before } => {
                 // The next attempt starts no sooner than its backoff and
                 // the connection's next dial allow.
@@ -80,8 +80,8 @@ impl Core {
                     at = at.max(next_dial);
                 }
                 let decision =
-                    call.budget
-                        .judge(policy, call.attempts, at, call.deadline.at(), now);
+                    call.budget()
+                        .judge(policy, call.attempts(), at, call.deadline.at(), now);
                 if let Decision::GiveUp(why) = decision {
                     self.give_up(id, why);
                     return;
@@ -93,7 +93,7 @@ impl Core {
             Phase::Accepted {
                 ladder_at: Some(at),
             } => {
-                if let Err(why) = call.budget.ladder_may_go_on(policy, now) {
+                if let Err(why) = call.budget().ladder_may_go_on(policy, now) {
                     self.give_up(id, why);
                     return;
                 }
@@ -110,7 +110,10 @@ impl Core {
     fn try_send(&mut self, id: CallId, now: Instant) {
         // Every send of the key, whatever scheduled it, before the runtime
         // may have forgotten the key.
-        let limit = self.calls.get(&id).map(|call| call.budget.may_send_at(now));
+        let limit = self
+            .calls
+            .get(&id)
+            .map(|call| call.budget().may_send_at(now));
         if let Some(Err(why)) = limit {
             self.give_up(id, why);
             return;
@@ -119,7 +122,7 @@ impl Core {
         let Link::Up(up) = &mut self.link else {
             // Waiting for a connection is retrying.
             if let Some(call) = self.calls.get_mut(&id) {
-                call.budget.start(&self.config.retry, now);
+                call.budget_mut().start(&self.config.retry, now);
             }
             return;
         };
@@ -150,16 +153,8 @@ impl Core {
             self.forget(id, now);
             return;
         }
-        call.attempts += 1;
         // The first send starts the runtime's memory of the key.
-        call.budget.sent(self.config.runtime_key_retention, now);
-        call.span.record("attempt", call.attempts);
-        for waiter in &call.waiters {
-            waiter.shared.set_attempts(call.attempts);
-        }
-        if let Some(recorder) = &call.recorder {
-            recorder.sent(&call.key, call.attempts);
-        }
+        let attempt = call.send_attempt(self.config.runtime_key_retention, now);
         let Some(encoded) = call.outgoing.encoded() else {
             return;
         };
@@ -170,14 +165,11 @@ impl Core {
         header.trace_id = Some(Cow::Borrowed(call.trace_id.write(&mut trace)));
         header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
         let text = encoded.frame_with(&header);
-        debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
+        debug!(parent: &call.span, attempt, %request, "request sent");
         up.on_submit_sent(now);
         let seq = self.queue_text(text);
         if let Some(call) = self.calls.get_mut(&id) {
-            call.phase = Phase::Sent {
-                request: request.clone(),
-                seq,
-            };
+            call.on_wire(request.clone(), seq);
         }
         self.requests.insert(request, id, ReqKind::Submit);
     }
@@ -231,12 +223,10 @@ impl Core {
             && !troubles.subscribe_refused
             && generation.is_some()
             && troubles.subscribed_on != generation
-            && call.job_id.is_some();
+            && call.job_id().is_some();
         if subscribe {
             call.troubles_mut().subscribed_on = generation;
-            call.phase = Phase::Accepted {
-                ladder_at: Some(saturating_deadline(now, wait)),
-            };
+            call.ladder_at(saturating_deadline(now, wait));
             let frame = Frame::new(Message::Subscribe(
                 Subscribe::new(call.job().expect("checked above"))
                     .with_from_event_seq(0)
@@ -258,9 +248,8 @@ impl Core {
             call.confirming = true;
         }
         debug!(parent: &call.span, "no outcome on the live stream; re-sending with the same key");
-        call.troubles_mut().last_error =
-            Some("the runtime answered with job.accepted only; no outcome was delivered".into());
-        call.phase = Phase::Queued { not_before: now };
+        call.failed("the runtime answered with job.accepted only; no outcome was delivered".into());
+        call.queue(now);
         self.try_send(id, now);
     }
 
@@ -324,19 +313,19 @@ impl Core {
         let Some(mut call) = self.forget(id, now) else {
             return;
         };
-        settled = settled.with_attempts(call.attempts);
+        settled = settled.with_attempts(call.attempts());
         match settled.error() {
             None => {
                 call.span.record("outcome", "ok");
-                info!(parent: &call.span, attempts = call.attempts, replayed = settled.replayed_result(), "call succeeded")
+                info!(parent: &call.span, attempts = call.attempts(), replayed = settled.replayed_result(), "call succeeded")
             }
             Some(e) => {
                 call.span.record("outcome", e.code_name().as_str());
-                info!(parent: &call.span, attempts = call.attempts, execution = %e.execution(), error = %e, "call failed")
+                info!(parent: &call.span, attempts = call.attempts(), execution = %e.execution(), error = %e, "call failed")
             }
         }
-        if call.dropped_events > 0 {
-            warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
+        if call.dropped_events() > 0 {
+            warn!(parent: &call.span, dropped = call.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
         self.cache
             .insert(call.key.clone(), call.fingerprint, &settled, now);
@@ -378,16 +367,8 @@ impl Core {
 
     /// Removes every trace of a call (maps, requests, window) and returns it.
     fn forget(&mut self, id: CallId, now: Instant) -> Option<Box<Call>> {
-        let call = self.calls.remove(&id)?;
-        if self.by_key.get(&call.key) == Some(&id) {
-            self.by_key.remove(&call.key);
-        }
-        if let Some(job) = &call.job_id {
-            if self.by_job.get(job) == Some(&id) {
-                self.by_job.remove(job);
-            }
-        }
-        if let Phase::Sent { request, .. } = &call.phase {
+        let call = self.calls.remove(id)?;
+        if let Phase::Sent { request, .. } = call.phase() {
             if self.requests.remove(request).is_some() {
                 self.answered(now);
             }

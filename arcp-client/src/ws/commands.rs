@@ -10,18 +10,17 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 use super::attribution::ReqKind;
-use super::calls::{Call, CancelState, Phase};
+use super::calls::{Call, CancelState};
 use super::ids::{CallId, RequestId};
-use super::timers::TimerSlot;
-use super::waiters::{Waiter, Waiters};
+use super::waiters::Waiter;
 use crate::cache::{conflict, Cached, Intent, Settled};
-use crate::classify::{Ending, Exposure};
+use crate::classify::Ending;
 use crate::deadline::Deadline;
 use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::{saturating_deadline, RetryBudget};
+use crate::retry::saturating_deadline;
 use crate::telemetry::Answered;
 
 use super::connection::Link;
@@ -55,8 +54,7 @@ impl Core {
                 arcp_types::Close::default().with_reason("client closed"),
             )));
         }
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
-        for id in ids {
+        for id in self.calls.ids() {
             self.end_without_outcome(id, Ending::Closed);
         }
         self.fail_ready(Error::Closed);
@@ -106,12 +104,12 @@ impl Core {
             Cached::Bound => true,
             Cached::Miss => req.in_doubt,
         };
-        if let Some(&existing) = self.by_key.get(&req.key) {
+        if let Some(existing) = self.calls.by_key(&req.key) {
             if let Some(call) = self.calls.get_mut(&existing) {
                 if call.fingerprint == fingerprint {
                     // The same logical call awaited twice: share one outcome,
                     // and the job id once known.
-                    if let Some(job) = &call.job_id {
+                    if let Some(job) = call.job_id() {
                         waiter.shared.set_job(job);
                     }
                     // From now on the key's fate is shared: whichever caller
@@ -122,7 +120,7 @@ impl Core {
                     }
                     waiter.shared.mark_sent();
                     if let Some((until, retention)) = waiter.shared.send_limit() {
-                        call.budget.no_send_after(until, retention);
+                        call.budget_mut().no_send_after(until, retention);
                     }
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
@@ -154,57 +152,26 @@ impl Core {
             answer(waiter, Err(refused).into());
             return;
         }
-        let id = self.next_id;
-        self.next_id += 1;
         if earlier_send {
             waiter.shared.mark_sent();
         }
-        let deadline = waiter.deadline;
-        let mut call = Call {
-            key: req.key.clone(),
-            trace_id: prepared.trace_id,
-            outgoing: prepared.outgoing,
-            fingerprint,
-            waiters: Waiters::one(waiter),
-            recorder: req.recorder,
-            phase: Phase::Queued { not_before: now },
-            attempts: 0,
-            job_id: None,
-            // An earlier call with this key and intent may have run it.
-            exposure: Exposure {
-                bound: false,
-                in_doubt: earlier_send,
-            },
-            replayed: false,
-            troubles: None,
-            deadline,
-            budget: RetryBudget::default(),
-            ladder: None,
-            awaiting_resume: false,
-            confirming: false,
-            cancel: None,
-            last_event: None,
-            dropped_events: 0,
-            assembly: None,
-            span: prepared.span,
-            timer: TimerSlot::default(),
-        };
-        if let Some((until, retention)) = req.shared.send_limit() {
-            call.budget.no_send_after(until, retention);
-        }
-        self.by_key.insert(req.key, id);
-        self.calls.insert(id, Box::new(call));
+        // An earlier call with this key and intent may have run it.
+        let call = Call::new(
+            req.key.clone(),
+            req.recorder,
+            prepared,
+            waiter,
+            earlier_send,
+            now,
+        );
         // A journal record of an earlier process says which job the key is
         // bound to: the call starts bound (and reachable by that job).
-        if let (Some(job), Some(call)) = (req.prior_job, self.calls.get_mut(&id)) {
-            let (job, _) = call.bind(&job);
-            self.by_job.insert(job, id);
-        }
+        let id = self.calls.insert(call, req.prior_job.as_deref());
         self.step(id, now);
     }
 
     fn abandon(&mut self, key: &IdempotencyKey, shared: &Arc<CallShared>, now: Instant) {
-        let Some(&id) = self.by_key.get(key) else {
+        let Some(id) = self.calls.by_key(key) else {
             return;
         };
         if let Some(call) = self.calls.get_mut(&id) {
@@ -220,17 +187,16 @@ impl Core {
         reply: oneshot::Sender<CancelOutcome>,
         now: Instant,
     ) {
-        let Some(call) = self
-            .by_key
-            .get(&key)
-            .and_then(|id| self.calls.get(id))
-            .filter(|c| c.waiters.iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
+        let Some((id, call)) = self
+            .calls
+            .by_key(&key)
+            .and_then(|id| Some((id, self.calls.get(&id)?)))
+            .filter(|(_, c)| c.waiters.iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
         else {
             let _ = reply.send(CancelOutcome::AlreadyFinished);
             return;
         };
-        let id = self.by_key[&key];
-        if call.job_id.is_none() {
+        if call.job_id().is_none() {
             let _ = reply.send(CancelOutcome::NotDispatched {
                 reason: "the runtime has not accepted the call yet; there is no job to cancel"
                     .into(),

@@ -77,7 +77,7 @@ impl Core {
         if let Some((ready, _)) = self.ready.take() {
             let _ = ready.send(Ok(profile.clone()));
         }
-        let mut ids: Vec<CallId> = self.calls.keys().copied().collect();
+        let mut ids: Vec<CallId> = self.calls.ids();
         ids.sort_unstable();
         let ladder_first = self.config.retry.outcome_poll;
         for &id in &ids {
@@ -93,9 +93,7 @@ impl Core {
                         .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                         .next_ceiling()
                         .max(ladder_first);
-                    call.phase = Phase::Accepted {
-                        ladder_at: Some(saturating_deadline(now, wait)),
-                    };
+                    call.ladder_at(saturating_deadline(now, wait));
                 } else if !profile.replays_terminal && !profile.supports_subscribe {
                     // Nothing carries the job to this session: one
                     // confirming re-send, then the outcome is unknown.
@@ -121,8 +119,7 @@ impl Core {
             }
             // Definitive: calls that may have run keep their key and job id;
             // the others end with the refusal itself (nothing was sent).
-            let ids: Vec<CallId> = self.calls.keys().copied().collect();
-            for id in ids {
+            for id in self.calls.ids() {
                 self.end_without_outcome(id, Ending::ConnectFailed(failure.error.clone()));
             }
             self.reconnect = None;
@@ -146,11 +143,11 @@ impl Core {
             attempt,
             delay,
         });
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        let ids: Vec<CallId> = self.calls.ids();
         for &id in &ids {
             if let Some(call) = self.calls.get_mut(&id) {
-                call.budget.start(&self.config.retry, now);
-                call.troubles_mut().last_error = Some(message.clone());
+                call.budget_mut().start(&self.config.retry, now);
+                call.failed(message.clone());
             }
         }
         if let Some((_, budget)) = &self.ready {
@@ -322,7 +319,7 @@ impl Core {
         let mut rejected = Vec::new();
         let outbox = &self.outbox;
         for (&id, call) in self.calls.iter_mut() {
-            match &call.phase {
+            match call.phase() {
                 Phase::Sent { seq, .. } => {
                     // Only a request never handed to the writer is proven
                     // not to have reached the runtime.
@@ -336,7 +333,9 @@ impl Core {
                     // request may have run.
                     let refused_alone =
                         alone && matches!(loss, Loss::Rejected { code, .. } if code != 1008);
-                    call.exposure.in_doubt |= written && !refused_alone;
+                    if written && !refused_alone {
+                        call.in_doubt();
+                    }
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
                         let rejections = &mut call.troubles_mut().rejections;
                         rejections.0 += 1;
@@ -347,11 +346,11 @@ impl Core {
                             rejected.push(id);
                         }
                     }
-                    call.phase = Phase::Queued { not_before: now };
+                    call.queue(now);
                 }
                 Phase::Accepted { .. } => {
                     call.awaiting_resume = true;
-                    call.phase = Phase::Queued { not_before: now };
+                    call.queue(now);
                 }
                 Phase::Queued { .. } => {}
             }
@@ -359,8 +358,8 @@ impl Core {
             if let Some(cancel) = &mut call.cancel {
                 cancel.request = None;
             }
-            call.budget.start(policy, now);
-            call.troubles_mut().last_error = Some(format!("connection lost: {reason}"));
+            call.budget_mut().start(policy, now);
+            call.failed(format!("connection lost: {reason}"));
         }
         for id in rejected {
             let Some(call) = self.calls.get(&id) else {
@@ -375,8 +374,7 @@ impl Core {
             // accepted before its connection dropped keeps its job id.
             self.end_without_outcome(id, Ending::RequestRejected { close_code, reason });
         }
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
-        for id in ids {
+        for id in self.calls.ids() {
             self.rearm(id, now);
         }
     }

@@ -13,6 +13,7 @@
 //!   concern of `impl Core` each); its state in owned types, each with its
 //!   invariants: `connection.rs` (the link, the send window), `outbox.rs`,
 //!   `timers.rs`, `attribution.rs` (the request table), `calls.rs`,
+//!   `call_table.rs` (the calls and their key and job indexes),
 //!   `waiters.rs` (a call's callers), `session.rs`; `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
 //!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
@@ -25,6 +26,7 @@ mod ack;
 mod assembly;
 mod attribution;
 mod call_machine;
+mod call_table;
 mod calls;
 mod commands;
 mod connection;

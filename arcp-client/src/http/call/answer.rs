@@ -310,7 +310,7 @@ impl Call<'_> {
             event,
         };
         if !self.req.shared.deliver(&event) {
-            self.record.event_dropped();
+            self.record.events_dropped(1);
         }
     }
 
