@@ -6,8 +6,8 @@ mod http_support;
 
 use std::time::{Duration, Instant};
 
-use arcp_mock::MockRuntime;
-use arcp_sdk::{IdempotencyKey, JournalState, MemoryJournal};
+use arcp_mock::{Fault, MockRuntime};
+use arcp_sdk::{Execution, IdempotencyKey, JournalState, MemoryJournal};
 use http_support::*;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -66,4 +66,49 @@ async fn a_running_http_call_is_recorded_as_accepted_with_its_job() {
     let entry = client.lookup(&key).await.unwrap().expect("recorded");
     assert!(entry.is_terminal(), "{entry:?}");
     assert_eq!(entry.job_id(), Some(recorded_job.as_str()));
+}
+
+/// The answer is cut right after `job.accepted` and the deadline passes
+/// while the job still runs: the call may have run, and its record, left
+/// unfinished for a recovery, names the job it was bound to.
+#[tokio::test]
+async fn a_call_cut_after_acceptance_leaves_its_job_in_the_record() {
+    let mock = MockRuntime::builder()
+        .tool("slow", |_args: Value, ctx| async move {
+            ctx.sleep(Duration::from_secs(3)).await;
+            Ok(json!("done"))
+        })
+        .start()
+        .await
+        .unwrap();
+    mock.inject(Fault::DropAfterAccepted);
+    let client = client(&mock.http_url())
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap();
+    let err = client
+        .invoke_tool("slow", json!({}))
+        .deadline(Duration::from_millis(400))
+        .await
+        .unwrap_err();
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err:?}");
+    let (key, job) = (err.key().expect("named").clone(), err.job_id());
+    let job = job.expect("bound before the cut").to_owned();
+    let started = Instant::now();
+    loop {
+        let entry = client.lookup(&key).await.unwrap().expect("recorded");
+        match &entry.state {
+            JournalState::Accepted { job_id } => {
+                assert_eq!(job_id, &job);
+                break;
+            }
+            state => assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the record never showed the job: {state:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(mock.executions_for_key(key.as_str()) <= 1);
 }

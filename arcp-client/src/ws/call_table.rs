@@ -33,7 +33,7 @@ impl CallTable {
     pub(crate) fn insert(&mut self, call: Call, prior_job: Option<&str>) -> CallId {
         let id = self.next_id;
         self.next_id += 1;
-        self.by_key.insert(call.key.clone(), id);
+        self.by_key.insert(call.key().clone(), id);
         self.calls.insert(id, Box::new(call));
         if let Some(job) = prior_job {
             self.bind_job(id, job);
@@ -66,8 +66,8 @@ impl CallTable {
     /// Removes call `id` and its index entries (those still naming it).
     pub(crate) fn remove(&mut self, id: CallId) -> Option<Box<Call>> {
         let call = self.calls.remove(&id)?;
-        if self.by_key.get(&call.key) == Some(&id) {
-            self.by_key.remove(&call.key);
+        if self.by_key.get(call.key()) == Some(&id) {
+            self.by_key.remove(call.key());
         }
         if let Some(job) = call.job_id() {
             if self.by_job.get(job) == Some(&id) {
@@ -128,7 +128,7 @@ impl CallTable {
     fn check(&self, id: CallId) {
         if cfg!(debug_assertions) {
             if let Some(call) = self.calls.get(&id) {
-                debug_assert_eq!(self.by_key.get(&call.key), Some(&id), "key index");
+                debug_assert_eq!(self.by_key.get(call.key()), Some(&id), "key index");
                 if let Some(job) = call.job_id() {
                     debug_assert_eq!(self.by_job.get(job), Some(&id), "job index");
                 }
@@ -142,14 +142,14 @@ impl CallTable {
     fn assert_consistent(&self) {
         for (key, id) in &self.by_key {
             let call = self.calls.get(id).expect("a key entry names a call");
-            assert_eq!(&call.key, key);
+            assert_eq!(call.key(), key);
         }
         for (job, id) in &self.by_job {
             let call = self.calls.get(id).expect("a job entry names a call");
             assert_eq!(call.job_id(), Some(job));
         }
         for (id, call) in &self.calls {
-            assert_eq!(self.by_key.get(&call.key), Some(id));
+            assert_eq!(self.by_key.get(call.key()), Some(id));
             if let Some(job) = call.job_id() {
                 let holder = self.by_job.get(job).expect("a bound call's job is indexed");
                 assert_eq!(self.calls[holder].job_id(), Some(job));
@@ -240,7 +240,7 @@ mod tests {
 
         // Removal takes every entry naming the call, and no other.
         let removed = table.remove(a).expect("there");
-        assert_eq!(removed.key, k1);
+        assert_eq!(removed.key(), &k1);
         assert_eq!((table.by_key(&k1), table.by_job("job-a3")), (None, None));
         assert_eq!(table.by_job("job-c"), Some(c));
         assert!(table.remove(a).is_none());

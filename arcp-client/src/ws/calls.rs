@@ -57,16 +57,16 @@ pub(crate) struct CancelState {
     pub(crate) settled: bool,
 }
 
-/// One logical call. Its phase and its attempts record change only
-/// through its methods, one per step.
+/// One logical call. Its fields are its own: its phase and its attempts
+/// record change only through its methods, one per step.
 pub(crate) struct Call {
-    pub(crate) key: IdempotencyKey,
-    pub(crate) trace_id: TraceId,
+    key: IdempotencyKey,
+    trace_id: TraceId,
     /// What the call sends: every attempt re-sends the same bytes
     /// (invariant 1 by construction).
-    pub(crate) outgoing: Outgoing,
-    pub(crate) fingerprint: u64,
-    pub(crate) waiters: Waiters,
+    outgoing: Outgoing,
+    fingerprint: u64,
+    waiters: Waiters,
     recorder: Option<Box<dyn CallRecorder>>,
     phase: Phase,
     /// Sends, the job (shared with the call's waiters and the job index),
@@ -74,22 +74,22 @@ pub(crate) struct Call {
     /// delivered (`attempts.rs`).
     record: Attempts,
     /// What went wrong so far; boxed and absent until something does.
-    pub(crate) troubles: Option<Box<Troubles>>,
+    troubles: Option<Box<Troubles>>,
     /// Its most patient caller's.
-    pub(crate) deadline: Deadline,
+    deadline: Deadline,
     /// Boxed, like the other rarely used parts: most calls never retry.
-    pub(crate) ladder: Option<Box<Schedule>>,
+    ladder: Option<Box<Schedule>>,
     /// Accepted when its connection died: a resumed session may deliver
     /// the outcome without a re-send.
-    pub(crate) awaiting_resume: bool,
+    awaiting_resume: bool,
     /// The runtime cannot hand this job's outcome to a new request: the
     /// next replayed acceptance ends the call (one confirming re-send).
-    pub(crate) confirming: bool,
-    pub(crate) cancel: Option<Box<CancelState>>,
-    pub(crate) assembly: Option<Box<Assembly>>,
-    pub(crate) span: tracing::Span,
+    confirming: bool,
+    cancel: Option<Box<CancelState>>,
+    assembly: Option<Box<Assembly>>,
+    span: tracing::Span,
     /// The call's timer: its instant and current heap entry (`timers.rs`).
-    pub(crate) timer: TimerSlot,
+    timer: TimerSlot,
 }
 
 /// The parts of a call's state that only a call in trouble uses (a lost
@@ -187,6 +187,124 @@ impl Call {
         self.phase = Phase::Accepted {
             ladder_at: Some(at),
         };
+    }
+
+    // ----- what it is and who waits ---------------------------------------------
+
+    /// The call's idempotency key.
+    pub(crate) fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
+    /// Its trace id, written into every attempt.
+    pub(crate) fn trace_id(&self) -> &TraceId {
+        &self.trace_id
+    }
+
+    /// What every attempt sends.
+    pub(crate) fn outgoing(&self) -> &Outgoing {
+        &self.outgoing
+    }
+
+    /// What every attempt sends, to encode it for a dialect.
+    pub(crate) fn outgoing_mut(&mut self) -> &mut Outgoing {
+        &mut self.outgoing
+    }
+
+    /// Its intent's fingerprint in the outcome cache.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Its callers.
+    pub(crate) fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// Its callers, to drop those that gave up.
+    pub(crate) fn waiters_mut(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
+
+    /// Another caller of the same key and intent joins: the call lives as
+    /// long as its most patient caller (each is held to its own deadline).
+    pub(crate) fn join(&mut self, waiter: Waiter) {
+        self.deadline = self.deadline.latest(waiter.deadline);
+        self.waiters.push(waiter);
+    }
+
+    /// Its callers, taken to answer them as it ends.
+    pub(crate) fn take_waiters(&mut self) -> Waiters {
+        std::mem::take(&mut self.waiters)
+    }
+
+    /// Its most patient caller's deadline.
+    pub(crate) fn deadline(&self) -> Deadline {
+        self.deadline
+    }
+
+    /// Its tracing span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Its timer (`timers.rs`).
+    pub(crate) fn timer(&self) -> &TimerSlot {
+        &self.timer
+    }
+
+    /// Its timer, to arm or clear.
+    pub(crate) fn timer_mut(&mut self) -> &mut TimerSlot {
+        &mut self.timer
+    }
+
+    /// The cancel asked for, if any.
+    pub(crate) fn cancel(&self) -> &Option<Box<CancelState>> {
+        &self.cancel
+    }
+
+    /// The cancel asked for, to start, answer or re-send it.
+    pub(crate) fn cancel_mut(&mut self) -> &mut Option<Box<CancelState>> {
+        &mut self.cancel
+    }
+
+    /// A streamed result being put back together.
+    pub(crate) fn assembly_mut(&mut self) -> &mut Option<Box<Assembly>> {
+        &mut self.assembly
+    }
+
+    /// The recovery ladder's schedule, once climbed.
+    pub(crate) fn ladder_mut(&mut self) -> &mut Option<Box<Schedule>> {
+        &mut self.ladder
+    }
+
+    /// Accepted when its connection died: a resumed session may deliver
+    /// the outcome without a re-send.
+    pub(crate) fn await_resume(&mut self) {
+        self.awaiting_resume = true;
+    }
+
+    /// Whether it was waiting for a resumed session, and no longer.
+    pub(crate) fn take_awaiting_resume(&mut self) -> bool {
+        std::mem::take(&mut self.awaiting_resume)
+    }
+
+    /// Whether its next replayed acceptance ends it (one confirming
+    /// re-send: the runtime cannot hand this job's outcome to a new
+    /// request).
+    pub(crate) fn confirming(&self) -> bool {
+        self.confirming
+    }
+
+    /// The next replayed acceptance ends it.
+    pub(crate) fn confirm(&mut self) {
+        self.confirming = true;
+    }
+
+    /// The request-level closes its written attempts met: (count, last
+    /// code, reason, whether the last was alone on its connection).
+    pub(crate) fn rejections(&self) -> Option<(u32, u16, String, bool)> {
+        self.troubles.as_ref().map(|t| t.rejections.clone())
     }
 
     // ----- its attempts record ---------------------------------------------------

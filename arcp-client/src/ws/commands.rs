@@ -106,7 +106,7 @@ impl Core {
         };
         if let Some(existing) = self.calls.by_key(&req.key) {
             if let Some(call) = self.calls.get_mut(&existing) {
-                if call.fingerprint == fingerprint {
+                if call.fingerprint() == fingerprint {
                     // The same logical call awaited twice: share one outcome,
                     // and the job id once known.
                     if let Some(job) = call.job_id() {
@@ -115,7 +115,7 @@ impl Core {
                     // From now on the key's fate is shared: whichever caller
                     // gives up first cannot prove the others will not run
                     // it, so none of them may claim "did not run".
-                    for w in &call.waiters {
+                    for w in call.waiters() {
                         w.shared.mark_sent();
                     }
                     waiter.shared.mark_sent();
@@ -124,8 +124,7 @@ impl Core {
                     }
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
-                    call.deadline = call.deadline.latest(waiter.deadline);
-                    call.waiters.push(waiter);
+                    call.join(waiter);
                     // Its outcome is recorded on the first caller's span.
                     prepared.span.record("outcome", "joined");
                     // The joined caller's deadline may be the call's next wake.
@@ -175,7 +174,8 @@ impl Core {
             return;
         };
         if let Some(call) = self.calls.get_mut(&id) {
-            call.waiters.retain(|w| !Arc::ptr_eq(&w.shared, shared));
+            call.waiters_mut()
+                .retain(|w| !Arc::ptr_eq(&w.shared, shared));
         }
         self.step(id, now);
     }
@@ -191,7 +191,7 @@ impl Core {
             .calls
             .by_key(&key)
             .and_then(|id| Some((id, self.calls.get(&id)?)))
-            .filter(|(_, c)| c.waiters.iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
+            .filter(|(_, c)| c.waiters().iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
         else {
             let _ = reply.send(CancelOutcome::AlreadyFinished);
             return;
@@ -205,7 +205,7 @@ impl Core {
         }
         let until = saturating_deadline(now, self.config.cancel_timeout);
         let call = self.calls.get_mut(&id).expect("looked up above");
-        match &mut call.cancel {
+        match call.cancel_mut() {
             Some(cancel) if cancel.settled => {
                 let _ = reply.send(CancelOutcome::Acknowledged);
                 return;
@@ -215,7 +215,7 @@ impl Core {
                 cancel.until = cancel.until.max(until);
             }
             None => {
-                call.cancel = Some(Box::new(CancelState {
+                *call.cancel_mut() = Some(Box::new(CancelState {
                     waiters: vec![reply],
                     until,
                     request: None,
@@ -236,7 +236,7 @@ impl Core {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        let (Some(job_id), Some(cancel)) = (call.job(), &call.cancel) else {
+        let (Some(job_id), Some(cancel)) = (call.job(), call.cancel()) else {
             return;
         };
         if cancel.settled || cancel.request.is_some() {
@@ -250,7 +250,11 @@ impl Core {
         self.requests
             .insert(RequestId::from(request.as_str()), id, ReqKind::Cancel);
         self.outbox.track_cancel(seq, id);
-        if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+        if let Some(cancel) = self
+            .calls
+            .get_mut(&id)
+            .and_then(|c| c.cancel_mut().as_mut())
+        {
             cancel.request = Some((request, seq));
         }
     }

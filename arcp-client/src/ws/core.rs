@@ -371,10 +371,10 @@ impl Core {
         let calls = &self.calls;
         let due = self
             .timers
-            .pop_expired(now, |id| calls.get(&id).map(|c| &c.timer));
+            .pop_expired(now, |id| calls.get(&id).map(|c| c.timer()));
         for id in due {
             if let Some(call) = self.calls.get_mut(&id) {
-                call.timer.clear();
+                call.timer_mut().clear();
             }
             self.step(id, now);
         }
@@ -407,14 +407,14 @@ impl Core {
             return;
         };
         let at = call.next_wake(now);
-        self.timers.schedule(&mut call.timer, id, at);
+        self.timers.schedule(call.timer_mut(), id, at);
     }
 
     /// Drops stale timer entries once the heap has doubled (amortised O(1)).
     fn compact(&mut self) {
         let calls = &self.calls;
         self.timers
-            .compact(calls.len(), |id| calls.get(&id).map(|c| &c.timer));
+            .compact(calls.len(), |id| calls.get(&id).map(|c| c.timer()));
     }
 
     /// Encodes and queues a frame on the live connection; returns its
@@ -456,14 +456,14 @@ impl Core {
         self.calls
             .by_job(job)
             .and_then(|id| self.calls.get(&id))
-            .map(|c| c.key.clone())
+            .map(|c| c.key().clone())
     }
 
     /// The first caller's shared state of the call bound to `job`, for tests.
     #[cfg(test)]
     pub(crate) fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
         let call = self.calls.by_job(job).and_then(|id| self.calls.get(&id))?;
-        call.waiters.iter().next().map(|w| w.shared.clone())
+        call.waiters().iter().next().map(|w| w.shared.clone())
     }
 
     /// What the core holds (`Client::stats`).

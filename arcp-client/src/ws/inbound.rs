@@ -101,7 +101,7 @@ impl Core {
                 if let Some(id) = self.call_for(header, header.correlation_id.as_deref()) {
                     if let Some(call) = self.calls.get(&id) {
                         let error = Error::Cancelled {
-                            key: call.key.clone(),
+                            key: call.key().clone(),
                             job_id: call.job().or_else(|| owned(&header.job_id)),
                             attempts: call.attempts(),
                         };
@@ -222,8 +222,8 @@ impl Core {
         if let (Some(before), Some(now)) = (call.job_id(), &job_id) {
             if !known_job {
                 warn!(
-                    parent: &call.span,
-                    key = %call.key,
+                    parent: call.span(),
+                    key = %call.key(),
                     before = %before,
                     now = %now,
                     "the runtime accepted the call as another job for the same key: it ran again"
@@ -254,14 +254,14 @@ impl Core {
         let ladder_at = if untrusted {
             call.budget_mut().start(&self.config.retry, now);
             let wait = call
-                .ladder
+                .ladder_mut()
                 .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                 .next_ceiling();
             Some(saturating_deadline(now, wait))
         } else {
             None
         };
-        debug!(parent: &call.span, job_id = ?call.job_id(), replay, "accepted");
+        debug!(parent: call.span(), job_id = ?call.job_id(), replay, "accepted");
         let sent = call.accept(ladder_at);
         if let Phase::Sent { request, .. } = sent {
             self.requests.remove(&request);
@@ -276,7 +276,7 @@ impl Core {
         let watched = self
             .call_for(header, header.correlation_id.as_deref())
             .and_then(|id| self.calls.get(&id))
-            .is_some_and(|call| call.waiters.iter().any(|w| w.shared.is_watched()));
+            .is_some_and(|call| call.waiters().iter().any(|w| w.shared.is_watched()));
         if watched {
             PayloadScope::All
         } else {
@@ -306,7 +306,7 @@ impl Core {
         // the ladder waits again instead of re-sending.
         if let Phase::Accepted { ladder_at: Some(_) } = call.phase() {
             let wait = call
-                .ladder
+                .ladder_mut()
                 .get_or_insert_with(|| Box::new(retry.ladder()))
                 .current();
             call.ladder_at(saturating_deadline(now, wait));
@@ -325,7 +325,7 @@ impl Core {
                 ..
             } = &typed
             {
-                call.assembly
+                call.assembly_mut()
                     .get_or_insert_with(|| {
                         Box::new(Assembly::new(result_id.clone(), encoding == "base64"))
                     })
@@ -343,7 +343,7 @@ impl Core {
             event,
         };
         let mut dropped = 0;
-        for waiter in &call.waiters {
+        for waiter in call.waiters() {
             if !waiter.shared.deliver(&event) {
                 dropped += 1;
             }
@@ -385,7 +385,7 @@ impl Core {
             self.requests.remove(&r);
         }
         if let Some(call) = self.calls.get_mut(&id) {
-            if let Some(cancel) = &mut call.cancel {
+            if let Some(cancel) = call.cancel_mut() {
                 cancel.request = None;
                 cancel.written = true;
                 cancel.settled = true;

@@ -84,12 +84,12 @@ impl Core {
             let Some(call) = self.calls.get_mut(&id) else {
                 continue;
             };
-            if std::mem::take(&mut call.awaiting_resume) {
+            if call.take_awaiting_resume() {
                 if resumed {
                     // The resumed session may deliver the outcome (buffered
                     // or live): wait for it before re-sending.
                     let wait = call
-                        .ladder
+                        .ladder_mut()
                         .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                         .next_ceiling()
                         .max(ladder_first);
@@ -97,12 +97,12 @@ impl Core {
                 } else if !profile.replays_terminal && !profile.supports_subscribe {
                     // Nothing carries the job to this session: one
                     // confirming re-send, then the outcome is unknown.
-                    call.confirming = true;
+                    call.confirm();
                 }
             }
         }
         for id in ids {
-            if self.calls.get(&id).is_some_and(|c| c.cancel.is_some()) {
+            if self.calls.get(&id).is_some_and(|c| c.cancel().is_some()) {
                 self.send_cancel(id);
             }
             self.step(id, now);
@@ -210,7 +210,7 @@ impl Core {
         }
         let calls = &mut self.calls;
         self.outbox.on_flushed(upto, |id| {
-            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel_mut().as_mut()) {
                 cancel.written = true;
             }
         });
@@ -349,13 +349,13 @@ impl Core {
                     call.queue(now);
                 }
                 Phase::Accepted { .. } => {
-                    call.awaiting_resume = true;
+                    call.await_resume();
                     call.queue(now);
                 }
                 Phase::Queued { .. } => {}
             }
             call.take_subscribe_request();
-            if let Some(cancel) = &mut call.cancel {
+            if let Some(cancel) = call.cancel_mut() {
                 cancel.request = None;
             }
             call.budget_mut().start(policy, now);
@@ -365,9 +365,7 @@ impl Core {
             let Some(call) = self.calls.get(&id) else {
                 continue;
             };
-            let Some((_, close_code, reason, _)) =
-                call.troubles.as_ref().map(|t| t.rejections.clone())
-            else {
+            let Some((_, close_code, reason, _)) = call.rejections() else {
                 continue;
             };
             // Not run only if no earlier attempt may have run: a call

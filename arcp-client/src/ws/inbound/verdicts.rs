@@ -27,7 +27,7 @@ use crate::ws::ids::{CallId, RequestId};
 /// The call's tool name (read back from its request: only for the rare
 /// error that needs it).
 fn tool_of(call: &crate::ws::calls::Call) -> String {
-    match &call.outgoing {
+    match call.outgoing() {
         Outgoing::Request(invoke) => invoke.tool.clone(),
         Outgoing::Encoded(e) => e.to_invoke().map(|i| i.tool).unwrap_or_default(),
     }
@@ -61,7 +61,7 @@ impl Core {
             return;
         };
         let replayed = call.replayed() || foreign || (unaccepted && known_job);
-        let assembly = call.assembly.take();
+        let assembly = call.assembly_mut().take();
         let reading = match result {
             ResultBody::Decoded(result) => {
                 let streamed = result.extra.get("result_id").and_then(Value::as_str);
@@ -77,7 +77,7 @@ impl Core {
                 let plain = PlainResult {
                     value_text: Arc::from(value.get()),
                     job_id: call.job_id().cloned(),
-                    key: call.key.clone(),
+                    key: call.key().clone(),
                     replayed,
                     attempts: call.attempts(),
                 };
@@ -85,7 +85,7 @@ impl Core {
                 return;
             }
         };
-        let key = call.key.clone();
+        let key = call.key().clone();
         let job_id = call.job();
         let exposure = call.exposure();
         let outcome = match reading {
@@ -151,7 +151,7 @@ impl Core {
             ReqKind::Subscribe => {
                 self.requests.remove(&request);
                 if let Some(call) = self.calls.get_mut(&id) {
-                    debug!(parent: &call.span, code = %e.code, "subscribe refused; the ladder re-sends instead");
+                    debug!(parent: call.span(), code = %e.code, "subscribe refused; the ladder re-sends instead");
                     call.take_subscribe_request();
                     call.troubles_mut().subscribe_refused = true;
                 }
@@ -160,7 +160,7 @@ impl Core {
                 self.requests.remove(&request);
                 let reason = format!("{}: {}", e.code, self.config.redact(e.message));
                 if let Some(call) = self.calls.get_mut(&id) {
-                    if let Some(cancel) = &mut call.cancel {
+                    if let Some(cancel) = call.cancel_mut() {
                         cancel.request = None;
                         cancel.settled = true;
                     }
@@ -214,7 +214,7 @@ impl Core {
                 let decision = call.retried(&self.config.retry, floor, reason, now);
                 match decision {
                     Decision::RetryAt(at) => {
-                        debug!(parent: &call.span, code = %e.code, delay = ?at - now, "transient refusal; retrying with the same key");
+                        debug!(parent: call.span(), code = %e.code, delay = ?at - now, "transient refusal; retrying with the same key");
                         call.queue(at);
                         self.rearm(id, now);
                     }
@@ -222,7 +222,7 @@ impl Core {
                 }
             }
             ErrorVerdict::Transient { .. } => {
-                debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
+                debug!(parent: call.span(), code = %e.code, "a transient refusal for a call not awaiting one; ignored");
             }
             verdict => {
                 let known_job = is_known_job(call.job_id().map(|j| &**j), header.job_id.as_deref());
@@ -257,7 +257,7 @@ impl Core {
                     true => (ErrorVerdict::Refused, call.exposure()),
                     false => (verdict, call.exposure()),
                 };
-                let error = tool_error(&call.key, call.job(), e, &verdict, exposure, replayed);
+                let error = tool_error(call.key(), call.job(), e, &verdict, exposure, replayed);
                 self.finish(id, Err(error));
             }
         }
