@@ -7,10 +7,19 @@ mod http_support;
 use std::time::{Duration, Instant};
 
 use arcp_mock::{Fault, MockRuntime};
-use arcp_sdk::{Execution, IdempotencyKey, JournalState, MemoryJournal};
+use arcp_sdk::{Client, Execution, IdempotencyKey, JournalState, MemoryJournal};
 use http_support::*;
 use serde_json::{json, Value};
 use tokio::sync::watch;
+
+/// An HTTP client of `mock` with a journal in memory.
+async fn journaled(mock: &MockRuntime) -> Client {
+    client(&mock.http_url())
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap()
+}
 
 /// A tool held until the test releases it: the call is accepted and runs
 /// while the test reads its record.
@@ -28,11 +37,7 @@ async fn a_running_http_call_is_recorded_as_accepted_with_its_job() {
         .start()
         .await
         .unwrap();
-    let client = client(&mock.http_url())
-        .journal(MemoryJournal::new())
-        .connect()
-        .await
-        .unwrap();
+    let client = journaled(&mock).await;
     let key = IdempotencyKey::new();
     let call = {
         let (client, key) = (client.clone(), key.clone());
@@ -82,11 +87,7 @@ async fn a_call_cut_after_acceptance_leaves_its_job_in_the_record() {
         .await
         .unwrap();
     mock.inject(Fault::DropAfterAccepted);
-    let client = client(&mock.http_url())
-        .journal(MemoryJournal::new())
-        .connect()
-        .await
-        .unwrap();
+    let client = journaled(&mock).await;
     let err = client
         .invoke_tool("slow", json!({}))
         .deadline(Duration::from_millis(400))
