@@ -8,7 +8,7 @@ use arcp_types::{Dialect, IdempotencyKey};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::{Outcome, Settled};
-use crate::classify::{Ended, Exposure};
+use crate::classify::{give_up, Ending};
 use crate::deadline::Deadline;
 use crate::error::Error;
 #[cfg(feature = "http")]
@@ -90,19 +90,8 @@ impl Backend {
                     match waiting.await {
                         Ok(sent) => sent.map_err(|_| Error::Closed)?,
                         Err(_) => {
-                            let exposure = Exposure {
-                                bound: shared.job_id().is_some(),
-                                in_doubt: shared.abandon(),
-                            };
-                            let job_id = shared.job_id();
-                            let call = Ended {
-                                key: &key,
-                                job_id: job_id.as_deref(),
-                                exposure,
-                                attempts: 0,
-                                last_error: None,
-                            };
-                            return Err(deadline.exceeded_error(call));
+                            let ended = shared.ended(shared.abandon());
+                            return Err(deadline.exceeded_error(ended.of(&key)));
                         }
                     }
                 }
@@ -112,15 +101,8 @@ impl Backend {
                 // A dropped reply means the connection task is gone. If a
                 // request went out, the call may have run: say so.
                 let outcome = rx.await.map(Settled::into_outcome).unwrap_or_else(|_| {
-                    Err(if shared.abandon() {
-                        Error::Interrupted {
-                            key,
-                            job_id: shared.job_id(),
-                            attempts: shared.attempts(),
-                        }
-                    } else {
-                        Error::Closed
-                    })
+                    let ended = shared.ended(shared.abandon());
+                    Err(give_up(ended.of(&key), Ending::Closed))
                 });
                 outcome.map(|mut out| {
                     out.trace_id = trace_id.text();

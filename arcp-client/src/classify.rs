@@ -289,6 +289,20 @@ pub(crate) fn give_up(call: Ended<'_>, ending: Ending) -> Error {
     }
 }
 
+/// A call whose outcome is unknown for `reason` (a journal that failed, or
+/// could not read the key's record, while an earlier call with the key may
+/// have run): it may have run, and the caller keeps its key (and job id,
+/// when known) to ask again.
+pub(crate) fn outcome_unknown(call: Ended<'_>, reason: String) -> Error {
+    Error::OutcomeUnavailable {
+        key: call.key.clone(),
+        job_id: call.job_id.map(str::to_owned),
+        reason,
+        attempts: call.attempts,
+        permanent: false,
+    }
+}
+
 /// The error of a call that did not run, when another caller of its key was
 /// in flight at the same time in this client ([`crate::fate`]): that one
 /// may have run the tool, so this one cannot say "did not run" either. A

@@ -183,6 +183,8 @@ mod request;
 mod retry;
 // A call's deadline, one value from its start.
 mod deadline;
+// A call's attempts: one record for both transports.
+mod attempts;
 // The bearer token, from where the application keeps it.
 mod credentials;
 // Durable records of calls.

@@ -19,6 +19,7 @@ use arcp_types::{DecodeError, Dialect, EncodedRequest, IdempotencyKey, Invoke};
 use tokio::sync::{mpsc, Notify};
 
 use crate::cache::{fingerprint_of, serialized_size, Intent};
+use crate::classify::{Ended, Exposure};
 use crate::intent_digest;
 use crate::outcome::InvocationEvent;
 use crate::sync::lock;
@@ -211,7 +212,46 @@ impl EventBytes {
     }
 }
 
+/// A call as its shared state shows it when it ends outside its
+/// transport (a deadline over a wait, a journal's failure, the connection
+/// task gone): what the give-up rule reads, built here alone
+/// ([`CallShared::ended`]).
+#[derive(Debug)]
+pub(crate) struct SharedEnd {
+    job_id: Option<String>,
+    exposure: Exposure,
+    attempts: u32,
+}
+
+impl SharedEnd {
+    /// The ending record of the call with `key`.
+    pub(crate) fn of<'a>(&'a self, key: &'a IdempotencyKey) -> Ended<'a> {
+        Ended {
+            key,
+            job_id: self.job_id.as_deref(),
+            exposure: self.exposure,
+            attempts: self.attempts,
+            last_error: None,
+        }
+    }
+}
+
 impl CallShared {
+    /// The call as it ends outside its transport: bound if a job id was
+    /// seen, in doubt as the caller says (a request went out, or an
+    /// earlier process may have sent the key), its attempts so far.
+    pub(crate) fn ended(&self, in_doubt: bool) -> SharedEnd {
+        let job_id = self.job_id();
+        SharedEnd {
+            exposure: Exposure {
+                bound: job_id.is_some(),
+                in_doubt,
+            },
+            job_id,
+            attempts: self.attempts(),
+        }
+    }
+
     /// Records acceptance (the first job id wins) and wakes `accepted()`.
     pub(crate) fn set_job(&self, job_id: &Arc<str>) {
         if self.job_id.get().is_none() {
@@ -488,6 +528,54 @@ fn taken_invoke() -> Invoke {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A call ending outside its transport is judged by the one give-up
+    /// rule from what its shared state shows: a job seen binds it, a
+    /// request out (or an earlier process's) leaves it in doubt, and the
+    /// attempts and job id are the ones the transport recorded.
+    #[test]
+    fn an_ending_outside_the_transport_reads_the_shared_state() {
+        use crate::classify::{give_up, outcome_unknown, Ending};
+        use crate::error::{Error, Execution};
+        let key = IdempotencyKey::new();
+        let shared = CallShared::default();
+        let fresh = shared.ended(false);
+        assert!(matches!(
+            give_up(fresh.of(&key), Ending::Closed),
+            Error::Closed
+        ));
+        let e = give_up(fresh.of(&key), Ending::Deadline(Duration::from_secs(1)));
+        assert_eq!(e.execution(), Execution::NotRun, "{e}");
+        // Sent, not yet bound: in doubt by the caller's word only.
+        shared.set_attempts(2);
+        match give_up(shared.ended(true).of(&key), Ending::Closed) {
+            Error::Interrupted {
+                job_id: None,
+                attempts: 2,
+                ..
+            } => {}
+            other => panic!("{other:?}"),
+        }
+        // Bound: may have run whatever the caller says, and the job is named.
+        shared.set_job(&Arc::from("job-1"));
+        let bound = shared.ended(false);
+        let e = give_up(bound.of(&key), Ending::Deadline(Duration::from_secs(1)));
+        assert_eq!(e.execution(), Execution::MayHaveRun, "{e}");
+        assert_eq!(e.job_id(), Some("job-1"));
+        match outcome_unknown(bound.of(&key), "the journal failed".into()) {
+            Error::OutcomeUnavailable {
+                job_id: Some(job),
+                attempts: 2,
+                permanent: false,
+                reason,
+                ..
+            } => assert_eq!(
+                (job.as_str(), reason.as_str()),
+                ("job-1", "the journal failed")
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn trace_ids_are_written_back_as_given() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use arcp_types::IdempotencyKey;
 
 use crate::cache::Outcome;
-use crate::classify::{not_recorded, not_sent, shared_fate, Ended, Exposure};
+use crate::classify::{give_up, not_recorded, not_sent, outcome_unknown, shared_fate, Ending};
 use crate::deadline::Deadline;
 use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
@@ -79,17 +79,10 @@ impl Client {
         match tokio::time::timeout_at(deadline.at().into(), opening).await {
             Ok(opened) => opened.map(drop),
             Err(_) => {
-                let call = Ended {
-                    key: &request.key,
-                    job_id: None,
-                    exposure: Exposure {
-                        bound: false,
-                        in_doubt: request.in_doubt,
-                    },
-                    attempts: 0,
-                    last_error: None,
-                };
-                Err(deadline.exceeded_error(call))
+                // Not handed to a transport: nothing went out but what an
+                // earlier process may have sent.
+                let ended = request.shared.ended(request.in_doubt);
+                Err(deadline.exceeded_error(ended.of(&request.key)))
             }
         }
     }
@@ -133,30 +126,17 @@ impl Client {
                 outcome
             }
             Err(_) => {
-                let job_id = shared.job_id();
-                let exposure = Exposure {
-                    bound: job_id.is_some(),
-                    in_doubt: shared.abandon() || in_doubt,
-                };
-                let call = Ended {
-                    key: &key,
-                    job_id: job_id.as_deref(),
-                    exposure,
-                    attempts: shared.attempts(),
-                    last_error: None,
-                };
-                Err(deadline.exceeded_error(call))
+                let ended = shared.ended(shared.abandon() || in_doubt);
+                Err(deadline.exceeded_error(ended.of(&key)))
             }
         };
         // The client closed before this call's request went out: that proves
         // nothing when the journal found the key in doubt (an earlier attempt
         // may have run it; the prepare marked the call sent).
         let outcome = match outcome {
-            Err(Error::Closed) if shared.abandon() => Err(Error::Interrupted {
-                key: key.clone(),
-                job_id: shared.job_id(),
-                attempts: shared.attempts(),
-            }),
+            Err(Error::Closed) if shared.abandon() => {
+                Err(give_up(shared.ended(true).of(&key), Ending::Closed))
+            }
             other => other,
         };
         // A journal that fails while driving a call an earlier process may
@@ -165,9 +145,7 @@ impl Client {
         let outcome = match outcome {
             Err(Error::Journal(e)) if key_may_be_known && e.kind != JournalErrorKind::Fenced => {
                 Err(outcome_unknown(
-                    &key,
-                    shared.job_id(),
-                    &shared,
+                    shared.ended(true).of(&key),
                     format!(
                         "the journal failed, and an earlier process may have sent a call with \
                          this key ({e})"
@@ -192,10 +170,9 @@ impl Client {
                     && e.execution() == Execution::NotRun
                     && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
             {
+                // Nothing was sent, so no job is known.
                 Err(outcome_unknown(
-                    &key,
-                    None,
-                    &shared,
+                    shared.ended(true).of(&key),
                     format!(
                         "the call ended before the journal read its key's record, and an \
                          earlier call with this key may have run ({e})"
@@ -318,23 +295,6 @@ fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Ou
     match outcome {
         Err(e) if supplied => Err(not_sent(e, key)),
         outcome => outcome,
-    }
-}
-
-/// A call whose outcome is unknown for `reason`: it may have run, and the
-/// caller keeps its key (and job id, when known) to ask again.
-fn outcome_unknown(
-    key: &IdempotencyKey,
-    job_id: Option<String>,
-    shared: &CallShared,
-    reason: String,
-) -> Error {
-    Error::OutcomeUnavailable {
-        key: key.clone(),
-        job_id,
-        reason,
-        attempts: shared.attempts(),
-        permanent: false,
     }
 }
 

@@ -33,6 +33,7 @@ use tracing::{debug, info, warn, Instrument};
 use super::gate::{AttemptGate, GatedBody};
 use super::transport::{definitive_failure, Transport};
 use super::{describe, idempotency_key_header, IDEMPOTENCY_KEY_HEADER};
+use crate::attempts::{Attempts, NextAttempt};
 use crate::cache::{
     conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, PlainResult, Settled,
 };
@@ -44,7 +45,7 @@ use crate::outcome::ToolOutput;
 use crate::profile::RuntimeProfile;
 use crate::redact::Redactor;
 use crate::request::CallRequest;
-use crate::retry::{Decision, Exhausted, RetryBudget, Schedule};
+use crate::retry::{Decision, Exhausted, Schedule};
 use crate::telemetry::Answered;
 
 /// What the client sends in `Accept`: a stream of envelopes preferred (it
@@ -146,7 +147,9 @@ impl HttpBackend {
         let deadline = call.deadline;
         let deadline_at = tokio::time::Instant::from_std(deadline.at());
         // An earlier call with this key and intent may have run it.
-        call.uncertain |= earlier_send;
+        if earlier_send {
+            call.record.in_doubt();
+        }
         if let Some(job) = prior_job {
             call.bind(&job);
         }
@@ -181,15 +184,17 @@ impl HttpBackend {
                 Err(call.end(Ending::Closed))
             }
         };
-        let outcome = outcome.map_err(|e| e.with_attempts(call.attempts));
+        let outcome = outcome.map_err(|e| e.with_attempts(call.record.count()));
         match &outcome {
             Ok(out) => {
                 info!(parent: &span, attempts = out.attempts, replayed = out.replayed, job_id = ?out.job_id, "call succeeded")
             }
-            Err(e) => info!(parent: &span, attempts = call.attempts, error = %e, "call failed"),
+            Err(e) => {
+                info!(parent: &span, attempts = call.record.count(), error = %e, "call failed")
+            }
         }
-        if call.dropped_events > 0 {
-            warn!(parent: &span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
+        if call.record.dropped_events() > 0 {
+            warn!(parent: &span, dropped = call.record.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
         // The cache admits only the key's own outcome (`cache::admits`); a
         // value kept as text is shared with it, and parsed here once.
@@ -261,20 +266,17 @@ struct Call<'a> {
     /// A plainly successful result's value, kept as its wire text: parsed
     /// once for the caller, and shared (not copied) by the outcome cache.
     value_text: Option<Arc<str>>,
-    /// Requests sent (a request that never connected is not counted).
-    attempts: u32,
-    job_id: Option<String>,
-    /// The runtime said the key is bound to a job (409, `job.accepted`).
-    bound: bool,
+    /// Requests sent (a request that never connected is not counted), the
+    /// job, what the attempts exposed, the last error, the retry budget
+    /// and the events delivered (`attempts.rs`).
+    record: Attempts,
     /// Whether the key was bound when the current attempt was sent, and to
     /// which job if the runtime said (`replayed`).
-    bound_before: Option<Option<String>>,
+    bound_before: Option<Option<Arc<str>>>,
     /// The current attempt's answer is a stream of envelopes, where a new
     /// execution's `job.accepted` comes before its terminal (a JSON body
     /// carries the terminal alone).
     streamed: bool,
-    /// An attempt may have started the job and its answer was lost.
-    uncertain: bool,
     /// A request is on its way: handed to the HTTP client and not yet
     /// answered (a deadline or a close that cuts it short leaves it in
     /// doubt if its gate released its body).
@@ -283,12 +285,7 @@ struct Call<'a> {
     gate: Option<Arc<AttemptGate>>,
     /// The current attempt's stream carried `job.accepted`.
     accepted_now: bool,
-    last_error: Option<String>,
-    /// When retrying stops, and the backoff's place (`retry/budget.rs`).
-    budget: RetryBudget,
     ladder: Option<Schedule>,
-    last_event_seq: Option<u64>,
-    dropped_events: u64,
     /// The token provider's token of the latest attempt (redacted from
     /// what comes back).
     provided: Option<crate::config::Secret>,
@@ -302,10 +299,7 @@ impl<'a> Call<'a> {
         encoded: EncodedRequest,
         fingerprint: u64,
     ) -> Self {
-        let mut budget = RetryBudget::default();
-        if let Some((until, retention)) = req.shared.send_limit() {
-            budget.no_send_after(until, retention);
-        }
+        let record = Attempts::new(false, req.shared.send_limit());
         Call {
             backend,
             deadline: Deadline::new(req.started, req.deadline),
@@ -317,20 +311,13 @@ impl<'a> Call<'a> {
             message_id: String::with_capacity(32),
             timestamp: String::with_capacity(32),
             value_text: None,
-            attempts: 0,
-            job_id: None,
-            bound: false,
+            record,
             bound_before: None,
             streamed: false,
-            uncertain: false,
             in_flight: false,
             gate: None,
             accepted_now: false,
-            last_error: None,
-            budget,
             ladder: None,
-            last_event_seq: None,
-            dropped_events: 0,
             provided: None,
         }
     }
@@ -344,7 +331,7 @@ impl<'a> Call<'a> {
         loop {
             // Every send of the key before the runtime may have forgotten
             // it; past that, asking again cannot help.
-            if let Err(why) = self.budget.may_send_at(Instant::now()) {
+            if let Err(why) = self.record.budget().may_send_at(Instant::now()) {
                 return Err(self.end(Ending::BudgetSpent {
                     reason: why.to_string(),
                     permanent: true,
@@ -354,13 +341,11 @@ impl<'a> Call<'a> {
             let backend = self.backend;
             let retry = &backend.config.retry;
             let now = Instant::now();
-            let (decision, reason) = match next {
+            let decision = match next {
                 Next::Done(outcome) => return outcome,
                 Next::Transient { floor, reason } | Next::Lost { floor, reason } => {
-                    let decision =
-                        self.budget
-                            .after_failure(retry, self.attempts, floor, deadline_at, now);
-                    (decision, reason)
+                    let next = NextAttempt::Backoff { floor };
+                    self.record.retried(retry, next, reason, deadline_at, now)
                 }
                 Next::Pending { floor, reason } => {
                     // Patient, unjittered waits: the job is running.
@@ -369,16 +354,13 @@ impl<'a> Call<'a> {
                         .get_or_insert_with(|| retry.ladder())
                         .next_ceiling();
                     let wait = floor.map_or(wait, |f| wait.max(f));
-                    let decision =
-                        self.budget
-                            .after_wait(retry, self.attempts, wait, deadline_at, now);
-                    (decision, reason)
+                    let next = NextAttempt::After(wait);
+                    self.record.retried(retry, next, reason, deadline_at, now)
                 }
             };
-            self.last_error = Some(reason);
             match decision {
                 Decision::RetryAt(at) => {
-                    debug!(attempt = self.attempts, delay = ?at - now, reason = ?self.last_error, "retrying with the same key");
+                    debug!(attempt = self.record.count(), delay = ?at - now, reason = ?self.record.last_error(), "retrying with the same key");
                     tokio::time::sleep_until(at.into()).await;
                 }
                 // The deadline cannot be kept: ended now as it would end it.
@@ -413,13 +395,7 @@ impl<'a> Call<'a> {
 
     /// The call as an ending names it, for the give-up rule.
     fn ended(&self) -> Ended<'_> {
-        Ended {
-            key: &self.req.key,
-            job_id: self.job_id.as_deref(),
-            exposure: self.exposure(),
-            attempts: self.attempts,
-            last_error: self.last_error.as_deref(),
-        }
+        self.record.ended(&self.req.key, self.in_flight)
     }
 
     /// The call ends (deadline, close, its caller gone) with an attempt
@@ -428,17 +404,14 @@ impl<'a> Call<'a> {
     fn cut_attempt(&mut self) {
         if self.in_flight && !self.gate.as_ref().is_some_and(|gate| gate.cut()) {
             self.in_flight = false;
-            self.attempts -= 1;
+            self.record.withdrawn();
         }
     }
 
     /// What the attempts so far exposed to the runtime, the one in flight
     /// included.
     fn exposure(&self) -> Exposure {
-        Exposure {
-            bound: self.bound,
-            in_doubt: self.uncertain || self.in_flight,
-        }
+        self.record.exposure_with(self.in_flight)
     }
 
     /// Sends the request once: the same intent (its payload encoded once,
@@ -465,12 +438,14 @@ impl<'a> Call<'a> {
         // The body is this string's buffer, taken without a copy.
         let body = Bytes::from(self.encoded.frame_with(&header));
         // What the key was bound to before this attempt, for `replayed`.
-        self.bound_before = self.bound.then(|| self.job_id.clone());
+        self.bound_before = (self.record.exposure().bound).then(|| self.record.job().cloned());
         self.accepted_now = false;
-        self.attempts += 1;
-        // The first send starts the runtime's memory of the key.
+        // The first send starts the runtime's memory of the key; the
+        // journal records the send before it can reach the runtime.
         let retention = self.config().runtime_key_retention;
-        self.budget.sent(retention, Instant::now());
+        self.record
+            .sent(retention, Instant::now())
+            .write(&self.req.key, self.req.recorder.as_deref());
         let gate = AttemptGate::new(self.req.shared.clone());
         self.gate = Some(gate.clone());
         let mut request = Request::new(GatedBody::new(body, gate));
@@ -490,7 +465,7 @@ impl<'a> Call<'a> {
         for (name, value) in &self.backend.headers {
             headers.insert(name.clone(), value.clone());
         }
-        debug!(attempt = self.attempts, request_id = %self.message_id, "request queued");
+        debug!(attempt = self.record.count(), request_id = %self.message_id, "request queued");
         // From here until an answer, the request may reach the runtime
         // (once its gate releases the body).
         self.in_flight = true;
@@ -513,13 +488,13 @@ impl<'a> Call<'a> {
                 // request). That costs time, not an attempt.
                 let released = self.gate.as_ref().is_some_and(|gate| gate.cut());
                 if released {
-                    self.uncertain = true;
+                    self.record.lost();
                     return Next::Lost {
                         floor: None,
                         reason: format!("no response: {}", describe(&e)),
                     };
                 }
-                self.attempts -= 1;
+                self.record.withdrawn();
                 if let Some(message) = definitive_failure(&e) {
                     // An untrusted certificate, a proxy that wants
                     // credentials: retrying cannot change it.

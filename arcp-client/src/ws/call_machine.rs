@@ -29,7 +29,7 @@ impl Core {
         };
         // A caller whose own deadline has passed before the call's (a
         // joined caller less patient than another) is answered alone.
-        if !call.deadline.exceeded(now) {
+        if !call.deadline().exceeded(now) {
             for waiter in call.take_expired_waiters(now) {
                 // Joined callers are all marked sent: none of them may
                 // claim "did not run" for a shared key.
@@ -39,27 +39,27 @@ impl Core {
                 self.replies.push((waiter.reply, Err(error).into()));
             }
         }
-        call.waiters.retain(|w| !w.shared.is_abandoned());
+        call.waiters_mut().retain(|w| !w.shared.is_abandoned());
         if !call.is_wanted() {
-            debug!(parent: &call.span, "call abandoned by its callers");
+            debug!(parent: call.span(), "call abandoned by its callers");
             let cancel = call.cancel_so_far("the caller gave up before the cancel was written");
             call.answer_cancel(cancel);
             // The key may be bound on the runtime: another intent under it
             // must not be sent from this client.
             if call.exposure_now().unresolved() == Execution::MayHaveRun {
-                let (key, fingerprint) = (call.key.clone(), call.fingerprint);
+                let (key, fingerprint) = (call.key().clone(), call.fingerprint());
                 self.cache.remember_binding(key, fingerprint, now);
             }
             self.forget(id, now);
             return;
         }
-        if call.deadline.exceeded(now) {
-            let error = call.deadline.exceeded_error(call.ended());
+        if call.deadline().exceeded(now) {
+            let error = call.deadline().exceeded_error(call.ended());
             self.finish(id, Err(error));
             return;
         }
         let cancel_due = call
-            .cancel
+            .cancel()
             .as_ref()
             .is_some_and(|c| now >= c.until && !c.waiters.is_empty());
         if cancel_due {
@@ -71,7 +71,7 @@ impl Core {
             call.answer_cancel(outcome);
         }
         let policy = &self.config.retry;
-        match call.phase {
+        match *call.phase() {
             Phase::Queued { not_before } => {
                 // The next attempt starts no sooner than its backoff and
                 // the connection's next dial allow.
@@ -80,8 +80,8 @@ impl Core {
                     at = at.max(next_dial);
                 }
                 let decision =
-                    call.budget
-                        .judge(policy, call.attempts, at, call.deadline.at(), now);
+                    call.budget()
+                        .judge(policy, call.attempts(), at, call.deadline().at(), now);
                 if let Decision::GiveUp(why) = decision {
                     self.give_up(id, why);
                     return;
@@ -93,7 +93,7 @@ impl Core {
             Phase::Accepted {
                 ladder_at: Some(at),
             } => {
-                if let Err(why) = call.budget.ladder_may_go_on(policy, now) {
+                if let Err(why) = call.budget().ladder_may_go_on(policy, now) {
                     self.give_up(id, why);
                     return;
                 }
@@ -110,7 +110,10 @@ impl Core {
     fn try_send(&mut self, id: CallId, now: Instant) {
         // Every send of the key, whatever scheduled it, before the runtime
         // may have forgotten the key.
-        let limit = self.calls.get(&id).map(|call| call.budget.may_send_at(now));
+        let limit = self
+            .calls
+            .get(&id)
+            .map(|call| call.budget().may_send_at(now));
         if let Some(Err(why)) = limit {
             self.give_up(id, why);
             return;
@@ -119,7 +122,7 @@ impl Core {
         let Link::Up(up) = &mut self.link else {
             // Waiting for a connection is retrying.
             if let Some(call) = self.calls.get_mut(&id) {
-                call.budget.start(&self.config.retry, now);
+                call.budget_mut().start(&self.config.retry, now);
             }
             return;
         };
@@ -133,7 +136,7 @@ impl Core {
         };
         // The payload is encoded once per dialect and re-sent byte-identical;
         // only the envelope (id, timestamp, session) is new.
-        if let Err(e) = call.outgoing.prepare(dialect) {
+        if let Err(e) = call.outgoing_mut().prepare(dialect) {
             // Only re-encoding for another dialect can fail, and a client
             // keeps the dialect of its first session: this does not happen.
             // Should it, an earlier attempt may have run: the give-up rule
@@ -145,39 +148,28 @@ impl Core {
         }
         // Mark every live waiter sent before writing: a waiter that gave
         // up first is dropped, and nothing goes out if none is left.
-        call.waiters.retain(|w| w.shared.mark_sent());
-        if call.waiters.is_empty() {
+        call.waiters_mut().retain(|w| w.shared.mark_sent());
+        if call.waiters().is_empty() {
             self.forget(id, now);
             return;
         }
-        call.attempts += 1;
         // The first send starts the runtime's memory of the key.
-        call.budget.sent(self.config.runtime_key_retention, now);
-        call.span.record("attempt", call.attempts);
-        for waiter in &call.waiters {
-            waiter.shared.set_attempts(call.attempts);
-        }
-        if let Some(recorder) = &call.recorder {
-            recorder.sent(&call.key, call.attempts);
-        }
-        let Some(encoded) = call.outgoing.encoded() else {
+        let attempt = call.send_attempt(self.config.runtime_key_retention, now);
+        let Some(encoded) = call.outgoing().encoded() else {
             return;
         };
         arcp_types::write_new_message_id_and_timestamp(&mut self.message_id, &mut self.timestamp);
         let request = RequestId::from(self.message_id.as_str());
         let mut header = Header::outgoing(&request, &self.timestamp);
         let mut trace = [0; 32];
-        header.trace_id = Some(Cow::Borrowed(call.trace_id.write(&mut trace)));
+        header.trace_id = Some(Cow::Borrowed(call.trace_id().write(&mut trace)));
         header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
         let text = encoded.frame_with(&header);
-        debug!(parent: &call.span, attempt = call.attempts, %request, "request sent");
+        debug!(parent: call.span(), attempt, %request, "request sent");
         up.on_submit_sent(now);
         let seq = self.queue_text(text);
         if let Some(call) = self.calls.get_mut(&id) {
-            call.phase = Phase::Sent {
-                request: request.clone(),
-                seq,
-            };
+            call.on_wire(request.clone(), seq);
         }
         self.requests.insert(request, id, ReqKind::Submit);
     }
@@ -223,7 +215,7 @@ impl Core {
             return;
         };
         let wait = call
-            .ladder
+            .ladder_mut()
             .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
             .next_ceiling();
         let troubles = call.troubles_mut();
@@ -231,18 +223,16 @@ impl Core {
             && !troubles.subscribe_refused
             && generation.is_some()
             && troubles.subscribed_on != generation
-            && call.job_id.is_some();
+            && call.job_id().is_some();
         if subscribe {
             call.troubles_mut().subscribed_on = generation;
-            call.phase = Phase::Accepted {
-                ladder_at: Some(saturating_deadline(now, wait)),
-            };
+            call.ladder_at(saturating_deadline(now, wait));
             let frame = Frame::new(Message::Subscribe(
                 Subscribe::new(call.job().expect("checked above"))
                     .with_from_event_seq(0)
                     .with_history(true),
             ));
-            debug!(parent: &call.span, "subscribing to the job's stream with history");
+            debug!(parent: call.span(), "subscribing to the job's stream with history");
             let request = frame.envelope.id.clone();
             call.troubles_mut().subscribe_request = Some(request.clone());
             self.queue_frame(frame);
@@ -251,16 +241,15 @@ impl Core {
             return;
         }
         if !carries {
-            if call.confirming {
+            if call.confirming() {
                 self.give_up_permanent(id);
                 return;
             }
-            call.confirming = true;
+            call.confirm();
         }
-        debug!(parent: &call.span, "no outcome on the live stream; re-sending with the same key");
-        call.troubles_mut().last_error =
-            Some("the runtime answered with job.accepted only; no outcome was delivered".into());
-        call.phase = Phase::Queued { not_before: now };
+        debug!(parent: call.span(), "no outcome on the live stream; re-sending with the same key");
+        call.failed("the runtime answered with job.accepted only; no outcome was delivered".into());
+        call.queue(now);
         self.try_send(id, now);
     }
 
@@ -282,7 +271,7 @@ impl Core {
             let Some(call) = self.calls.get(&id) else {
                 return;
             };
-            let error = call.deadline.exceeded_error(call.ended());
+            let error = call.deadline().exceeded_error(call.ended());
             self.finish(id, Err(error));
             return;
         }
@@ -324,22 +313,22 @@ impl Core {
         let Some(mut call) = self.forget(id, now) else {
             return;
         };
-        settled = settled.with_attempts(call.attempts);
+        settled = settled.with_attempts(call.attempts());
         match settled.error() {
             None => {
-                call.span.record("outcome", "ok");
-                info!(parent: &call.span, attempts = call.attempts, replayed = settled.replayed_result(), "call succeeded")
+                call.span().record("outcome", "ok");
+                info!(parent: call.span(), attempts = call.attempts(), replayed = settled.replayed_result(), "call succeeded")
             }
             Some(e) => {
-                call.span.record("outcome", e.code_name().as_str());
-                info!(parent: &call.span, attempts = call.attempts, execution = %e.execution(), error = %e, "call failed")
+                call.span().record("outcome", e.code_name().as_str());
+                info!(parent: call.span(), attempts = call.attempts(), execution = %e.execution(), error = %e, "call failed")
             }
         }
-        if call.dropped_events > 0 {
-            warn!(parent: &call.span, dropped = call.dropped_events, "events dropped: the caller did not drain the event stream");
+        if call.dropped_events() > 0 {
+            warn!(parent: call.span(), dropped = call.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
         self.cache
-            .insert(call.key.clone(), call.fingerprint, &settled, now);
+            .insert(call.key().clone(), call.fingerprint(), &settled, now);
         let cancel = match settled.error() {
             Some(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.
@@ -351,7 +340,7 @@ impl Core {
         };
         call.answer_cancel(cancel);
         // Clones for joined callers; the last one takes the outcome itself.
-        let mut waiters = call.waiters;
+        let mut waiters = call.take_waiters();
         let last = waiters.pop();
         for waiter in waiters {
             self.replies.push((waiter.reply, settled.clone()));
@@ -378,16 +367,8 @@ impl Core {
 
     /// Removes every trace of a call (maps, requests, window) and returns it.
     fn forget(&mut self, id: CallId, now: Instant) -> Option<Box<Call>> {
-        let call = self.calls.remove(&id)?;
-        if self.by_key.get(&call.key) == Some(&id) {
-            self.by_key.remove(&call.key);
-        }
-        if let Some(job) = &call.job_id {
-            if self.by_job.get(job) == Some(&id) {
-                self.by_job.remove(job);
-            }
-        }
-        if let Phase::Sent { request, .. } = &call.phase {
+        let call = self.calls.remove(id)?;
+        if let Phase::Sent { request, .. } = call.phase() {
             if self.requests.remove(request).is_some() {
                 self.answered(now);
             }
@@ -395,7 +376,7 @@ impl Core {
         if let Some(request) = call.subscribe_request() {
             self.requests.remove(request);
         }
-        if let Some((request, _)) = call.cancel.as_ref().and_then(|c| c.request.as_ref()) {
+        if let Some((request, _)) = call.cancel().as_ref().and_then(|c| c.request.as_ref()) {
             self.requests.orphan_cancel(request);
         }
         if let Link::Up(up) = &mut self.link {

@@ -11,7 +11,7 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 use tokio::sync::oneshot;
@@ -20,11 +20,13 @@ use super::assembly::Assembly;
 use super::ids::RequestId;
 use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
+use crate::attempts::{Attempts, NextAttempt};
 use crate::classify::Exposure;
+use crate::config::RetryPolicy;
 use crate::deadline::Deadline;
 use crate::outcome::CancelOutcome;
-use crate::request::{Outgoing, TraceId};
-use crate::retry::{RetryBudget, Schedule};
+use crate::request::{CallRecorder, Outgoing, PreparedCall, TraceId};
+use crate::retry::{Decision, RetryBudget, Schedule};
 
 /// Where a call stands. Each phase carries its own data.
 #[derive(Debug)]
@@ -55,45 +57,39 @@ pub(crate) struct CancelState {
     pub(crate) settled: bool,
 }
 
-/// One logical call.
+/// One logical call. Its fields are its own: its phase and its attempts
+/// record change only through its methods, one per step.
 pub(crate) struct Call {
-    pub(crate) key: IdempotencyKey,
-    pub(crate) trace_id: TraceId,
+    key: IdempotencyKey,
+    trace_id: TraceId,
     /// What the call sends: every attempt re-sends the same bytes
     /// (invariant 1 by construction).
-    pub(crate) outgoing: Outgoing,
-    pub(crate) fingerprint: u64,
-    pub(crate) waiters: Waiters,
-    pub(crate) recorder: Option<Box<dyn crate::request::CallRecorder>>,
-    pub(crate) phase: Phase,
-    pub(crate) attempts: u32,
-    /// Shared with the call's waiters and the job index.
-    pub(crate) job_id: Option<Arc<str>>,
-    pub(crate) exposure: Exposure,
-    /// The runtime's answers show a stored outcome (see `ToolError::replayed`).
-    pub(crate) replayed: bool,
+    outgoing: Outgoing,
+    fingerprint: u64,
+    waiters: Waiters,
+    recorder: Option<Box<dyn CallRecorder>>,
+    phase: Phase,
+    /// Sends, the job (shared with the call's waiters and the job index),
+    /// exposure, replayed, the last error, the retry budget, the events
+    /// delivered (`attempts.rs`).
+    record: Attempts,
     /// What went wrong so far; boxed and absent until something does.
-    pub(crate) troubles: Option<Box<Troubles>>,
+    troubles: Option<Box<Troubles>>,
     /// Its most patient caller's.
-    pub(crate) deadline: Deadline,
-    /// When retrying stops, and the backoff's place (`retry/budget.rs`).
-    pub(crate) budget: RetryBudget,
+    deadline: Deadline,
     /// Boxed, like the other rarely used parts: most calls never retry.
-    pub(crate) ladder: Option<Box<Schedule>>,
+    ladder: Option<Box<Schedule>>,
     /// Accepted when its connection died: a resumed session may deliver
     /// the outcome without a re-send.
-    pub(crate) awaiting_resume: bool,
+    awaiting_resume: bool,
     /// The runtime cannot hand this job's outcome to a new request: the
     /// next replayed acceptance ends the call (one confirming re-send).
-    pub(crate) confirming: bool,
-    pub(crate) cancel: Option<Box<CancelState>>,
-    /// Highest (session epoch, event_seq) delivered, for deduplication.
-    pub(crate) last_event: Option<(u64, u64)>,
-    pub(crate) dropped_events: u64,
-    pub(crate) assembly: Option<Box<Assembly>>,
-    pub(crate) span: tracing::Span,
+    confirming: bool,
+    cancel: Option<Box<CancelState>>,
+    assembly: Option<Box<Assembly>>,
+    span: tracing::Span,
     /// The call's timer: its instant and current heap entry (`timers.rs`).
-    pub(crate) timer: TimerSlot,
+    timer: TimerSlot,
 }
 
 /// The parts of a call's state that only a call in trouble uses (a lost
@@ -102,8 +98,6 @@ pub(crate) struct Call {
 /// none of it.
 #[derive(Debug, Default)]
 pub(crate) struct Troubles {
-    /// The last transport or runtime error, for the final report.
-    pub(crate) last_error: Option<String>,
     /// Subscribed with history on this connection generation.
     pub(crate) subscribed_on: Option<u64>,
     pub(crate) subscribe_request: Option<String>,
@@ -115,14 +109,292 @@ pub(crate) struct Troubles {
 }
 
 impl Call {
+    /// A call about to be queued for its first send: its key, its journal
+    /// recorder, `prepared`'s intent, `waiter` its first caller (whose
+    /// deadline and send limit it starts with). `in_doubt`: an earlier
+    /// call or process may have sent the key.
+    pub(crate) fn new(
+        key: IdempotencyKey,
+        recorder: Option<Box<dyn CallRecorder>>,
+        prepared: PreparedCall,
+        waiter: Waiter,
+        in_doubt: bool,
+        now: Instant,
+    ) -> Self {
+        let record = Attempts::new(in_doubt, waiter.shared.send_limit());
+        Call {
+            key,
+            trace_id: prepared.trace_id,
+            outgoing: prepared.outgoing,
+            fingerprint: prepared.intent.fingerprint,
+            deadline: waiter.deadline,
+            waiters: Waiters::one(waiter),
+            recorder,
+            phase: Phase::Queued { not_before: now },
+            record,
+            troubles: None,
+            ladder: None,
+            awaiting_resume: false,
+            confirming: false,
+            cancel: None,
+            assembly: None,
+            span: prepared.span,
+            timer: TimerSlot::default(),
+        }
+    }
+
+    // ----- its phase, one method per change ------------------------------------
+
+    /// Where the call stands.
+    pub(crate) fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Waits to be (re)sent, not before `not_before`.
+    pub(crate) fn queue(&mut self, not_before: Instant) {
+        self.phase = Phase::Queued { not_before };
+    }
+
+    /// Counts an attempt about to be written at `now` and tells its
+    /// waiters and the journal; the first starts the key's send limit
+    /// (`retention`). [`on_wire`](Self::on_wire) follows once the frame
+    /// is queued.
+    pub(crate) fn send_attempt(&mut self, retention: Duration, now: Instant) -> u32 {
+        let record = self.record.sent(retention, now);
+        let attempts = self.record.count();
+        self.span.record("attempt", attempts);
+        for waiter in &self.waiters {
+            waiter.shared.set_attempts(attempts);
+        }
+        record.write(&self.key, self.recorder.as_deref());
+        attempts
+    }
+
+    /// The attempt is on the connection as `request`, `seq` in the
+    /// transmit order.
+    pub(crate) fn on_wire(&mut self, request: RequestId, seq: u64) {
+        self.phase = Phase::Sent { request, seq };
+    }
+
+    /// Accepted (bound to its job); `ladder_at` when the live stream cannot
+    /// be trusted to deliver the terminal. Returns the phase it leaves.
+    pub(crate) fn accept(&mut self, ladder_at: Option<Instant>) -> Phase {
+        std::mem::replace(&mut self.phase, Phase::Accepted { ladder_at })
+    }
+
+    /// Accepted, and the recovery ladder takes its next step at `at`.
+    pub(crate) fn ladder_at(&mut self, at: Instant) {
+        self.phase = Phase::Accepted {
+            ladder_at: Some(at),
+        };
+    }
+
+    // ----- what it is and who waits ---------------------------------------------
+
+    /// The call's idempotency key.
+    pub(crate) fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
+    /// Its trace id, written into every attempt.
+    pub(crate) fn trace_id(&self) -> &TraceId {
+        &self.trace_id
+    }
+
+    /// What every attempt sends.
+    pub(crate) fn outgoing(&self) -> &Outgoing {
+        &self.outgoing
+    }
+
+    /// What every attempt sends, to encode it for a dialect.
+    pub(crate) fn outgoing_mut(&mut self) -> &mut Outgoing {
+        &mut self.outgoing
+    }
+
+    /// Its intent's fingerprint in the outcome cache.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Its callers.
+    pub(crate) fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// Its callers, to drop those that gave up.
+    pub(crate) fn waiters_mut(&mut self) -> &mut Waiters {
+        &mut self.waiters
+    }
+
+    /// Another caller of the same key and intent joins: the call lives as
+    /// long as its most patient caller (each is held to its own deadline).
+    pub(crate) fn join(&mut self, waiter: Waiter) {
+        self.deadline = self.deadline.latest(waiter.deadline);
+        self.waiters.push(waiter);
+    }
+
+    /// Its callers, taken to answer them as it ends.
+    pub(crate) fn take_waiters(&mut self) -> Waiters {
+        std::mem::take(&mut self.waiters)
+    }
+
+    /// Its most patient caller's deadline.
+    pub(crate) fn deadline(&self) -> Deadline {
+        self.deadline
+    }
+
+    /// Its tracing span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Its timer (`timers.rs`).
+    pub(crate) fn timer(&self) -> &TimerSlot {
+        &self.timer
+    }
+
+    /// Its timer, to arm or clear.
+    pub(crate) fn timer_mut(&mut self) -> &mut TimerSlot {
+        &mut self.timer
+    }
+
+    /// The cancel asked for, if any.
+    pub(crate) fn cancel(&self) -> &Option<Box<CancelState>> {
+        &self.cancel
+    }
+
+    /// The cancel asked for, to start, answer or re-send it.
+    pub(crate) fn cancel_mut(&mut self) -> &mut Option<Box<CancelState>> {
+        &mut self.cancel
+    }
+
+    /// A streamed result being put back together.
+    pub(crate) fn assembly_mut(&mut self) -> &mut Option<Box<Assembly>> {
+        &mut self.assembly
+    }
+
+    /// The recovery ladder's schedule, once climbed.
+    pub(crate) fn ladder_mut(&mut self) -> &mut Option<Box<Schedule>> {
+        &mut self.ladder
+    }
+
+    /// Accepted when its connection died: a resumed session may deliver
+    /// the outcome without a re-send.
+    pub(crate) fn await_resume(&mut self) {
+        self.awaiting_resume = true;
+    }
+
+    /// Whether it was waiting for a resumed session, and no longer.
+    pub(crate) fn take_awaiting_resume(&mut self) -> bool {
+        std::mem::take(&mut self.awaiting_resume)
+    }
+
+    /// Whether its next replayed acceptance ends it (one confirming
+    /// re-send: the runtime cannot hand this job's outcome to a new
+    /// request).
+    pub(crate) fn confirming(&self) -> bool {
+        self.confirming
+    }
+
+    /// The next replayed acceptance ends it.
+    pub(crate) fn confirm(&mut self) {
+        self.confirming = true;
+    }
+
+    /// The request-level closes its written attempts met: (count, last
+    /// code, reason, whether the last was alone on its connection).
+    pub(crate) fn rejections(&self) -> Option<(u32, u16, String, bool)> {
+        self.troubles.as_ref().map(|t| t.rejections.clone())
+    }
+
+    // ----- its attempts record ---------------------------------------------------
+
+    /// Requests sent.
+    pub(crate) fn attempts(&self) -> u32 {
+        self.record.count()
+    }
+
+    /// The job the key is bound to.
+    pub(crate) fn job_id(&self) -> Option<&Arc<str>> {
+        self.record.job()
+    }
+
+    /// What the settled attempts exposed (not counting one on the
+    /// connection; [`exposure_now`](Self::exposure_now) does).
+    pub(crate) fn exposure(&self) -> Exposure {
+        self.record.exposure()
+    }
+
+    /// An attempt on the connection was lost unanswered, or another caller
+    /// of the key may have sent it: the call may have run.
+    pub(crate) fn in_doubt(&mut self) {
+        self.record.lost();
+    }
+
+    /// Whether the runtime's answers show a stored outcome (see
+    /// `ToolError::replayed`).
+    pub(crate) fn replayed(&self) -> bool {
+        self.record.replayed()
+    }
+
+    /// The latest acceptance shows a stored outcome, or a fresh one.
+    pub(crate) fn set_replayed(&mut self, replayed: bool) {
+        self.record.set_replayed(replayed);
+    }
+
+    /// The retry budget.
+    pub(crate) fn budget(&self) -> &RetryBudget {
+        self.record.budget()
+    }
+
+    /// The retry budget, to start its clock or set a send limit.
+    pub(crate) fn budget_mut(&mut self) -> &mut RetryBudget {
+        self.record.budget_mut()
+    }
+
+    /// Keeps `reason` as the last error, for the final report.
+    pub(crate) fn failed(&mut self, reason: String) {
+        self.record.failed(reason);
+    }
+
+    /// An attempt was refused for `reason`; the next waits the backoff's
+    /// delay, at least `floor`: the budget's decision.
+    pub(crate) fn retried(
+        &mut self,
+        policy: &RetryPolicy,
+        floor: Option<Duration>,
+        reason: String,
+        now: Instant,
+    ) -> Decision {
+        let deadline_at = self.deadline.at();
+        self.record.retried(
+            policy,
+            NextAttempt::Backoff { floor },
+            reason,
+            deadline_at,
+            now,
+        )
+    }
+
+    /// Whether the event at (`epoch`, `seq`) is new; a new one is
+    /// remembered.
+    pub(crate) fn event(&mut self, epoch: u64, seq: u64) -> bool {
+        self.record.event(epoch, seq)
+    }
+
+    /// Events the callers did not take in time.
+    pub(crate) fn events_dropped(&mut self, n: u64) {
+        self.record.events_dropped(n);
+    }
+
+    /// Events the callers did not take in time.
+    pub(crate) fn dropped_events(&self) -> u64 {
+        self.record.dropped_events()
+    }
+
     /// The call's troubles, allocated on first use.
     pub(crate) fn troubles_mut(&mut self) -> &mut Troubles {
         self.troubles.get_or_insert_with(Box::default)
-    }
-
-    /// The last error seen, if any.
-    pub(crate) fn last_error(&self) -> Option<&str> {
-        self.troubles.as_ref()?.last_error.as_deref()
     }
 
     /// The outstanding `job.subscribe`, if any.
@@ -167,11 +439,11 @@ impl Call {
             }
             Phase::Sent { .. } | Phase::Accepted { ladder_at: None } => false,
         };
-        if let Some(end) = self.budget.ends_at().filter(|_| retrying) {
+        if let Some(end) = self.budget().ends_at().filter(|_| retrying) {
             at = at.min(end);
         }
         // A call waiting to send ends when its key's send limit passes.
-        if let Some(limit) = self.budget.send_limit().filter(|_| retrying) {
+        if let Some(limit) = self.budget().send_limit().filter(|_| retrying) {
             at = at.min(limit);
         }
         if let Some(cancel) = &self.cancel {
@@ -186,9 +458,8 @@ impl Call {
     /// (queued frames are still written, even at close) may reach the
     /// runtime, so it counts as in doubt.
     pub(crate) fn exposure_now(&self) -> Exposure {
-        let mut exposure = self.exposure;
-        exposure.in_doubt |= matches!(self.phase, Phase::Sent { .. });
-        exposure
+        self.record
+            .exposure_with(matches!(self.phase, Phase::Sent { .. }))
     }
 
     /// Removes and returns the waiters whose own deadline has passed.
@@ -210,13 +481,8 @@ impl Call {
     /// The call as an ending names it (key, job, exposure now, attempts,
     /// last error), for the give-up rule.
     pub(crate) fn ended(&self) -> crate::classify::Ended<'_> {
-        crate::classify::Ended {
-            key: &self.key,
-            job_id: self.job_id.as_deref(),
-            exposure: self.exposure_now(),
-            attempts: self.attempts,
-            last_error: self.last_error(),
-        }
+        self.record
+            .ended(&self.key, matches!(self.phase, Phase::Sent { .. }))
     }
 
     /// Whether any caller still wants the outcome.
@@ -224,33 +490,26 @@ impl Call {
         self.waiters.iter().any(Waiter::is_live)
     }
 
-    /// Records the job id, for this call and every waiter. Returns it, and
-    /// the job id it replaces (an attempt after a lost one may be bound to
-    /// another job): the caller drops that one from its index.
-    pub(crate) fn bind(&mut self, job_id: &str) -> (Arc<str>, Option<Arc<str>>) {
-        self.exposure.bound = true;
-        let mut replaced = None;
-        let job = match &self.job_id {
-            Some(known) if **known == *job_id => known.clone(),
-            _ => {
-                let job: Arc<str> = Arc::from(job_id);
-                replaced = self.job_id.replace(job.clone());
-                self.span.record("job_id", job_id);
-                job
-            }
-        };
+    /// Records the job id, for this call, every waiter and the journal (a
+    /// job new to the call). Returns it, and the job id it replaces (an
+    /// attempt after a lost one may be bound to another job): the call
+    /// table drops that one from its index (`call_table.rs`, the one
+    /// caller).
+    pub(super) fn bind(&mut self, job_id: &str) -> (Arc<str>, Option<Arc<str>>) {
+        let bound = self.record.bound(job_id);
+        if bound.record != crate::attempts::Record::Nothing {
+            self.span.record("job_id", job_id);
+        }
         for waiter in &self.waiters {
-            waiter.shared.set_job(&job);
+            waiter.shared.set_job(&bound.job);
         }
-        if let Some(recorder) = &self.recorder {
-            recorder.accepted(&self.key, job_id);
-        }
-        (job, replaced)
+        bound.record.write(&self.key, self.recorder.as_deref());
+        (bound.job, bound.replaced)
     }
 
     /// An owned copy of the job id, for an outcome or an error.
     pub(crate) fn job(&self) -> Option<String> {
-        self.job_id.as_deref().map(str::to_owned)
+        self.record.job().map(|job| job.to_string())
     }
 
     /// What a cancel not confirmed by the runtime amounts to: dispatched

@@ -9,19 +9,18 @@ use arcp_types::{Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 use tracing::info;
 
-use super::calls::{Call, CancelState, Phase};
+use super::calls::{Call, CancelState};
 use super::ids::{CallId, RequestId};
 use super::requests::ReqKind;
-use super::timers::TimerSlot;
-use super::waiters::{Waiter, Waiters};
+use super::waiters::Waiter;
 use crate::cache::{conflict, Cached, Intent, Settled};
-use crate::classify::{Ending, Exposure};
+use crate::classify::Ending;
 use crate::deadline::Deadline;
 use crate::error::Error;
 use crate::outcome::CancelOutcome;
 use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
-use crate::retry::{saturating_deadline, RetryBudget};
+use crate::retry::saturating_deadline;
 use crate::telemetry::Answered;
 
 use super::core::{Command, Core};
@@ -55,8 +54,7 @@ impl Core {
                 arcp_types::Close::default().with_reason("client closed"),
             )));
         }
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
-        for id in ids {
+        for id in self.calls.ids() {
             self.end_without_outcome(id, Ending::Closed);
         }
         self.fail_ready(Error::Closed);
@@ -106,28 +104,27 @@ impl Core {
             Cached::Bound => true,
             Cached::Miss => req.in_doubt,
         };
-        if let Some(&existing) = self.by_key.get(&req.key) {
+        if let Some(existing) = self.calls.by_key(&req.key) {
             if let Some(call) = self.calls.get_mut(&existing) {
-                if call.fingerprint == fingerprint {
+                if call.fingerprint() == fingerprint {
                     // The same logical call awaited twice: share one outcome,
                     // and the job id once known.
-                    if let Some(job) = &call.job_id {
+                    if let Some(job) = call.job_id() {
                         waiter.shared.set_job(job);
                     }
                     // From now on the key's fate is shared: whichever caller
                     // gives up first cannot prove the others will not run
                     // it, so none of them may claim "did not run".
-                    for w in &call.waiters {
+                    for w in call.waiters() {
                         w.shared.mark_sent();
                     }
                     waiter.shared.mark_sent();
                     if let Some((until, retention)) = waiter.shared.send_limit() {
-                        call.budget.no_send_after(until, retention);
+                        call.budget_mut().no_send_after(until, retention);
                     }
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
-                    call.deadline = call.deadline.latest(waiter.deadline);
-                    call.waiters.push(waiter);
+                    call.join(waiter);
                     // Its outcome is recorded on the first caller's span.
                     prepared.span.record("outcome", "joined");
                     // The joined caller's deadline may be the call's next wake.
@@ -154,61 +151,31 @@ impl Core {
             answer(waiter, Err(refused).into());
             return;
         }
-        let id = self.next_id;
-        self.next_id += 1;
         if earlier_send {
             waiter.shared.mark_sent();
         }
-        let deadline = waiter.deadline;
-        let mut call = Call {
-            key: req.key.clone(),
-            trace_id: prepared.trace_id,
-            outgoing: prepared.outgoing,
-            fingerprint,
-            waiters: Waiters::one(waiter),
-            recorder: req.recorder,
-            phase: Phase::Queued { not_before: now },
-            attempts: 0,
-            job_id: None,
-            // An earlier call with this key and intent may have run it.
-            exposure: Exposure {
-                bound: false,
-                in_doubt: earlier_send,
-            },
-            replayed: false,
-            troubles: None,
-            deadline,
-            budget: RetryBudget::default(),
-            ladder: None,
-            awaiting_resume: false,
-            confirming: false,
-            cancel: None,
-            last_event: None,
-            dropped_events: 0,
-            assembly: None,
-            span: prepared.span,
-            timer: TimerSlot::default(),
-        };
-        if let Some((until, retention)) = req.shared.send_limit() {
-            call.budget.no_send_after(until, retention);
-        }
-        self.by_key.insert(req.key, id);
-        self.calls.insert(id, Box::new(call));
+        // An earlier call with this key and intent may have run it.
+        let call = Call::new(
+            req.key.clone(),
+            req.recorder,
+            prepared,
+            waiter,
+            earlier_send,
+            now,
+        );
         // A journal record of an earlier process says which job the key is
         // bound to: the call starts bound (and reachable by that job).
-        if let (Some(job), Some(call)) = (req.prior_job, self.calls.get_mut(&id)) {
-            let (job, _) = call.bind(&job);
-            self.by_job.insert(job, id);
-        }
+        let id = self.calls.insert(call, req.prior_job.as_deref());
         self.step(id, now);
     }
 
     fn abandon(&mut self, key: &IdempotencyKey, shared: &Arc<CallShared>, now: Instant) {
-        let Some(&id) = self.by_key.get(key) else {
+        let Some(id) = self.calls.by_key(key) else {
             return;
         };
         if let Some(call) = self.calls.get_mut(&id) {
-            call.waiters.retain(|w| !Arc::ptr_eq(&w.shared, shared));
+            call.waiters_mut()
+                .retain(|w| !Arc::ptr_eq(&w.shared, shared));
         }
         self.step(id, now);
     }
@@ -220,17 +187,16 @@ impl Core {
         reply: oneshot::Sender<CancelOutcome>,
         now: Instant,
     ) {
-        let Some(call) = self
-            .by_key
-            .get(&key)
-            .and_then(|id| self.calls.get(id))
-            .filter(|c| c.waiters.iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
+        let Some((id, call)) = self
+            .calls
+            .by_key(&key)
+            .and_then(|id| Some((id, self.calls.get(&id)?)))
+            .filter(|(_, c)| c.waiters().iter().any(|w| Arc::ptr_eq(&w.shared, shared)))
         else {
             let _ = reply.send(CancelOutcome::AlreadyFinished);
             return;
         };
-        let id = self.by_key[&key];
-        if call.job_id.is_none() {
+        if call.job_id().is_none() {
             let _ = reply.send(CancelOutcome::NotDispatched {
                 reason: "the runtime has not accepted the call yet; there is no job to cancel"
                     .into(),
@@ -239,7 +205,7 @@ impl Core {
         }
         let until = saturating_deadline(now, self.config.cancel_timeout);
         let call = self.calls.get_mut(&id).expect("looked up above");
-        match &mut call.cancel {
+        match call.cancel_mut() {
             Some(cancel) if cancel.settled => {
                 let _ = reply.send(CancelOutcome::Acknowledged);
                 return;
@@ -249,7 +215,7 @@ impl Core {
                 cancel.until = cancel.until.max(until);
             }
             None => {
-                call.cancel = Some(Box::new(CancelState {
+                *call.cancel_mut() = Some(Box::new(CancelState {
                     waiters: vec![reply],
                     until,
                     request: None,
@@ -270,7 +236,7 @@ impl Core {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        let (Some(job_id), Some(cancel)) = (call.job(), &call.cancel) else {
+        let (Some(job_id), Some(cancel)) = (call.job(), call.cancel()) else {
             return;
         };
         if cancel.settled || cancel.request.is_some() {
@@ -284,7 +250,11 @@ impl Core {
         self.requests
             .insert(RequestId::from(request.as_str()), id, ReqKind::Cancel);
         self.outbox.track_cancel(seq, id);
-        if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+        if let Some(cancel) = self
+            .calls
+            .get_mut(&id)
+            .and_then(|c| c.cancel_mut().as_mut())
+        {
             cancel.request = Some((request, seq));
         }
     }

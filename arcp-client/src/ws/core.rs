@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome};
 use tokio::sync::oneshot;
 
-use super::calls::Call;
+use super::call_table::CallTable;
 use super::dialer::Dialer;
 use super::ids::CallId;
 use super::link_state::{Link, WINDOW_AFTER_LOSS};
@@ -55,7 +55,6 @@ use crate::cache::{OutcomeCache, Settled};
 use crate::config::{Config, DialectChoice};
 use crate::connection_events::ConnectionEvent;
 use crate::error::Error;
-use crate::fast_map::FastMap;
 use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
@@ -137,16 +136,14 @@ const WINDOW_RECHECK: Duration = Duration::from_millis(50);
 /// The connection core.
 pub(crate) struct Core {
     pub(super) config: Arc<Config>,
-    pub(super) calls: FastMap<CallId, Box<Call>>,
-    pub(super) by_key: FastMap<IdempotencyKey, CallId>,
-    pub(super) by_job: FastMap<Arc<str>, CallId>,
+    /// The calls, by id, key and job (`call_table.rs`).
+    pub(super) calls: CallTable,
     pub(super) requests: Requests,
     pub(super) timers: TimerTable,
     pub(super) cache: OutcomeCache,
     pub(super) session: Session,
     pub(super) link: Link,
     pub(super) generation: u64,
-    pub(super) next_id: CallId,
     pub(super) outbox: Outbox,
     /// When to dial again after a loss or a failed dial (`dialer.rs`).
     pub(super) dialer: Dialer,
@@ -195,15 +192,12 @@ impl Core {
             cache: OutcomeCache::new(config.outcome_cache_capacity, config.outcome_cache_ttl)
                 .with_max_bytes(config.outcome_cache_bytes),
             config,
-            calls: FastMap::default(),
-            by_key: FastMap::default(),
-            by_job: FastMap::default(),
+            calls: CallTable::default(),
             requests: Requests::default(),
             timers: TimerTable::default(),
             session: Session::default(),
             link: Link::Down { next_dial: now },
             generation: 0,
-            next_id: 0,
             message_id: String::new(),
             timestamp: String::new(),
             replies: Vec::new(),
@@ -377,10 +371,10 @@ impl Core {
         let calls = &self.calls;
         let due = self
             .timers
-            .pop_expired(now, |id| calls.get(&id).map(|c| &c.timer));
+            .pop_expired(now, |id| calls.get(&id).map(|c| c.timer()));
         for id in due {
             if let Some(call) = self.calls.get_mut(&id) {
-                call.timer.clear();
+                call.timer_mut().clear();
             }
             self.step(id, now);
         }
@@ -413,14 +407,14 @@ impl Core {
             return;
         };
         let at = call.next_wake(now);
-        self.timers.schedule(&mut call.timer, id, at);
+        self.timers.schedule(call.timer_mut(), id, at);
     }
 
     /// Drops stale timer entries once the heap has doubled (amortised O(1)).
     fn compact(&mut self) {
         let calls = &self.calls;
         self.timers
-            .compact(calls.len(), |id| calls.get(&id).map(|c| &c.timer));
+            .compact(calls.len(), |id| calls.get(&id).map(|c| c.timer()));
     }
 
     /// Encodes and queues a frame on the live connection; returns its
@@ -459,17 +453,17 @@ impl Core {
     /// The key of the call bound to `job`, for tests.
     #[cfg(test)]
     pub(crate) fn key_of_job(&self, job: &str) -> Option<IdempotencyKey> {
-        self.by_job
-            .get(job)
-            .and_then(|id| self.calls.get(id))
-            .map(|c| c.key.clone())
+        self.calls
+            .by_job(job)
+            .and_then(|id| self.calls.get(&id))
+            .map(|c| c.key().clone())
     }
 
     /// The first caller's shared state of the call bound to `job`, for tests.
     #[cfg(test)]
     pub(crate) fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
-        let call = self.by_job.get(job).and_then(|id| self.calls.get(id))?;
-        call.waiters.iter().next().map(|w| w.shared.clone())
+        let call = self.calls.by_job(job).and_then(|id| self.calls.get(&id))?;
+        call.waiters().iter().next().map(|w| w.shared.clone())
     }
 
     /// What the core holds (`Client::stats`).

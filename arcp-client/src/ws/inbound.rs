@@ -10,7 +10,6 @@
 //! request) is logged and dropped: nothing here can fail a call it does not
 //! belong to, and nothing panics.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use arcp_types::{Decoded, Frame, Header, JobEvent, JobResult, Message, PayloadScope, Pong};
@@ -24,7 +23,6 @@ use super::ids::CallId;
 use super::link_state::Link;
 use super::requests::ReqKind;
 use crate::error::Error;
-use crate::fast_map::FastMap;
 use crate::outcome::{CancelOutcome, InvocationEvent};
 use crate::retry::saturating_deadline;
 use crate::telemetry;
@@ -103,9 +101,9 @@ impl Core {
                 if let Some(id) = self.call_for(header, header.correlation_id.as_deref()) {
                     if let Some(call) = self.calls.get(&id) {
                         let error = Error::Cancelled {
-                            key: call.key.clone(),
+                            key: call.key().clone(),
                             job_id: call.job().or_else(|| owned(&header.job_id)),
-                            attempts: call.attempts,
+                            attempts: call.attempts(),
                         };
                         self.finish(id, Err(error));
                     }
@@ -170,12 +168,7 @@ impl Core {
         request
             .and_then(|r| self.requests.get(r))
             .map(|(id, _)| id)
-            .or_else(|| {
-                header
-                    .job_id
-                    .as_deref()
-                    .and_then(|j| self.by_job.get(j).copied())
-            })
+            .or_else(|| header.job_id.as_deref().and_then(|j| self.calls.by_job(j)))
             .filter(|id| self.calls.contains_key(id))
     }
 
@@ -222,15 +215,15 @@ impl Core {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
-        if !matches!(call.phase, Phase::Sent { .. }) {
+        if !matches!(call.phase(), Phase::Sent { .. }) {
             return;
         }
-        let known_job = matches!((&call.job_id, &job_id), (Some(a), Some(b)) if **a == **b);
-        if let (Some(before), Some(now)) = (&call.job_id, &job_id) {
+        let known_job = matches!((call.job_id(), &job_id), (Some(a), Some(b)) if **a == **b);
+        if let (Some(before), Some(now)) = (call.job_id(), &job_id) {
             if !known_job {
                 warn!(
-                    parent: &call.span,
-                    key = %call.key,
+                    parent: call.span(),
+                    key = %call.key(),
                     before = %before,
                     now = %now,
                     "the runtime accepted the call as another job for the same key: it ran again"
@@ -242,7 +235,7 @@ impl Core {
         let replay = foreign || marked || known_job;
         // The latest acceptance decides: one of another job than an
         // earlier attempt's is a new execution, whatever that one showed.
-        call.replayed = replay;
+        call.set_replayed(replay);
         if replay {
             telemetry::accepted_replay();
         }
@@ -251,24 +244,25 @@ impl Core {
         // may never reach this one (a resumed session need not re-attach
         // running jobs), so the recovery ladder watches it. Not a replay,
         // though: the job may as well be new.
-        let untrusted = replay || call.exposure.in_doubt;
-        let bound = job_id.as_deref().map(|job| call.bind(job));
+        let untrusted = replay || call.exposure().in_doubt;
+        if let Some(job) = job_id.as_deref() {
+            self.calls.bind_job(id, job);
+        }
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
         let ladder_at = if untrusted {
-            call.budget.start(&self.config.retry, now);
+            call.budget_mut().start(&self.config.retry, now);
             let wait = call
-                .ladder
+                .ladder_mut()
                 .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                 .next_ceiling();
             Some(saturating_deadline(now, wait))
         } else {
             None
         };
-        debug!(parent: &call.span, job_id = ?call.job_id, replay, "accepted");
-        let sent = std::mem::replace(&mut call.phase, Phase::Accepted { ladder_at });
-        if let Some((job, replaced)) = bound {
-            unindex_job(&mut self.by_job, id, replaced);
-            self.by_job.insert(job, id);
-        }
+        debug!(parent: call.span(), job_id = ?call.job_id(), replay, "accepted");
+        let sent = call.accept(ladder_at);
         if let Phase::Sent { request, .. } = sent {
             self.requests.remove(&request);
         }
@@ -282,7 +276,7 @@ impl Core {
         let watched = self
             .call_for(header, header.correlation_id.as_deref())
             .and_then(|id| self.calls.get(&id))
-            .is_some_and(|call| call.waiters.iter().any(|w| w.shared.is_watched()));
+            .is_some_and(|call| call.waiters().iter().any(|w| w.shared.is_watched()));
         if watched {
             PayloadScope::All
         } else {
@@ -310,21 +304,18 @@ impl Core {
         };
         // Any event of the job (even a repeat) shows its stream reaches us:
         // the ladder waits again instead of re-sending.
-        if let Phase::Accepted { ladder_at: Some(_) } = call.phase {
+        if let Phase::Accepted { ladder_at: Some(_) } = call.phase() {
             let wait = call
-                .ladder
+                .ladder_mut()
                 .get_or_insert_with(|| Box::new(retry.ladder()))
                 .current();
-            call.phase = Phase::Accepted {
-                ladder_at: Some(saturating_deadline(now, wait)),
-            };
+            call.ladder_at(saturating_deadline(now, wait));
         }
         if let Some(seq) = header.event_seq {
-            if call.last_event.is_some_and(|last| last >= (epoch, seq)) {
+            if !call.event(epoch, seq) {
                 self.rearm(id, now);
                 return; // already delivered (replay after resume or subscribe)
             }
-            call.last_event = Some((epoch, seq));
         }
         if event.kind == "result_chunk" {
             let typed = event.typed();
@@ -334,7 +325,7 @@ impl Core {
                 ..
             } = &typed
             {
-                call.assembly
+                call.assembly_mut()
                     .get_or_insert_with(|| {
                         Box::new(Assembly::new(result_id.clone(), encoding == "base64"))
                     })
@@ -351,11 +342,13 @@ impl Core {
             event_seq: header.event_seq,
             event,
         };
-        for waiter in &call.waiters {
+        let mut dropped = 0;
+        for waiter in call.waiters() {
             if !waiter.shared.deliver(&event) {
-                call.dropped_events += 1;
+                dropped += 1;
             }
         }
+        call.events_dropped(dropped);
         self.rearm(id, now);
     }
 
@@ -383,11 +376,7 @@ impl Core {
                 });
         let (request, id) = match by_request {
             Some((r, id)) => (Some(r), id),
-            None => match header
-                .job_id
-                .as_deref()
-                .and_then(|j| self.by_job.get(j).copied())
-            {
+            None => match header.job_id.as_deref().and_then(|j| self.calls.by_job(j)) {
                 Some(id) => (None, id),
                 None => return,
             },
@@ -396,7 +385,7 @@ impl Core {
             self.requests.remove(&r);
         }
         if let Some(call) = self.calls.get_mut(&id) {
-            if let Some(cancel) = &mut call.cancel {
+            if let Some(cancel) = call.cancel_mut() {
                 cancel.request = None;
                 cancel.written = true;
                 cancel.settled = true;
@@ -406,37 +395,7 @@ impl Core {
     }
 }
 
-/// Drops a job id a call was re-bound away from, so the index holds no
-/// stale entry for it (the call is reached by its new job id).
-fn unindex_job(by_job: &mut FastMap<Arc<str>, CallId>, id: CallId, replaced: Option<Arc<str>>) {
-    if let Some(old) = replaced {
-        if by_job.get(&old) == Some(&id) {
-            by_job.remove(&old);
-        }
-    }
-}
-
 /// An owned copy of a borrowed header field.
 fn owned(field: &Option<std::borrow::Cow<'_, str>>) -> Option<String> {
     field.as_deref().map(str::to_owned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_replaced_job_id_leaves_the_index_only_when_it_names_this_call() {
-        let mut by_job: FastMap<Arc<str>, CallId> = FastMap::default();
-        by_job.insert(Arc::from("job_a"), 1);
-        by_job.insert(Arc::from("job_b"), 2);
-        // Call 1 re-bound from job_a: job_a goes.
-        unindex_job(&mut by_job, 1, Some(Arc::from("job_a")));
-        assert!(!by_job.contains_key("job_a"));
-        // job_b names call 2, not call 1: it stays.
-        unindex_job(&mut by_job, 1, Some(Arc::from("job_b")));
-        assert_eq!(by_job.get("job_b"), Some(&2));
-        unindex_job(&mut by_job, 1, None);
-        assert_eq!(by_job.len(), 1);
-    }
 }

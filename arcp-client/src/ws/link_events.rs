@@ -79,34 +79,32 @@ impl Core {
         if let Some((ready, _)) = self.ready.take() {
             let _ = ready.send(Ok(profile.clone()));
         }
-        let mut ids: Vec<CallId> = self.calls.keys().copied().collect();
+        let mut ids: Vec<CallId> = self.calls.ids();
         ids.sort_unstable();
         let ladder_first = self.config.retry.outcome_poll;
         for &id in &ids {
             let Some(call) = self.calls.get_mut(&id) else {
                 continue;
             };
-            if std::mem::take(&mut call.awaiting_resume) {
+            if call.take_awaiting_resume() {
                 if resumed {
                     // The resumed session may deliver the outcome (buffered
                     // or live): wait for it before re-sending.
                     let wait = call
-                        .ladder
+                        .ladder_mut()
                         .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
                         .next_ceiling()
                         .max(ladder_first);
-                    call.phase = Phase::Accepted {
-                        ladder_at: Some(saturating_deadline(now, wait)),
-                    };
+                    call.ladder_at(saturating_deadline(now, wait));
                 } else if !profile.replays_terminal && !profile.supports_subscribe {
                     // Nothing carries the job to this session: one
                     // confirming re-send, then the outcome is unknown.
-                    call.confirming = true;
+                    call.confirm();
                 }
             }
         }
         for id in ids {
-            if self.calls.get(&id).is_some_and(|c| c.cancel.is_some()) {
+            if self.calls.get(&id).is_some_and(|c| c.cancel().is_some()) {
                 self.send_cancel(id);
             }
             self.step(id, now);
@@ -137,8 +135,7 @@ impl Core {
             }
             // Definitive: calls that may have run keep their key and job id;
             // the others end with the refusal itself (nothing was sent).
-            let ids: Vec<CallId> = self.calls.keys().copied().collect();
-            for id in ids {
+            for id in self.calls.ids() {
                 self.end_without_outcome(id, Ending::ConnectFailed(failure.error.clone()));
             }
             self.link = if self.is_closed() {
@@ -155,11 +152,11 @@ impl Core {
             attempt,
             delay,
         });
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        let ids: Vec<CallId> = self.calls.ids();
         for &id in &ids {
             if let Some(call) = self.calls.get_mut(&id) {
-                call.budget.start(&self.config.retry, now);
-                call.troubles_mut().last_error = Some(message.clone());
+                call.budget_mut().start(&self.config.retry, now);
+                call.failed(message.clone());
             }
         }
         if past_connect_budget {
@@ -218,7 +215,7 @@ impl Core {
         }
         let calls = &mut self.calls;
         self.outbox.on_flushed(upto, |id| {
-            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel.as_mut()) {
+            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel_mut().as_mut()) {
                 cancel.written = true;
             }
         });
@@ -316,7 +313,7 @@ impl Core {
         let mut rejected = Vec::new();
         let outbox = &self.outbox;
         for (&id, call) in self.calls.iter_mut() {
-            match &call.phase {
+            match call.phase() {
                 Phase::Sent { seq, .. } => {
                     // Only a request never handed to the writer is proven
                     // not to have reached the runtime.
@@ -330,7 +327,9 @@ impl Core {
                     // request may have run.
                     let refused_alone =
                         alone && matches!(loss, Loss::Rejected { code, .. } if code != 1008);
-                    call.exposure.in_doubt |= written && !refused_alone;
+                    if written && !refused_alone {
+                        call.in_doubt();
+                    }
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
                         let rejections = &mut call.troubles_mut().rejections;
                         rejections.0 += 1;
@@ -341,36 +340,33 @@ impl Core {
                             rejected.push(id);
                         }
                     }
-                    call.phase = Phase::Queued { not_before: now };
+                    call.queue(now);
                 }
                 Phase::Accepted { .. } => {
-                    call.awaiting_resume = true;
-                    call.phase = Phase::Queued { not_before: now };
+                    call.await_resume();
+                    call.queue(now);
                 }
                 Phase::Queued { .. } => {}
             }
             call.take_subscribe_request();
-            if let Some(cancel) = &mut call.cancel {
+            if let Some(cancel) = call.cancel_mut() {
                 cancel.request = None;
             }
-            call.budget.start(policy, now);
-            call.troubles_mut().last_error = Some(format!("connection lost: {reason}"));
+            call.budget_mut().start(policy, now);
+            call.failed(format!("connection lost: {reason}"));
         }
         for id in rejected {
             let Some(call) = self.calls.get(&id) else {
                 continue;
             };
-            let Some((_, close_code, reason, _)) =
-                call.troubles.as_ref().map(|t| t.rejections.clone())
-            else {
+            let Some((_, close_code, reason, _)) = call.rejections() else {
                 continue;
             };
             // Not run only if no earlier attempt may have run: a call
             // accepted before its connection dropped keeps its job id.
             self.end_without_outcome(id, Ending::RequestRejected { close_code, reason });
         }
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
-        for id in ids {
+        for id in self.calls.ids() {
             self.rearm(id, now);
         }
     }

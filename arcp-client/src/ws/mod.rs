@@ -14,7 +14,8 @@
 //!   invariants: `link_state.rs` (the link, the send window), `dialer.rs`
 //!   (when to dial again; its bucket of immediate reconnects in
 //!   `reconnect.rs`), `outbox.rs`, `timers.rs`, `requests.rs` (the request
-//!   table), `calls.rs`, `waiters.rs` (a call's callers), `session.rs`;
+//!   table), `calls.rs`, `call_table.rs` (the calls and their key and job
+//!   indexes), `waiters.rs` (a call's callers), `session.rs`;
 //!   `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
 //!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
@@ -26,6 +27,7 @@
 mod ack;
 mod assembly;
 mod call_machine;
+mod call_table;
 mod calls;
 mod commands;
 mod connector;

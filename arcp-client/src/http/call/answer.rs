@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use tracing::{debug, warn};
 
 use super::{Call, Next};
+use crate::attempts::Record;
 use crate::cache::Outcome;
 use crate::classify::{
     classify_error, failed_result, read_result, tool_error, Ending, ErrorVerdict, ResultReading,
@@ -28,14 +29,14 @@ impl Call<'_> {
         let body = match read_capped(response, limit).await {
             Ok(body) => body,
             Err(ReadError::Transport(e)) => {
-                self.uncertain = true;
+                self.record.lost();
                 return Next::Lost {
                     floor: None,
                     reason: format!("the response was cut off: {e}"),
                 };
             }
             Err(ReadError::TooLarge) => {
-                self.uncertain = true;
+                self.record.lost();
                 return Next::Lost {
                     floor: None,
                     reason: format!("the response is over the {limit}-byte frame limit"),
@@ -49,7 +50,7 @@ impl Call<'_> {
             Ok(Some(next)) => next,
             Ok(None) => self.no_terminal("the response held no terminal envelope"),
             Err(e) => {
-                self.uncertain = true;
+                self.record.lost();
                 Next::Lost {
                     floor: None,
                     reason: format!("the response is not an ARCP envelope: {e}"),
@@ -127,7 +128,7 @@ impl Call<'_> {
                         .no_terminal("the response stream ended before a terminal envelope");
                 }
                 Err(e) => {
-                    self.uncertain = true;
+                    self.record.lost();
                     return Next::Lost {
                         floor: None,
                         reason: format!("the response stream broke: {}", describe(&e)),
@@ -138,7 +139,7 @@ impl Call<'_> {
     }
 
     fn line_too_long(&mut self, limit: usize) -> Next {
-        self.uncertain = true;
+        self.record.lost();
         Next::Lost {
             floor: None,
             reason: format!("an NDJSON line is over the {limit}-byte frame limit"),
@@ -154,7 +155,7 @@ impl Call<'_> {
                 reason: format!("{reason}: the runtime answered with job.accepted only"),
             }
         } else {
-            self.uncertain = true;
+            self.record.lost();
             Next::Lost {
                 floor: None,
                 reason: reason.to_owned(),
@@ -238,7 +239,7 @@ impl Call<'_> {
                 }
                 Some(Next::Done(Err(Error::Cancelled {
                     key: self.req.key.clone(),
-                    job_id: self.job_id.clone(),
+                    job_id: self.job(),
                     attempts: 0,
                 })))
             }
@@ -264,38 +265,40 @@ impl Call<'_> {
     fn replayed(&self, marked: bool) -> bool {
         marked
             || match &self.bound_before {
-                Some(Some(before)) => self.job_id.as_deref() == Some(before.as_str()),
+                Some(Some(before)) => self.record.job() == Some(before),
                 None | Some(None) => false,
             }
     }
 
-    /// Records the job the runtime bound the key to.
+    /// Records the job the runtime bound the key to; the journal records
+    /// a job new to the call.
     pub(super) fn bind(&mut self, job_id: &str) {
-        if let Some(before) = self.job_id.as_deref().filter(|before| *before != job_id) {
+        let bound = self.record.bound(job_id);
+        if let Some(before) = &bound.replaced {
             warn!(
                 key = %self.req.key,
-                before,
+                before = &**before,
                 now = job_id,
                 "the runtime answered with another job for the same key: the call ran again"
             );
         }
-        if self.job_id.as_deref() != Some(job_id) {
-            self.req.shared.set_job(&Arc::from(job_id));
-            self.job_id = Some(job_id.to_owned());
+        if bound.record != Record::Nothing {
+            self.req.shared.set_job(&bound.job);
         }
-        self.bound = true;
+        bound
+            .record
+            .write(&self.req.key, self.req.recorder.as_deref());
+    }
+
+    /// An owned copy of the job id, for an outcome or an error.
+    fn job(&self) -> Option<String> {
+        self.record.job().map(|job| job.to_string())
     }
 
     /// Whether an event is new: `event_seq` is per job in the binding, so
     /// a stream re-sent on a later attempt is deduplicated too.
     fn seen_event(&mut self, event_seq: Option<u64>) -> bool {
-        if let Some(seq) = event_seq {
-            if self.last_event_seq.is_some_and(|last| last >= seq) {
-                return false;
-            }
-            self.last_event_seq = Some(seq);
-        }
-        true
+        event_seq.is_none_or(|seq| self.record.event(0, seq))
     }
 
     fn on_event(&mut self, header: &Header<'_>, event: JobEvent) {
@@ -307,7 +310,7 @@ impl Call<'_> {
             event,
         };
         if !self.req.shared.deliver(&event) {
-            self.dropped_events += 1;
+            self.record.events_dropped(1);
         }
     }
 
@@ -326,10 +329,10 @@ impl Call<'_> {
         self.value_text = Some(Arc::from(value.get()));
         Ok(ToolOutput {
             value: serde_json::Value::Null,
-            job_id: self.job_id.clone(),
+            job_id: self.job(),
             key: self.req.key.clone(),
             replayed: self.replayed(marked),
-            attempts: self.attempts,
+            attempts: self.record.count(),
             // Set with the outcome (`into_outcome` leaves it empty).
             trace_id: String::new(),
         })
@@ -347,7 +350,7 @@ impl Call<'_> {
                 let e = failed_result(code, self.redact(message));
                 return Err(tool_error(
                     &key,
-                    self.job_id.clone(),
+                    self.job(),
                     e,
                     &ErrorVerdict::JobFailed,
                     self.exposure(),
@@ -357,10 +360,10 @@ impl Call<'_> {
         };
         Ok(ToolOutput {
             value,
-            job_id: self.job_id.clone(),
+            job_id: self.job(),
             key,
             replayed,
-            attempts: self.attempts,
+            attempts: self.record.count(),
             // Set with the outcome, as for a plain result.
             trace_id: String::new(),
         })
@@ -402,7 +405,7 @@ impl Call<'_> {
                 let replayed = self.replayed(marked);
                 Next::Done(Err(tool_error(
                     &self.req.key,
-                    self.job_id.clone(),
+                    self.job(),
                     e,
                     &verdict,
                     self.exposure(),

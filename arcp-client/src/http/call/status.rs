@@ -39,7 +39,7 @@ impl Call<'_> {
             }
             409 => {
                 // The first request with this key is still being processed.
-                self.bound = true;
+                self.record.key_bound();
                 let detail = self.error_detail(response).await;
                 Next::Pending {
                     floor,
@@ -68,7 +68,7 @@ impl Call<'_> {
                 // The request may have reached the runtime (a gateway's
                 // 502/504/52x: it may have forwarded it; 507: it ran and
                 // could not store the outcome).
-                self.uncertain = true;
+                self.record.lost();
                 let detail = self.error_detail(response).await;
                 Next::Lost {
                     floor,

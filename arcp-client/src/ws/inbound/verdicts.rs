@@ -10,7 +10,7 @@ use arcp_types::{ErrorReply, Header};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::{owned, unindex_job, ResultBody};
+use super::{owned, ResultBody};
 use crate::cache::{PlainResult, Settled};
 use crate::classify::{
     classify_error, failed_result, is_unbound_refusal, read_result, tool_error, Ending,
@@ -27,7 +27,7 @@ use crate::ws::requests::ReqKind;
 /// The call's tool name (read back from its request: only for the rare
 /// error that needs it).
 fn tool_of(call: &crate::ws::calls::Call) -> String {
-    match &call.outgoing {
+    match call.outgoing() {
         Outgoing::Request(invoke) => invoke.tool.clone(),
         Outgoing::Encoded(e) => e.to_invoke().map(|i| i.tool).unwrap_or_default(),
     }
@@ -46,20 +46,22 @@ impl Core {
             return;
         };
         let foreign = self.is_foreign(header);
-        let Some(call) = self.calls.get_mut(&id) else {
+        let Some(call) = self.calls.get(&id) else {
             return;
         };
         // A terminal with no acceptance before it on this attempt is a
         // replay only when it is the job the key was bound to: a runtime
         // that lost the key (or another instance) may run it afresh.
-        let unaccepted = matches!(call.phase, Phase::Sent { .. });
-        let known_job = is_known_job(call.job_id.as_deref(), header.job_id.as_deref());
+        let unaccepted = matches!(call.phase(), Phase::Sent { .. });
+        let known_job = is_known_job(call.job_id().map(|j| &**j), header.job_id.as_deref());
         if let Some(job) = &header.job_id {
-            let (_, replaced) = call.bind(job);
-            unindex_job(&mut self.by_job, id, replaced);
+            self.calls.bind_job(id, job);
         }
-        let replayed = call.replayed || foreign || (unaccepted && known_job);
-        let assembly = call.assembly.take();
+        let Some(call) = self.calls.get_mut(&id) else {
+            return;
+        };
+        let replayed = call.replayed() || foreign || (unaccepted && known_job);
+        let assembly = call.assembly_mut().take();
         let reading = match result {
             ResultBody::Decoded(result) => {
                 let streamed = result.extra.get("result_id").and_then(Value::as_str);
@@ -74,25 +76,25 @@ impl Core {
             ResultBody::Plain(value) => {
                 let plain = PlainResult {
                     value_text: Arc::from(value.get()),
-                    job_id: call.job_id.clone(),
-                    key: call.key.clone(),
+                    job_id: call.job_id().cloned(),
+                    key: call.key().clone(),
                     replayed,
-                    attempts: call.attempts,
+                    attempts: call.attempts(),
                 };
                 self.settle(id, Settled::Plain(plain), now);
                 return;
             }
         };
-        let key = call.key.clone();
+        let key = call.key().clone();
         let job_id = call.job();
-        let exposure = call.exposure;
+        let exposure = call.exposure();
         let outcome = match reading {
             ResultReading::Value(value) => Ok(ToolOutput {
                 value,
                 job_id,
                 key,
                 replayed,
-                attempts: call.attempts,
+                attempts: call.attempts(),
                 // The caller's own, set where it awaits the outcome
                 // (`Backend::invoke`): not copied here, nor into the cache.
                 trace_id: String::new(),
@@ -127,11 +129,7 @@ impl Core {
         });
         let target = match named {
             Some(t) => Some(t),
-            None => match header
-                .job_id
-                .as_deref()
-                .and_then(|j| self.by_job.get(j).copied())
-            {
+            None => match header.job_id.as_deref().and_then(|j| self.calls.by_job(j)) {
                 Some(id) => Some((RequestId::from(""), id, ReqKind::Submit)),
                 // Names neither: runtimes answer in order (v1.1 Python's
                 // `session.error` carries no request id).
@@ -153,7 +151,7 @@ impl Core {
             ReqKind::Subscribe => {
                 self.requests.remove(&request);
                 if let Some(call) = self.calls.get_mut(&id) {
-                    debug!(parent: &call.span, code = %e.code, "subscribe refused; the ladder re-sends instead");
+                    debug!(parent: call.span(), code = %e.code, "subscribe refused; the ladder re-sends instead");
                     call.take_subscribe_request();
                     call.troubles_mut().subscribe_refused = true;
                 }
@@ -162,7 +160,7 @@ impl Core {
                 self.requests.remove(&request);
                 let reason = format!("{}: {}", e.code, self.config.redact(e.message));
                 if let Some(call) = self.calls.get_mut(&id) {
-                    if let Some(cancel) = &mut call.cancel {
+                    if let Some(cancel) = call.cancel_mut() {
                         cancel.request = None;
                         cancel.settled = true;
                     }
@@ -186,10 +184,10 @@ impl Core {
             return;
         };
         let names_job = header.job_id.is_some();
-        let accepted = matches!(call.phase, Phase::Accepted { .. });
+        let accepted = matches!(call.phase(), Phase::Accepted { .. });
         let verdict = classify_error(&e, names_job, accepted);
         let mut freed = false;
-        if let Phase::Sent { request, .. } = &call.phase {
+        if let Phase::Sent { request, .. } = call.phase() {
             let request = request.clone();
             freed = self.requests.remove(&request).is_some();
         }
@@ -199,47 +197,42 @@ impl Core {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
-        let unaccepted = matches!(call.phase, Phase::Sent { .. });
+        let unaccepted = matches!(call.phase(), Phase::Sent { .. });
         match verdict {
             ErrorVerdict::DuplicateKey => {
                 // This attempt is answered: only an earlier one may have
                 // reached the runtime (and made the conflict our own).
-                call.phase = Phase::Queued { not_before: now };
+                call.queue(now);
                 let message = e.message;
                 self.end_without_outcome(id, Ending::DuplicateKey { message });
             }
             ErrorVerdict::Transient { floor } if unaccepted => {
                 // Refused before acceptance, transiently: this attempt
                 // created nothing; retry with the same key.
-                call.troubles_mut().last_error = Some(format!("{}: {}", e.code, e.message));
-                call.phase = Phase::Queued { not_before: now };
-                let (attempts, deadline_at) = (call.attempts, call.deadline.at());
-                let decision = call.budget.after_failure(
-                    &self.config.retry,
-                    attempts,
-                    floor,
-                    deadline_at,
-                    now,
-                );
+                call.queue(now);
+                let reason = format!("{}: {}", e.code, e.message);
+                let decision = call.retried(&self.config.retry, floor, reason, now);
                 match decision {
                     Decision::RetryAt(at) => {
-                        debug!(parent: &call.span, code = %e.code, delay = ?at - now, "transient refusal; retrying with the same key");
-                        call.phase = Phase::Queued { not_before: at };
+                        debug!(parent: call.span(), code = %e.code, delay = ?at - now, "transient refusal; retrying with the same key");
+                        call.queue(at);
                         self.rearm(id, now);
                     }
                     Decision::GiveUp(why) => self.give_up(id, why),
                 }
             }
             ErrorVerdict::Transient { .. } => {
-                debug!(parent: &call.span, code = %e.code, "a transient refusal for a call not awaiting one; ignored");
+                debug!(parent: call.span(), code = %e.code, "a transient refusal for a call not awaiting one; ignored");
             }
             verdict => {
-                let known_job = is_known_job(call.job_id.as_deref(), header.job_id.as_deref());
+                let known_job = is_known_job(call.job_id().map(|j| &**j), header.job_id.as_deref());
                 if let Some(job) = &header.job_id {
-                    let (_, replaced) = call.bind(job);
-                    unindex_job(&mut self.by_job, id, replaced);
+                    self.calls.bind_job(id, job);
                 }
-                let replayed = call.replayed || foreign || (names_job && unaccepted && known_job);
+                let Some(call) = self.calls.get(&id) else {
+                    return;
+                };
+                let replayed = call.replayed() || foreign || (names_job && unaccepted && known_job);
                 // The legacy runtime's refusal of an unknown tool names a
                 // job that was never accepted for this call: not the key's
                 // outcome (the runtime did not bind the key to that job).
@@ -248,7 +241,7 @@ impl Core {
                 // (the acceptance lost on the way) is the job's: it ran.
                 let refusal_shape = is_unbound_refusal(&e, &tool_of(call));
                 let verdict =
-                    if names_job && unaccepted && !known_job && !call.replayed && refusal_shape {
+                    if names_job && unaccepted && !known_job && !call.replayed() && refusal_shape {
                         ErrorVerdict::Refused
                     } else {
                         verdict
@@ -258,13 +251,13 @@ impl Core {
                 // when nothing before that acceptance may have.
                 let unbound = names_job && !unaccepted && refusal_shape;
                 let (verdict, exposure) = match unbound {
-                    true if !call.replayed && !call.exposure.in_doubt => {
+                    true if !call.replayed() && !call.exposure().in_doubt => {
                         (ErrorVerdict::Refused, Exposure::default())
                     }
-                    true => (ErrorVerdict::Refused, call.exposure),
-                    false => (verdict, call.exposure),
+                    true => (ErrorVerdict::Refused, call.exposure()),
+                    false => (verdict, call.exposure()),
                 };
-                let error = tool_error(&call.key, call.job(), e, &verdict, exposure, replayed);
+                let error = tool_error(call.key(), call.job(), e, &verdict, exposure, replayed);
                 self.finish(id, Err(error));
             }
         }
