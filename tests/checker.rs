@@ -1535,13 +1535,24 @@ async fn run_family(first: u64, n: u64, parallel: u64, make: fn(u64) -> Plan) ->
     let gate = Arc::new(Semaphore::new(
         env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(parallel).max(1) as usize,
     ));
+    if std::env::var_os("RUST_LOG").is_some() {
+        support::init_tracing();
+    }
+    // `ARCP_CHECKER_SEED=S` replays only seed S of the family, as above.
+    let seeds = match env_u64("ARCP_CHECKER_SEED") {
+        Some(s) => s..s + 1,
+        None => first..first + n,
+    };
     let mut runs = Vec::new();
-    for seed in first..first + n {
+    for seed in seeds {
         let gate = gate.clone();
         runs.push(tokio::spawn(async move {
             let _slot = gate.acquire_owned().await.expect("gate");
             let plan = make(seed);
             let shown = format!("{plan:?}");
+            if env_u64("ARCP_CHECKER_SHOW_PLAN").is_some_and(|v| v != 0) {
+                eprintln!("seed {seed} plan: {shown}");
+            }
             let violations = tokio::time::timeout(Duration::from_secs(30), run(plan))
                 .await
                 .unwrap_or_else(|_| vec!["the schedule did not finish within 30 s".into()]);

@@ -76,7 +76,7 @@ impl fmt::Display for JobSuffix<'_> {
 /// | [`Error::DeadlineExceeded`] | as its `execution` field says |
 /// | [`Error::Interrupted`] | maybe, at most once: the client closed while it was in flight |
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
-/// | [`Error::Cancelled`] | it was cancelled by the runtime |
+/// | [`Error::Cancelled`] | maybe, at most once: the runtime accepted the job and cancelled it, before its tool started or while it ran; the key's outcome is final (a retry with it answers the same) |
 /// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
 /// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent |
 /// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
@@ -180,7 +180,10 @@ pub enum Error {
         /// answer, such as a proxy or runtime that could not be reached.
         last_error: Option<String>,
     },
-    /// The job was cancelled.
+    /// The runtime cancelled the job. Its tool may have run, at most once
+    /// ([`Execution::MayHaveRun`]): a job is cancelled in the runtime's
+    /// queue before its tool starts as well as while it runs. Not retried:
+    /// the key's outcome is the cancellation.
     #[error("the call with key {key} was cancelled{}", JobSuffix(job_id))]
     Cancelled {
         /// The key.
@@ -400,6 +403,12 @@ impl Error {
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
             }
+            // The runtime accepted the job and ended it: a job cancelled in
+            // its queue never ran its tool, one cancelled mid-run may have
+            // done part of its work. The key's outcome is final (the runtime
+            // answers the key with the cancellation), its execution is not
+            // known.
+            Error::Cancelled { .. } => Execution::MayHaveRun,
             // Another worker drives the call: it may run (once) there. An
             // unavailable store may have committed the call's record though
             // its answer was lost: a recovery may send it.
@@ -414,8 +423,7 @@ impl Error {
             {
                 Execution::MayHaveRun
             }
-            Error::Cancelled { .. }
-            | Error::ResultDecode(_)
+            Error::ResultDecode(_)
             | Error::ArtifactMismatch { .. }
             | Error::ArtifactTooLarge { .. }
             | Error::ArtifactNotFound { .. }
