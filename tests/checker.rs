@@ -509,7 +509,7 @@ async fn second_caller(
         }
     }
     for (i, t) in tasks {
-        if let (_, Some(end)) = t.await.expect("second caller's call") {
+        if let (_, Ok(end)) = t.await.expect("second caller's call") {
             ended.push((i, end));
         }
     }
@@ -900,14 +900,15 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
 
 /// Starts planned call `call` on `client` under `key` (`None`: the client
 /// generates one); with `cancel`, its planned cancel or drop too. The task
-/// answers the call's key, and its ending (`None`: the caller dropped it).
+/// answers the call's key, and its ending (`Err(started)`: the caller
+/// dropped the call it started then).
 fn start_call(
     client: &Client,
     call: &PlannedCall,
     key: Option<IdempotencyKey>,
     delay: Duration,
     cancel: bool,
-) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Option<Ended>)> {
+) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Result<Ended, Instant>)> {
     let client = client.clone();
     let call = call.clone();
     tokio::spawn(async move {
@@ -933,7 +934,7 @@ fn start_call(
         let outcome = match call.drop_after.filter(|_| cancel) {
             Some(after) => match tokio::time::timeout(after, invocation).await {
                 Ok(outcome) => outcome,
-                Err(_) => return (key, None),
+                Err(_) => return (key, Err(started)),
             },
             None => invocation.await,
         };
@@ -957,7 +958,7 @@ fn start_call(
             generated,
             after_close: false,
         };
-        (key, Some(end))
+        (key, Ok(end))
     })
 }
 
@@ -1075,6 +1076,8 @@ async fn run(plan: Plan) -> Vec<String> {
     }
     // Each outcome, with the planned call it belongs to.
     let mut ended: Vec<(usize, Ended)> = Vec::new();
+    // The calls whose callers dropped them, and when each started.
+    let mut dropped: Vec<(usize, Instant)> = Vec::new();
     for (i, t) in tasks.into_iter().enumerate() {
         let (key, end) = t.await.expect("call task");
         let call = &plan.calls[i];
@@ -1083,8 +1086,9 @@ async fn run(plan: Plan) -> Vec<String> {
             None if call.generated => violations.push(format!("call {i}: no generated key")),
             _ => {}
         }
-        if let Some(end) = end {
-            ended.push((i, end));
+        match end {
+            Ok(end) => ended.push((i, end)),
+            Err(started) => dropped.push((i, started)),
         }
     }
     // Nothing of a finished call stays behind.
@@ -1121,7 +1125,10 @@ async fn run(plan: Plan) -> Vec<String> {
         proxy.as_ref(),
         gateway.as_ref(),
         &keys,
-        &ended,
+        Endings {
+            ended: &ended,
+            dropped: &dropped,
+        },
         &mut violations,
     );
     if let Some(relay) = &relay {
@@ -1224,7 +1231,7 @@ async fn second_client(
     }
     let mut ends = Vec::new();
     for (i, t) in tasks {
-        if let (_, Some(end)) = t.await.expect("second client's call") {
+        if let (_, Ok(end)) = t.await.expect("second client's call") {
             ends.push((i, end));
         }
     }
@@ -1244,6 +1251,15 @@ async fn second_client(
     client.close().await;
 }
 
+/// How a schedule's calls ended, each with its planned call's index.
+struct Endings<'a> {
+    /// The calls that ended with an outcome.
+    ended: &'a [(usize, Ended)],
+    /// The calls their callers dropped (no outcome, no claim), with the
+    /// instant each started.
+    dropped: &'a [(usize, Instant)],
+}
+
 /// The oracle: every outcome against what the runtime executed.
 fn check(
     plan: &Plan,
@@ -1251,9 +1267,10 @@ fn check(
     proxy: Option<&ChaosProxyHandle>,
     gateway: Option<&Gateway>,
     keys: &[IdempotencyKey],
-    ended: &[(usize, Ended)],
+    endings: Endings<'_>,
     violations: &mut Vec<String>,
 ) {
+    let Endings { ended, dropped } = endings;
     // Executions per (key, intent) and per key, from the runtime's records.
     let jobs = mock.jobs();
     let mut by_intent: HashMap<(String, u64), u64> = HashMap::new();
@@ -1292,13 +1309,20 @@ fn check(
             )
         });
     // Whether a user issued a call with the same key and intent once `end`
-    // ended (a recovery is no such call: "not run stays not run").
+    // ended (a recovery is no such call: "not run stays not run"; but a
+    // call a caller dropped is one, and its record's recovery may run it).
     let issued_again = |i: usize, end: &Ended| {
         let call = &plan.calls[i];
-        ended.iter().any(|(j, other)| {
-            let c = &plan.calls[*j];
-            c.key == call.key && c.v == call.v && other.started >= end.ended && !other.recovered
-        })
+        let same = |j: usize| {
+            let c = &plan.calls[j];
+            c.key == call.key && c.v == call.v
+        };
+        ended
+            .iter()
+            .any(|(j, other)| same(*j) && other.started >= end.ended && !other.recovered)
+            || dropped
+                .iter()
+                .any(|(j, started)| same(*j) && *started >= end.ended)
     };
     // Whether another call of the same key and intent exists, ended or
     // planned (a caller that dropped its call leaves no outcome).

@@ -220,7 +220,11 @@ mod tests {
         };
         for origin in [KeyOrigin::Supplied, KeyOrigin::Generated] {
             let f = Failure::from_error(&cancelled, key.to_string(), origin, None);
-            assert_eq!((f.ran, f.exit_code), (Execution::MayHaveRun, 4), "{origin:?}");
+            assert_eq!(
+                (f.ran, f.exit_code),
+                (Execution::MayHaveRun, 4),
+                "{origin:?}"
+            );
             assert_eq!(f.code, "CANCELLED");
         }
     }
