@@ -1098,6 +1098,7 @@ async fn run(plan: Plan) -> Vec<String> {
     }
     client.close().await;
     drop(client);
+    let first_closed = Instant::now();
     if plan.hostile.second_caller {
         second_caller(&plan, &url, &keys, &mut ended).await;
     }
@@ -1128,6 +1129,7 @@ async fn run(plan: Plan) -> Vec<String> {
         Endings {
             ended: &ended,
             dropped: &dropped,
+            first_closed,
         },
         &mut violations,
     );
@@ -1258,6 +1260,9 @@ struct Endings<'a> {
     /// The calls their callers dropped (no outcome, no claim), with the
     /// instant each started.
     dropped: &'a [(usize, Instant)],
+    /// When the first client closed (the second caller and the second
+    /// client start after it).
+    first_closed: Instant,
 }
 
 /// The oracle: every outcome against what the runtime executed.
@@ -1270,7 +1275,11 @@ fn check(
     endings: Endings<'_>,
     violations: &mut Vec<String>,
 ) {
-    let Endings { ended, dropped } = endings;
+    let Endings {
+        ended,
+        dropped,
+        first_closed,
+    } = endings;
     // Executions per (key, intent) and per key, from the runtime's records.
     let jobs = mock.jobs();
     let mut by_intent: HashMap<(String, u64), u64> = HashMap::new();
@@ -1348,7 +1357,19 @@ fn check(
         let call = &plan.calls[*i];
         let key = keys[call.key].to_string();
         let runs = by_intent.get(&(key.clone(), call.v)).copied().unwrap_or(0);
-        let who = format!("call {i} ({} v={} key#{})", call.tool, call.v, call.key);
+        // Where it ran (the second caller, a recovery) and its key, to find
+        // it in the client's log.
+        let by = if end.recovered {
+            ", recovered"
+        } else if end.started > first_closed {
+            ", after the first client closed"
+        } else {
+            ""
+        };
+        let who = format!(
+            "call {i} ({} v={} key#{} {key}{by})",
+            call.tool, call.v, call.key
+        );
         if end.elapsed > end.deadline + DEADLINE_SLACK {
             violations.push(format!(
                 "{who}: ended after {:?}, deadline {:?}",

@@ -521,3 +521,38 @@ async fn a_job_cancelled_before_its_tool_started_may_have_run_v1_1() {
 async fn a_job_cancelled_before_its_tool_started_may_have_run_legacy() {
     cancelled_while_queued(Dialect::Legacy).await;
 }
+
+/// A call refused before sending for a bad option stays an
+/// `Error::InvalidCall` (what a caller matches on) and says, by its key's
+/// origin, what it proves: a supplied key may have run in an earlier call
+/// ("not sent"), a generated one did not run.
+#[tokio::test]
+async fn an_invalid_call_says_not_sent_for_a_supplied_key_and_not_run_for_a_generated_one() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    for supplied in [true, false] {
+        let mut call = client
+            .invoke_tool("refund", json!({"order": 15}))
+            .traceparent("00-not-a-trace-01");
+        if supplied {
+            call = call.idempotency_key(IdempotencyKey::new());
+        }
+        let err = call.send().await.unwrap_err();
+        assert_eq!(err.code_name(), "INVALID_CALL", "{err:?}");
+        assert!(
+            !matches!(err, Error::NotSent { .. }),
+            "the error keeps its variant: {err:?}"
+        );
+        let expected = if supplied {
+            Execution::NotSent
+        } else {
+            Execution::NotRun
+        };
+        assert_eq!(err.execution(), expected, "supplied: {supplied}: {err:?}");
+    }
+    assert_eq!(mock.total_executions(), 0);
+    assert!(mock.received().iter().all(|e| e.kind != "job.submit"));
+}

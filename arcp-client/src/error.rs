@@ -295,9 +295,17 @@ pub enum Error {
     },
     /// The call was rejected before it was sent (bad key, a message over
     /// the size limit, a tool name with a NUL character that a journal
-    /// cannot record...).
-    #[error("invalid call: {0}")]
-    InvalidCall(String),
+    /// cannot record...). Nothing of it was sent: `execution` is
+    /// [`Execution::NotRun`], or [`Execution::NotSent`] for a call whose key
+    /// was supplied (an earlier call with it may have run). Fix the call
+    /// and retry it with the same key.
+    #[error("invalid call: {message}")]
+    InvalidCall {
+        /// What is wrong with the call.
+        message: String,
+        /// Whether the tool ran: never by this call.
+        execution: Execution,
+    },
     /// The client was closed, or its connection task stopped, before the
     /// call was sent.
     #[error("the client is closed")]
@@ -390,15 +398,24 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::InvalidCall`] saying `message`: nothing was sent
+    /// ([`Execution::NotRun`] until the key's origin says otherwise).
+    pub(crate) fn invalid_call(message: String) -> Error {
+        Error::InvalidCall {
+            message,
+            execution: Execution::NotRun,
+        }
+    }
+
     /// Whether the tool ran ([`Execution`]): the one rule behind every
     /// outcome, shared by both transports and recorded by the journal.
     /// Artifact errors concern a tool that already ran ([`Execution::Ran`]).
     pub fn execution(&self) -> Execution {
         match self {
             Error::Tool(e) => e.execution,
-            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
-                *execution
-            }
+            Error::DeadlineExceeded { execution, .. }
+            | Error::DuplicateKey { execution, .. }
+            | Error::InvalidCall { execution, .. } => *execution,
             Error::NotSent { .. } => Execution::NotSent,
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
@@ -434,7 +451,6 @@ impl Error {
             | Error::Connect { .. }
             | Error::TokenProvider { .. }
             | Error::Handshake { .. }
-            | Error::InvalidCall(_)
             | Error::ArgumentsEncode { .. }
             | Error::Closed
             | Error::Journal(_)
@@ -490,7 +506,7 @@ impl Error {
             Error::Connect { .. } => "CONNECT_FAILED".into(),
             Error::TokenProvider { .. } => "TOKEN_PROVIDER_FAILED".into(),
             Error::Handshake { .. } => "HANDSHAKE_FAILED".into(),
-            Error::InvalidCall(_) => "INVALID_CALL".into(),
+            Error::InvalidCall { .. } => "INVALID_CALL".into(),
             Error::ResultDecode(_) => "RESULT_DECODE_FAILED".into(),
             Error::ArgumentsEncode { .. } => "ARGUMENTS_ENCODE_FAILED".into(),
             Error::Closed => "CLIENT_CLOSED".into(),
@@ -544,11 +560,14 @@ impl Error {
     }
 
     /// The same error with another execution class, for the variants that
-    /// carry one (`DeadlineExceeded`, `DuplicateKey`); any other unchanged.
+    /// carry one (`DeadlineExceeded`, `DuplicateKey`, `InvalidCall`); any
+    /// other unchanged.
     /// The rules of `classify.rs` that widen "did not run" use it.
     pub(crate) fn with_execution(mut self, to: Execution) -> Self {
         match &mut self {
-            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
+            Error::DeadlineExceeded { execution, .. }
+            | Error::DuplicateKey { execution, .. }
+            | Error::InvalidCall { execution, .. } => {
                 *execution = to;
             }
             _ => {}

@@ -190,7 +190,7 @@ impl Client {
             Err(e)
                 if unproven
                     && e.execution() == Execution::NotRun
-                    && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
+                    && !matches!(e, Error::InvalidCall { .. } | Error::ArgumentsEncode { .. }) =>
             {
                 Err(outcome_unknown(
                     &key,
