@@ -1352,6 +1352,36 @@ fn check(
             .count();
         planned + outcomes > 0
     };
+    // Every ending of a planned key (for a violation's report): each
+    // call's index, when it started and ended from the first start, and
+    // its outcome's class.
+    let t0 = ended.iter().map(|(_, e)| e.started).min();
+    let key_calls = |k: usize| {
+        let since = |at: Instant| t0.map_or(0, |t0| at.duration_since(t0).as_millis());
+        let mut shown: Vec<String> = ended
+            .iter()
+            .filter(|(j, _)| plan.calls[*j].key == k)
+            .map(|(j, e)| {
+                let class = match &e.outcome {
+                    Ok(_) => "ok".to_owned(),
+                    Err(err) => format!("{} {}", err.code_name(), err.execution()),
+                };
+                let recovered = if e.recovered { " recovered" } else { "" };
+                format!(
+                    "#{j} {}..{}ms {class}{recovered}",
+                    since(e.started),
+                    since(e.ended)
+                )
+            })
+            .collect();
+        shown.extend(
+            dropped
+                .iter()
+                .filter(|(j, _)| plan.calls[*j].key == k)
+                .map(|(j, at)| format!("#{j} from {}ms dropped", since(*at))),
+        );
+        shown.join(", ")
+    };
     let submits = submits_by_key(mock);
     for (i, end) in ended {
         let call = &plan.calls[*i];
@@ -1438,9 +1468,13 @@ fn check(
             Err(e) => match e.execution() {
                 // Told "did not run", a caller may issue the work again, with
                 // the same key too: an execution may be that later call's.
-                Execution::NotRun if runs != 0 && !issued_again(*i, end) => violations.push(
-                    format!("{who}: says it did not run ({e}) but executed {runs} times"),
-                ),
+                Execution::NotRun if runs != 0 && !issued_again(*i, end) => {
+                    violations.push(format!(
+                        "{who}: says it did not run ({e}) but executed {runs} times; the key's \
+                         calls: {}",
+                        key_calls(call.key)
+                    ))
+                }
                 Execution::Ran if runs != 1 => violations.push(format!(
                     "{who}: says it ran ({e}) but executed {runs} times"
                 )),

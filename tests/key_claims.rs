@@ -553,6 +553,26 @@ async fn an_invalid_call_says_not_sent_for_a_supplied_key_and_not_run_for_a_gene
         };
         assert_eq!(err.execution(), expected, "supplied: {supplied}: {err:?}");
     }
+    // Refused by the transport (a request over the frame size limit).
+    let small = support::mock::client(&mock.ws_url(), Dialect::V1_1)
+        .max_frame_size(64 * 1024)
+        .connect()
+        .await
+        .unwrap();
+    for supplied in [true, false] {
+        let mut call = small.invoke_tool("refund", json!({"blob": "y".repeat(100_000)}));
+        if supplied {
+            call = call.idempotency_key(IdempotencyKey::new());
+        }
+        let err = call.send().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidCall { .. }), "{err:?}");
+        let expected = if supplied {
+            Execution::NotSent
+        } else {
+            Execution::NotRun
+        };
+        assert_eq!(err.execution(), expected, "supplied: {supplied}: {err:?}");
+    }
     assert_eq!(mock.total_executions(), 0);
     assert!(mock.received().iter().all(|e| e.kind != "job.submit"));
 }
