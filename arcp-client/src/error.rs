@@ -73,21 +73,21 @@ impl fmt::Display for JobSuffix<'_> {
 /// | [`Error::DuplicateKey`] | as its `execution` field says: not run when nothing of this call may have reached the runtime before the conflict, else maybe |
 /// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance, or never sent |
 /// | [`Error::OutcomeUnavailable`] | maybe, at most once; retry later with the same key |
-/// | [`Error::DeadlineExceeded`] | as its `execution` field says |
+/// | [`Error::DeadlineExceeded`], [`Error::InvalidCall`] | as its `execution` field says |
 /// | [`Error::Interrupted`] | maybe, at most once: the client closed while it was in flight |
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
 /// | [`Error::Cancelled`] | maybe, at most once: the runtime accepted the job and cancelled it, before its tool started or while it ran; the key's outcome is final (a retry with it answers the same) |
 /// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
 /// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent |
-/// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
+/// | connect, auth, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
 /// | [`Error::NotSent`] | not by this call; the key was supplied and an earlier call with it may have run: retry with the same key |
 ///
 /// A call whose key was supplied by the caller (not generated for it)
 /// that ends without running anything says [`Execution::NotSent`], not
 /// [`Execution::NotRun`], unless the runtime or the journal proved the key
 /// unused: the error is then [`Error::NotSent`] around the error that
-/// stopped the call (or, for a deadline, `DeadlineExceeded` with
-/// `execution: NotSent`).
+/// stopped the call (or, for a deadline or an invalid call,
+/// `DeadlineExceeded` or `InvalidCall` with `execution: NotSent`).
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
 /// The crate root's [handling outcomes](crate#handling-outcomes) guide has
