@@ -509,7 +509,7 @@ async fn second_caller(
         }
     }
     for (i, t) in tasks {
-        if let (_, Some(end)) = t.await.expect("second caller's call") {
+        if let (_, Ok(end)) = t.await.expect("second caller's call") {
             ended.push((i, end));
         }
     }
@@ -900,14 +900,15 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
 
 /// Starts planned call `call` on `client` under `key` (`None`: the client
 /// generates one); with `cancel`, its planned cancel or drop too. The task
-/// answers the call's key, and its ending (`None`: the caller dropped it).
+/// answers the call's key, and its ending (`Err(started)`: the caller
+/// dropped the call it started then).
 fn start_call(
     client: &Client,
     call: &PlannedCall,
     key: Option<IdempotencyKey>,
     delay: Duration,
     cancel: bool,
-) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Option<Ended>)> {
+) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Result<Ended, Instant>)> {
     let client = client.clone();
     let call = call.clone();
     tokio::spawn(async move {
@@ -933,7 +934,7 @@ fn start_call(
         let outcome = match call.drop_after.filter(|_| cancel) {
             Some(after) => match tokio::time::timeout(after, invocation).await {
                 Ok(outcome) => outcome,
-                Err(_) => return (key, None),
+                Err(_) => return (key, Err(started)),
             },
             None => invocation.await,
         };
@@ -957,7 +958,7 @@ fn start_call(
             generated,
             after_close: false,
         };
-        (key, Some(end))
+        (key, Ok(end))
     })
 }
 
@@ -1075,6 +1076,8 @@ async fn run(plan: Plan) -> Vec<String> {
     }
     // Each outcome, with the planned call it belongs to.
     let mut ended: Vec<(usize, Ended)> = Vec::new();
+    // The calls whose callers dropped them, and when each started.
+    let mut dropped: Vec<(usize, Instant)> = Vec::new();
     for (i, t) in tasks.into_iter().enumerate() {
         let (key, end) = t.await.expect("call task");
         let call = &plan.calls[i];
@@ -1083,8 +1086,9 @@ async fn run(plan: Plan) -> Vec<String> {
             None if call.generated => violations.push(format!("call {i}: no generated key")),
             _ => {}
         }
-        if let Some(end) = end {
-            ended.push((i, end));
+        match end {
+            Ok(end) => ended.push((i, end)),
+            Err(started) => dropped.push((i, started)),
         }
     }
     // Nothing of a finished call stays behind.
@@ -1094,6 +1098,7 @@ async fn run(plan: Plan) -> Vec<String> {
     }
     client.close().await;
     drop(client);
+    let first_closed = Instant::now();
     if plan.hostile.second_caller {
         second_caller(&plan, &url, &keys, &mut ended).await;
     }
@@ -1121,7 +1126,11 @@ async fn run(plan: Plan) -> Vec<String> {
         proxy.as_ref(),
         gateway.as_ref(),
         &keys,
-        &ended,
+        Endings {
+            ended: &ended,
+            dropped: &dropped,
+            first_closed,
+        },
         &mut violations,
     );
     if let Some(relay) = &relay {
@@ -1224,7 +1233,7 @@ async fn second_client(
     }
     let mut ends = Vec::new();
     for (i, t) in tasks {
-        if let (_, Some(end)) = t.await.expect("second client's call") {
+        if let (_, Ok(end)) = t.await.expect("second client's call") {
             ends.push((i, end));
         }
     }
@@ -1244,6 +1253,18 @@ async fn second_client(
     client.close().await;
 }
 
+/// How a schedule's calls ended, each with its planned call's index.
+struct Endings<'a> {
+    /// The calls that ended with an outcome.
+    ended: &'a [(usize, Ended)],
+    /// The calls their callers dropped (no outcome, no claim), with the
+    /// instant each started.
+    dropped: &'a [(usize, Instant)],
+    /// When the first client closed (the second caller and the second
+    /// client start after it).
+    first_closed: Instant,
+}
+
 /// The oracle: every outcome against what the runtime executed.
 fn check(
     plan: &Plan,
@@ -1251,9 +1272,14 @@ fn check(
     proxy: Option<&ChaosProxyHandle>,
     gateway: Option<&Gateway>,
     keys: &[IdempotencyKey],
-    ended: &[(usize, Ended)],
+    endings: Endings<'_>,
     violations: &mut Vec<String>,
 ) {
+    let Endings {
+        ended,
+        dropped,
+        first_closed,
+    } = endings;
     // Executions per (key, intent) and per key, from the runtime's records.
     let jobs = mock.jobs();
     let mut by_intent: HashMap<(String, u64), u64> = HashMap::new();
@@ -1292,13 +1318,20 @@ fn check(
             )
         });
     // Whether a user issued a call with the same key and intent once `end`
-    // ended (a recovery is no such call: "not run stays not run").
+    // ended (a recovery is no such call: "not run stays not run"; but a
+    // call a caller dropped is one, and its record's recovery may run it).
     let issued_again = |i: usize, end: &Ended| {
         let call = &plan.calls[i];
-        ended.iter().any(|(j, other)| {
-            let c = &plan.calls[*j];
-            c.key == call.key && c.v == call.v && other.started >= end.ended && !other.recovered
-        })
+        let same = |j: usize| {
+            let c = &plan.calls[j];
+            c.key == call.key && c.v == call.v
+        };
+        ended
+            .iter()
+            .any(|(j, other)| same(*j) && other.started >= end.ended && !other.recovered)
+            || dropped
+                .iter()
+                .any(|(j, started)| same(*j) && *started >= end.ended)
     };
     // Whether another call of the same key and intent exists, ended or
     // planned (a caller that dropped its call leaves no outcome).
@@ -1319,12 +1352,54 @@ fn check(
             .count();
         planned + outcomes > 0
     };
+    // Every ending of a planned key (for a violation's report): each
+    // call's index, when it started and ended from the first start, and
+    // its outcome's class.
+    let t0 = ended.iter().map(|(_, e)| e.started).min();
+    let key_calls = |k: usize| {
+        let since = |at: Instant| t0.map_or(0, |t0| at.duration_since(t0).as_millis());
+        let mut shown: Vec<String> = ended
+            .iter()
+            .filter(|(j, _)| plan.calls[*j].key == k)
+            .map(|(j, e)| {
+                let class = match &e.outcome {
+                    Ok(_) => "ok".to_owned(),
+                    Err(err) => format!("{} {}", err.code_name(), err.execution()),
+                };
+                let recovered = if e.recovered { " recovered" } else { "" };
+                format!(
+                    "#{j} {}..{}ms {class}{recovered}",
+                    since(e.started),
+                    since(e.ended)
+                )
+            })
+            .collect();
+        shown.extend(
+            dropped
+                .iter()
+                .filter(|(j, _)| plan.calls[*j].key == k)
+                .map(|(j, at)| format!("#{j} from {}ms dropped", since(*at))),
+        );
+        shown.join(", ")
+    };
     let submits = submits_by_key(mock);
     for (i, end) in ended {
         let call = &plan.calls[*i];
         let key = keys[call.key].to_string();
         let runs = by_intent.get(&(key.clone(), call.v)).copied().unwrap_or(0);
-        let who = format!("call {i} ({} v={} key#{})", call.tool, call.v, call.key);
+        // Where it ran (the second caller, a recovery) and its key, to find
+        // it in the client's log.
+        let by = if end.recovered {
+            ", recovered"
+        } else if end.started > first_closed {
+            ", after the first client closed"
+        } else {
+            ""
+        };
+        let who = format!(
+            "call {i} ({} v={} key#{} {key}{by})",
+            call.tool, call.v, call.key
+        );
         if end.elapsed > end.deadline + DEADLINE_SLACK {
             violations.push(format!(
                 "{who}: ended after {:?}, deadline {:?}",
@@ -1393,9 +1468,13 @@ fn check(
             Err(e) => match e.execution() {
                 // Told "did not run", a caller may issue the work again, with
                 // the same key too: an execution may be that later call's.
-                Execution::NotRun if runs != 0 && !issued_again(*i, end) => violations.push(
-                    format!("{who}: says it did not run ({e}) but executed {runs} times"),
-                ),
+                Execution::NotRun if runs != 0 && !issued_again(*i, end) => {
+                    violations.push(format!(
+                        "{who}: says it did not run ({e}) but executed {runs} times; the key's \
+                         calls: {}",
+                        key_calls(call.key)
+                    ))
+                }
                 Execution::Ran if runs != 1 => violations.push(format!(
                     "{who}: says it ran ({e}) but executed {runs} times"
                 )),
@@ -1535,13 +1614,24 @@ async fn run_family(first: u64, n: u64, parallel: u64, make: fn(u64) -> Plan) ->
     let gate = Arc::new(Semaphore::new(
         env_u64("ARCP_CHECKER_PARALLEL").unwrap_or(parallel).max(1) as usize,
     ));
+    if std::env::var_os("RUST_LOG").is_some() {
+        support::init_tracing();
+    }
+    // `ARCP_CHECKER_SEED=S` replays only seed S of the family, as above.
+    let seeds = match env_u64("ARCP_CHECKER_SEED") {
+        Some(s) => s..s + 1,
+        None => first..first + n,
+    };
     let mut runs = Vec::new();
-    for seed in first..first + n {
+    for seed in seeds {
         let gate = gate.clone();
         runs.push(tokio::spawn(async move {
             let _slot = gate.acquire_owned().await.expect("gate");
             let plan = make(seed);
             let shown = format!("{plan:?}");
+            if env_u64("ARCP_CHECKER_SHOW_PLAN").is_some_and(|v| v != 0) {
+                eprintln!("seed {seed} plan: {shown}");
+            }
             let violations = tokio::time::timeout(Duration::from_secs(30), run(plan))
                 .await
                 .unwrap_or_else(|_| vec!["the schedule did not finish within 30 s".into()]);

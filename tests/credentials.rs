@@ -229,7 +229,7 @@ async fn an_invalid_header_fails_connect_with_a_typed_error() {
         .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidCall(_)), "{err:?}");
+    assert!(matches!(err, Error::InvalidCall { .. }), "{err:?}");
     assert!(err.to_string().contains("bad header"), "{err}");
 }
 

@@ -16,7 +16,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use arcp_mock::{ChaosProxy, Dialect, Fault};
+use arcp_mock::{ChaosProxy, Dialect, Fault, JobStatus};
 use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
@@ -480,4 +480,99 @@ async fn a_journal_that_evicted_records_for_its_cap_does_not_vouch_for_keys() {
     client.close().await;
     assert_eq!(mock.executions("refund"), 4, "nothing more ran");
     assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+}
+
+/// The runtime accepts the job, but its tool waits in the runtime's queue
+/// (a busy worker pool), and the caller's cancel ends the job there: the
+/// job is cancelled and its tool never ran. A cancellation proves the key's
+/// outcome, not an execution: the call may have run.
+async fn cancelled_while_queued(dialect: Dialect) {
+    let mock = mock(dialect).start().await.unwrap();
+    mock.inject(Fault::QueueJob(Duration::from_secs(30)));
+    let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+    let invocation = client.invoke_tool("refund", json!({"order": 14})).send();
+    let handle = invocation.handle();
+    let call = tokio::spawn(invocation);
+    let accepted = tokio::time::Instant::now() + Duration::from_secs(5);
+    while handle.job_id().is_none() {
+        assert!(tokio::time::Instant::now() < accepted, "never accepted");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.cancel().await;
+    let err = call.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Cancelled { .. }), "{err:?}");
+    // The job's own record: its tool's runs (the per-tool counter counts
+    // accepted jobs).
+    let jobs = mock.jobs();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].status, JobStatus::Cancelled, "{jobs:?}");
+    assert_eq!(jobs[0].executions, 0, "the job never left the queue");
+    assert_eq!(err.execution(), Execution::MayHaveRun, "{err:?}");
+    assert!(!err.is_retryable(), "the key's outcome is final: {err:?}");
+    assert!(err.job_id().is_some(), "the job is named: {err:?}");
+}
+
+#[tokio::test]
+async fn a_job_cancelled_before_its_tool_started_may_have_run_v1_1() {
+    cancelled_while_queued(Dialect::V1_1).await;
+}
+
+#[tokio::test]
+async fn a_job_cancelled_before_its_tool_started_may_have_run_legacy() {
+    cancelled_while_queued(Dialect::Legacy).await;
+}
+
+/// A call refused before sending for a bad option stays an
+/// `Error::InvalidCall` (what a caller matches on) and says, by its key's
+/// origin, what it proves: a supplied key may have run in an earlier call
+/// ("not sent"), a generated one did not run.
+#[tokio::test]
+async fn an_invalid_call_says_not_sent_for_a_supplied_key_and_not_run_for_a_generated_one() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    for supplied in [true, false] {
+        let mut call = client
+            .invoke_tool("refund", json!({"order": 15}))
+            .traceparent("00-not-a-trace-01");
+        if supplied {
+            call = call.idempotency_key(IdempotencyKey::new());
+        }
+        let err = call.send().await.unwrap_err();
+        assert_eq!(err.code_name(), "INVALID_CALL", "{err:?}");
+        assert!(
+            !matches!(err, Error::NotSent { .. }),
+            "the error keeps its variant: {err:?}"
+        );
+        let expected = if supplied {
+            Execution::NotSent
+        } else {
+            Execution::NotRun
+        };
+        assert_eq!(err.execution(), expected, "supplied: {supplied}: {err:?}");
+    }
+    // Refused by the transport (a request over the frame size limit).
+    let small = support::mock::client(&mock.ws_url(), Dialect::V1_1)
+        .max_frame_size(64 * 1024)
+        .connect()
+        .await
+        .unwrap();
+    for supplied in [true, false] {
+        let mut call = small.invoke_tool("refund", json!({"blob": "y".repeat(100_000)}));
+        if supplied {
+            call = call.idempotency_key(IdempotencyKey::new());
+        }
+        let err = call.send().await.unwrap_err();
+        assert!(matches!(err, Error::InvalidCall { .. }), "{err:?}");
+        let expected = if supplied {
+            Execution::NotSent
+        } else {
+            Execution::NotRun
+        };
+        assert_eq!(err.execution(), expected, "supplied: {supplied}: {err:?}");
+    }
+    assert_eq!(mock.total_executions(), 0);
+    assert!(mock.received().iter().all(|e| e.kind != "job.submit"));
 }

@@ -53,7 +53,7 @@ async fn an_outbound_request_over_the_limit_is_rejected_before_sending() {
         .await
         .unwrap_err();
     match &err {
-        Error::InvalidCall(message) => assert!(message.contains("limit"), "{message}"),
+        Error::InvalidCall { message, .. } => assert!(message.contains("limit"), "{message}"),
         other => panic!("expected InvalidCall, got {other:?}"),
     }
     assert!(submits(&mock).is_empty(), "nothing was sent");
@@ -81,7 +81,7 @@ async fn an_option_named_like_a_field_of_the_request_is_refused_before_sending()
                 .await
                 .unwrap_err();
             match &err {
-                Error::InvalidCall(message) => {
+                Error::InvalidCall { message, .. } => {
                     assert!(message.contains(&format!("{name:?}")), "{message}")
                 }
                 other => panic!("{url}: {name}: expected InvalidCall, got {other:?}"),

@@ -57,7 +57,7 @@ async fn a_malformed_traceparent_is_refused_before_sending() {
         .send()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidCall(_)), "{err:?}");
+    assert!(matches!(err, Error::InvalidCall { .. }), "{err:?}");
     assert!(err.to_string().contains("00-not-a-trace-01"), "{err}");
     assert!(submits(&mock).is_empty());
 }

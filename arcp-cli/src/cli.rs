@@ -51,9 +51,10 @@ Output with --json (exactly one object on stdout, nothing else):
 
 Exit status, by outcome (`ran` in --json):
   0  ok: the tool returned a result
-  2  tool error: the tool ran and failed (or was cancelled)
+  2  tool error: the tool ran and failed
   3  did not run (proven; a duplicate key included): re-issue the work, even under a new key
   4  may have run, at most once; outcome unknown: repeat with the same --key to learn it
+     (also CANCELLED: cancelled before or while the tool ran; repeating answers the same)
   6  not sent: this call ran nothing, but your --key may have run before: repeat with it
   5  the --journal is locked by a live client
   1  anything else

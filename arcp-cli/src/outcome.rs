@@ -11,13 +11,14 @@ pub(crate) const EXIT_OK: u8 = 0;
 /// Exit status: a failure that is no call's outcome (the process could not
 /// set itself up).
 pub(crate) const EXIT_OTHER: u8 = 1;
-/// Exit status: the tool ran and failed (a tool error, a cancellation).
+/// Exit status: the tool ran and failed (a tool error).
 pub(crate) const EXIT_TOOL_ERROR: u8 = 2;
 /// Exit status: proven not run under this key (a duplicate key included):
 /// the work may be re-issued, even under a new key.
 pub(crate) const EXIT_NOT_RUN: u8 = 3;
 /// Exit status: the tool may have run, at most once; the outcome is unknown.
-/// Repeat with the same `--key` to learn it.
+/// Repeat with the same `--key` to learn it. A cancelled job too (cancelled
+/// before or while its tool ran).
 pub(crate) const EXIT_MAY_HAVE_RUN: u8 = 4;
 /// Exit status: a live client holds the journal (`arcp journal`, and
 /// `arcp invoke --journal`).
@@ -207,6 +208,25 @@ mod tests {
         assert_eq!(exit_status(Execution::NotSent, "CONNECT_FAILED"), 6);
         assert_eq!(exit_status(Execution::NotRun, "JOURNAL_LOCKED"), 5);
         assert_eq!(exit_status(Execution::NotSent, "JOURNAL_LOCKED"), 5);
+    }
+
+    #[test]
+    fn a_cancelled_job_may_have_run() {
+        let key = IdempotencyKey::new();
+        let cancelled = Error::Cancelled {
+            key: key.clone(),
+            job_id: Some("job_1".into()),
+            attempts: 1,
+        };
+        for origin in [KeyOrigin::Supplied, KeyOrigin::Generated] {
+            let f = Failure::from_error(&cancelled, key.to_string(), origin, None);
+            assert_eq!(
+                (f.ran, f.exit_code),
+                (Execution::MayHaveRun, 4),
+                "{origin:?}"
+            );
+            assert_eq!(f.code, "CANCELLED");
+        }
     }
 
     #[test]

@@ -313,7 +313,7 @@ pub(crate) fn shared_fate(e: Error, key: &IdempotencyKey, job_id: Option<String>
         return e;
     }
     match e {
-        e @ (Error::DuplicateKey { .. } | Error::InvalidCall(_)) => e,
+        e @ (Error::DuplicateKey { .. } | Error::InvalidCall { .. }) => e,
         e @ Error::DeadlineExceeded { .. } => e.with_execution(Execution::MayHaveRun),
         Error::Closed => Error::Interrupted {
             key: key.clone(),
@@ -350,7 +350,10 @@ pub(crate) fn not_sent(e: Error, key: &IdempotencyKey) -> Error {
     match e {
         e @ Error::DuplicateKey { .. } => e,
         Error::Tool(tool) if tool.job_id.is_none() => Error::Tool(tool),
-        e @ Error::DeadlineExceeded { .. } => e.with_execution(Execution::NotSent),
+        // The caller matches on these: they keep their variant.
+        e @ (Error::DeadlineExceeded { .. } | Error::InvalidCall { .. }) => {
+            e.with_execution(Execution::NotSent)
+        }
         cause => Error::NotSent {
             key: key.clone(),
             cause: Box::new(cause),

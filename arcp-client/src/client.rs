@@ -282,7 +282,11 @@ pub(crate) fn spawn_recovery(client: Client) {
                                 info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
                             }
                             Err(e) => {
-                                if e.execution() == Execution::MayHaveRun {
+                                // A cancellation is the key's outcome (the
+                                // record is finished), though it may have run.
+                                if e.execution() == Execution::MayHaveRun
+                                    && !matches!(e, Error::Cancelled { .. })
+                                {
                                     unfinished_again
                                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                 }

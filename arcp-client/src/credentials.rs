@@ -52,7 +52,7 @@ pub(crate) async fn provided_authorization(
         return Ok(None);
     };
     let mut header = HeaderValue::from_str(&format!("Bearer {}", token.0)).map_err(|_| {
-        Error::InvalidCall("the provider's token has characters a header cannot carry".into())
+        Error::invalid_call("the provider's token has characters a header cannot carry".into())
     })?;
     header.set_sensitive(true);
     Ok(Some((token, header)))
@@ -66,9 +66,9 @@ pub(crate) fn checked_headers(config: &Config) -> Result<Vec<(HeaderName, Header
         .iter()
         .map(|(name, value)| {
             let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| Error::InvalidCall(format!("{name:?} is not a valid header name")))?;
+                .map_err(|_| Error::invalid_call(format!("{name:?} is not a valid header name")))?;
             let mut value = HeaderValue::from_str(&value.0).map_err(|_| {
-                Error::InvalidCall(format!(
+                Error::invalid_call(format!(
                     "the value of header {name} has characters a header cannot carry"
                 ))
             })?;

@@ -73,21 +73,21 @@ impl fmt::Display for JobSuffix<'_> {
 /// | [`Error::DuplicateKey`] | as its `execution` field says: not run when nothing of this call may have reached the runtime before the conflict, else maybe |
 /// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance, or never sent |
 /// | [`Error::OutcomeUnavailable`] | maybe, at most once; retry later with the same key |
-/// | [`Error::DeadlineExceeded`] | as its `execution` field says |
+/// | [`Error::DeadlineExceeded`], [`Error::InvalidCall`] | as its `execution` field says |
 /// | [`Error::Interrupted`] | maybe, at most once: the client closed while it was in flight |
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
-/// | [`Error::Cancelled`] | it was cancelled by the runtime |
+/// | [`Error::Cancelled`] | maybe, at most once: the runtime accepted the job and cancelled it, before its tool started or while it ran; the key's outcome is final (a retry with it answers the same) |
 /// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
 /// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent |
-/// | connect, auth, invalid call, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
+/// | connect, auth, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
 /// | [`Error::NotSent`] | not by this call; the key was supplied and an earlier call with it may have run: retry with the same key |
 ///
 /// A call whose key was supplied by the caller (not generated for it)
 /// that ends without running anything says [`Execution::NotSent`], not
 /// [`Execution::NotRun`], unless the runtime or the journal proved the key
 /// unused: the error is then [`Error::NotSent`] around the error that
-/// stopped the call (or, for a deadline, `DeadlineExceeded` with
-/// `execution: NotSent`).
+/// stopped the call (or, for a deadline or an invalid call,
+/// `DeadlineExceeded` or `InvalidCall` with `execution: NotSent`).
 ///
 /// Retrying with the **same key** is always safe: the runtime deduplicates.
 /// The crate root's [handling outcomes](crate#handling-outcomes) guide has
@@ -180,7 +180,10 @@ pub enum Error {
         /// answer, such as a proxy or runtime that could not be reached.
         last_error: Option<String>,
     },
-    /// The job was cancelled.
+    /// The runtime cancelled the job. Its tool may have run, at most once
+    /// ([`Execution::MayHaveRun`]): a job is cancelled in the runtime's
+    /// queue before its tool starts as well as while it runs. Not retried:
+    /// the key's outcome is the cancellation.
     #[error("the call with key {key} was cancelled{}", JobSuffix(job_id))]
     Cancelled {
         /// The key.
@@ -292,9 +295,17 @@ pub enum Error {
     },
     /// The call was rejected before it was sent (bad key, a message over
     /// the size limit, a tool name with a NUL character that a journal
-    /// cannot record...).
-    #[error("invalid call: {0}")]
-    InvalidCall(String),
+    /// cannot record...). Nothing of it was sent: `execution` is
+    /// [`Execution::NotRun`], or [`Execution::NotSent`] for a call whose key
+    /// was supplied (an earlier call with it may have run). Fix the call
+    /// and retry it with the same key.
+    #[error("invalid call: {message}")]
+    InvalidCall {
+        /// What is wrong with the call.
+        message: String,
+        /// Whether the tool ran: never by this call.
+        execution: Execution,
+    },
     /// The client was closed, or its connection task stopped, before the
     /// call was sent.
     #[error("the client is closed")]
@@ -387,19 +398,34 @@ pub enum Error {
 }
 
 impl Error {
+    /// An [`Error::InvalidCall`] saying `message`: nothing was sent
+    /// ([`Execution::NotRun`] until the key's origin says otherwise).
+    pub(crate) fn invalid_call(message: String) -> Error {
+        Error::InvalidCall {
+            message,
+            execution: Execution::NotRun,
+        }
+    }
+
     /// Whether the tool ran ([`Execution`]): the one rule behind every
     /// outcome, shared by both transports and recorded by the journal.
     /// Artifact errors concern a tool that already ran ([`Execution::Ran`]).
     pub fn execution(&self) -> Execution {
         match self {
             Error::Tool(e) => e.execution,
-            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
-                *execution
-            }
+            Error::DeadlineExceeded { execution, .. }
+            | Error::DuplicateKey { execution, .. }
+            | Error::InvalidCall { execution, .. } => *execution,
             Error::NotSent { .. } => Execution::NotSent,
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
             }
+            // The runtime accepted the job and ended it: a job cancelled in
+            // its queue never ran its tool, one cancelled mid-run may have
+            // done part of its work. The key's outcome is final (the runtime
+            // answers the key with the cancellation), its execution is not
+            // known.
+            Error::Cancelled { .. } => Execution::MayHaveRun,
             // Another worker drives the call: it may run (once) there. An
             // unavailable store may have committed the call's record though
             // its answer was lost: a recovery may send it.
@@ -414,8 +440,7 @@ impl Error {
             {
                 Execution::MayHaveRun
             }
-            Error::Cancelled { .. }
-            | Error::ResultDecode(_)
+            Error::ResultDecode(_)
             | Error::ArtifactMismatch { .. }
             | Error::ArtifactTooLarge { .. }
             | Error::ArtifactNotFound { .. }
@@ -426,7 +451,6 @@ impl Error {
             | Error::Connect { .. }
             | Error::TokenProvider { .. }
             | Error::Handshake { .. }
-            | Error::InvalidCall(_)
             | Error::ArgumentsEncode { .. }
             | Error::Closed
             | Error::Journal(_)
@@ -482,7 +506,7 @@ impl Error {
             Error::Connect { .. } => "CONNECT_FAILED".into(),
             Error::TokenProvider { .. } => "TOKEN_PROVIDER_FAILED".into(),
             Error::Handshake { .. } => "HANDSHAKE_FAILED".into(),
-            Error::InvalidCall(_) => "INVALID_CALL".into(),
+            Error::InvalidCall { .. } => "INVALID_CALL".into(),
             Error::ResultDecode(_) => "RESULT_DECODE_FAILED".into(),
             Error::ArgumentsEncode { .. } => "ARGUMENTS_ENCODE_FAILED".into(),
             Error::Closed => "CLIENT_CLOSED".into(),
@@ -536,11 +560,14 @@ impl Error {
     }
 
     /// The same error with another execution class, for the variants that
-    /// carry one (`DeadlineExceeded`, `DuplicateKey`); any other unchanged.
+    /// carry one (`DeadlineExceeded`, `DuplicateKey`, `InvalidCall`); any
+    /// other unchanged.
     /// The rules of `classify.rs` that widen "did not run" use it.
     pub(crate) fn with_execution(mut self, to: Execution) -> Self {
         match &mut self {
-            Error::DeadlineExceeded { execution, .. } | Error::DuplicateKey { execution, .. } => {
+            Error::DeadlineExceeded { execution, .. }
+            | Error::DuplicateKey { execution, .. }
+            | Error::InvalidCall { execution, .. } => {
                 *execution = to;
             }
             _ => {}

@@ -222,7 +222,7 @@ impl<Out> InvokeBuilder<Out> {
     /// [`Error::InvalidCall`] naming the problem.
     pub fn key_str(mut self, key: impl Into<String>) -> Self {
         self.key = Some(
-            IdempotencyKey::try_from(key.into()).map_err(|e| Error::InvalidCall(e.to_string())),
+            IdempotencyKey::try_from(key.into()).map_err(|e| Error::invalid_call(e.to_string())),
         );
         self
     }
@@ -293,10 +293,10 @@ impl<Out> InvokeBuilder<Out> {
         };
         let trace_id = match self.trace_id {
             Some(t) if arcp_types::is_trace_id(&t) => Ok(TraceId::new(&t)),
-            Some(t) if t.starts_with("traceparent ") => Err(Error::InvalidCall(format!(
+            Some(t) if t.starts_with("traceparent ") => Err(Error::invalid_call(format!(
                 "{t} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, ids not all zero)"
             ))),
-            Some(t) => Err(Error::InvalidCall(format!(
+            Some(t) => Err(Error::invalid_call(format!(
                 "trace id {t:?} is not 32 lowercase hex digits"
             ))),
             None => Ok(TraceId::random()),
@@ -305,7 +305,7 @@ impl<Out> InvokeBuilder<Out> {
             .iter()
             .find(|name| self.extra.contains_key(**name))
         {
-            Some(name) => Err(Error::InvalidCall(format!(
+            Some(name) => Err(Error::invalid_call(format!(
                 "option {name:?} names a field the request already carries \
                  (the tool, its arguments or its idempotency key); set it through \
                  invoke_tool and the builder instead"
@@ -340,7 +340,16 @@ impl<Out> InvokeBuilder<Out> {
         // keep its error's room in every call's state.
         let future: OutcomeFuture = match request {
             Ok(request) => Box::pin(async move { client.dispatch(request).await }),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Err(e) => {
+                // Nothing was sent; a valid key the caller supplied may
+                // belong to an earlier call that ran: "not sent".
+                let e = if key_supplied && key_for_handle.is_some() {
+                    e.with_execution(crate::error::Execution::NotSent)
+                } else {
+                    e
+                };
+                Box::pin(std::future::ready(Err(e)))
+            }
         };
         Invocation {
             future,

@@ -79,11 +79,12 @@
 //!             // This call sent nothing, but the key was supplied (an earlier
 //!             // call with it may have run): retry with the same key.
 //!             Execution::NotSent => eprintln!("not sent; retry with key {:?}", e.key()),
-//!             // It ran and failed (`Error::Tool`), was cancelled, or its
-//!             // result did not decode: do not run it again.
+//!             // It ran and failed (`Error::Tool`), or its result did not
+//!             // decode: do not run it again.
 //!             Execution::Ran => eprintln!("ran: {e}"),
-//!             // At most once, outcome unknown: keep the key and job id and
-//!             // ask again later with the same key.
+//!             // At most once, outcome unknown (or the job was cancelled,
+//!             // `Error::Cancelled`): keep the key and job id and ask again
+//!             // later with the same key.
 //!             Execution::MayHaveRun => {
 //!                 eprintln!("may have run: key {:?}, job {:?}", e.key(), e.job_id())
 //!             }
@@ -112,9 +113,9 @@
 //! | [`Error::RequestRejected`] | no | the runtime closed the connection because it could not take the request in (1009, 1002, 1003, 1007), again when re-sent alone (a policy close, 1008, never clears the doubt) | (WebSocket only) |
 //! | [`Error::Unauthenticated`] | no | the runtime refused the credentials in the handshake, or the upgrade with 401/403 | HTTP 401 or 403 |
 //! | [`Error::Http`] | no | (HTTP only) | a status the binding does not define (400, 404, 405, 501, 505, ...) |
-//! | [`Error::Cancelled`] | yes | the runtime cancelled the job | the same |
+//! | [`Error::Cancelled`] | maybe, at most once (cancelled in the runtime's queue or while it ran); the key's outcome is final | the runtime cancelled the job | the same |
 //! | [`Error::ResultDecode`] | yes | a typed call's result does not decode; the raw result is kept | the same |
-//! | [`Error::ArgumentsEncode`], [`Error::InvalidCall`] | no | rejected before anything was sent | the same |
+//! | [`Error::ArgumentsEncode`], [`Error::InvalidCall`] | no (`InvalidCall`: as its `execution` field says, `not_sent` for a key you supplied) | rejected before anything was sent | the same |
 //! | [`Error::Connect`], [`Error::Handshake`] | no | no connection or session (`connect()`, or a call that could not get one) | the endpoint cannot be used (a bad URL, an untrusted certificate) |
 //! | [`Error::Journal`] | no (`JOURNAL_FENCED`, `JOURNAL_UNAVAILABLE`: maybe) | the journal failed; the call was not sent by this client | the same |
 //! | [`Error::Closed`] | no | the client was closed before the call was sent | the same |

@@ -69,7 +69,7 @@ pub(crate) fn outcome_label(outcome: &Result<bool, &Error>) -> &'static str {
             Error::Unauthenticated { .. } => "unauthenticated",
             Error::Connect { .. } => "connect_failed",
             Error::Handshake { .. } => "handshake_failed",
-            Error::InvalidCall(_) => "invalid_call",
+            Error::InvalidCall { .. } => "invalid_call",
             Error::Closed => "client_closed",
             Error::Journal(_) => "journal_error",
             Error::Http { .. } => "http_error",
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(outcome_label(&Ok(true)), "ok");
         assert_eq!(outcome_label(&Err(&Error::Closed)), "client_closed");
         assert_eq!(
-            outcome_label(&Err(&Error::InvalidCall("x".into()))),
+            outcome_label(&Err(&Error::invalid_call("x".into()))),
             "invalid_call"
         );
     }

@@ -570,7 +570,7 @@ async fn bad_urls_and_tokens_fail_at_connect() {
         .connect()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidCall(_)), "{err:?}");
+    assert!(matches!(err, Error::InvalidCall { .. }), "{err:?}");
     assert!(!format!("{err:?}").contains("bad\ntoken"));
 }
 

@@ -1449,7 +1449,7 @@ async fn a_tool_name_the_store_cannot_hold_fails_alone() {
     });
     let (bad, good) = tokio::join!(bad, futures_util::future::join_all(good));
     match bad {
-        Err(arcp_sdk::Error::InvalidCall(message)) => {
+        Err(arcp_sdk::Error::InvalidCall { message, .. }) => {
             assert!(message.contains("NUL"), "{message}")
         }
         other => panic!("expected an invalid call, got {other:?}"),

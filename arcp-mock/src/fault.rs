@@ -82,6 +82,13 @@ pub enum Fault {
     /// truth ([`MockRuntime::jobs`](crate::MockRuntime::jobs) and the
     /// execution counts).
     StrayFrames,
+    /// The next accepted job waits this long in the runtime's queue before
+    /// its tool starts (as behind a busy worker pool): `job.accepted` (and
+    /// the legacy `job.started`) are sent at once, and a cancel meanwhile
+    /// ends the job `cancelled` with its tool never run (its record in
+    /// [`MockRuntime::jobs`](crate::MockRuntime::jobs) shows no execution;
+    /// the per-tool and per-key counters count jobs at acceptance).
+    QueueJob(Duration),
 }
 
 impl Fault {
@@ -96,6 +103,7 @@ impl Fault {
                 | Fault::RejectNextSubmit { .. }
                 | Fault::CloseWith { .. }
                 | Fault::StrayFrames
+                | Fault::QueueJob(_)
         )
     }
 }

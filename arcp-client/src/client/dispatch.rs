@@ -168,7 +168,7 @@ impl Client {
             Err(e)
                 if unproven
                     && e.execution() == Execution::NotRun
-                    && !matches!(e, Error::InvalidCall(_) | Error::ArgumentsEncode { .. }) =>
+                    && !matches!(e, Error::InvalidCall { .. } | Error::ArgumentsEncode { .. }) =>
             {
                 // Nothing was sent, so no job is known.
                 Err(outcome_unknown(

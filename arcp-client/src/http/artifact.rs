@@ -212,7 +212,7 @@ impl ArtifactFetcherBuilder {
                     .ok()
                     .and_then(|u| Origin::of(&u))
                     .ok_or_else(|| {
-                        Error::InvalidCall(format!(
+                        Error::invalid_call(format!(
                             "token origin {} is not an absolute http(s) or ws(s) URL",
                             display_uri(&origin_url)
                         ))
@@ -305,16 +305,16 @@ impl ArtifactFetcher {
     pub async fn fetch(&self, artifact: &ArtifactRef) -> Result<Vec<u8>, Error> {
         let shown = display_uri(&artifact.uri);
         let url = Url::parse(artifact.uri.trim())
-            .map_err(|e| Error::InvalidCall(format!("artifact URI {shown} is invalid: {e}")))?;
+            .map_err(|e| Error::invalid_call(format!("artifact URI {shown} is invalid: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(Error::InvalidCall(format!(
+            return Err(Error::invalid_call(format!(
                 "artifact URI {shown}: the {} scheme cannot be fetched over HTTP",
                 url.scheme()
             )));
         }
         let expected = match artifact.sha256.as_deref() {
             Some(hex) => Some(parse_sha256(hex).ok_or_else(|| {
-                Error::InvalidCall(format!(
+                Error::invalid_call(format!(
                     "artifact {shown}: sha256 {hex:?} is not 64 hexadecimal digits"
                 ))
             })?),

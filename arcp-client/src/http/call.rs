@@ -130,7 +130,7 @@ impl HttpBackend {
             Cached::Bound | Cached::Miss => {}
         }
         if size > self.config.max_frame_size {
-            return Err(Error::InvalidCall(format!(
+            return Err(Error::invalid_call(format!(
                 "the request is {size} bytes; the frame size limit is {}",
                 self.config.max_frame_size
             )));

@@ -69,7 +69,7 @@ pub(crate) fn bearer_header(token: Option<&Secret>) -> Result<Option<HeaderValue
         return Ok(None);
     };
     let mut value = HeaderValue::from_str(&format!("Bearer {}", token.0)).map_err(|_| {
-        Error::InvalidCall(
+        Error::invalid_call(
             "the bearer token has characters that an HTTP header cannot carry".into(),
         )
     })?;
@@ -193,7 +193,7 @@ pub(crate) fn idempotency_key_header(key: &str) -> Result<HeaderValue, Error> {
     quoted.push('"');
     // From the string itself: its buffer becomes the header's, uncopied.
     HeaderValue::try_from(quoted).map_err(|_| {
-        Error::InvalidCall(format!(
+        Error::invalid_call(format!(
             "idempotency key {key:?} cannot be sent as an HTTP header"
         ))
     })

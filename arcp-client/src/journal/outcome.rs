@@ -157,7 +157,7 @@ impl JournalOutcome {
                 last_error: last_error.clone(),
                 attempts: *attempts,
             },
-            Err(Error::InvalidCall(message)) => JournalOutcome::Invalid {
+            Err(Error::InvalidCall { message, .. }) => JournalOutcome::Invalid {
                 message: message.clone(),
             },
             Err(Error::OutcomeUnavailable {
@@ -291,7 +291,7 @@ impl JournalOutcome {
                 attempts,
                 last_error,
             }),
-            JournalOutcome::Invalid { message } => Err(Error::InvalidCall(message)),
+            JournalOutcome::Invalid { message } => Err(Error::invalid_call(message)),
         }
     }
 }

@@ -47,7 +47,7 @@ impl Redaction {
     /// name.
     pub(crate) fn apply(&self, invoke: &Invoke, intent: &str) -> Result<Option<String>, Error> {
         if invoke.extra.contains_key(intent_digest::REDACTED_MARK) {
-            return Err(Error::InvalidCall(format!(
+            return Err(Error::invalid_call(format!(
                 "the call's field {:?} is reserved for the journal's redaction mark",
                 intent_digest::REDACTED_MARK
             )));
@@ -55,7 +55,7 @@ impl Redaction {
         let mut arguments = invoke.arguments.clone();
         let hook = &self.0;
         catch_unwind(AssertUnwindSafe(|| hook(&invoke.tool, &mut arguments))).map_err(|_| {
-            Error::InvalidCall(format!(
+            Error::invalid_call(format!(
                 "the journal redaction hook panicked on a call of {:?}; nothing was recorded or \
                  sent",
                 invoke.tool
@@ -65,7 +65,7 @@ impl Redaction {
             return Ok(None);
         }
         let unredacted: Value = serde_json::from_str(intent).map_err(|e| {
-            Error::InvalidCall(format!("the request does not parse back as JSON: {e}"))
+            Error::invalid_call(format!("the request does not parse back as JSON: {e}"))
         })?;
         let mut record = invoke.clone();
         record.arguments = arguments;
@@ -74,7 +74,7 @@ impl Redaction {
             intent_digest::mark(&unredacted),
         );
         serde_json::to_string(&record).map(Some).map_err(|e| {
-            Error::InvalidCall(format!("the redacted arguments do not serialize: {e}"))
+            Error::invalid_call(format!("the redacted arguments do not serialize: {e}"))
         })
     }
 }
@@ -146,7 +146,7 @@ mod tests {
         let intent = serde_json::to_string(&invoke).unwrap();
         let err = panics.apply(&invoke, &intent).unwrap_err();
         assert!(
-            matches!(err, Error::InvalidCall(ref m) if m.contains("panicked")),
+            matches!(err, Error::InvalidCall { ref message, .. } if message.contains("panicked")),
             "{err}"
         );
     }
@@ -161,7 +161,7 @@ mod tests {
         let intent = serde_json::to_string(&invoke).unwrap();
         assert!(matches!(
             hook().apply(&invoke, &intent),
-            Err(Error::InvalidCall(_))
+            Err(Error::InvalidCall { .. })
         ));
     }
 }

@@ -145,7 +145,7 @@ impl Core {
         }
         if size > self.config.max_frame_size {
             let limit = self.config.max_frame_size;
-            let refused = Error::InvalidCall(format!(
+            let refused = Error::invalid_call(format!(
                 "the request is {size} bytes; the frame size limit is {limit}"
             ));
             answer(waiter, Err(refused).into());

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arcp_types::{Frame, Message};
 use futures_util::FutureExt;
@@ -314,16 +315,21 @@ impl Jobs {
     }
 }
 
-/// Runs `tool` for `job_id` on a task: counts the call, catches panics,
-/// reports the outcome.
+/// Runs `tool` for `job_id` on a task, after `queued` (a job waiting for
+/// a worker: aborted meanwhile, it never ran): counts the call, catches
+/// panics, reports the outcome.
 pub(crate) fn spawn_tool(
     host: Arc<dyn JobHost>,
     job_id: String,
     tool: ToolFn,
     args: Value,
     ctx: ToolContext,
+    queued: Option<Duration>,
 ) -> AbortHandle {
     let task = tokio::spawn(async move {
+        if let Some(wait) = queued {
+            tokio::time::sleep(wait).await;
+        }
         host.ran(&job_id);
         let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| tool(args, ctx))) {
             Ok(future) => match AssertUnwindSafe(future).catch_unwind().await {

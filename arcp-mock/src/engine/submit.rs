@@ -173,6 +173,17 @@ impl State {
             }
         }
 
+        let call = Call {
+            tool: &invoke.tool,
+            key: key.as_deref(),
+        };
+        let queued = match self
+            .faults
+            .take_for(|f| matches!(f, Fault::QueueJob(_)), Some(call))
+        {
+            Some(Fault::QueueJob(wait)) => Some(wait),
+            _ => None,
+        };
         let ctx = ToolContext::new(
             Arc::clone(&host.sink),
             job_id.clone(),
@@ -186,6 +197,7 @@ impl State {
             tool,
             invoke.arguments,
             ctx,
+            queued,
         );
         self.jobs.set_abort(&job_id, abort);
     }

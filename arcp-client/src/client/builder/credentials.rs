@@ -113,9 +113,9 @@ impl ClientBuilder {
         use rustls_pki_types::pem::PemObject;
         let certs: Vec<_> = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
             .collect::<Result<_, _>>()
-            .map_err(|e| Error::InvalidCall(format!("root certificate PEM is invalid: {e}")))?;
+            .map_err(|e| Error::invalid_call(format!("root certificate PEM is invalid: {e}")))?;
         if certs.is_empty() {
-            return Err(Error::InvalidCall(
+            return Err(Error::invalid_call(
                 "root certificate PEM holds no certificate".into(),
             ));
         }

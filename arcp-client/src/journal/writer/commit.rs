@@ -360,6 +360,9 @@ impl Writer {
         let pending_on_read = step.transitions_apart.is_none();
         // Each key's record as this batch leaves it, decision by decision.
         let mut view: HashMap<IdempotencyKey, Option<JournalEntry>> = HashMap::new();
+        // Keys whose record in `view` is this batch's write: a decision made
+        // against it stands only if that write commits.
+        let mut pending: HashSet<IdempotencyKey> = HashSet::new();
         let mut inserts: Vec<JournalWrite> = Vec::new();
         let mut created = 0u64;
         let mut purged_for_room = false;
@@ -425,12 +428,18 @@ impl Writer {
             match written {
                 Some(record) => {
                     view.insert(entry.key.clone(), Some(record.clone()));
+                    pending.insert(entry.key.clone());
                     inserts.push(JournalWrite::Prepare(record));
                     step.decisions[i] = Some((Ok(decision), true));
                 }
                 None => {
                     view.insert(entry.key.clone(), current);
-                    step.decisions[i] = Some((Ok(decision), false));
+                    // Decided against an earlier prepare's record of this
+                    // batch: if the batch fails, that record is not there
+                    // (sent without it, the call would leave its key with no
+                    // record, and a later prepare would vouch it never ran).
+                    let depends = pending.contains(&entry.key);
+                    step.decisions[i] = Some((Ok(decision), depends));
                 }
             }
         }

@@ -47,6 +47,9 @@ impl Counting {
 impl Journal for Counting {
     fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
         self.check()?;
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(JournalError::new(JournalErrorKind::Io, "test", "read-only"));
+        }
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.apply(writes)
     }
@@ -214,6 +217,39 @@ fn a_key_prepared_twice_in_a_batch_is_one_record_and_the_second_is_in_doubt() {
         d[1]
     );
     assert_eq!((w.records, journal.inner.len()), (1, 1));
+}
+
+/// Two prepares of a new key in one batch: the second is decided against
+/// the record the first writes. If the store refuses that write, neither
+/// proceeds: the second would send a call whose key has no record (a later
+/// prepare of the key would find none, and vouch that it never ran).
+#[test]
+fn a_prepare_decided_against_a_record_its_batch_failed_to_write_fails_too() {
+    let journal = Counting::default();
+    journal.refuse.store(true, Ordering::SeqCst);
+    let key = IdempotencyKey::new();
+    let mut w = writer(100);
+    let (mut prepares, mut answers) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let (entry, _) = prepare(&key, "a");
+        let (tx, rx) = oneshot::channel();
+        prepares.push((entry, tx));
+        answers.push(rx);
+    }
+    let committed = w.commit(&journal, &prepares, &HashMap::new()).unwrap();
+    assert!(committed.result.is_err());
+    w.answer(committed, prepares, Vec::new());
+    for mut rx in answers {
+        let answer = rx.try_recv().expect("answered");
+        assert!(
+            matches!(&answer, Err(e) if e.kind == JournalErrorKind::Io),
+            "{answer:?}"
+        );
+    }
+    assert!(
+        journal.inner.get(&key).unwrap().is_none(),
+        "nothing written"
+    );
 }
 
 #[test]

@@ -170,7 +170,7 @@ impl JournalHandle {
         // before anything is recorded or sent. Keys are printable ASCII, and
         // the intent is JSON, which escapes it.
         if request.invoke.tool.contains('\0') {
-            return Err(Error::InvalidCall(format!(
+            return Err(Error::invalid_call(format!(
                 "the tool name {:?} contains a NUL character, which the journal cannot record",
                 request.invoke.tool
             )));
@@ -178,9 +178,9 @@ impl JournalHandle {
         // The intent exactly as the transport will send it.
         request.seal();
         let intent = serde_json::to_string(&request.invoke)
-            .map_err(|e| Error::InvalidCall(format!("the arguments do not serialize: {e}")))?;
+            .map_err(|e| Error::invalid_call(format!("the arguments do not serialize: {e}")))?;
         if intent.len() > max_frame_size {
-            return Err(Error::InvalidCall(format!(
+            return Err(Error::invalid_call(format!(
                 "the request is {} bytes; the frame size limit is {max_frame_size}",
                 intent.len()
             )));
