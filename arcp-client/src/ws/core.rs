@@ -31,11 +31,17 @@
 //!
 //! This file holds the core's state and what the driver asks of it (what
 //! to write, when to look, whether to dial) and the time; the rest of
-//! `impl Core` is split by concern: `commands.rs` (client handles),
-//! `link_events.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
-//! (frames from the runtime; results and errors in `inbound/verdicts.rs`)
-//! and `call_machine.rs` (`step`, the one place that decides what a call
-//! does next, and how a call ends; timers only say *when* to look).
+//! `impl Core` is split by concern into its child modules in `core/`:
+//! `commands.rs` (client handles), `link_events.rs` (handshakes, dial
+//! failures, flushes, losses), `inbound.rs` (frames from the runtime;
+//! results and errors in `inbound/verdicts.rs`) and `call_machine.rs`
+//! (`step`, the one place that decides what a call does next, and how a
+//! call ends; timers only say *when* to look); its unit tests are
+//! `core/tests.rs`.
+//!
+//! The core's fields are private: only this file and its children read
+//! them. The rest of `ws/` (the driver, the connector, the transport)
+//! reaches the core through the methods above and the inputs below.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -60,6 +66,11 @@ use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::saturating_deadline;
 use crate::stats::ClientStats;
+
+mod call_machine;
+mod commands;
+mod inbound;
+mod link_events;
 
 /// Requests from client handles. Nearly every one is an `Invoke`: the
 /// size difference wastes little.
@@ -135,39 +146,39 @@ const WINDOW_RECHECK: Duration = Duration::from_millis(50);
 
 /// The connection core.
 pub(crate) struct Core {
-    pub(super) config: Arc<Config>,
+    config: Arc<Config>,
     /// The calls, by id, key and job (`call_table.rs`).
-    pub(super) calls: CallTable,
-    pub(super) requests: Requests,
-    pub(super) timers: TimerTable,
-    pub(super) cache: OutcomeCache,
-    pub(super) session: Session,
-    pub(super) link: Link,
-    pub(super) generation: u64,
-    pub(super) outbox: Outbox,
+    calls: CallTable,
+    requests: Requests,
+    timers: TimerTable,
+    cache: OutcomeCache,
+    session: Session,
+    link: Link,
+    generation: u64,
+    outbox: Outbox,
     /// When to dial again after a loss or a failed dial (`dialer.rs`).
-    pub(super) dialer: Dialer,
+    dialer: Dialer,
     /// `connect()` waits on this until the first session, or the budget.
-    pub(super) ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
+    ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
     /// The window size after the next loss (1 after a request-level close).
-    pub(super) window_after_loss: usize,
-    pub(super) drop_reason: Option<String>,
-    pub(super) close_replies: Vec<oneshot::Sender<()>>,
+    window_after_loss: usize,
+    drop_reason: Option<String>,
+    close_replies: Vec<oneshot::Sender<()>>,
     /// What `Client::runtime()` reads.
-    pub(super) profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
+    profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
     /// `Client::events()` listeners (sending costs nothing without any).
-    pub(super) events: tokio::sync::broadcast::Sender<ConnectionEvent>,
+    events: tokio::sync::broadcast::Sender<ConnectionEvent>,
     /// The id and timestamp of the envelope being written, reused so that
     /// writing a request allocates only its shared id and its text.
-    pub(super) message_id: String,
-    pub(super) timestamp: String,
+    message_id: String,
+    timestamp: String,
     /// The dialect callers encode their requests for
     /// ([`PreparedCall`](crate::request::PreparedCall)):
     /// the configured one, or the first session's (a client keeps it).
-    pub(super) dialect: Arc<OnceLock<Dialect>>,
+    dialect: Arc<OnceLock<Dialect>>,
     /// Outcomes of calls finished in this turn, not yet handed out
     /// ([`Core::hand_out_replies`]).
-    pub(super) replies: Vec<(oneshot::Sender<Settled>, Settled)>,
+    replies: Vec<(oneshot::Sender<Settled>, Settled)>,
 }
 
 impl Core {
@@ -223,7 +234,7 @@ impl Core {
     }
 
     /// Tells `Client::events()` listeners, if there are any.
-    pub(super) fn emit(&self, event: impl FnOnce() -> ConnectionEvent) {
+    fn emit(&self, event: impl FnOnce() -> ConnectionEvent) {
         if self.events.receiver_count() > 0 {
             let _ = self.events.send(event());
         }
@@ -402,7 +413,7 @@ impl Core {
     // ----- plumbing ----------------------------------------------------------------
 
     /// Arms the call's timer at its next wake, if that changed.
-    pub(super) fn rearm(&mut self, id: CallId, now: Instant) {
+    fn rearm(&mut self, id: CallId, now: Instant) {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
@@ -419,7 +430,7 @@ impl Core {
 
     /// Encodes and queues a frame on the live connection; returns its
     /// transmit seq.
-    pub(super) fn queue_frame(&mut self, mut frame: Frame) -> u64 {
+    fn queue_frame(&mut self, mut frame: Frame) -> u64 {
         let Link::Up(up) = &self.link else {
             return self.outbox.last_queued();
         };
@@ -429,7 +440,7 @@ impl Core {
 
     /// Queues an already encoded frame on the live connection; returns its
     /// transmit seq.
-    pub(super) fn queue_text(&mut self, text: String) -> u64 {
+    fn queue_text(&mut self, text: String) -> u64 {
         if matches!(self.link, Link::Up(_)) {
             return self.outbox.push(text);
         }
@@ -452,7 +463,7 @@ impl Core {
 
     /// The key of the call bound to `job`, for tests.
     #[cfg(test)]
-    pub(crate) fn key_of_job(&self, job: &str) -> Option<IdempotencyKey> {
+    fn key_of_job(&self, job: &str) -> Option<IdempotencyKey> {
         self.calls
             .by_job(job)
             .and_then(|id| self.calls.get(&id))
@@ -461,7 +472,7 @@ impl Core {
 
     /// The first caller's shared state of the call bound to `job`, for tests.
     #[cfg(test)]
-    pub(crate) fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
+    fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
         let call = self.calls.by_job(job).and_then(|id| self.calls.get(&id))?;
         call.waiters().iter().next().map(|w| w.shared.clone())
     }
@@ -477,7 +488,7 @@ impl Core {
 }
 
 /// The same error with a note on why it is final.
-pub(super) fn with_context(error: Error, context: &str) -> Error {
+fn with_context(error: Error, context: &str) -> Error {
     match error {
         Error::Connect {
             url,
@@ -504,3 +515,6 @@ pub(super) fn with_context(error: Error, context: &str) -> Error {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests;

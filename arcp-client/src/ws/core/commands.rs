@@ -9,10 +9,6 @@ use arcp_types::{Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 use tracing::info;
 
-use super::calls::{Call, CancelState};
-use super::ids::{CallId, RequestId};
-use super::requests::ReqKind;
-use super::waiters::Waiter;
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::Ending;
 use crate::deadline::Deadline;
@@ -22,9 +18,13 @@ use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::saturating_deadline;
 use crate::telemetry::Answered;
+use crate::ws::calls::{Call, CancelState};
+use crate::ws::ids::{CallId, RequestId};
+use crate::ws::requests::ReqKind;
+use crate::ws::waiters::Waiter;
 
-use super::core::{Command, Core};
-use super::link_state::Link;
+use super::{Command, Core};
+use crate::ws::link_state::Link;
 
 impl Core {
     /// Takes a command from a client handle.

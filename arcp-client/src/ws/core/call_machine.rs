@@ -8,17 +8,17 @@ use std::time::Instant;
 use arcp_types::{Frame, Header, Message, Subscribe};
 use tracing::{debug, info, warn};
 
-use super::calls::{Call, Phase};
-use super::ids::{CallId, RequestId};
-use super::requests::ReqKind;
 use crate::cache::{Outcome, Settled};
 use crate::classify::{give_up, Ending};
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
 use crate::retry::{saturating_deadline, Decision, Exhausted};
+use crate::ws::calls::{Call, Phase};
+use crate::ws::ids::{CallId, RequestId};
+use crate::ws::requests::ReqKind;
 
-use super::core::Core;
-use super::link_state::Link;
+use super::Core;
+use crate::ws::link_state::Link;
 
 impl Core {
     /// Decides what call `id` does next. Idempotent: timers may fire late

@@ -7,19 +7,19 @@ use std::time::Instant;
 
 use tracing::{info, warn};
 
-use super::calls::Phase;
-use super::ids::CallId;
-use super::session::Liveness;
 use crate::classify::Ending;
 use crate::connection_events::ConnectionEvent;
 use crate::error::Error;
 use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self};
+use crate::ws::calls::Phase;
+use crate::ws::ids::CallId;
+use crate::ws::session::Liveness;
 
-use super::core::{with_context, Core, DialFailure, Established, Loss};
-use super::dialer::{AfterDialFailure, LostLink};
-use super::link_state::{Link, Up, WINDOW_AFTER_LOSS};
+use super::{with_context, Core, DialFailure, Established, Loss};
+use crate::ws::dialer::{AfterDialFailure, LostLink};
+use crate::ws::link_state::{Link, Up, WINDOW_AFTER_LOSS};
 
 impl Core {
     /// The driver completed a handshake.

@@ -16,16 +16,16 @@ use arcp_types::{Decoded, Frame, Header, JobEvent, JobResult, Message, PayloadSc
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::assembly::Assembly;
-use super::calls::Phase;
-use super::core::{Core, Loss};
-use super::ids::CallId;
-use super::link_state::Link;
-use super::requests::ReqKind;
+use super::{Core, Loss};
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent};
 use crate::retry::saturating_deadline;
 use crate::telemetry;
+use crate::ws::assembly::Assembly;
+use crate::ws::calls::Phase;
+use crate::ws::ids::CallId;
+use crate::ws::link_state::Link;
+use crate::ws::requests::ReqKind;
 
 mod verdicts;
 
