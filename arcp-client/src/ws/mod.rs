@@ -15,9 +15,9 @@
 //!   each with its invariants: `link_state.rs` (the link, the send window),
 //!   `dialer.rs` (when to dial again; its bucket of immediate reconnects in
 //!   `reconnect.rs`), `outbox.rs`, `timers.rs`, `requests.rs` (the request
-//!   table), `calls.rs`, `call_table.rs` (the calls and their key and job
-//!   indexes), `waiters.rs` (a call's callers), `session.rs`;
-//!   `assembly.rs`, `ids.rs`.
+//!   table), `calls.rs` (a call; its cancel in `cancel.rs`), `call_table.rs`
+//!   (the calls and their key and job indexes), `waiters.rs` (a call's
+//!   callers), `session.rs`; `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
 //!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
 //!   the driver polls instead of sleeping for a lone call's reply.
@@ -29,6 +29,7 @@ mod ack;
 mod assembly;
 mod call_table;
 mod calls;
+mod cancel;
 mod connector;
 mod core;
 mod dial;

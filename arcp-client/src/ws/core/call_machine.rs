@@ -58,10 +58,7 @@ impl Core {
             self.finish(id, Err(error));
             return;
         }
-        let cancel_due = call
-            .cancel()
-            .as_ref()
-            .is_some_and(|c| now >= c.until && !c.waiters.is_empty());
+        let cancel_due = call.cancel().is_some_and(|c| c.is_due(now));
         if cancel_due {
             let outcome = call.cancel_so_far(&format!(
                 "the cancel could not be written to a connection within {:?}; \
@@ -218,14 +215,9 @@ impl Core {
             .ladder_mut()
             .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
             .next_ceiling();
-        let troubles = call.troubles_mut();
-        let subscribe = subscribe_ok
-            && !troubles.subscribe_refused
-            && generation.is_some()
-            && troubles.subscribed_on != generation
-            && call.job_id().is_some();
-        if subscribe {
-            call.troubles_mut().subscribed_on = generation;
+        let subscribe_on = generation
+            .filter(|&g| subscribe_ok && call.may_subscribe_on(g) && call.job_id().is_some());
+        if let Some(generation) = subscribe_on {
             call.ladder_at(saturating_deadline(now, wait));
             let frame = Frame::new(Message::Subscribe(
                 Subscribe::new(call.job().expect("checked above"))
@@ -234,7 +226,7 @@ impl Core {
             ));
             debug!(parent: call.span(), "subscribing to the job's stream with history");
             let request = frame.envelope.id.clone();
-            call.troubles_mut().subscribe_request = Some(request.clone());
+            call.subscribing(generation, request.clone());
             self.queue_frame(frame);
             self.requests
                 .insert(RequestId::from(request), id, ReqKind::Subscribe);
@@ -376,7 +368,7 @@ impl Core {
         if let Some(request) = call.subscribe_request() {
             self.requests.remove(request);
         }
-        if let Some((request, _)) = call.cancel().as_ref().and_then(|c| c.request.as_ref()) {
+        if let Some(request) = call.cancel().and_then(|c| c.request()) {
             self.requests.orphan_cancel(request);
         }
         if let Link::Up(up) = &mut self.link {

@@ -386,9 +386,7 @@ impl Core {
         }
         if let Some(call) = self.calls.get_mut(&id) {
             if let Some(cancel) = call.cancel_mut() {
-                cancel.request = None;
-                cancel.written = true;
-                cancel.settled = true;
+                cancel.answered();
             }
             call.answer_cancel(outcome);
         }

@@ -215,8 +215,8 @@ impl Core {
         }
         let calls = &mut self.calls;
         self.outbox.on_flushed(upto, |id| {
-            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel_mut().as_mut()) {
-                cancel.written = true;
+            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel_mut()) {
+                cancel.flushed();
             }
         });
     }
@@ -331,12 +331,8 @@ impl Core {
                         call.in_doubt();
                     }
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
-                        let rejections = &mut call.troubles_mut().rejections;
-                        rejections.0 += 1;
-                        rejections.1 = *code;
-                        rejections.2 = reason.clone();
-                        rejections.3 = alone;
-                        if rejections.0 >= 2 && alone {
+                        let rejections = call.rejected(*code, reason.clone(), alone);
+                        if rejections >= 2 && alone {
                             rejected.push(id);
                         }
                     }
@@ -350,7 +346,7 @@ impl Core {
             }
             call.take_subscribe_request();
             if let Some(cancel) = call.cancel_mut() {
-                cancel.request = None;
+                cancel.connection_lost();
             }
             call.budget_mut().start(policy, now);
             call.failed(format!("connection lost: {reason}"));
