@@ -41,17 +41,20 @@
 //!
 //! The core's fields are private: only this file and its children read
 //! them. The rest of `ws/` (the driver, the connector, the transport)
-//! reaches the core through the methods above and the inputs below.
+//! reaches the core through its methods; what the shell and the core tell
+//! each other about the link (the dial to make, how it went, a loss) are
+//! plain records in `link_io.rs`.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome};
+use arcp_types::{Dialect, Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 
 use super::call_table::CallTable;
 use super::dialer::Dialer;
 use super::ids::CallId;
+use super::link_io::{DialPlan, Loss};
 use super::link_state::{Link, WINDOW_AFTER_LOSS};
 use super::outbox::Outbox;
 use super::requests::Requests;
@@ -98,47 +101,6 @@ pub(crate) enum Command {
     Close { reply: oneshot::Sender<()> },
     /// Report what the core holds.
     Stats { reply: oneshot::Sender<ClientStats> },
-}
-
-/// What the driver should dial.
-#[derive(Debug, Clone)]
-pub(crate) struct DialPlan {
-    /// Dialects to try, in order (two in `Auto` before the first session).
-    pub(crate) dialects: Vec<Dialect>,
-    pub(crate) resume: Option<ResumeRequest>,
-    /// The client had a session before (then a host that no longer
-    /// resolves is a transient failure).
-    pub(crate) had_session: bool,
-}
-
-/// A completed handshake.
-pub(crate) struct Established {
-    pub(crate) dialect: Dialect,
-    pub(crate) welcome: Welcome,
-    /// A resume was asked for (the welcome says whether it was granted).
-    pub(crate) resuming: bool,
-    /// The runtime refused a resume on the way (then this is a new session).
-    pub(crate) resume_refused: Option<String>,
-}
-
-/// A dial that produced no session.
-#[derive(Debug)]
-pub(crate) struct DialFailure {
-    pub(crate) error: Error,
-    /// Whether dialing again may work.
-    pub(crate) transient: bool,
-    /// The runtime's `Retry-After`, a floor for the next dial.
-    pub(crate) floor: Option<Duration>,
-}
-
-/// Why the connection ended.
-#[derive(Debug)]
-pub(crate) enum Loss {
-    /// The network or the runtime dropped it.
-    Network(String),
-    /// The runtime closed it because of something we sent (WebSocket close
-    /// 1002, 1003, 1007, 1008 or 1009).
-    Rejected { code: u16, reason: String },
 }
 
 /// How often calls waiting for the send window are re-checked.

@@ -12,7 +12,8 @@
 //!   children in `core/`: `commands.rs`, `link_events.rs`, `inbound.rs`
 //!   (results and errors in `inbound/verdicts.rs`), `call_machine.rs` (one
 //!   concern of `impl Core` each), `tests.rs`; its state in owned types,
-//!   each with its invariants: `link_state.rs` (the link, the send window),
+//!   each with its invariants: `link_state.rs` (the link, the send window;
+//!   the shell's dial results and losses, plain records, in `link_io.rs`),
 //!   `dialer.rs` (when to dial again; its bucket of immediate reconnects in
 //!   `reconnect.rs`), `outbox.rs`, `timers.rs`, `requests.rs` (the request
 //!   table), `calls.rs` (a call; its cancel in `cancel.rs`), `call_table.rs`
@@ -36,6 +37,7 @@ mod dial;
 mod dialer;
 mod driver;
 mod ids;
+mod link_io;
 mod link_state;
 mod outbox;
 mod proxy;

@@ -16,7 +16,7 @@ use arcp_types::{Decoded, Frame, Header, JobEvent, JobResult, Message, PayloadSc
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::{Core, Loss};
+use super::Core;
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent};
 use crate::retry::saturating_deadline;
@@ -24,6 +24,7 @@ use crate::telemetry;
 use crate::ws::assembly::Assembly;
 use crate::ws::calls::Phase;
 use crate::ws::ids::CallId;
+use crate::ws::link_io::Loss;
 use crate::ws::link_state::Link;
 use crate::ws::requests::ReqKind;
 

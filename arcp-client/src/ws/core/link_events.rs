@@ -17,8 +17,9 @@ use crate::ws::calls::Phase;
 use crate::ws::ids::CallId;
 use crate::ws::session::Liveness;
 
-use super::{with_context, Core, DialFailure, Established, Loss};
+use super::{with_context, Core};
 use crate::ws::dialer::{AfterDialFailure, LostLink};
+use crate::ws::link_io::{DialFailure, Established, Loss};
 use crate::ws::link_state::{Link, Up, WINDOW_AFTER_LOSS};
 
 impl Core {
