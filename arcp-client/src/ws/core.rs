@@ -226,12 +226,7 @@ impl Core {
     /// network stacks, a fifth of a call's client CPU at one in flight.
     pub(crate) fn wants_quickack(&self) -> bool {
         let awaited = !self.calls.is_empty() || self.requests.len() > 0;
-        awaited
-            && self
-                .session
-                .profile
-                .as_ref()
-                .is_none_or(|p| p.writes_in_pieces)
+        awaited && self.session.profile().is_none_or(|p| p.writes_in_pieces)
     }
 
     /// How many calls wait for the runtime's next bytes, for the ACK rule
@@ -280,7 +275,7 @@ impl Core {
         if now < next_dial || !self.wants_connection() {
             return None;
         }
-        let dialects = match (self.session.dialect, self.config.dialect) {
+        let dialects = match (self.session.dialect(), self.config.dialect) {
             (Some(d), _) => vec![d],
             (None, DialectChoice::Legacy) => vec![Dialect::Legacy],
             (None, DialectChoice::Auto) => vec![Dialect::V1_1, Dialect::Legacy],
@@ -290,7 +285,7 @@ impl Core {
         Some(DialPlan {
             dialects,
             resume: self.session.resume_request(),
-            had_session: self.session.dialect.is_some(),
+            had_session: self.session.dialect().is_some(),
         })
     }
 
@@ -318,7 +313,7 @@ impl Core {
                     min(saturating_deadline(Instant::now(), WINDOW_RECHECK));
                 }
                 if up.profile().accepts_ack {
-                    if let Some(t) = up.live().next_ack(self.session.last_event_seq) {
+                    if let Some(t) = up.live().next_ack(self.session.last_event_seq()) {
                         min(t);
                     }
                 }
@@ -396,7 +391,7 @@ impl Core {
         let Link::Up(up) = &self.link else {
             return self.outbox.last_queued();
         };
-        frame.envelope.session_id = self.session.id.clone();
+        frame.envelope.session_id = self.session.id().map(str::to_owned);
         self.outbox.push(up.dialect().encode(&frame))
     }
 
@@ -410,7 +405,7 @@ impl Core {
     }
 
     fn maybe_ack(&mut self, now: Instant) {
-        let seq = self.session.last_event_seq;
+        let seq = self.session.last_event_seq();
         let due = match &self.link {
             Link::Up(up) => up.profile().accepts_ack && up.live().ack_due(seq, now),
             _ => false,

@@ -160,7 +160,7 @@ impl Core {
         let mut header = Header::outgoing(&request, &self.timestamp);
         let mut trace = [0; 32];
         header.trace_id = Some(Cow::Borrowed(call.trace_id().write(&mut trace)));
-        header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
+        header.session_id = self.session.id().map(Cow::Borrowed);
         let text = encoded.frame_with(&header);
         debug!(parent: call.span(), attempt, %request, "request sent");
         up.on_submit_sent(now);

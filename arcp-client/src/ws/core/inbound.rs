@@ -159,7 +159,7 @@ impl Core {
     /// A frame re-sent from another session (a replayed, stored answer).
     fn is_foreign(&self, header: &Header<'_>) -> bool {
         matches!(
-            (header.session_id.as_deref(), self.session.id.as_deref()),
+            (header.session_id.as_deref(), self.session.id()),
             (Some(theirs), Some(ours)) if theirs != ours
         )
     }
@@ -297,7 +297,7 @@ impl Core {
             return;
         };
         self.subscription_answered(id);
-        let epoch = self.session.epoch;
+        let epoch = self.session.epoch();
         let limit = self.config.max_result_size;
         let retry = &self.config.retry;
         let Some(call) = self.calls.get_mut(&id) else {
@@ -361,7 +361,7 @@ impl Core {
             return false;
         }
         if let Some(seq) = header.event_seq {
-            self.session.last_event_seq = self.session.last_event_seq.max(seq);
+            self.session.saw_event(seq);
         }
         true
     }

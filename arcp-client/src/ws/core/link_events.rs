@@ -29,7 +29,7 @@ impl Core {
         let resumed = self
             .session
             .install(est.dialect, &est.welcome, est.resuming);
-        let profile = self.session.profile.clone().expect("installed above");
+        let profile = self.session.profile().cloned().expect("installed above");
         self.generation += 1;
         self.dialer.connected();
         // Refused with an error (then a fresh session was opened), or
@@ -116,7 +116,7 @@ impl Core {
     pub(crate) fn on_dial_failed(&mut self, failure: DialFailure, now: Instant) {
         warn!(error = %failure.error, transient = failure.transient, "connecting failed");
         // `connect()`'s budget binds only until the first session.
-        let ever = self.session.profile.is_some();
+        let ever = self.session.profile().is_some();
         let connect_budget = self.ready.as_ref().map(|(_, budget)| *budget);
         let next = self.dialer.dial_failed(
             failure.transient,
