@@ -17,6 +17,7 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::oneshot;
 
 use super::assembly::Assembly;
+use super::cancel::CancelState;
 use super::ids::RequestId;
 use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
@@ -42,19 +43,6 @@ pub(crate) enum Phase {
     /// trusted to deliver the terminal (the acceptance was a replay, or the
     /// connection was resumed): then the recovery ladder takes its next step.
     Accepted { ladder_at: Option<Instant> },
-}
-
-/// A cancel asked for while the call is live.
-pub(crate) struct CancelState {
-    /// Callers waiting for the cancel's outcome, answered by `until`.
-    pub(crate) waiters: Vec<oneshot::Sender<CancelOutcome>>,
-    pub(crate) until: Instant,
-    /// The request on the current connection, with its transmit order.
-    pub(crate) request: Option<(String, u64)>,
-    /// Some copy of the cancel was written to a socket.
-    pub(crate) written: bool,
-    /// The runtime confirmed it; nothing more to send.
-    pub(crate) settled: bool,
 }
 
 /// One logical call. Its fields are its own: its phase and its attempts
@@ -96,16 +84,55 @@ pub(crate) struct Call {
 /// connection, a refusal, the recovery ladder): kept apart and allocated
 /// on the first trouble, so a call that goes through first time carries
 /// none of it.
+///
+/// Private to this file, changed through the call's methods. The
+/// subscribe is the recovery ladder's (`core/call_machine.rs` sends it,
+/// `core/inbound/verdicts.rs` marks it refused); the rejections are only
+/// counted and read on a loss (`core/link_events.rs`).
 #[derive(Debug, Default)]
-pub(crate) struct Troubles {
+struct Troubles {
     /// Subscribed with history on this connection generation.
-    pub(crate) subscribed_on: Option<u64>,
-    pub(crate) subscribe_request: Option<String>,
-    pub(crate) subscribe_refused: bool,
+    subscribed_on: Option<u64>,
+    subscribe_request: Option<String>,
+    subscribe_refused: bool,
     /// Connections the runtime closed with a request-level code while this
     /// call's attempt was written and unanswered: (count, last code, reason,
     /// whether the last one happened with no other request outstanding).
-    pub(crate) rejections: (u32, u16, String, bool),
+    rejections: (u32, u16, String, bool),
+}
+
+impl Troubles {
+    /// Whether a subscribe may be sent on connection `generation`: none
+    /// was refused, and none was sent on that connection.
+    fn may_subscribe_on(&self, generation: u64) -> bool {
+        !self.subscribe_refused && self.subscribed_on != Some(generation)
+    }
+
+    /// A subscribe with history goes out on connection `generation` as
+    /// `request`.
+    fn subscribing(&mut self, generation: u64, request: String) {
+        self.subscribed_on = Some(generation);
+        self.subscribe_request = Some(request);
+    }
+
+    /// The runtime refused the subscribe: the ladder re-sends instead,
+    /// from now on.
+    fn subscribe_refused(&mut self) {
+        self.subscribe_request = None;
+        self.subscribe_refused = true;
+    }
+
+    /// A connection closed with request-level `code` while an attempt was
+    /// written and unanswered (`alone`: with no other request
+    /// outstanding). Returns how many such closes the call has met.
+    fn rejected(&mut self, code: u16, reason: String, alone: bool) -> u32 {
+        let rejections = &mut self.rejections;
+        rejections.0 += 1;
+        rejections.1 = code;
+        rejections.2 = reason;
+        rejections.3 = alone;
+        rejections.0
+    }
 }
 
 impl Call {
@@ -259,13 +286,19 @@ impl Call {
     }
 
     /// The cancel asked for, if any.
-    pub(crate) fn cancel(&self) -> &Option<Box<CancelState>> {
-        &self.cancel
+    pub(crate) fn cancel(&self) -> Option<&CancelState> {
+        self.cancel.as_deref()
     }
 
-    /// The cancel asked for, to start, answer or re-send it.
-    pub(crate) fn cancel_mut(&mut self) -> &mut Option<Box<CancelState>> {
-        &mut self.cancel
+    /// The cancel asked for, to join, answer or re-send it.
+    pub(crate) fn cancel_mut(&mut self) -> Option<&mut CancelState> {
+        self.cancel.as_deref_mut()
+    }
+
+    /// `reply`'s caller asks for a cancel of the call's job, answered by
+    /// `until` (the first ask; later ones [`join`](CancelState::join)).
+    pub(crate) fn start_cancel(&mut self, reply: oneshot::Sender<CancelOutcome>, until: Instant) {
+        self.cancel = Some(Box::new(CancelState::new(reply, until)));
     }
 
     /// A streamed result being put back together.
@@ -393,8 +426,35 @@ impl Call {
     }
 
     /// The call's troubles, allocated on first use.
-    pub(crate) fn troubles_mut(&mut self) -> &mut Troubles {
+    fn troubles_mut(&mut self) -> &mut Troubles {
         self.troubles.get_or_insert_with(Box::default)
+    }
+
+    /// Whether the recovery ladder may subscribe to the job on connection
+    /// `generation` (no subscribe refused, none sent on it yet).
+    pub(crate) fn may_subscribe_on(&self, generation: u64) -> bool {
+        self.troubles
+            .as_ref()
+            .is_none_or(|t| t.may_subscribe_on(generation))
+    }
+
+    /// A subscribe with history goes out on connection `generation` as
+    /// `request` (answered or lost: [`take_subscribe_request`](Self::take_subscribe_request)).
+    pub(crate) fn subscribing(&mut self, generation: u64, request: String) {
+        self.troubles_mut().subscribing(generation, request);
+    }
+
+    /// The runtime refused the subscribe: it is forgotten, and the ladder
+    /// re-sends instead from now on.
+    pub(crate) fn subscribe_refused(&mut self) {
+        self.troubles_mut().subscribe_refused();
+    }
+
+    /// A connection closed with request-level `code` while this call's
+    /// attempt was written and unanswered (`alone`: no other request was
+    /// outstanding). Returns how many such closes the call has met.
+    pub(crate) fn rejected(&mut self, code: u16, reason: String, alone: bool) -> u32 {
+        self.troubles_mut().rejected(code, reason, alone)
     }
 
     /// The outstanding `job.subscribe`, if any.
@@ -446,10 +506,8 @@ impl Call {
         if let Some(limit) = self.budget().send_limit().filter(|_| retrying) {
             at = at.min(limit);
         }
-        if let Some(cancel) = &self.cancel {
-            if !cancel.waiters.is_empty() {
-                at = at.min(cancel.until);
-            }
+        if let Some(until) = self.cancel().and_then(CancelState::answer_by) {
+            at = at.min(until);
         }
         at
     }
@@ -515,18 +573,52 @@ impl Call {
     /// What a cancel not confirmed by the runtime amounts to: dispatched
     /// once some copy reached a socket, else not dispatched (`why`).
     pub(crate) fn cancel_so_far(&self, why: &str) -> CancelOutcome {
-        match &self.cancel {
-            Some(c) if c.written => CancelOutcome::Dispatched,
+        match self.cancel() {
+            Some(c) if c.is_written() => CancelOutcome::Dispatched,
             _ => CancelOutcome::NotDispatched { reason: why.into() },
         }
     }
 
     /// Answers every cancel waiter.
     pub(crate) fn answer_cancel(&mut self, outcome: CancelOutcome) {
-        if let Some(cancel) = &mut self.cancel {
-            for waiter in cancel.waiters.drain(..) {
-                let _ = waiter.send(outcome.clone());
-            }
+        if let Some(cancel) = self.cancel_mut() {
+            cancel.answer(outcome);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subscribe_goes_out_once_per_connection_and_never_after_a_refusal() {
+        let mut troubles = Troubles::default();
+        assert!(troubles.may_subscribe_on(1));
+        troubles.subscribing(1, "sub-1".into());
+        assert_eq!(troubles.subscribe_request.as_deref(), Some("sub-1"));
+        assert!(
+            !troubles.may_subscribe_on(1),
+            "one subscribe per connection"
+        );
+        assert!(
+            troubles.may_subscribe_on(2),
+            "a new connection may subscribe"
+        );
+        troubles.subscribing(2, "sub-2".into());
+        troubles.subscribe_refused();
+        assert_eq!(
+            troubles.subscribe_request, None,
+            "the refused request is forgotten"
+        );
+        assert!(!troubles.may_subscribe_on(3), "refused once, never again");
+    }
+
+    #[test]
+    fn rejections_are_counted_and_keep_the_last_close() {
+        let mut troubles = Troubles::default();
+        assert_eq!(troubles.rejected(1009, "too big".into(), false), 1);
+        assert_eq!(troubles.rejected(1003, "unsupported".into(), true), 2);
+        assert_eq!(troubles.rejections, (2, 1003, "unsupported".into(), true));
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use arcp_types::{Auth, Dialect, ErrorCode, Frame, Message, Open, PeerInfo, Pong, Welcome};
 use tracing::{debug, info, warn};
 
-use super::core::{DialFailure, DialPlan, Established};
+use super::link_io::{DialFailure, DialPlan, Established};
 use super::transport::{self, Inbound, SocketReader, SocketWriter};
 use crate::config::{shown_url, Config, Secret};
 use crate::credentials;

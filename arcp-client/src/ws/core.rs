@@ -31,21 +31,30 @@
 //!
 //! This file holds the core's state and what the driver asks of it (what
 //! to write, when to look, whether to dial) and the time; the rest of
-//! `impl Core` is split by concern: `commands.rs` (client handles),
-//! `link_events.rs` (handshakes, dial failures, flushes, losses), `inbound.rs`
-//! (frames from the runtime; results and errors in `inbound/verdicts.rs`)
-//! and `call_machine.rs` (`step`, the one place that decides what a call
-//! does next, and how a call ends; timers only say *when* to look).
+//! `impl Core` is split by concern into its child modules in `core/`:
+//! `commands.rs` (client handles), `link_events.rs` (handshakes, dial
+//! failures, flushes, losses), `inbound.rs` (frames from the runtime;
+//! results and errors in `inbound/verdicts.rs`) and `call_machine.rs`
+//! (`step`, the one place that decides what a call does next, and how a
+//! call ends; timers only say *when* to look); its unit tests are
+//! `core/tests.rs`.
+//!
+//! The core's fields are private: only this file and its children read
+//! them. The rest of `ws/` (the driver, the connector, the transport)
+//! reaches the core through its methods; what the shell and the core tell
+//! each other about the link (the dial to make, how it went, a loss) are
+//! plain records in `link_io.rs`.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arcp_types::{Dialect, Frame, IdempotencyKey, Message, ResumeRequest, Welcome};
+use arcp_types::{Dialect, Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 
 use super::call_table::CallTable;
 use super::dialer::Dialer;
 use super::ids::CallId;
+use super::link_io::{DialPlan, Loss};
 use super::link_state::{Link, WINDOW_AFTER_LOSS};
 use super::outbox::Outbox;
 use super::requests::Requests;
@@ -60,6 +69,11 @@ use crate::profile::RuntimeProfile;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::saturating_deadline;
 use crate::stats::ClientStats;
+
+mod call_machine;
+mod commands;
+mod inbound;
+mod link_events;
 
 /// Requests from client handles. Nearly every one is an `Invoke`: the
 /// size difference wastes little.
@@ -89,85 +103,44 @@ pub(crate) enum Command {
     Stats { reply: oneshot::Sender<ClientStats> },
 }
 
-/// What the driver should dial.
-#[derive(Debug, Clone)]
-pub(crate) struct DialPlan {
-    /// Dialects to try, in order (two in `Auto` before the first session).
-    pub(crate) dialects: Vec<Dialect>,
-    pub(crate) resume: Option<ResumeRequest>,
-    /// The client had a session before (then a host that no longer
-    /// resolves is a transient failure).
-    pub(crate) had_session: bool,
-}
-
-/// A completed handshake.
-pub(crate) struct Established {
-    pub(crate) dialect: Dialect,
-    pub(crate) welcome: Welcome,
-    /// A resume was asked for (the welcome says whether it was granted).
-    pub(crate) resuming: bool,
-    /// The runtime refused a resume on the way (then this is a new session).
-    pub(crate) resume_refused: Option<String>,
-}
-
-/// A dial that produced no session.
-#[derive(Debug)]
-pub(crate) struct DialFailure {
-    pub(crate) error: Error,
-    /// Whether dialing again may work.
-    pub(crate) transient: bool,
-    /// The runtime's `Retry-After`, a floor for the next dial.
-    pub(crate) floor: Option<Duration>,
-}
-
-/// Why the connection ended.
-#[derive(Debug)]
-pub(crate) enum Loss {
-    /// The network or the runtime dropped it.
-    Network(String),
-    /// The runtime closed it because of something we sent (WebSocket close
-    /// 1002, 1003, 1007, 1008 or 1009).
-    Rejected { code: u16, reason: String },
-}
-
 /// How often calls waiting for the send window are re-checked.
 const WINDOW_RECHECK: Duration = Duration::from_millis(50);
 
 /// The connection core.
 pub(crate) struct Core {
-    pub(super) config: Arc<Config>,
+    config: Arc<Config>,
     /// The calls, by id, key and job (`call_table.rs`).
-    pub(super) calls: CallTable,
-    pub(super) requests: Requests,
-    pub(super) timers: TimerTable,
-    pub(super) cache: OutcomeCache,
-    pub(super) session: Session,
-    pub(super) link: Link,
-    pub(super) generation: u64,
-    pub(super) outbox: Outbox,
+    calls: CallTable,
+    requests: Requests,
+    timers: TimerTable,
+    cache: OutcomeCache,
+    session: Session,
+    link: Link,
+    generation: u64,
+    outbox: Outbox,
     /// When to dial again after a loss or a failed dial (`dialer.rs`).
-    pub(super) dialer: Dialer,
+    dialer: Dialer,
     /// `connect()` waits on this until the first session, or the budget.
-    pub(super) ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
+    ready: Option<(oneshot::Sender<Result<RuntimeProfile, Error>>, Instant)>,
     /// The window size after the next loss (1 after a request-level close).
-    pub(super) window_after_loss: usize,
-    pub(super) drop_reason: Option<String>,
-    pub(super) close_replies: Vec<oneshot::Sender<()>>,
+    window_after_loss: usize,
+    drop_reason: Option<String>,
+    close_replies: Vec<oneshot::Sender<()>>,
     /// What `Client::runtime()` reads.
-    pub(super) profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
+    profile_out: Arc<Mutex<Option<RuntimeProfile>>>,
     /// `Client::events()` listeners (sending costs nothing without any).
-    pub(super) events: tokio::sync::broadcast::Sender<ConnectionEvent>,
+    events: tokio::sync::broadcast::Sender<ConnectionEvent>,
     /// The id and timestamp of the envelope being written, reused so that
     /// writing a request allocates only its shared id and its text.
-    pub(super) message_id: String,
-    pub(super) timestamp: String,
+    message_id: String,
+    timestamp: String,
     /// The dialect callers encode their requests for
     /// ([`PreparedCall`](crate::request::PreparedCall)):
     /// the configured one, or the first session's (a client keeps it).
-    pub(super) dialect: Arc<OnceLock<Dialect>>,
+    dialect: Arc<OnceLock<Dialect>>,
     /// Outcomes of calls finished in this turn, not yet handed out
     /// ([`Core::hand_out_replies`]).
-    pub(super) replies: Vec<(oneshot::Sender<Settled>, Settled)>,
+    replies: Vec<(oneshot::Sender<Settled>, Settled)>,
 }
 
 impl Core {
@@ -223,7 +196,7 @@ impl Core {
     }
 
     /// Tells `Client::events()` listeners, if there are any.
-    pub(super) fn emit(&self, event: impl FnOnce() -> ConnectionEvent) {
+    fn emit(&self, event: impl FnOnce() -> ConnectionEvent) {
         if self.events.receiver_count() > 0 {
             let _ = self.events.send(event());
         }
@@ -253,12 +226,7 @@ impl Core {
     /// network stacks, a fifth of a call's client CPU at one in flight.
     pub(crate) fn wants_quickack(&self) -> bool {
         let awaited = !self.calls.is_empty() || self.requests.len() > 0;
-        awaited
-            && self
-                .session
-                .profile
-                .as_ref()
-                .is_none_or(|p| p.writes_in_pieces)
+        awaited && self.session.profile().is_none_or(|p| p.writes_in_pieces)
     }
 
     /// How many calls wait for the runtime's next bytes, for the ACK rule
@@ -307,7 +275,7 @@ impl Core {
         if now < next_dial || !self.wants_connection() {
             return None;
         }
-        let dialects = match (self.session.dialect, self.config.dialect) {
+        let dialects = match (self.session.dialect(), self.config.dialect) {
             (Some(d), _) => vec![d],
             (None, DialectChoice::Legacy) => vec![Dialect::Legacy],
             (None, DialectChoice::Auto) => vec![Dialect::V1_1, Dialect::Legacy],
@@ -317,7 +285,7 @@ impl Core {
         Some(DialPlan {
             dialects,
             resume: self.session.resume_request(),
-            had_session: self.session.dialect.is_some(),
+            had_session: self.session.dialect().is_some(),
         })
     }
 
@@ -345,7 +313,7 @@ impl Core {
                     min(saturating_deadline(Instant::now(), WINDOW_RECHECK));
                 }
                 if up.profile().accepts_ack {
-                    if let Some(t) = up.live().next_ack(self.session.last_event_seq) {
+                    if let Some(t) = up.live().next_ack(self.session.last_event_seq()) {
                         min(t);
                     }
                 }
@@ -402,7 +370,7 @@ impl Core {
     // ----- plumbing ----------------------------------------------------------------
 
     /// Arms the call's timer at its next wake, if that changed.
-    pub(super) fn rearm(&mut self, id: CallId, now: Instant) {
+    fn rearm(&mut self, id: CallId, now: Instant) {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
@@ -419,17 +387,17 @@ impl Core {
 
     /// Encodes and queues a frame on the live connection; returns its
     /// transmit seq.
-    pub(super) fn queue_frame(&mut self, mut frame: Frame) -> u64 {
+    fn queue_frame(&mut self, mut frame: Frame) -> u64 {
         let Link::Up(up) = &self.link else {
             return self.outbox.last_queued();
         };
-        frame.envelope.session_id = self.session.id.clone();
+        frame.envelope.session_id = self.session.id().map(str::to_owned);
         self.outbox.push(up.dialect().encode(&frame))
     }
 
     /// Queues an already encoded frame on the live connection; returns its
     /// transmit seq.
-    pub(super) fn queue_text(&mut self, text: String) -> u64 {
+    fn queue_text(&mut self, text: String) -> u64 {
         if matches!(self.link, Link::Up(_)) {
             return self.outbox.push(text);
         }
@@ -437,7 +405,7 @@ impl Core {
     }
 
     fn maybe_ack(&mut self, now: Instant) {
-        let seq = self.session.last_event_seq;
+        let seq = self.session.last_event_seq();
         let due = match &self.link {
             Link::Up(up) => up.profile().accepts_ack && up.live().ack_due(seq, now),
             _ => false,
@@ -452,7 +420,7 @@ impl Core {
 
     /// The key of the call bound to `job`, for tests.
     #[cfg(test)]
-    pub(crate) fn key_of_job(&self, job: &str) -> Option<IdempotencyKey> {
+    fn key_of_job(&self, job: &str) -> Option<IdempotencyKey> {
         self.calls
             .by_job(job)
             .and_then(|id| self.calls.get(&id))
@@ -461,7 +429,7 @@ impl Core {
 
     /// The first caller's shared state of the call bound to `job`, for tests.
     #[cfg(test)]
-    pub(crate) fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
+    fn shared_of_job(&self, job: &str) -> Option<Arc<CallShared>> {
         let call = self.calls.by_job(job).and_then(|id| self.calls.get(&id))?;
         call.waiters().iter().next().map(|w| w.shared.clone())
     }
@@ -477,7 +445,7 @@ impl Core {
 }
 
 /// The same error with a note on why it is final.
-pub(super) fn with_context(error: Error, context: &str) -> Error {
+fn with_context(error: Error, context: &str) -> Error {
     match error {
         Error::Connect {
             url,
@@ -504,3 +472,6 @@ pub(super) fn with_context(error: Error, context: &str) -> Error {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
 
-use super::core::DialFailure;
+use super::link_io::DialFailure;
 use crate::error::{Error, ErrorSource};
 
 /// Resolves `host` and connects to the first address that answers.

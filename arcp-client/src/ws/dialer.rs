@@ -11,7 +11,7 @@
 //! | [`dial_failed`](Dialer::dial_failed) | stop (definitive: the backoff is forgotten), or again after the next backoff (at least the runtime's floor), flagged when that falls past `connect()`'s budget |
 //!
 //! What becomes of the calls and of the link on each step is the core's
-//! (`link_events.rs`); the link's states are `link_state.rs`.
+//! (`core/link_events.rs`); the link's states are `link_state.rs`.
 
 use std::time::{Duration, Instant};
 

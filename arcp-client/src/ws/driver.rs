@@ -16,7 +16,8 @@ use tokio::time::Sleep;
 
 use super::ack::{AtRest, OwedAck};
 use super::connector;
-use super::core::{Command, Core, DialFailure, Established, Loss};
+use super::core::{Command, Core};
+use super::link_io::{DialFailure, Established, Loss};
 use super::spin::Spin;
 use super::transport::{Inbound, SocketReader, SocketWriter};
 use crate::config::Config;

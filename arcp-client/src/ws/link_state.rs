@@ -1,7 +1,7 @@
 //! The link's state ([`Link`]) and what the core knows of the live
 //! connection ([`Up`]): its generation, dialect, the runtime's profile,
 //! liveness, and the send window. What happens to the link on a handshake,
-//! a failed dial, a flush or a loss is `link_events.rs`.
+//! a failed dial, a flush or a loss is `core/link_events.rs`.
 //!
 //! ```text
 //!  Down { next_dial } ──poll_dial──▶ Dialing ──on_established──▶ Up ──on_lost / dead──▶ Down

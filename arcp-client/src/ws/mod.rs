@@ -8,15 +8,17 @@
 //! ```
 //!
 //! - the core, no socket, no `await`, time passed in: `core.rs` (its state,
-//!   what the driver asks, time), `commands.rs`, `link_events.rs`, `inbound.rs`
+//!   private to it and its children, what the driver asks, time), and its
+//!   children in `core/`: `commands.rs`, `link_events.rs`, `inbound.rs`
 //!   (results and errors in `inbound/verdicts.rs`), `call_machine.rs` (one
-//!   concern of `impl Core` each); its state in owned types, each with its
-//!   invariants: `link_state.rs` (the link, the send window), `dialer.rs`
-//!   (when to dial again; its bucket of immediate reconnects in
+//!   concern of `impl Core` each), `tests.rs`; its state in owned types,
+//!   each with its invariants: `link_state.rs` (the link, the send window;
+//!   the shell's dial results and losses, plain records, in `link_io.rs`),
+//!   `dialer.rs` (when to dial again; its bucket of immediate reconnects in
 //!   `reconnect.rs`), `outbox.rs`, `timers.rs`, `requests.rs` (the request
-//!   table), `calls.rs`, `call_table.rs` (the calls and their key and job
-//!   indexes), `waiters.rs` (a call's callers), `session.rs`;
-//!   `assembly.rs`, `ids.rs`.
+//!   table), `calls.rs` (a call; its cancel in `cancel.rs`), `call_table.rs`
+//!   (the calls and their key and job indexes), `waiters.rs` (a call's
+//!   callers), `session.rs`; `assembly.rs`, `ids.rs`.
 //! - `connector.rs`, `transport.rs` (TCP in `dial.rs`, a proxy's tunnel in
 //!   `proxy.rs`), `driver.rs`: the shell; `spin.rs`, when
 //!   the driver polls instead of sleeping for a lone call's reply.
@@ -26,20 +28,16 @@
 
 mod ack;
 mod assembly;
-mod call_machine;
 mod call_table;
 mod calls;
-mod commands;
+mod cancel;
 mod connector;
 mod core;
-#[cfg(test)]
-mod core_tests;
 mod dial;
 mod dialer;
 mod driver;
 mod ids;
-mod inbound;
-mod link_events;
+mod link_io;
 mod link_state;
 mod outbox;
 mod proxy;

@@ -12,8 +12,8 @@ use base64::Engine as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::core::DialFailure;
 use super::dial::{self, failure};
+use super::link_io::DialFailure;
 use tokio_tungstenite::tungstenite::http::Uri;
 
 use crate::config::{Config, ProxyChoice};

@@ -16,17 +16,48 @@ use crate::retry::saturating_deadline;
 #[derive(Debug, Default)]
 pub(crate) struct Session {
     /// The dialect, fixed by the first successful handshake.
-    pub(crate) dialect: Option<Dialect>,
-    pub(crate) id: Option<String>,
+    dialect: Option<Dialect>,
+    id: Option<String>,
     resume_token: Option<String>,
     /// Highest `event_seq` received in this session.
-    pub(crate) last_event_seq: u64,
+    last_event_seq: u64,
     /// Incremented on every new (not resumed) session: `event_seq` restarts.
-    pub(crate) epoch: u64,
-    pub(crate) profile: Option<RuntimeProfile>,
+    epoch: u64,
+    profile: Option<RuntimeProfile>,
 }
 
 impl Session {
+    /// The dialect, once a handshake has fixed it.
+    pub(crate) fn dialect(&self) -> Option<Dialect> {
+        self.dialect
+    }
+
+    /// The session's id, while there is one.
+    pub(crate) fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The highest `event_seq` received in this session.
+    pub(crate) fn last_event_seq(&self) -> u64 {
+        self.last_event_seq
+    }
+
+    /// Which session `event_seq` counts in: a new (not resumed) session
+    /// restarts it.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The runtime's profile, from the latest welcome.
+    pub(crate) fn profile(&self) -> Option<&RuntimeProfile> {
+        self.profile.as_ref()
+    }
+
+    /// An event numbered `seq` arrived in this session.
+    pub(crate) fn saw_event(&mut self, seq: u64) {
+        self.last_event_seq = self.last_event_seq.max(seq);
+    }
+
     /// The resume request for the next handshake, when the runtime offers
     /// resume and there is a session to resume.
     pub(crate) fn resume_request(&self) -> Option<ResumeRequest> {

@@ -30,7 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use super::core::DialFailure;
+use super::link_io::DialFailure;
 use crate::config::{shown_url, Config};
 use crate::error::Error;
 use crate::redact::Redactor;

@@ -152,8 +152,7 @@ impl Core {
                 self.requests.remove(&request);
                 if let Some(call) = self.calls.get_mut(&id) {
                     debug!(parent: call.span(), code = %e.code, "subscribe refused; the ladder re-sends instead");
-                    call.take_subscribe_request();
-                    call.troubles_mut().subscribe_refused = true;
+                    call.subscribe_refused();
                 }
             }
             ReqKind::Cancel => {
@@ -161,8 +160,7 @@ impl Core {
                 let reason = format!("{}: {}", e.code, self.config.redact(e.message));
                 if let Some(call) = self.calls.get_mut(&id) {
                     if let Some(cancel) = call.cancel_mut() {
-                        cancel.request = None;
-                        cancel.settled = true;
+                        cancel.refused();
                     }
                     call.answer_cancel(CancelOutcome::Refused { reason });
                 }

@@ -8,17 +8,17 @@ use std::time::Instant;
 use arcp_types::{Frame, Header, Message, Subscribe};
 use tracing::{debug, info, warn};
 
-use super::calls::{Call, Phase};
-use super::ids::{CallId, RequestId};
-use super::requests::ReqKind;
 use crate::cache::{Outcome, Settled};
 use crate::classify::{give_up, Ending};
 use crate::error::{Error, Execution};
 use crate::outcome::CancelOutcome;
 use crate::retry::{saturating_deadline, Decision, Exhausted};
+use crate::ws::calls::{Call, Phase};
+use crate::ws::ids::{CallId, RequestId};
+use crate::ws::requests::ReqKind;
 
-use super::core::Core;
-use super::link_state::Link;
+use super::Core;
+use crate::ws::link_state::Link;
 
 impl Core {
     /// Decides what call `id` does next. Idempotent: timers may fire late
@@ -58,10 +58,7 @@ impl Core {
             self.finish(id, Err(error));
             return;
         }
-        let cancel_due = call
-            .cancel()
-            .as_ref()
-            .is_some_and(|c| now >= c.until && !c.waiters.is_empty());
+        let cancel_due = call.cancel().is_some_and(|c| c.is_due(now));
         if cancel_due {
             let outcome = call.cancel_so_far(&format!(
                 "the cancel could not be written to a connection within {:?}; \
@@ -163,7 +160,7 @@ impl Core {
         let mut header = Header::outgoing(&request, &self.timestamp);
         let mut trace = [0; 32];
         header.trace_id = Some(Cow::Borrowed(call.trace_id().write(&mut trace)));
-        header.session_id = self.session.id.as_deref().map(Cow::Borrowed);
+        header.session_id = self.session.id().map(Cow::Borrowed);
         let text = encoded.frame_with(&header);
         debug!(parent: call.span(), attempt, %request, "request sent");
         up.on_submit_sent(now);
@@ -218,14 +215,9 @@ impl Core {
             .ladder_mut()
             .get_or_insert_with(|| Box::new(self.config.retry.ladder()))
             .next_ceiling();
-        let troubles = call.troubles_mut();
-        let subscribe = subscribe_ok
-            && !troubles.subscribe_refused
-            && generation.is_some()
-            && troubles.subscribed_on != generation
-            && call.job_id().is_some();
-        if subscribe {
-            call.troubles_mut().subscribed_on = generation;
+        let subscribe_on = generation
+            .filter(|&g| subscribe_ok && call.may_subscribe_on(g) && call.job_id().is_some());
+        if let Some(generation) = subscribe_on {
             call.ladder_at(saturating_deadline(now, wait));
             let frame = Frame::new(Message::Subscribe(
                 Subscribe::new(call.job().expect("checked above"))
@@ -234,7 +226,7 @@ impl Core {
             ));
             debug!(parent: call.span(), "subscribing to the job's stream with history");
             let request = frame.envelope.id.clone();
-            call.troubles_mut().subscribe_request = Some(request.clone());
+            call.subscribing(generation, request.clone());
             self.queue_frame(frame);
             self.requests
                 .insert(RequestId::from(request), id, ReqKind::Subscribe);
@@ -376,7 +368,7 @@ impl Core {
         if let Some(request) = call.subscribe_request() {
             self.requests.remove(request);
         }
-        if let Some((request, _)) = call.cancel().as_ref().and_then(|c| c.request.as_ref()) {
+        if let Some(request) = call.cancel().and_then(|c| c.request()) {
             self.requests.orphan_cancel(request);
         }
         if let Link::Up(up) = &mut self.link {

@@ -7,19 +7,20 @@ use std::time::Instant;
 
 use tracing::{info, warn};
 
-use super::calls::Phase;
-use super::ids::CallId;
-use super::session::Liveness;
 use crate::classify::Ending;
 use crate::connection_events::ConnectionEvent;
 use crate::error::Error;
 use crate::retry::saturating_deadline;
 use crate::sync::lock;
 use crate::telemetry::{self};
+use crate::ws::calls::Phase;
+use crate::ws::ids::CallId;
+use crate::ws::session::Liveness;
 
-use super::core::{with_context, Core, DialFailure, Established, Loss};
-use super::dialer::{AfterDialFailure, LostLink};
-use super::link_state::{Link, Up, WINDOW_AFTER_LOSS};
+use super::{with_context, Core};
+use crate::ws::dialer::{AfterDialFailure, LostLink};
+use crate::ws::link_io::{DialFailure, Established, Loss};
+use crate::ws::link_state::{Link, Up, WINDOW_AFTER_LOSS};
 
 impl Core {
     /// The driver completed a handshake.
@@ -28,7 +29,7 @@ impl Core {
         let resumed = self
             .session
             .install(est.dialect, &est.welcome, est.resuming);
-        let profile = self.session.profile.clone().expect("installed above");
+        let profile = self.session.profile().cloned().expect("installed above");
         self.generation += 1;
         self.dialer.connected();
         // Refused with an error (then a fresh session was opened), or
@@ -115,7 +116,7 @@ impl Core {
     pub(crate) fn on_dial_failed(&mut self, failure: DialFailure, now: Instant) {
         warn!(error = %failure.error, transient = failure.transient, "connecting failed");
         // `connect()`'s budget binds only until the first session.
-        let ever = self.session.profile.is_some();
+        let ever = self.session.profile().is_some();
         let connect_budget = self.ready.as_ref().map(|(_, budget)| *budget);
         let next = self.dialer.dial_failed(
             failure.transient,
@@ -215,8 +216,8 @@ impl Core {
         }
         let calls = &mut self.calls;
         self.outbox.on_flushed(upto, |id| {
-            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel_mut().as_mut()) {
-                cancel.written = true;
+            if let Some(cancel) = calls.get_mut(&id).and_then(|c| c.cancel_mut()) {
+                cancel.flushed();
             }
         });
     }
@@ -331,12 +332,8 @@ impl Core {
                         call.in_doubt();
                     }
                     if let (Loss::Rejected { code, reason }, true) = (&loss, written) {
-                        let rejections = &mut call.troubles_mut().rejections;
-                        rejections.0 += 1;
-                        rejections.1 = *code;
-                        rejections.2 = reason.clone();
-                        rejections.3 = alone;
-                        if rejections.0 >= 2 && alone {
+                        let rejections = call.rejected(*code, reason.clone(), alone);
+                        if rejections >= 2 && alone {
                             rejected.push(id);
                         }
                     }
@@ -350,7 +347,7 @@ impl Core {
             }
             call.take_subscribe_request();
             if let Some(cancel) = call.cancel_mut() {
-                cancel.request = None;
+                cancel.connection_lost();
             }
             call.budget_mut().start(policy, now);
             call.failed(format!("connection lost: {reason}"));

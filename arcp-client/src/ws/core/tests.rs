@@ -8,13 +8,14 @@ use arcp_types::{Dialect, IdempotencyKey, Invoke, Message};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::core::{Command, Core, Established, Loss};
+use super::{Command, Core};
 use crate::cache::{Outcome, Settled};
 use crate::config::Config;
 use crate::error::{Error, Execution};
 use crate::request::{CallRequest, CallShared, EventsEnd};
+use crate::ws::link_io::{Established, Loss};
 
-const PYTHON: &str = include_str!("../../tests/fixtures/python-runtime-1.1.3.jsonl");
+const PYTHON: &str = include_str!("../../../tests/fixtures/python-runtime-1.1.3.jsonl");
 
 /// The `n`-th frame of `kind` the Python runtime sent in the capture.
 fn captured(kind: &str, n: usize) -> Value {

@@ -16,16 +16,17 @@ use arcp_types::{Decoded, Frame, Header, JobEvent, JobResult, Message, PayloadSc
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::assembly::Assembly;
-use super::calls::Phase;
-use super::core::{Core, Loss};
-use super::ids::CallId;
-use super::link_state::Link;
-use super::requests::ReqKind;
+use super::Core;
 use crate::error::Error;
 use crate::outcome::{CancelOutcome, InvocationEvent};
 use crate::retry::saturating_deadline;
 use crate::telemetry;
+use crate::ws::assembly::Assembly;
+use crate::ws::calls::Phase;
+use crate::ws::ids::CallId;
+use crate::ws::link_io::Loss;
+use crate::ws::link_state::Link;
+use crate::ws::requests::ReqKind;
 
 mod verdicts;
 
@@ -158,7 +159,7 @@ impl Core {
     /// A frame re-sent from another session (a replayed, stored answer).
     fn is_foreign(&self, header: &Header<'_>) -> bool {
         matches!(
-            (header.session_id.as_deref(), self.session.id.as_deref()),
+            (header.session_id.as_deref(), self.session.id()),
             (Some(theirs), Some(ours)) if theirs != ours
         )
     }
@@ -296,7 +297,7 @@ impl Core {
             return;
         };
         self.subscription_answered(id);
-        let epoch = self.session.epoch;
+        let epoch = self.session.epoch();
         let limit = self.config.max_result_size;
         let retry = &self.config.retry;
         let Some(call) = self.calls.get_mut(&id) else {
@@ -360,7 +361,7 @@ impl Core {
             return false;
         }
         if let Some(seq) = header.event_seq {
-            self.session.last_event_seq = self.session.last_event_seq.max(seq);
+            self.session.saw_event(seq);
         }
         true
     }
@@ -386,9 +387,7 @@ impl Core {
         }
         if let Some(call) = self.calls.get_mut(&id) {
             if let Some(cancel) = call.cancel_mut() {
-                cancel.request = None;
-                cancel.written = true;
-                cancel.settled = true;
+                cancel.answered();
             }
             call.answer_cancel(outcome);
         }

@@ -9,10 +9,6 @@ use arcp_types::{Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 use tracing::info;
 
-use super::calls::{Call, CancelState};
-use super::ids::{CallId, RequestId};
-use super::requests::ReqKind;
-use super::waiters::Waiter;
 use crate::cache::{conflict, Cached, Intent, Settled};
 use crate::classify::Ending;
 use crate::deadline::Deadline;
@@ -22,9 +18,13 @@ use crate::request::PreparedCall;
 use crate::request::{CallRequest, CallShared};
 use crate::retry::saturating_deadline;
 use crate::telemetry::Answered;
+use crate::ws::calls::Call;
+use crate::ws::ids::{CallId, RequestId};
+use crate::ws::requests::ReqKind;
+use crate::ws::waiters::Waiter;
 
-use super::core::{Command, Core};
-use super::link_state::Link;
+use super::{Command, Core};
+use crate::ws::link_state::Link;
 
 impl Core {
     /// Takes a command from a client handle.
@@ -206,22 +206,13 @@ impl Core {
         let until = saturating_deadline(now, self.config.cancel_timeout);
         let call = self.calls.get_mut(&id).expect("looked up above");
         match call.cancel_mut() {
-            Some(cancel) if cancel.settled => {
+            Some(cancel) if cancel.is_settled() => {
                 let _ = reply.send(CancelOutcome::Acknowledged);
                 return;
             }
-            Some(cancel) => {
-                cancel.waiters.push(reply);
-                cancel.until = cancel.until.max(until);
-            }
+            Some(cancel) => cancel.join(reply, until),
             None => {
-                *call.cancel_mut() = Some(Box::new(CancelState {
-                    waiters: vec![reply],
-                    until,
-                    request: None,
-                    written: false,
-                    settled: false,
-                }));
+                call.start_cancel(reply, until);
                 self.send_cancel(id);
             }
         }
@@ -239,7 +230,7 @@ impl Core {
         let (Some(job_id), Some(cancel)) = (call.job(), call.cancel()) else {
             return;
         };
-        if cancel.settled || cancel.request.is_some() {
+        if cancel.is_settled() || cancel.request().is_some() {
             return;
         }
         let frame = Frame::new(Message::Cancel(
@@ -250,12 +241,8 @@ impl Core {
         self.requests
             .insert(RequestId::from(request.as_str()), id, ReqKind::Cancel);
         self.outbox.track_cancel(seq, id);
-        if let Some(cancel) = self
-            .calls
-            .get_mut(&id)
-            .and_then(|c| c.cancel_mut().as_mut())
-        {
-            cancel.request = Some((request, seq));
+        if let Some(cancel) = self.calls.get_mut(&id).and_then(|c| c.cancel_mut()) {
+            cancel.queued(request, seq);
         }
     }
 }
