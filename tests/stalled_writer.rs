@@ -217,7 +217,7 @@ async fn deaf_runtime(seen: Seen) -> String {
 /// The application keeps submitting while the runtime reads nothing and
 /// sends nothing (no inbound frame runs the outbox check): the submits
 /// wait behind the outbox bound instead of growing it (the bound itself:
-/// `ws::core_tests::submits_behind_a_stalled_writer_stay_within_the_outbox_bound`),
+/// `ws::core::tests::submits_behind_a_stalled_writer_stay_within_the_outbox_bound`),
 /// the stalled write ends at the write timeout, and every call is
 /// re-driven with its key on a new connection and runs once.
 #[tokio::test]
