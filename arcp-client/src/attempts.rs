@@ -104,6 +104,11 @@ pub(crate) struct Attempts {
     exposure: Exposure,
     /// The runtime's answers show a stored outcome.
     replayed: bool,
+    /// The bound job was accepted as a fresh execution on one of this
+    /// call's attempts: its terminal is this call's own, however it
+    /// arrives (on the live stream, a resumed session's, or as the answer
+    /// to a later re-send), never a replay.
+    own_job: bool,
     /// The last reason an attempt failed; boxed text, absent until one does.
     last_error: Option<Box<str>>,
     /// When retrying stops, and the backoff's place (`retry/budget.rs`).
@@ -185,6 +190,7 @@ impl Attempts {
             _ => {
                 let job: Arc<str> = Arc::from(job_id);
                 let replaced = self.job.replace(job.clone());
+                self.own_job = false;
                 Bound {
                     record: Record::Accepted { job: job.clone() },
                     job,
@@ -198,6 +204,16 @@ impl Attempts {
     /// one).
     pub(crate) fn set_replayed(&mut self, replayed: bool) {
         self.replayed = replayed;
+    }
+
+    /// The bound job was just accepted as a fresh execution of this call.
+    pub(crate) fn accepted_fresh(&mut self) {
+        self.own_job = true;
+    }
+
+    /// Whether the bound job is this call's own fresh execution.
+    pub(crate) fn own_job(&self) -> bool {
+        self.own_job
     }
 
     /// An attempt failed for `reason`; the next one waits as `next` says:
@@ -537,5 +553,23 @@ mod tests {
         assert!(!attempts.event(0, 9));
         attempts.events_dropped(2);
         assert_eq!(attempts.dropped_events(), 2);
+    }
+
+    /// A job this call's attempt started fresh stays its own until the key
+    /// is bound to another job; a replayed acceptance never makes one.
+    #[test]
+    fn a_freshly_accepted_job_is_the_calls_own_until_another_is_bound() {
+        let mut attempts = Attempts::default();
+        assert!(!attempts.own_job());
+        let _ = attempts.bound("job_1");
+        attempts.set_replayed(false);
+        attempts.accepted_fresh();
+        assert!(attempts.own_job());
+        // The same job again (a later attempt's answer) keeps it.
+        let _ = attempts.bound("job_1");
+        assert!(attempts.own_job());
+        // Another job: whatever it is, it is not the one this call started.
+        let _ = attempts.bound("job_2");
+        assert!(!attempts.own_job());
     }
 }

@@ -143,7 +143,7 @@ impl HttpBackend {
         let span = req.span("http");
         let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
         let prior_job = req.prior_job.clone();
-        let mut call = Call::new(self, req, key_header, encoded, fingerprint);
+        let mut call = HttpCall::new(self, req, key_header, encoded, fingerprint);
         let deadline = call.deadline;
         let deadline_at = tokio::time::Instant::from_std(deadline.at());
         // An earlier call with this key and intent may have run it.
@@ -247,7 +247,7 @@ enum Next {
     },
 }
 
-struct Call<'a> {
+struct HttpCall<'a> {
     backend: &'a HttpBackend,
     req: CallRequest,
     deadline: Deadline,
@@ -291,7 +291,7 @@ struct Call<'a> {
     provided: Option<crate::config::Secret>,
 }
 
-impl<'a> Call<'a> {
+impl<'a> HttpCall<'a> {
     fn new(
         backend: &'a HttpBackend,
         req: CallRequest,
@@ -300,7 +300,7 @@ impl<'a> Call<'a> {
         fingerprint: u64,
     ) -> Self {
         let record = Attempts::new(false, req.shared.send_limit());
-        Call {
+        HttpCall {
             backend,
             deadline: Deadline::new(req.started, req.deadline),
             req,
@@ -539,7 +539,7 @@ impl<'a> Call<'a> {
 /// as bound to this intent, so a later call with the key and intent cannot
 /// say it did not run (it sends again, and takes what comes back as the
 /// key's stored outcome), as the WebSocket transport remembers it.
-impl Drop for Call<'_> {
+impl Drop for HttpCall<'_> {
     fn drop(&mut self) {
         if self.settled {
             return;

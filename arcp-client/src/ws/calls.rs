@@ -375,6 +375,17 @@ impl Call {
         self.record.set_replayed(replayed);
     }
 
+    /// The bound job was just accepted as a fresh execution of this call.
+    pub(crate) fn accepted_fresh(&mut self) {
+        self.record.accepted_fresh();
+    }
+
+    /// Whether the bound job is this call's own fresh execution: a
+    /// terminal of it is never a replay.
+    pub(crate) fn own_job(&self) -> bool {
+        self.record.own_job()
+    }
+
     /// The retry budget.
     pub(crate) fn budget(&self) -> &RetryBudget {
         self.record.budget()

@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use hyper::body::Incoming;
 use tracing::{debug, warn};
 
-use super::{Call, Next};
+use super::{HttpCall, Next};
 use crate::attempts::Record;
 use crate::cache::Outcome;
 use crate::classify::{
@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::http::{describe, read_capped, BodyChunks, ReadError};
 use crate::outcome::{InvocationEvent, ToolOutput};
 
-impl Call<'_> {
+impl HttpCall<'_> {
     /// `application/json`: one envelope, normally the terminal.
     pub(super) async fn read_single(&mut self, response: &mut Incoming, marked: bool) -> Next {
         let limit = self.config().max_frame_size;

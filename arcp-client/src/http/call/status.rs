@@ -9,14 +9,14 @@ use http::HeaderMap;
 use hyper::body::Incoming;
 
 use super::answer::is_error;
-use super::{Call, Next};
+use super::{HttpCall, Next};
 use crate::classify::Ending;
 use crate::http::{
     body_detail, has_media_type, header_is_true, read_capped, retry_after, ERROR_BODY_LIMIT,
     NDJSON, REPLAYED_HEADER,
 };
 
-impl Call<'_> {
+impl HttpCall<'_> {
     pub(super) async fn on_response(
         &mut self,
         status: u16,

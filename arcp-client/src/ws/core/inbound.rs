@@ -252,6 +252,9 @@ impl Core {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
+        if !replay && job_id.is_some() {
+            call.accepted_fresh();
+        }
         let ladder_at = if untrusted {
             call.budget_mut().start(&self.config.retry, now);
             let wait = call

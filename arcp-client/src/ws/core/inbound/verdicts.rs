@@ -51,8 +51,11 @@ impl Core {
         };
         // A terminal with no acceptance before it on this attempt is a
         // replay only when it is the job the key was bound to: a runtime
-        // that lost the key (or another instance) may run it afresh.
-        let unaccepted = matches!(call.phase(), Phase::Sent { .. });
+        // that lost the key (or another instance) may run it afresh. Not
+        // when this call's own attempt started that job (its fresh
+        // acceptance): then it is this call's execution, whether it comes
+        // on a resumed session's stream or answers a later re-send.
+        let unaccepted = matches!(call.phase(), Phase::Sent { .. }) && !call.own_job();
         let known_job = is_known_job(call.job_id().map(|j| &**j), header.job_id.as_deref());
         if let Some(job) = &header.job_id {
             self.calls.bind_job(id, job);
@@ -230,7 +233,11 @@ impl Core {
                 let Some(call) = self.calls.get(&id) else {
                     return;
                 };
-                let replayed = call.replayed() || foreign || (names_job && unaccepted && known_job);
+                // As for a result: a job this call's own attempt started is not a
+                // replay of anything.
+                let replayed = call.replayed()
+                    || foreign
+                    || (names_job && unaccepted && known_job && !call.own_job());
                 // The legacy runtime's refusal of an unknown tool names a
                 // job that was never accepted for this call: not the key's
                 // outcome (the runtime did not bind the key to that job).
