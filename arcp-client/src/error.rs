@@ -3,7 +3,6 @@
 //!
 //! A leaf: imports no other module of the crate.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +12,7 @@ mod decode;
 mod execution;
 mod journal;
 mod kind;
+mod message;
 mod source;
 mod tool;
 pub use decode::ResultDecodeError;
@@ -21,46 +21,7 @@ pub use journal::{JournalError, JournalErrorKind};
 pub use source::ErrorSource;
 pub use tool::ToolError;
 
-/// "; the last failed attempt: <reason>" when a reason is known, else
-/// nothing: for messages.
-struct LastErrorSuffix<'a>(&'a Option<String>);
-
-impl fmt::Display for LastErrorSuffix<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(reason) => write!(f, "; the last failed attempt: {reason}"),
-            None => Ok(()),
-        }
-    }
-}
-
-/// What a conflict says of the call when an earlier attempt may have run
-/// it: for messages.
-struct ConflictSuffix(Execution);
-
-impl fmt::Display for ConflictSuffix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Execution::MayHaveRun => f.write_str(
-                " (an earlier attempt of this call may have reached the runtime: it may have \
-                 run, at most once; retry later with the same key)",
-            ),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// " (job J)" when the job is known, else nothing: for messages.
-struct JobSuffix<'a>(&'a Option<String>);
-
-impl fmt::Display for JobSuffix<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(job) => write!(f, " (job {job})"),
-            None => Ok(()),
-        }
-    }
-}
+use message::{ConflictSuffix, JobSuffix, LastErrorSuffix};
 
 /// Everything `invoke_tool` and `connect` can fail with.
 ///
