@@ -375,7 +375,7 @@ pub(crate) fn not_recorded(
         key,
         job_id,
         reason: format!(
-            "the call did not run ({e}), but the journal could not record that durably ({why}); \
+            "no attempt of this call ran ({e}), but the journal could not record that durably ({why}); \
              a recovery may still send it: ask again later with this key"
         ),
         attempts: e.attempts().unwrap_or(0),

@@ -523,3 +523,115 @@ async fn close_during_a_re_issue_of_an_unfinished_key_says_may_have_run() {
     let e = outcome.expect_err("the client closed");
     assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
 }
+
+/// A memory store shared by two clients whose next commit of a `Prepare`
+/// through `apply` goes unanswered and lands later (a database that
+/// committed after the connection carrying its answer was lost).
+#[derive(Clone)]
+struct LateReplacingPrepare {
+    inner: Arc<MemoryJournal>,
+    hold_next: Arc<AtomicBool>,
+    landed: Arc<AtomicBool>,
+}
+
+impl Journal for LateReplacingPrepare {
+    fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
+        let prepares = writes.iter().any(|w| matches!(w, JournalWrite::Prepare(_)));
+        if prepares && self.hold_next.swap(false, Ordering::SeqCst) {
+            let (inner, landed, writes) =
+                (self.inner.clone(), self.landed.clone(), writes.to_vec());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                inner.apply(&writes).expect("the late commit lands");
+                landed.store(true, Ordering::SeqCst);
+            });
+            return Err(JournalError::new(
+                JournalErrorKind::Unavailable,
+                "test",
+                "connection closed while committing",
+            ));
+        }
+        self.inner.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[JournalWrite],
+        new: &[JournalEntry],
+    ) -> Result<Vec<bool>, JournalError> {
+        self.inner.apply_and_insert_new(writes, new)
+    }
+    fn get(&self, key: &IdempotencyKey) -> Result<Option<JournalEntry>, JournalError> {
+        self.inner.get(key)
+    }
+    fn unfinished(&self, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+        self.inner.unfinished(limit)
+    }
+    fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {
+        self.inner.purge(retention, now)
+    }
+}
+
+/// A key whose earlier call did not run is called again; that call's
+/// prepare replaces the key's record in a commit whose answer is lost, and
+/// the retry commits. The call then ends before anything is sent (the
+/// runtime refuses its token). The unanswered commit lands later, over the
+/// call's "did not run" record, and another worker's recovery sends it: the
+/// call must not have said "did not run".
+#[tokio::test]
+async fn a_replacing_prepare_that_lands_late_is_not_did_not_run() {
+    let mock = MockRuntime::builder()
+        .token("good", "alice")
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .expect("mock");
+    let store = LateReplacingPrepare {
+        inner: Arc::new(MemoryJournal::new()),
+        hold_next: Arc::new(AtomicBool::new(false)),
+        landed: Arc::new(AtomicBool::new(false)),
+    };
+    let refused = builder(&mock.ws_url())
+        .bearer_token("expired")
+        .journal(store.clone())
+        .connect_lazy();
+    let key = IdempotencyKey::new();
+    let call = || {
+        refused
+            .invoke_tool("refund", json!({"order": 5}))
+            .idempotency_key(key.clone())
+            .deadline(Duration::from_secs(2))
+            .send()
+    };
+    let first = call().await.expect_err("the token is refused");
+    assert_eq!(first.execution(), Execution::NotRun, "{first}");
+    store.hold_next.store(true, Ordering::SeqCst);
+    let told = call().await.expect_err("the token is refused");
+    refused.close().await;
+    assert_eq!(mock.total_executions(), 0, "nothing was sent");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        store.landed.load(Ordering::SeqCst),
+        "the late commit landed"
+    );
+    let worker = builder(&mock.ws_url())
+        .bearer_token("good")
+        .journal(store.clone())
+        .connect()
+        .await
+        .unwrap();
+    let recovered = recover_all(&worker).await;
+    assert_eq!(
+        mock.total_executions(),
+        1,
+        "the late record is unfinished: the recovery sends it ({recovered:?})"
+    );
+    assert_ne!(
+        told.execution(),
+        Execution::NotRun,
+        "the late record was recovered and ran ({told})"
+    );
+    worker.close().await;
+}

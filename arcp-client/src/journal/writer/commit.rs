@@ -230,7 +230,7 @@ impl Writer {
                                 doubtful.insert(key.clone());
                                 continue;
                             }
-                            if unsure {
+                            if unsure || self.replacing_may_land.contains(key) {
                                 doubtful.insert(key.clone());
                             }
                         }
@@ -458,7 +458,16 @@ impl Writer {
             // room) is safe to write again: a transition of a record already
             // past it changes nothing, and a call's own prepared record is
             // decided as its own.
-            Err(e) if unavailable(e) => return Err(e.clone()),
+            Err(e) if unavailable(e) => {
+                // Its prepares may still land, each over whatever its key's
+                // record is by then.
+                for w in &writes[transition_count..] {
+                    if let JournalWrite::Prepare(record) = w {
+                        self.replacing_may_land.insert(&record.key);
+                    }
+                }
+                return Err(e.clone());
+            }
             Ok(()) => self.records += created,
             Err(e) => warn!(
                 error = %e,

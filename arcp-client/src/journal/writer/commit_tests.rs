@@ -29,6 +29,9 @@ struct Counting {
     lose_answer: std::sync::atomic::AtomicBool,
     /// Writes are refused outright (as a read-only database refuses them).
     refuse: std::sync::atomic::AtomicBool,
+    /// The next `apply` is not answered (`Unavailable`) and does not commit
+    /// now: the test lands it later by hand, as a commit that lands late.
+    hold_next_apply: std::sync::atomic::AtomicBool,
 }
 
 impl Counting {
@@ -49,6 +52,13 @@ impl Journal for Counting {
         self.check()?;
         if self.refuse.load(Ordering::SeqCst) {
             return Err(JournalError::new(JournalErrorKind::Io, "test", "read-only"));
+        }
+        if self.hold_next_apply.swap(false, Ordering::SeqCst) {
+            return Err(JournalError::new(
+                JournalErrorKind::Unavailable,
+                "test",
+                "not answered (lands later)",
+            ));
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.apply(writes)
@@ -124,6 +134,7 @@ fn writer(max_records: usize) -> Writer {
         unavailable_since: None,
         unsure: HashSet::new(),
         landing: HashMap::new(),
+        replacing_may_land: Default::default(),
         runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
     }
 }
@@ -480,4 +491,92 @@ fn a_prepare_after_a_released_unanswered_one_of_its_key_is_in_doubt() {
         ),
         ref other => panic!("{other:?}"),
     }
+}
+
+/// A prepare that replaces the key's record (its earlier call did not run)
+/// went out in a commit that was not answered; the retried batch committed.
+/// The unanswered write may still land, at any later time, and a late
+/// `Prepare` replaces whatever the record is then (it is not an insert of an
+/// absent key, which a committed record stops): the call's "did not run"
+/// terminal is never taken as durable, since that record would be made
+/// unfinished again and sent by a recovery.
+#[test]
+fn a_replacing_prepare_whose_commit_went_unanswered_keeps_not_run_doubtful() {
+    use super::super::batch::Batch;
+    use super::super::queue::Pending;
+
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    let not_run = || JournalOutcome::NotAccepted {
+        last_error: "refused before the first send".into(),
+        attempts: 0,
+    };
+    // The key's earlier call did not run: its record says so.
+    let (earlier, _) = prepare(&key, "a");
+    journal
+        .inner
+        .apply(&[
+            JournalWrite::Prepare(earlier),
+            JournalWrite::Terminal {
+                key: key.clone(),
+                outcome: not_run(),
+                at: SystemTime::now(),
+            },
+        ])
+        .unwrap();
+
+    // A second call of the key: its prepare replaces that record, in a
+    // commit the store does not answer (it lands later).
+    journal.hold_next_apply.store(true, Ordering::SeqCst);
+    let (entry, _) = prepare(&key, "a");
+    let (reply, mut prepared) = oneshot::channel();
+    let batch = Batch {
+        prepares: vec![(entry.clone(), reply)],
+        ..Batch::default()
+    };
+    let _ = w.process_with(&journal, batch);
+    let retry = {
+        let mut q = w.shared.queue.lock().unwrap();
+        Batch {
+            prepares: std::mem::take(&mut q.prepares),
+            ..Batch::default()
+        }
+    };
+    assert_eq!(retry.prepares.len(), 1, "requeued: its caller still waits");
+    let _ = w.process_with(&journal, retry);
+    assert!(
+        matches!(prepared.try_recv(), Ok(Ok(Prepared::Proceed(_)))),
+        "the retry committed"
+    );
+
+    // The call ends before anything is sent: "did not run", to be durable.
+    let (tx, mut rx) = oneshot::channel();
+    let batch = Batch {
+        transitions: HashMap::from([(
+            key.clone(),
+            Pending {
+                terminal: Some((not_run(), SystemTime::now())),
+                ..Pending::default()
+            },
+        )]),
+        durable: vec![(key.clone(), tx)],
+        ..Batch::default()
+    };
+    let _ = w.process_with(&journal, batch);
+    let answer = rx.try_recv().expect("answered");
+
+    // The unanswered commit lands after all: the record is unfinished again,
+    // for a recovery to send.
+    journal
+        .inner
+        .apply(&[JournalWrite::Prepare(entry)])
+        .unwrap();
+    let unfinished = journal.inner.unfinished(10).unwrap();
+    assert!(unfinished.iter().any(|e| e.key == key), "it landed");
+    assert!(
+        answer.is_err(),
+        "{key}'s \"did not run\" was reported durable, though the replacing prepare of an \
+         unanswered commit could still land (and did): a recovery sends it"
+    );
 }
