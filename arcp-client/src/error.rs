@@ -39,7 +39,7 @@ use message::{ConflictSuffix, JobSuffix, LastErrorSuffix};
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
 /// | [`Error::Cancelled`] | maybe, at most once: the runtime accepted the job and cancelled it, before its tool started or while it ran; the key's outcome is final (a retry with it answers the same) |
 /// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
-/// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent |
+/// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent (under a key you supplied it comes inside [`Error::NotSent`]) |
 /// | connect, auth, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
 /// | [`Error::NotSent`] | not by this call; the key was supplied and an earlier call with it may have run: retry with the same key |
 ///
@@ -245,7 +245,9 @@ pub enum Error {
     ResultDecode(Box<ResultDecodeError>),
     /// A typed call's arguments do not serialize to JSON (a `Serialize`
     /// implementation that fails, a map with keys that are not strings...):
-    /// nothing was sent; the tool did not run.
+    /// nothing was sent; the tool did not run. Under a key the caller
+    /// supplied it comes inside [`Error::NotSent`] (an earlier call with the
+    /// key may have run).
     #[error("the arguments of tool `{tool}` do not serialize to JSON: {source}")]
     ArgumentsEncode {
         /// The tool the call was for.

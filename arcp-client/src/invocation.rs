@@ -343,10 +343,9 @@ impl<Out> InvokeBuilder<Out> {
             Err(e) => {
                 // Nothing was sent; a valid key the caller supplied may
                 // belong to an earlier call that ran: "not sent".
-                let e = if key_supplied && key_for_handle.is_some() {
-                    e.with_execution(crate::error::Execution::NotSent)
-                } else {
-                    e
+                let e = match (&key_for_handle, key_supplied) {
+                    (Some(key), true) => crate::classify::not_sent(e, key),
+                    _ => e,
                 };
                 Box::pin(std::future::ready(Err(e)))
             }

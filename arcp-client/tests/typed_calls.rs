@@ -218,3 +218,23 @@ async fn arguments_that_do_not_serialize_send_nothing() {
     mock.expect_executions("refund", 0);
     mock.verify();
 }
+
+/// With a key the caller supplied, arguments that do not serialize prove
+/// only that this call sent nothing: an earlier call with the key may have
+/// run, so it says "not sent" (retry with the same key), not "did not run".
+#[tokio::test]
+async fn arguments_that_do_not_serialize_under_a_supplied_key_say_not_sent() {
+    let mock = mock(Dialect::V1_1).await;
+    let client = client(&mock, Dialect::V1_1).await;
+    let args: BTreeMap<(u8, u8), u8> = BTreeMap::from([((1, 2), 3)]);
+    let err = Tool::<_, Value>::new("refund")
+        .call(&client, &args)
+        .idempotency_key(IdempotencyKey::new())
+        .await
+        .expect_err("does not serialize");
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+    assert_eq!(err.code_name(), "ARGUMENTS_ENCODE_FAILED", "{err:?}");
+    assert!(submits(&mock).is_empty());
+    mock.expect_executions("refund", 0);
+    mock.verify();
+}
