@@ -10,6 +10,8 @@
 //!   reconnect: "may have run";
 //! - a 409 that names no job, then an answer from a fresh execution, and a
 //!   terminal with no acceptance before it: not replays.
+//! - a journaled call that did not run, answered after another caller of
+//!   its key started (while its ending was recorded): "may have run".
 
 mod support;
 
@@ -17,7 +19,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use arcp_mock::{ChaosProxy, Dialect, Fault, JobStatus};
-use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
+use arcp_sdk::{Error, Execution, IdempotencyKey, Journal, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
 use support::mock::{client, mock};
@@ -575,4 +577,149 @@ async fn an_invalid_call_says_not_sent_for_a_supplied_key_and_not_run_for_a_gene
     }
     assert_eq!(mock.total_executions(), 0);
     assert!(mock.received().iter().all(|e| e.kind != "job.submit"));
+}
+
+/// A store whose commits can be held back: while the gate is closed, every
+/// commit waits (on the client's journal thread), and the test sees how
+/// many wait.
+#[derive(Clone, Default)]
+struct GatedJournal(std::sync::Arc<GatedStore>);
+
+#[derive(Default)]
+struct GatedStore {
+    store: arcp_sdk::MemoryJournal,
+    gate: std::sync::Mutex<Gate>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Gate {
+    closed: bool,
+    waiting: usize,
+}
+
+impl GatedJournal {
+    fn set_closed(&self, closed: bool) {
+        self.0.gate.lock().unwrap().closed = closed;
+        self.0.changed.notify_all();
+    }
+
+    fn waiting(&self) -> usize {
+        self.0.gate.lock().unwrap().waiting
+    }
+
+    fn pass(&self) {
+        let mut gate = self.0.gate.lock().unwrap();
+        gate.waiting += 1;
+        while gate.closed {
+            gate = self.0.changed.wait(gate).unwrap();
+        }
+        gate.waiting -= 1;
+    }
+}
+
+impl Journal for GatedJournal {
+    fn apply(&self, writes: &[arcp_sdk::JournalWrite]) -> Result<(), arcp_sdk::JournalError> {
+        self.pass();
+        self.0.store.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[arcp_sdk::JournalWrite],
+        new: &[arcp_sdk::JournalEntry],
+    ) -> Result<Vec<bool>, arcp_sdk::JournalError> {
+        self.pass();
+        self.0.store.apply_and_insert_new(writes, new)
+    }
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<arcp_sdk::JournalEntry>, arcp_sdk::JournalError> {
+        self.0.store.get(key)
+    }
+    fn unfinished(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<arcp_sdk::JournalEntry>, arcp_sdk::JournalError> {
+        self.0.store.unfinished(limit)
+    }
+    fn purge(
+        &self,
+        retention: &Retention,
+        now: std::time::SystemTime,
+    ) -> Result<arcp_sdk::PurgeReport, arcp_sdk::JournalError> {
+        self.0.store.purge(retention, now)
+    }
+}
+
+/// Waits (bounded) until `ready` holds.
+async fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !ready() {
+        assert!(tokio::time::Instant::now() < give_up, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A journaled call of a supplied key sends nothing (the runtime refuses
+/// reconnects) and ends at its deadline; while the journal records that it
+/// did not run, a second call of the key starts, and runs it once the
+/// runtime is back. The first caller is answered after the second one
+/// started: it cannot say "did not run".
+#[tokio::test]
+async fn a_caller_that_ends_while_another_caller_of_its_key_starts_does_not_say_did_not_run() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
+    let journal = GatedJournal::default();
+    let client = client(&proxy.ws_url("/arcp"), Dialect::V1_1)
+        .journal(journal.clone())
+        .connect()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    mock.inject_always(Fault::RefuseUpgrade {
+        status: 503,
+        retry_after: None,
+    });
+    proxy.kill_all();
+    let first = tokio::spawn({
+        let call = client
+            .invoke_tool("refund", json!({"order": 21}))
+            .idempotency_key(key.clone())
+            .deadline(Duration::from_millis(400))
+            .send();
+        async move { call.await }
+    });
+    // Its record is in; from now on commits wait, so the record saying it
+    // did not run waits too.
+    until("the first call's record", || {
+        journal.0.store.get(&key).unwrap().is_some()
+    })
+    .await;
+    journal.set_closed(true);
+    until("the first call's ending waits for its commit", || {
+        journal.waiting() > 0
+    })
+    .await;
+    assert!(!first.is_finished(), "it waits for its record");
+    // The second caller starts (one poll: it is a caller of the key from
+    // then on), then is driven on a task of its own.
+    let mut second = Box::pin(
+        client
+            .invoke_tool("refund", json!({"order": 21}))
+            .idempotency_key(key.clone())
+            .deadline(Duration::from_secs(10))
+            .send(),
+    );
+    assert!(futures_util::poll!(second.as_mut()).is_pending());
+    let second = tokio::spawn(second);
+    mock.clear_faults();
+    journal.set_closed(false);
+    let first = first.await.unwrap().unwrap_err();
+    let second = second.await.unwrap();
+    client.close().await;
+    assert!(second.is_ok(), "the second call ran it: {second:?}");
+    assert_eq!(mock.executions_for_key(&key.to_string()), 1);
+    assert_ne!(first.execution(), Execution::NotRun, "{first:?}");
+    assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
 }
