@@ -10,8 +10,9 @@
 //!   reconnect: "may have run";
 //! - a 409 that names no job, then an answer from a fresh execution, and a
 //!   terminal with no acceptance before it: not replays.
-//! - a journaled call that did not run, answered after another caller of
-//!   its key started (while its ending was recorded): "may have run".
+//! - a journaled call that did not run (refused reconnects over WebSocket,
+//!   a gateway's 401 over HTTP), answered after another caller of its key
+//!   started while its ending was being recorded: "may have run".
 
 mod support;
 
@@ -579,9 +580,9 @@ async fn an_invalid_call_says_not_sent_for_a_supplied_key_and_not_run_for_a_gene
     assert!(mock.received().iter().all(|e| e.kind != "job.submit"));
 }
 
-/// A store whose commits can be held back: while the gate is closed, every
-/// commit waits (on the client's journal thread), and the test sees how
-/// many wait.
+/// A store that holds back the commit of a key's terminal record while its
+/// gate is closed (the commit waits on the client's journal thread); other
+/// commits pass.
 #[derive(Clone, Default)]
 struct GatedJournal(std::sync::Arc<GatedStore>);
 
@@ -594,13 +595,15 @@ struct GatedStore {
 
 #[derive(Default)]
 struct Gate {
-    closed: bool,
+    /// The key whose terminal waits, while the gate is closed.
+    holds: Option<IdempotencyKey>,
+    /// Commits waiting.
     waiting: usize,
 }
 
 impl GatedJournal {
-    fn set_closed(&self, closed: bool) {
-        self.0.gate.lock().unwrap().closed = closed;
+    fn hold_terminal_of(&self, key: Option<IdempotencyKey>) {
+        self.0.gate.lock().unwrap().holds = key;
         self.0.changed.notify_all();
     }
 
@@ -608,10 +611,16 @@ impl GatedJournal {
         self.0.gate.lock().unwrap().waiting
     }
 
-    fn pass(&self) {
+    fn pass(&self, writes: &[arcp_sdk::JournalWrite]) {
+        let held = |gate: &Gate| {
+            writes.iter().any(|w| {
+                matches!(w, arcp_sdk::JournalWrite::Terminal { key, .. }
+                    if gate.holds.as_ref() == Some(key))
+            })
+        };
         let mut gate = self.0.gate.lock().unwrap();
         gate.waiting += 1;
-        while gate.closed {
+        while held(&gate) {
             gate = self.0.changed.wait(gate).unwrap();
         }
         gate.waiting -= 1;
@@ -620,7 +629,7 @@ impl GatedJournal {
 
 impl Journal for GatedJournal {
     fn apply(&self, writes: &[arcp_sdk::JournalWrite]) -> Result<(), arcp_sdk::JournalError> {
-        self.pass();
+        self.pass(writes);
         self.0.store.apply(writes)
     }
     fn apply_and_insert_new(
@@ -628,7 +637,7 @@ impl Journal for GatedJournal {
         writes: &[arcp_sdk::JournalWrite],
         new: &[arcp_sdk::JournalEntry],
     ) -> Result<Vec<bool>, arcp_sdk::JournalError> {
-        self.pass();
+        self.pass(writes);
         self.0.store.apply_and_insert_new(writes, new)
     }
     fn get(
@@ -661,65 +670,88 @@ async fn until(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// A journaled call of a supplied key sends nothing (the runtime refuses
-/// reconnects) and ends at its deadline; while the journal records that it
-/// did not run, a second call of the key starts, and runs it once the
-/// runtime is back. The first caller is answered after the second one
-/// started: it cannot say "did not run".
-#[tokio::test]
-async fn a_caller_that_ends_while_another_caller_of_its_key_starts_does_not_say_did_not_run() {
+/// How the first call of the key ends without running it.
+#[derive(Clone, Copy, Debug)]
+enum NotRunBy {
+    /// WebSocket: the runtime refuses reconnects (503) until the call's
+    /// deadline passes.
+    RefusedReconnects,
+    /// HTTP: a gateway answers 401 without forwarding.
+    GatewayRefusal,
+}
+
+/// A journaled call of a supplied key sends nothing that runs and ends
+/// "did not run"; while the journal records that, a second call of the key
+/// starts, and runs the key once the way is clear. The first caller is
+/// answered after the second one started: it cannot say "did not run".
+async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
     let mock = mock(Dialect::V1_1).start().await.unwrap();
-    let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
     let journal = GatedJournal::default();
-    let client = client(&proxy.ws_url("/arcp"), Dialect::V1_1)
+    let key = IdempotencyKey::new();
+    // The way to the runtime, and the proxy to cut for WebSocket.
+    let (url, proxy, _gateway) = match by {
+        NotRunBy::RefusedReconnects => {
+            let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
+            (proxy.ws_url("/arcp"), Some(proxy), None)
+        }
+        NotRunBy::GatewayRefusal => {
+            let gateway = Gateway::start(mock.http_address(), moves(vec![Move::Refuse(401)]))
+                .await
+                .unwrap();
+            (gateway.url(), None, Some(gateway))
+        }
+    };
+    let client = client(&url, Dialect::V1_1)
         .journal(journal.clone())
         .connect()
         .await
         .unwrap();
-    let key = IdempotencyKey::new();
-    mock.inject_always(Fault::RefuseUpgrade {
-        status: 503,
-        retry_after: None,
-    });
-    proxy.kill_all();
-    let first = tokio::spawn({
-        let call = client
+    if let Some(proxy) = &proxy {
+        mock.inject_always(Fault::RefuseUpgrade {
+            status: 503,
+            retry_after: None,
+        });
+        proxy.kill_all();
+    }
+    journal.hold_terminal_of(Some(key.clone()));
+    let invoke = || {
+        client
             .invoke_tool("refund", json!({"order": 21}))
             .idempotency_key(key.clone())
-            .deadline(Duration::from_millis(400))
-            .send();
-        async move { call.await }
-    });
-    // Its record is in; from now on commits wait, so the record saying it
-    // did not run waits too.
-    until("the first call's record", || {
-        journal.0.store.get(&key).unwrap().is_some()
-    })
-    .await;
-    journal.set_closed(true);
-    until("the first call's ending waits for its commit", || {
+    };
+    let first = tokio::spawn(invoke().deadline(Duration::from_millis(400)).send());
+    // Its ending ("did not run") waits for the commit of its record.
+    until("the first call's terminal record waits", || {
         journal.waiting() > 0
     })
     .await;
     assert!(!first.is_finished(), "it waits for its record");
-    // The second caller starts (one poll: it is a caller of the key from
-    // then on), then is driven on a task of its own.
-    let mut second = Box::pin(
-        client
-            .invoke_tool("refund", json!({"order": 21}))
-            .idempotency_key(key.clone())
-            .deadline(Duration::from_secs(10))
-            .send(),
-    );
+    // The second caller starts (one poll makes it a caller of the key),
+    // then is driven on a task of its own.
+    let mut second = Box::pin(invoke().deadline(Duration::from_secs(10)).send());
     assert!(futures_util::poll!(second.as_mut()).is_pending());
     let second = tokio::spawn(second);
     mock.clear_faults();
-    journal.set_closed(false);
+    journal.hold_terminal_of(None);
     let first = first.await.unwrap().unwrap_err();
     let second = second.await.unwrap();
     client.close().await;
-    assert!(second.is_ok(), "the second call ran it: {second:?}");
-    assert_eq!(mock.executions_for_key(&key.to_string()), 1);
-    assert_ne!(first.execution(), Execution::NotRun, "{first:?}");
-    assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
+    assert!(second.is_ok(), "{by:?}: the second call ran it: {second:?}");
+    assert_eq!(mock.executions_for_key(&key.to_string()), 1, "{by:?}");
+    assert_eq!(
+        first.execution(),
+        Execution::MayHaveRun,
+        "{by:?}: {first:?}"
+    );
+    assert_eq!(first.key(), Some(&key), "{by:?}: {first:?}");
+}
+
+#[tokio::test]
+async fn a_caller_that_ends_while_another_caller_of_its_key_starts_may_have_run_ws() {
+    ends_while_another_caller_of_its_key_starts(NotRunBy::RefusedReconnects).await;
+}
+
+#[tokio::test]
+async fn a_caller_that_ends_while_another_caller_of_its_key_starts_may_have_run_http() {
+    ends_while_another_caller_of_its_key_starts(NotRunBy::GatewayRefusal).await;
 }
