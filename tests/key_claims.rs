@@ -737,7 +737,7 @@ async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
     let second = second.await.unwrap();
     client.close().await;
     assert!(second.is_ok(), "{by:?}: the second call ran it: {second:?}");
-    assert_eq!(mock.executions_for_key(&key.to_string()), 1, "{by:?}");
+    assert_eq!(mock.executions_for_key(key.as_ref()), 1, "{by:?}");
     assert_eq!(
         first.execution(),
         Execution::MayHaveRun,
