@@ -711,7 +711,19 @@ async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
             status: 503,
             retry_after: None,
         });
+        // The first call starts once the client knows the link is down (else
+        // its submit may go out on the dying connection).
+        let mut events = client.events();
         proxy.kill_all();
+        let down = async {
+            while !matches!(
+                events.next().await,
+                Some(arcp_sdk::ConnectionEvent::Disconnected { .. }) | None
+            ) {}
+        };
+        tokio::time::timeout(Duration::from_secs(5), down)
+            .await
+            .expect("the client sees the link go down");
     }
     journal.hold_terminal_of(Some(key.clone()));
     let invoke = || {
