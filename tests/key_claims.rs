@@ -10,6 +10,9 @@
 //!   reconnect: "may have run";
 //! - a 409 that names no job, then an answer from a fresh execution, and a
 //!   terminal with no acceptance before it: not replays.
+//! - a journaled call that did not run (refused reconnects over WebSocket,
+//!   a gateway's 401 over HTTP), answered after another caller of its key
+//!   started while its ending was being recorded: "may have run".
 
 mod support;
 
@@ -17,7 +20,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use arcp_mock::{ChaosProxy, Dialect, Fault, JobStatus};
-use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
+use arcp_sdk::{Error, Execution, IdempotencyKey, Journal, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
 use support::mock::{client, mock};
@@ -575,4 +578,192 @@ async fn an_invalid_call_says_not_sent_for_a_supplied_key_and_not_run_for_a_gene
     }
     assert_eq!(mock.total_executions(), 0);
     assert!(mock.received().iter().all(|e| e.kind != "job.submit"));
+}
+
+/// A store that holds back the commit of a key's terminal record while its
+/// gate is closed (the commit waits on the client's journal thread); other
+/// commits pass.
+#[derive(Clone, Default)]
+struct GatedJournal(std::sync::Arc<GatedStore>);
+
+#[derive(Default)]
+struct GatedStore {
+    store: arcp_sdk::MemoryJournal,
+    gate: std::sync::Mutex<Gate>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Gate {
+    /// The key whose terminal waits, while the gate is closed.
+    holds: Option<IdempotencyKey>,
+    /// Commits waiting.
+    waiting: usize,
+}
+
+impl GatedJournal {
+    fn hold_terminal_of(&self, key: Option<IdempotencyKey>) {
+        self.0.gate.lock().unwrap().holds = key;
+        self.0.changed.notify_all();
+    }
+
+    fn waiting(&self) -> usize {
+        self.0.gate.lock().unwrap().waiting
+    }
+
+    fn pass(&self, writes: &[arcp_sdk::JournalWrite]) {
+        let held = |gate: &Gate| {
+            writes.iter().any(|w| {
+                matches!(w, arcp_sdk::JournalWrite::Terminal { key, .. }
+                    if gate.holds.as_ref() == Some(key))
+            })
+        };
+        let mut gate = self.0.gate.lock().unwrap();
+        gate.waiting += 1;
+        while held(&gate) {
+            gate = self.0.changed.wait(gate).unwrap();
+        }
+        gate.waiting -= 1;
+    }
+}
+
+impl Journal for GatedJournal {
+    fn apply(&self, writes: &[arcp_sdk::JournalWrite]) -> Result<(), arcp_sdk::JournalError> {
+        self.pass(writes);
+        self.0.store.apply(writes)
+    }
+    fn apply_and_insert_new(
+        &self,
+        writes: &[arcp_sdk::JournalWrite],
+        new: &[arcp_sdk::JournalEntry],
+    ) -> Result<Vec<bool>, arcp_sdk::JournalError> {
+        self.pass(writes);
+        self.0.store.apply_and_insert_new(writes, new)
+    }
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<arcp_sdk::JournalEntry>, arcp_sdk::JournalError> {
+        self.0.store.get(key)
+    }
+    fn unfinished(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<arcp_sdk::JournalEntry>, arcp_sdk::JournalError> {
+        self.0.store.unfinished(limit)
+    }
+    fn purge(
+        &self,
+        retention: &Retention,
+        now: std::time::SystemTime,
+    ) -> Result<arcp_sdk::PurgeReport, arcp_sdk::JournalError> {
+        self.0.store.purge(retention, now)
+    }
+}
+
+/// Waits (bounded) until `ready` holds.
+async fn until(what: &str, mut ready: impl FnMut() -> bool) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !ready() {
+        assert!(tokio::time::Instant::now() < give_up, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How the first call of the key ends without running it.
+#[derive(Clone, Copy, Debug)]
+enum NotRunBy {
+    /// WebSocket: the runtime refuses reconnects (503) until the call's
+    /// deadline passes.
+    RefusedReconnects,
+    /// HTTP: a gateway answers 401 without forwarding.
+    GatewayRefusal,
+}
+
+/// A journaled call of a supplied key sends nothing that runs and ends
+/// "did not run"; while the journal records that, a second call of the key
+/// starts, and runs the key once the way is clear. The first caller is
+/// answered after the second one started: it cannot say "did not run".
+async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let journal = GatedJournal::default();
+    let key = IdempotencyKey::new();
+    // The way to the runtime, and the proxy to cut for WebSocket.
+    let (url, proxy, _gateway) = match by {
+        NotRunBy::RefusedReconnects => {
+            let proxy = ChaosProxy::builder(mock.address()).start().await.unwrap();
+            (proxy.ws_url("/arcp"), Some(proxy), None)
+        }
+        NotRunBy::GatewayRefusal => {
+            let gateway = Gateway::start(mock.http_address(), moves(vec![Move::Refuse(401)]))
+                .await
+                .unwrap();
+            (gateway.url(), None, Some(gateway))
+        }
+    };
+    let client = client(&url, Dialect::V1_1)
+        .journal(journal.clone())
+        .connect()
+        .await
+        .unwrap();
+    if let Some(proxy) = &proxy {
+        mock.inject_always(Fault::RefuseUpgrade {
+            status: 503,
+            retry_after: None,
+        });
+        // The first call starts once the client knows the link is down (else
+        // its submit may go out on the dying connection).
+        let mut events = client.events();
+        proxy.kill_all();
+        let down = async {
+            while !matches!(
+                events.next().await,
+                Some(arcp_sdk::ConnectionEvent::Disconnected { .. }) | None
+            ) {}
+        };
+        tokio::time::timeout(Duration::from_secs(5), down)
+            .await
+            .expect("the client sees the link go down");
+    }
+    journal.hold_terminal_of(Some(key.clone()));
+    let invoke = || {
+        client
+            .invoke_tool("refund", json!({"order": 21}))
+            .idempotency_key(key.clone())
+    };
+    let first = tokio::spawn(invoke().deadline(Duration::from_millis(400)).send());
+    // Its ending ("did not run") waits for the commit of its record.
+    until("the first call's terminal record waits", || {
+        journal.waiting() > 0
+    })
+    .await;
+    assert!(!first.is_finished(), "it waits for its record");
+    // The second caller starts (one poll makes it a caller of the key),
+    // then is driven on a task of its own.
+    let mut second = Box::pin(invoke().deadline(Duration::from_secs(10)).send());
+    assert!(futures_util::poll!(second.as_mut()).is_pending());
+    let second = tokio::spawn(second);
+    mock.clear_faults();
+    journal.hold_terminal_of(None);
+    let first = first.await.unwrap().unwrap_err();
+    let second = second.await.unwrap();
+    client.close().await;
+    assert!(second.is_ok(), "{by:?}: the second call ran it: {second:?}");
+    assert_eq!(mock.executions_for_key(key.as_ref()), 1, "{by:?}");
+    assert_eq!(
+        first.execution(),
+        Execution::MayHaveRun,
+        "{by:?}: {first:?}"
+    );
+    assert_eq!(first.key(), Some(&key), "{by:?}: {first:?}");
+}
+
+#[tokio::test]
+async fn a_caller_that_ends_while_another_caller_of_its_key_starts_may_have_run_ws() {
+    ends_while_another_caller_of_its_key_starts(NotRunBy::RefusedReconnects).await;
+}
+
+#[tokio::test]
+async fn a_caller_that_ends_while_another_caller_of_its_key_starts_may_have_run_http() {
+    ends_while_another_caller_of_its_key_starts(NotRunBy::GatewayRefusal).await;
 }

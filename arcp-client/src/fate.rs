@@ -46,13 +46,17 @@ impl LiveKeys {
         fate
     }
 
-    /// Counts a caller of `key` out.
-    pub(crate) fn leave(&self, key: &IdempotencyKey, fate: &Arc<KeyFate>) {
+    /// Counts a caller of `key` out. Returns whether another caller of the
+    /// key was in flight at any time while this one was, up to this moment:
+    /// read under the lock that joins callers, so a caller that joins later
+    /// starts a fate of its own.
+    pub(crate) fn leave(&self, key: &IdempotencyKey, fate: &Arc<KeyFate>) -> bool {
         let mut live = lock(&self.0);
         let last = fate.callers.fetch_sub(1, Ordering::Relaxed) == 1;
         if last && live.get(key).is_some_and(|f| Arc::ptr_eq(f, fate)) {
             live.remove(key);
         }
+        fate.is_shared()
     }
 }
 
@@ -68,12 +72,12 @@ mod tests {
         assert!(!a.is_shared());
         let b = live.join(&key);
         assert!(a.is_shared() && b.is_shared());
-        live.leave(&key, &a);
-        live.leave(&key, &b);
+        assert!(live.leave(&key, &a));
+        assert!(live.leave(&key, &b));
         // The key left; a caller after that starts a fate of its own.
         let c = live.join(&key);
         assert!(!c.is_shared());
-        live.leave(&key, &c);
+        assert!(!live.leave(&key, &c));
         assert!(live.0.lock().unwrap().is_empty());
     }
 }

@@ -62,7 +62,10 @@ impl Client {
             shared.attempts(),
             shared.answered(),
         );
-        let outcome = with_shared_fate(outcome, fate.as_ref(), &guard.key, shared);
+        // Settled as this caller leaves the key's callers: one that joins
+        // later starts a fate of its own.
+        let joined = fate.is_some_and(KeyFateGuard::leave);
+        let outcome = with_shared_fate(outcome, joined, &guard.key, shared);
         with_key_origin(outcome, key_supplied, &guard.key)
     }
 
@@ -191,7 +194,8 @@ impl Client {
         // this answer nor the journal's record of the key may say "did not
         // run" (a record saying so would vouch for the key to its next
         // caller, here or in another process).
-        let mut outcome = with_shared_fate(outcome, fate.as_ref(), &key, &shared);
+        let joined = fate.as_ref().is_some_and(KeyFateGuard::is_shared);
+        let mut outcome = with_shared_fate(outcome, joined, &key, &shared);
         // An outcome the journal itself answered (the key's stored
         // outcome, or a conflict with its record) is not written back.
         let journal = self
@@ -217,7 +221,13 @@ impl Client {
                 }
             }
         }
-        drop(fate);
+        // A caller of the key that joined while this one's ending was being
+        // recorded shares its fate too: this caller's answer is settled only
+        // as it leaves the key's callers, and a caller joining later starts
+        // afresh. (A "did not run" record this one wrote is the prior record
+        // that caller's prepare reads and replaces.)
+        let joined = fate.is_some_and(KeyFateGuard::leave);
+        let outcome = with_shared_fate(outcome, joined, &key, &shared);
         // A supplied key the journal did not vouch for (no journal, its
         // record never read, or a journal that forgets keys sooner than the
         // runtime does): "did not run" is not proven for the key.
@@ -278,13 +288,13 @@ impl Client {
 /// answered: it may have run the tool.
 fn with_shared_fate(
     outcome: Outcome,
-    fate: Option<&KeyFateGuard<'_>>,
+    joined: bool,
     key: &IdempotencyKey,
     shared: &CallShared,
 ) -> Outcome {
-    match (outcome, fate) {
-        (Err(e), Some(fate)) if fate.0.is_shared() => Err(shared_fate(e, key, shared.job_id())),
-        (outcome, _) => outcome,
+    match outcome {
+        Err(e) if joined => Err(shared_fate(e, key, shared.job_id())),
+        outcome => outcome,
     }
 }
 
@@ -304,17 +314,41 @@ const DURABLE_GRACE: Duration = Duration::from_millis(50);
 
 /// A caller's place among the callers of its key in flight; leaves when
 /// dropped (however the call ends, or if its future is dropped).
-struct KeyFateGuard<'a>(Arc<KeyFate>, &'a LiveKeys, IdempotencyKey);
+struct KeyFateGuard<'a> {
+    /// `None` once left.
+    fate: Option<Arc<KeyFate>>,
+    live: &'a LiveKeys,
+    key: IdempotencyKey,
+}
 
 impl<'a> KeyFateGuard<'a> {
     fn join(live: &'a LiveKeys, key: &IdempotencyKey) -> Self {
-        KeyFateGuard(live.join(key), live, key.clone())
+        KeyFateGuard {
+            fate: Some(live.join(key)),
+            live,
+            key: key.clone(),
+        }
+    }
+
+    /// Whether another caller of the key was in flight alongside so far.
+    fn is_shared(&self) -> bool {
+        self.fate.as_ref().is_some_and(|fate| fate.is_shared())
+    }
+
+    /// Leaves the key's callers; whether another one was in flight
+    /// alongside at any time until now.
+    fn leave(mut self) -> bool {
+        self.fate
+            .take()
+            .is_some_and(|fate| self.live.leave(&self.key, &fate))
     }
 }
 
 impl Drop for KeyFateGuard<'_> {
     fn drop(&mut self) {
-        self.1.leave(&self.2, &self.0);
+        if let Some(fate) = self.fate.take() {
+            self.live.leave(&self.key, &fate);
+        }
     }
 }
 
