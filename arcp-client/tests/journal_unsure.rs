@@ -525,26 +525,29 @@ async fn close_during_a_re_issue_of_an_unfinished_key_says_may_have_run() {
 }
 
 /// A memory store shared by two clients whose next commit of a `Prepare`
-/// through `apply` goes unanswered and lands later (a database that
-/// committed after the connection carrying its answer was lost).
+/// through `apply` goes unanswered and is held, for the test to land later
+/// (a database that committed after the connection carrying its answer was
+/// lost).
 #[derive(Clone)]
 struct LateReplacingPrepare {
     inner: Arc<MemoryJournal>,
     hold_next: Arc<AtomicBool>,
-    landed: Arc<AtomicBool>,
+    held: Arc<Mutex<Option<Vec<JournalWrite>>>>,
+}
+
+impl LateReplacingPrepare {
+    /// Lands the held commit.
+    fn land(&self) {
+        let writes = self.held.lock().unwrap().take().expect("a commit held");
+        self.inner.apply(&writes).expect("the late commit lands");
+    }
 }
 
 impl Journal for LateReplacingPrepare {
     fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError> {
         let prepares = writes.iter().any(|w| matches!(w, JournalWrite::Prepare(_)));
         if prepares && self.hold_next.swap(false, Ordering::SeqCst) {
-            let (inner, landed, writes) =
-                (self.inner.clone(), self.landed.clone(), writes.to_vec());
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(300));
-                inner.apply(&writes).expect("the late commit lands");
-                landed.store(true, Ordering::SeqCst);
-            });
+            *self.held.lock().unwrap() = Some(writes.to_vec());
             return Err(JournalError::new(
                 JournalErrorKind::Unavailable,
                 "test",
@@ -590,7 +593,7 @@ async fn a_replacing_prepare_that_lands_late_is_not_did_not_run() {
     let store = LateReplacingPrepare {
         inner: Arc::new(MemoryJournal::new()),
         hold_next: Arc::new(AtomicBool::new(false)),
-        landed: Arc::new(AtomicBool::new(false)),
+        held: Arc::new(Mutex::new(None)),
     };
     let refused = builder(&mock.ws_url())
         .bearer_token("expired")
@@ -611,11 +614,8 @@ async fn a_replacing_prepare_that_lands_late_is_not_did_not_run() {
     refused.close().await;
     assert_eq!(mock.total_executions(), 0, "nothing was sent");
 
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        store.landed.load(Ordering::SeqCst),
-        "the late commit landed"
-    );
+    // The unanswered commit lands after all.
+    store.land();
     let worker = builder(&mock.ws_url())
         .bearer_token("good")
         .journal(store.clone())

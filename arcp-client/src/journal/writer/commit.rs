@@ -230,7 +230,7 @@ impl Writer {
                                 doubtful.insert(key.clone());
                                 continue;
                             }
-                            if unsure || self.replacing_may_land.contains(key) {
+                            if unsure || self.late_writes.may_reopen(key) {
                                 doubtful.insert(key.clone());
                             }
                         }
@@ -294,9 +294,12 @@ impl Writer {
             }
             Err(e) => {
                 // Their commit may still land (its answer may be what was
-                // lost).
+                // lost), and the transitions with it.
                 for &i in &new {
                     self.may_land(&prepares[i].0);
+                }
+                if e.kind == JournalErrorKind::Unavailable {
+                    self.late_writes.note(&step.transition_writes);
                 }
                 if e.kind == JournalErrorKind::Unavailable {
                     Err(Failed::Unavailable(e))
@@ -350,7 +353,12 @@ impl Writer {
                         for &i in &rest {
                             step.decisions[i] = Some((Err(e.clone()), false));
                         }
-                        return Ok(journal.apply(&std::mem::take(&mut step.transition_writes)));
+                        let writes = std::mem::take(&mut step.transition_writes);
+                        let result = journal.apply(&writes);
+                        if result.as_ref().is_err_and(unavailable) {
+                            self.late_writes.note(&writes);
+                        }
+                        return Ok(result);
                     }
                 }
             }
@@ -404,7 +412,12 @@ impl Writer {
                                 step.transition_writes.clear();
                                 step.transitions_apart = Some(Ok(()));
                             }
-                            Err(e) => warn!(error = %e, "journal commit failed"),
+                            Err(e) => {
+                                if unavailable(&e) {
+                                    self.late_writes.note(&step.transition_writes);
+                                }
+                                warn!(error = %e, "journal commit failed");
+                            }
                         }
                     }
                     self.make_room(journal);
@@ -459,11 +472,13 @@ impl Writer {
             // past it changes nothing, and a call's own prepared record is
             // decided as its own.
             Err(e) if unavailable(e) => {
-                // Its prepares may still land, each over whatever its key's
-                // record is by then.
+                // Any of it may still land, each write over whatever its
+                // key's record is by then; its prepares are unsure until
+                // the retry commits them.
+                self.late_writes.note(&writes);
                 for w in &writes[transition_count..] {
                     if let JournalWrite::Prepare(record) = w {
-                        self.replacing_may_land.insert(&record.key);
+                        self.may_land(record);
                     }
                 }
                 return Err(e.clone());
@@ -545,7 +560,15 @@ impl Writer {
             }
             // Ended without being the key's outcome (refused as a duplicate,
             // never accepted, invalid): proven not run, a new attempt.
-            JournalState::Terminal(_) => (Prepared::Proceed(Prior::default()), Some(entry.clone())),
+            // A late write of the key may have put that record over the
+            // record of a call that came after (and may have run): in doubt.
+            JournalState::Terminal(_) => {
+                let prior = Prior {
+                    in_doubt: self.late_writes.may_overwrite(&entry.key),
+                    ..Prior::default()
+                };
+                (Prepared::Proceed(prior), Some(entry.clone()))
+            }
             // Unfinished with this intent: the same call again (a recovery,
             // the caller re-issuing it, or this very prepare retried after
             // an unavailable store), if no other worker owns it.

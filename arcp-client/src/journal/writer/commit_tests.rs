@@ -134,7 +134,7 @@ fn writer(max_records: usize) -> Writer {
         unavailable_since: None,
         unsure: HashSet::new(),
         landing: HashMap::new(),
-        replacing_may_land: Default::default(),
+        late_writes: Default::default(),
         runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
     }
 }
@@ -578,5 +578,103 @@ fn a_replacing_prepare_whose_commit_went_unanswered_keeps_not_run_doubtful() {
         answer.is_err(),
         "{key}'s \"did not run\" was reported durable, though the replacing prepare of an \
          unanswered commit could still land (and did): a recovery sends it"
+    );
+}
+
+/// Near `max_records`, a new key's prepare is written by step 3 (a replacing
+/// write); its commit goes unanswered, and the retry is refused outright.
+/// The record may have landed: the caller is told the call may have run
+/// (`Unavailable`), never the refusal's "did not run".
+#[test]
+fn a_step_three_prepare_unanswered_then_refused_says_may_have_run() {
+    let journal = Counting::default();
+    let mut w = writer(1);
+    let (a, b) = (IdempotencyKey::new(), IdempotencyKey::new());
+    journal.hold_next_apply.store(true, Ordering::SeqCst);
+    let prepares = vec![prepare(&a, "a"), prepare(&b, "a")];
+    let err = w
+        .commit(&journal, &prepares, &HashMap::new())
+        .err()
+        .expect("unanswered");
+    assert_eq!(err.kind, JournalErrorKind::Unavailable);
+    journal.refuse.store(true, Ordering::SeqCst);
+    let committed = w.commit(&journal, &prepares[..1], &HashMap::new()).unwrap();
+    assert_eq!(
+        decisions(&committed),
+        vec![Err(JournalErrorKind::Unavailable)]
+    );
+}
+
+/// A call's "did not run" terminal goes out in a commit the store does not
+/// answer (it lands later); the key's next call replaces the record and
+/// runs; the late terminal lands over that call's record. A third call that
+/// finds the "did not run" record cannot be vouched for: it is in doubt.
+#[test]
+fn a_prepare_over_a_not_run_record_a_late_write_may_have_put_there_is_in_doubt() {
+    use super::super::batch::Batch;
+    use super::super::queue::Pending;
+
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    let not_run = || JournalOutcome::NotAccepted {
+        last_error: "refused before the first send".into(),
+        attempts: 0,
+    };
+    journal
+        .inner
+        .apply(&[JournalWrite::Prepare(prepare(&key, "a").0)])
+        .unwrap();
+    // The first call's terminal: unanswered, then committed by the retry.
+    journal.hold_next_apply.store(true, Ordering::SeqCst);
+    let ending = || {
+        HashMap::from([(
+            key.clone(),
+            Pending {
+                terminal: Some((not_run(), SystemTime::now())),
+                ..Pending::default()
+            },
+        )])
+    };
+    let _ = w.process_with(
+        &journal,
+        Batch {
+            transitions: ending(),
+            ..Batch::default()
+        },
+    );
+    let retry = std::mem::take(&mut w.shared.queue.lock().unwrap().transitions);
+    assert_eq!(retry.len(), 1, "requeued");
+    let _ = w.process_with(
+        &journal,
+        Batch {
+            transitions: retry,
+            ..Batch::default()
+        },
+    );
+    // The second call replaces the record; the late terminal lands over it.
+    let committed = w
+        .commit(&journal, &[prepare(&key, "a")], &HashMap::new())
+        .unwrap();
+    assert!(matches!(decisions(&committed)[0], Ok(Prepared::Proceed(_))));
+    journal
+        .inner
+        .apply(&[JournalWrite::Terminal {
+            key: key.clone(),
+            outcome: not_run(),
+            at: SystemTime::now(),
+        }])
+        .unwrap();
+    // The third call finds "did not run".
+    let committed = w
+        .commit(&journal, &[prepare(&key, "a")], &HashMap::new())
+        .unwrap();
+    assert!(
+        matches!(
+            decisions(&committed)[0],
+            Ok(Prepared::Proceed(Prior { in_doubt: true, .. }))
+        ),
+        "{:?}",
+        decisions(&committed)
     );
 }

@@ -120,7 +120,7 @@ impl JournalHandle {
             unavailable_since: None,
             unsure: HashSet::new(),
             landing: HashMap::new(),
-            replacing_may_land: Default::default(),
+            late_writes: Default::default(),
             runtime_key_retention,
         };
         std::thread::Builder::new()

@@ -23,6 +23,7 @@ mod batch;
 mod commit;
 mod expiry;
 mod handle;
+mod late_writes;
 mod queue;
 mod state;
 mod upkeep;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
+use super::late_writes::LateWrites;
 use super::queue::Shared;
 use crate::journal::rows::to_millis;
 use crate::journal::{Journal, JournalEntry, Retention};
@@ -37,12 +38,9 @@ pub(super) struct Writer {
     /// their call (a release does not stop it), so until the key's record
     /// is committed, another call's prepare of the key is in doubt.
     pub(super) landing: HashMap<IdempotencyKey, Vec<(String, i64)>>,
-    /// Keys a replacing `Prepare` of which went out in a commit the store
-    /// did not answer. Unlike an insert of an absent key (which a committed
-    /// record stops), it may land at any later time over whatever the record
-    /// is then, making it unfinished again for a recovery to send: no "did
-    /// not run" terminal of such a key is ever taken as durable.
-    pub(super) replacing_may_land: ReplacingMayLand,
+    /// Keys with a write in a commit the store did not answer, which may
+    /// land at any later time over the key's record as it is then.
+    pub(super) late_writes: LateWrites,
     /// How long the runtime remembers a key: a record prepared longer ago
     /// is never sent again (the runtime would run it afresh).
     pub(super) runtime_key_retention: Duration,
@@ -50,35 +48,7 @@ pub(super) struct Writer {
 
 /// Keys with prepares that may land late, at most: past it the writer
 /// forgets them and stops vouching for keys it has no record of.
-const MAX_LANDING: usize = 65_536;
-
-/// [`Writer::replacing_may_land`]: bounded; past [`MAX_LANDING`] keys it
-/// doubts every key.
-#[derive(Debug, Default)]
-pub(super) struct ReplacingMayLand {
-    keys: HashSet<IdempotencyKey>,
-    every_key: bool,
-}
-
-impl ReplacingMayLand {
-    /// `key`'s replacing prepare went out in an unanswered commit.
-    pub(super) fn insert(&mut self, key: &IdempotencyKey) {
-        if self.every_key {
-            return;
-        }
-        if self.keys.len() >= MAX_LANDING {
-            self.keys = HashSet::new();
-            self.every_key = true;
-            return;
-        }
-        self.keys.insert(key.clone());
-    }
-
-    /// Whether a late replacing prepare of `key` may still land.
-    pub(super) fn contains(&self, key: &IdempotencyKey) -> bool {
-        self.every_key || self.keys.contains(key)
-    }
-}
+pub(super) const MAX_LANDING: usize = 65_536;
 
 impl Writer {
     /// `entry`'s prepare went out in a commit that was not answered: its
