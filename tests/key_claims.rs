@@ -673,8 +673,8 @@ async fn until(what: &str, mut ready: impl FnMut() -> bool) {
 /// How the first call of the key ends without running it.
 #[derive(Clone, Copy, Debug)]
 enum NotRunBy {
-    /// WebSocket: the runtime refuses reconnects (503) until the call's
-    /// deadline passes.
+    /// WebSocket: the runtime refuses the reconnect (401), which ends the
+    /// call well before its deadline.
     RefusedReconnects,
     /// HTTP: a gateway answers 401 without forwarding.
     GatewayRefusal,
@@ -708,7 +708,7 @@ async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
         .unwrap();
     if let Some(proxy) = &proxy {
         mock.inject_always(Fault::RefuseUpgrade {
-            status: 503,
+            status: 401,
             retry_after: None,
         });
         // The first call starts once the client knows the link is down (else
@@ -731,7 +731,9 @@ async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
             .invoke_tool("refund", json!({"order": 21}))
             .idempotency_key(key.clone())
     };
-    let first = tokio::spawn(invoke().deadline(Duration::from_millis(400)).send());
+    // A long deadline: the call ends on the refusal, and its record's
+    // commit may wait as long as the deadline leaves (not a short grace).
+    let first = tokio::spawn(invoke().deadline(Duration::from_secs(5)).send());
     // Its ending ("did not run") waits for the commit of its record.
     until("the first call's terminal record waits", || {
         journal.waiting() > 0
@@ -756,6 +758,12 @@ async fn ends_while_another_caller_of_its_key_starts(by: NotRunBy) {
         "{by:?}: {first:?}"
     );
     assert_eq!(first.key(), Some(&key), "{by:?}: {first:?}");
+    assert!(
+        first
+            .to_string()
+            .contains("another call with this key was in flight in this client"),
+        "{by:?}: it says so because of the second caller: {first}"
+    );
 }
 
 #[tokio::test]
