@@ -351,9 +351,9 @@ pub(crate) fn not_sent(e: Error, key: &IdempotencyKey) -> Error {
         e @ Error::DuplicateKey { .. } => e,
         Error::Tool(tool) if tool.job_id.is_none() => Error::Tool(tool),
         // The caller matches on these: they keep their variant.
-        e @ (Error::DeadlineExceeded { .. } | Error::InvalidCall { .. }) => {
-            e.with_execution(Execution::NotSent)
-        }
+        e @ (Error::DeadlineExceeded { .. }
+        | Error::InvalidCall { .. }
+        | Error::ArgumentsEncode { .. }) => e.with_execution(Execution::NotSent),
         cause => Error::NotSent {
             key: key.clone(),
             cause: Box::new(cause),

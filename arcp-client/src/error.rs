@@ -39,7 +39,7 @@ use message::{ConflictSuffix, JobSuffix, LastErrorSuffix};
 /// | [`Error::RequestRejected`] | no: the runtime closed the connection because of the request itself |
 /// | [`Error::Cancelled`] | maybe, at most once: the runtime accepted the job and cancelled it, before its tool started or while it ran; the key's outcome is final (a retry with it answers the same) |
 /// | [`Error::ResultDecode`] | yes: it returned a result that does not decode into the type a typed call asked for (the raw result is kept) |
-/// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent (under a key you supplied it comes inside [`Error::NotSent`]) |
+/// | [`Error::ArgumentsEncode`] | no: a typed call's arguments do not serialize, so nothing was sent (as its `execution` field says, `not_sent` for a key you supplied) |
 /// | connect, auth, journal, closed | no: nothing was sent (a journal error `JOURNAL_FENCED` or `JOURNAL_UNAVAILABLE`, or `JOURNAL_INTENT` for a recovered record: maybe, at most once) |
 /// | [`Error::NotSent`] | not by this call; the key was supplied and an earlier call with it may have run: retry with the same key |
 ///
@@ -245,9 +245,10 @@ pub enum Error {
     ResultDecode(Box<ResultDecodeError>),
     /// A typed call's arguments do not serialize to JSON (a `Serialize`
     /// implementation that fails, a map with keys that are not strings...):
-    /// nothing was sent; the tool did not run. Under a key the caller
-    /// supplied it comes inside [`Error::NotSent`] (an earlier call with the
-    /// key may have run).
+    /// nothing was sent: `execution` is [`Execution::NotRun`], or
+    /// [`Execution::NotSent`] for a call whose key was supplied (an earlier
+    /// call with it may have run). Not retryable as it is: fix the
+    /// arguments' `Serialize` implementation.
     #[error("the arguments of tool `{tool}` do not serialize to JSON: {source}")]
     ArgumentsEncode {
         /// The tool the call was for.
@@ -255,6 +256,8 @@ pub enum Error {
         /// What serde_json reported.
         #[source]
         source: Arc<serde_json::Error>,
+        /// Whether the tool ran: never by this call.
+        execution: Execution,
     },
     /// The call was rejected before it was sent (bad key, a message over
     /// the size limit, a tool name with a NUL character that a journal
@@ -378,7 +381,8 @@ impl Error {
             Error::Tool(e) => e.execution,
             Error::DeadlineExceeded { execution, .. }
             | Error::DuplicateKey { execution, .. }
-            | Error::InvalidCall { execution, .. } => *execution,
+            | Error::InvalidCall { execution, .. }
+            | Error::ArgumentsEncode { execution, .. } => *execution,
             Error::NotSent { .. } => Execution::NotSent,
             Error::OutcomeUnavailable { .. } | Error::Interrupted { .. } | Error::Internal(_) => {
                 Execution::MayHaveRun
@@ -414,7 +418,6 @@ impl Error {
             | Error::Connect { .. }
             | Error::TokenProvider { .. }
             | Error::Handshake { .. }
-            | Error::ArgumentsEncode { .. }
             | Error::Closed
             | Error::Journal(_)
             | Error::Http { .. } => Execution::NotRun,
@@ -530,7 +533,8 @@ impl Error {
         match &mut self {
             Error::DeadlineExceeded { execution, .. }
             | Error::DuplicateKey { execution, .. }
-            | Error::InvalidCall { execution, .. } => {
+            | Error::InvalidCall { execution, .. }
+            | Error::ArgumentsEncode { execution, .. } => {
                 *execution = to;
             }
             _ => {}

@@ -115,7 +115,7 @@
 //! | [`Error::Http`] | no | (HTTP only) | a status the binding does not define (400, 404, 405, 501, 505, ...) |
 //! | [`Error::Cancelled`] | maybe, at most once (cancelled in the runtime's queue or while it ran); the key's outcome is final | the runtime cancelled the job | the same |
 //! | [`Error::ResultDecode`] | yes | a typed call's result does not decode; the raw result is kept | the same |
-//! | [`Error::ArgumentsEncode`], [`Error::InvalidCall`] | no (`InvalidCall`: as its `execution` field says, `not_sent` for a key you supplied; `ArgumentsEncode` under a key you supplied comes inside [`Error::NotSent`]) | rejected before anything was sent | the same |
+//! | [`Error::ArgumentsEncode`], [`Error::InvalidCall`] | no (as their `execution` field says: `not_sent` for a key you supplied) | rejected before anything was sent | the same |
 //! | [`Error::Connect`], [`Error::Handshake`] | no | no connection or session (`connect()`, or a call that could not get one) | the endpoint cannot be used (a bad URL, an untrusted certificate) |
 //! | [`Error::Journal`] | no (`JOURNAL_FENCED`, `JOURNAL_UNAVAILABLE`: maybe) | the journal failed; the call was not sent by this client | the same |
 //! | [`Error::Closed`] | no | the client was closed before the call was sent | the same |

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::client::Client;
-use crate::error::{Error, ResultDecodeError};
+use crate::error::{Error, Execution, ResultDecodeError};
 use crate::invocation::InvokeBuilder;
 use crate::outcome::ToolOutput;
 
@@ -131,6 +131,7 @@ fn encode(tool: &str, args: &(impl Serialize + ?Sized)) -> Result<Value, Error> 
     serde_json::to_value(args).map_err(|e| Error::ArgumentsEncode {
         tool: tool.to_owned(),
         source: Arc::new(e),
+        execution: Execution::NotRun,
     })
 }
 
@@ -154,7 +155,6 @@ fn decode<T: DeserializeOwned>(output: ToolOutput) -> Result<ToolOutput<T>, Erro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Execution;
     use serde::Deserialize;
     use serde_json::json;
     use std::collections::BTreeMap;
