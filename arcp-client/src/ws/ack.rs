@@ -53,12 +53,12 @@
 //! requests to work through stays busy for longer without the ACK, and
 //! every ACK packet it is spared is one wake-up less for both sides (its
 //! frames arrive in fewer segments, read in fewer turns, whose callers are
-//! freed in fewer batches). Measured against arcp-runtime 2.0.0: a fixed
-//! 1 ms hold cost 0.12 ACK packets of our own and 3.0 client syscalls per
-//! call at 64 calls in flight; held 150 us per unanswered request (5 ms at
-//! most), 0.02 and 1.7-2.0, and a quarter to a third less client CPU per
-//! call, at 16 in flight as well. A longer fixed hold (3-5 ms whatever the
-//! backlog) cut as much at 64 but let the runtime run dry at 16.
+//! freed in fewer batches). Measured against arcp-runtime 2.0.0 at 64
+//! calls in flight (BENCHMARKS.md): against a fixed 1 ms hold, our own
+//! quickacks fell from 0.14 to 0.01 per call, the client's syscalls from
+//! 3.0 to 1.8 and its CPU per call by a third; at 16 in flight its
+//! syscalls by a quarter. A fixed longer hold (3-5 ms whatever the
+//! backlog) cut as much at 64 but cost throughput at 16.
 //! Measured with `arcp-bench/diagnose-runtime.sh` (BENCHMARKS.md).
 
 use std::time::{Duration, Instant};
@@ -69,9 +69,9 @@ pub(super) const GRACE: Duration = Duration::from_millis(1);
 
 /// How much longer an owed ACK is held per request the runtime had not
 /// answered when it was owed (arcp-runtime 2.0.0 spends 300-450 us of its
-/// CPU per call on the machine measured): measured against it, 300 us held
-/// its frames past the point where it had run out of work at 16 calls in
-/// flight; 100-150 us did not.
+/// CPU per call on the machine measured): measured against it at 16 calls
+/// in flight, 300 us cost throughput, as a fixed 5 ms hold did; 150 us
+/// did not.
 pub(super) const PER_UNANSWERED: Duration = Duration::from_micros(150);
 
 /// The longest hold, however deep the backlog: a bound on how long a
