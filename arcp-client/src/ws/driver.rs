@@ -299,7 +299,11 @@ impl Driver {
                 inbound = self.reader.as_mut().and_then(|r| r.recv().now_or_never());
             }
         }
-        owed_ack.on_read(now, core.calls_awaiting_runtime());
+        owed_ack.on_read(
+            now,
+            core.calls_awaiting_runtime(),
+            core.requests_unanswered(),
+        );
     }
 
     /// A write ended: flushed (the writer is idle again), or failed (the
