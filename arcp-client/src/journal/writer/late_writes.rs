@@ -27,12 +27,17 @@ use std::collections::HashSet;
 use arcp_types::IdempotencyKey;
 use tracing::warn;
 
-use super::state::MAX_LANDING;
 use crate::journal::JournalWrite;
+
+/// Keys with writes that may land late, at most, in each of the writer's
+/// sets ([`LateWrites`], and the prepares whose insert may land): past it a
+/// set gives up its keys and doubts every key (the inserts' set: stops
+/// vouching for keys the journal has no record of).
+pub(super) const MAX_LANDING: usize = 65_536;
 
 /// See the [module](self).
 #[derive(Debug, Default)]
-pub(crate) struct LateWrites {
+pub(super) struct LateWrites {
     /// Keys with a `Prepare` that may land late.
     reopening: HashSet<IdempotencyKey>,
     /// Keys with any other write that may land late.
@@ -43,7 +48,7 @@ pub(crate) struct LateWrites {
 
 impl LateWrites {
     /// `writes` went out in a commit the store did not answer.
-    pub(crate) fn note(&mut self, writes: &[JournalWrite]) {
+    pub(super) fn note(&mut self, writes: &[JournalWrite]) {
         for w in writes {
             let (key, reopens) = match w {
                 JournalWrite::Prepare(record) => (&record.key, true),
@@ -83,12 +88,12 @@ impl LateWrites {
 
     /// Whether a late `Prepare` of `key` may still make its record
     /// unfinished again.
-    pub(crate) fn may_reopen(&self, key: &IdempotencyKey) -> bool {
+    pub(super) fn may_reopen(&self, key: &IdempotencyKey) -> bool {
         self.every_key || self.reopening.contains(key)
     }
 
     /// Whether any late write of `key` may still change its record.
-    pub(crate) fn may_overwrite(&self, key: &IdempotencyKey) -> bool {
+    pub(super) fn may_overwrite(&self, key: &IdempotencyKey) -> bool {
         self.may_reopen(key) || self.overwriting.contains(key)
     }
 }

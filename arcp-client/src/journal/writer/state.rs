@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 
-use super::late_writes::LateWrites;
+use super::late_writes::{LateWrites, MAX_LANDING};
 use super::queue::Shared;
 use crate::journal::rows::to_millis;
 use crate::journal::{Journal, JournalEntry, Retention};
@@ -45,10 +45,6 @@ pub(super) struct Writer {
     /// is never sent again (the runtime would run it afresh).
     pub(super) runtime_key_retention: Duration,
 }
-
-/// Keys with prepares that may land late, at most: past it the writer
-/// forgets them and stops vouching for keys it has no record of.
-pub(super) const MAX_LANDING: usize = 65_536;
 
 impl Writer {
     /// `entry`'s prepare went out in a commit that was not answered: its
