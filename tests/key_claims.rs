@@ -442,6 +442,41 @@ async fn a_journal_that_forgets_keys_before_the_runtime_does_not_vouch_for_them(
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The same for unfinished records that expire before the runtime forgets
+/// keys: the call ran (its caller gave up first: "may have run"), its record
+/// expired unrecovered, and a later call of the key that sends nothing says
+/// "not sent", not "did not run".
+#[tokio::test]
+async fn a_journal_whose_unfinished_records_expire_first_does_not_vouch_for_keys() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.sqlite");
+    let short = Duration::from_millis(300);
+    let key = IdempotencyKey::new();
+    let forgets = Retention::default().unfinished_ttl(short);
+    let first = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(&path)
+        .journal_retention(forgets.clone())
+        .connect()
+        .await
+        .unwrap();
+    let gave_up = first
+        .invoke_tool("refund", json!({"order": 15, "ms": 500}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_millis(150))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(gave_up.execution(), Execution::MayHaveRun, "{gave_up:?}");
+    first.close().await;
+    // The tool finishes; the unfinished record expires, and the next
+    // client's start-up purge deletes it.
+    tokio::time::sleep(short * 3).await;
+    assert_eq!(mock.executions("refund"), 1, "the key ran");
+    let err = unreachable_call_on_journal(&path, &key, forgets, HOUR).await;
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+}
+
 /// The same for a journal that evicted the key's record for its record
 /// cap: from then on it vouches for no key it has no record of.
 #[tokio::test]

@@ -30,6 +30,11 @@ pub struct Retention {
     pub terminal_ttl: Duration,
     /// Unfinished records untouched for this long are deleted with a warning
     /// (default 7 days): a call nobody recovered in a week is abandoned.
+    ///
+    /// Shorter than the runtime's memory of keys, the journal may forget a
+    /// call that ran while the runtime still knows its key: as for
+    /// `terminal_ttl`, it then no longer vouches for supplied keys it has
+    /// no record of.
     pub unfinished_ttl: Duration,
     /// At most this many records (default 100 000). The oldest terminal
     /// records make room; when only unfinished ones remain, new calls fail

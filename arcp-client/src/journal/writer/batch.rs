@@ -405,9 +405,17 @@ impl Writer {
                     }
                 }
                 Request::Remove(key, reply) => {
+                    let late_writes = &mut self.late_writes;
                     let result = journal.get(&key).and_then(|existing| match existing {
                         Some(_) => {
-                            journal.apply(&[JournalWrite::Remove { key: key.clone() }])?;
+                            let remove = [JournalWrite::Remove { key: key.clone() }];
+                            if let Err(e) = journal.apply(&remove) {
+                                // It may land later, over a later call's record.
+                                if e.kind == JournalErrorKind::Unavailable {
+                                    late_writes.note(&remove);
+                                }
+                                return Err(e);
+                            }
                             let refused = journal.take_fenced();
                             if refused.contains(&key) {
                                 return Err(JournalError::new(

@@ -678,3 +678,43 @@ fn a_prepare_over_a_not_run_record_a_late_write_may_have_put_there_is_in_doubt()
         decisions(&committed)
     );
 }
+
+/// A discard's removal of a record goes unanswered (it may land later,
+/// over the record of the key's next call, which may run): a later prepare
+/// of the key that finds no record cannot take it as the key's first.
+#[test]
+fn a_prepare_after_an_unanswered_removal_of_its_key_is_in_doubt() {
+    use super::super::queue::Request;
+
+    let journal = Counting::default();
+    let mut w = writer(100);
+    let key = IdempotencyKey::new();
+    journal
+        .inner
+        .apply(&[JournalWrite::Prepare(prepare(&key, "a").0)])
+        .unwrap();
+    journal.hold_next_apply.store(true, Ordering::SeqCst);
+    let (tx, mut rx) = oneshot::channel();
+    let _ = w.serve(&journal, vec![Request::Remove(key.clone(), tx)]);
+    let removed = rx.try_recv().expect("answered");
+    assert!(
+        matches!(&removed, Err(e) if e.kind == JournalErrorKind::Unavailable),
+        "{removed:?}"
+    );
+    // The removal lands: no record.
+    journal
+        .inner
+        .apply(&[JournalWrite::Remove { key: key.clone() }])
+        .unwrap();
+    let committed = w
+        .commit(&journal, &[prepare(&key, "a")], &HashMap::new())
+        .unwrap();
+    assert!(
+        matches!(
+            decisions(&committed)[0],
+            Ok(Prepared::Proceed(Prior { in_doubt: true, .. }))
+        ),
+        "{:?}",
+        decisions(&committed)
+    );
+}

@@ -107,7 +107,10 @@ impl JournalHandle {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
-            vouches: AtomicBool::new(retention.terminal_ttl >= runtime_key_retention),
+            vouches: AtomicBool::new(
+                retention.terminal_ttl >= runtime_key_retention
+                    && retention.unfinished_ttl >= runtime_key_retention,
+            ),
             runtime_key_retention,
         });
         let (ready_tx, ready_rx) = oneshot::channel();

@@ -74,10 +74,13 @@ impl Writer {
     /// send that record).
     pub(super) fn prior_of_new(&self, entry: &JournalEntry) -> super::queue::Prior {
         let own = (entry.trace_id.clone(), to_millis(entry.created_at));
+        // Or a late write of the key (a removal, say) may have taken away
+        // the record of a call that ran.
         let in_doubt = self
             .landing
             .get(&entry.key)
-            .is_some_and(|marks| marks.iter().any(|mark| *mark != own));
+            .is_some_and(|marks| marks.iter().any(|mark| *mark != own))
+            || self.late_writes.may_overwrite(&entry.key);
         super::queue::Prior {
             in_doubt,
             ..super::queue::Prior::default()
