@@ -23,7 +23,7 @@ use arcp_mock::{ChaosProxy, Dialect, Fault, JobStatus};
 use arcp_sdk::{Error, Execution, IdempotencyKey, Journal, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
-use support::mock::{client, mock};
+use support::mock::{client, mock, unreachable_call_on_journal};
 use support::relay::{Relay, RelayHandle};
 
 /// The gateway's moves, in order; forwarding once they run out.
@@ -367,36 +367,6 @@ async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
     );
     assert_eq!(again.execution(), Execution::NotSent, "{again:?}");
     assert_eq!(mock.total_executions(), 0);
-}
-
-/// A supplied key's call that sends nothing (the runtime unreachable), on a
-/// journal built with `terminal_ttl` and `runtime_key_retention`.
-async fn unreachable_call_on_journal(
-    path: &std::path::Path,
-    key: &IdempotencyKey,
-    retention: Retention,
-    runtime_key_retention: Duration,
-) -> Error {
-    // Nothing listens on a port just freed.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let client = client(&format!("ws://127.0.0.1:{port}/arcp"), Dialect::V1_1)
-        .journal_path(path)
-        .journal_retention(retention)
-        .runtime_key_retention(runtime_key_retention)
-        .connect_lazy();
-    let err = client
-        .invoke_tool("refund", json!({"order": 15}))
-        .idempotency_key(key.clone())
-        .deadline(Duration::from_secs(1))
-        .send()
-        .await
-        .unwrap_err();
-    client.close().await;
-    err
 }
 
 /// A journal that forgets a key's record (its terminal records expire)

@@ -202,8 +202,10 @@ pub(crate) enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Forget one call (its key can then start a new call: only do this
-    /// when you know what became of it).
+    /// Stop recovering one call and answering its key from the journal.
+    /// A record proving the call did not run is deleted; any other is
+    /// ended "outcome unknown" (the key's next call is sent again and may
+    /// have run).
     Discard {
         /// The call's idempotency key.
         #[arg(value_name = "KEY", value_parser = parse_key)]

@@ -265,7 +265,8 @@ fn discard(path: &Path, key: &IdempotencyKey, yes: bool) -> Result<(), Failure> 
         }
         let (_, ran) = outcome_class(&entry);
         eprint!(
-            "Discard {key} ({} {}, tool ran: {ran})? Its key could then start a new call. [y/N] ",
+            "Discard {key} ({} {}, tool ran: {ran})? It is then neither recovered nor answered \
+             from the journal. [y/N] ",
             entry.tool,
             entry.state.name()
         );
@@ -275,8 +276,20 @@ fn discard(path: &Path, key: &IdempotencyKey, yes: bool) -> Result<(), Failure> 
             return Err(Failure::Other("not discarded".into()));
         }
     }
-    journal.apply(&[JournalWrite::Remove { key: key.clone() }])?;
-    println!("discarded {key}");
+    // The same rule as `Client::discard`: only a record proving the call
+    // did not run is deleted; any other ends "outcome unknown" (kept, so
+    // the journal never vouches that the key did not run).
+    match entry.discard_write(SystemTime::now()) {
+        Some(write @ JournalWrite::Remove { .. }) => {
+            journal.apply(&[write])?;
+            println!("discarded {key} (its call did not run: record deleted)");
+        }
+        Some(write) => {
+            journal.apply(&[write])?;
+            println!("discarded {key} (ended outcome unknown: the tool may have run)");
+        }
+        None => println!("discarded {key} (already ended outcome unknown)"),
+    }
     Ok(())
 }
 

@@ -174,14 +174,25 @@ impl Client {
         }
     }
 
-    /// Deletes the journal's record of `key`, so it is neither recovered
+    /// Discards the journal's record of `key`, so it is neither recovered
     /// nor answered from the journal again; whether there was one. For
     /// unfinished calls the caller decided to abandon.
+    ///
+    /// The journal does not forget what the record proved: only a record
+    /// proving the call did not run (never accepted, refused, invalid) is
+    /// deleted. Any other is ended "outcome unknown" (see
+    /// [`JournalEntry::discard_write`](crate::JournalEntry::discard_write)):
+    /// a later call of the key is sent again and is in doubt from the start
+    /// (it never says "did not run"; the runtime answers it if it still
+    /// remembers the key), and past
+    /// [`runtime_key_retention`](ClientBuilder::runtime_key_retention) it
+    /// is answered "outcome unknown".
     ///
     /// # Errors
     ///
     /// [`Error::Journal`] when the journal cannot be written (as for
-    /// [`Client::lookup`]).
+    /// [`Client::lookup`]); `JOURNAL_FENCED` when another live worker of a
+    /// shared journal drives the call.
     pub async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
         match self.inner.journal.get().await? {
             Some(journal) => journal.discard(key).await,

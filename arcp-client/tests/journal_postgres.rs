@@ -1488,3 +1488,76 @@ async fn a_column_of_another_type_is_a_schema_error() {
     let err = a.apply(&[JournalWrite::Prepare(entry("k1"))]).unwrap_err();
     assert_eq!(err.kind, JournalErrorKind::Schema, "{err}");
 }
+
+/// `discard` on a shared journal: a live worker's unfinished call is not
+/// discarded (fenced); once its lease lapses it is ended "outcome unknown"
+/// and never recovered; a record of a call that ran is ended the same way
+/// (kept, so the journal never vouches the key did not run); a record
+/// proving the call did not run is deleted.
+#[tokio::test]
+async fn discard_keeps_what_the_record_proved_and_respects_owners() {
+    let url = postgres_or_skip!();
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .unwrap();
+    let unknown = |e: &JournalEntry| match &e.state {
+        JournalState::Terminal(JournalOutcome::OutcomeUnknown { reason, .. }) => {
+            reason.contains("discarded")
+        }
+        _ => false,
+    };
+    {
+        let dead = journal(&url, "dead", Duration::from_millis(300)).await;
+        let not_run = JournalWrite::Terminal {
+            key: key("order-10"),
+            outcome: JournalOutcome::NotAccepted {
+                last_error: "refused".into(),
+                attempts: 1,
+            },
+            at: SystemTime::now(),
+        };
+        dead.apply(&[
+            JournalWrite::Prepare(entry("order-9")),
+            JournalWrite::Prepare(entry("order-10")),
+            not_run,
+        ])
+        .unwrap();
+    }
+    let b = builder(&mock.ws_url())
+        .journal(journal(&url, "b", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+
+    // Held by a live lease: not discarded.
+    match b.discard(&key("order-9")).await {
+        Err(Error::Journal(e)) => assert_eq!(e.kind, JournalErrorKind::Fenced, "{e}"),
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(b.discard(&key("order-9")).await.unwrap());
+    let e = b.lookup(&key("order-9")).await.unwrap().unwrap();
+    assert!(unknown(&e), "{:?}", e.state);
+    assert!(b.recover().await.unwrap().is_empty(), "never recovered");
+    assert_eq!(mock.executions_for_key("order-9"), 0);
+
+    // A call that ran: kept, ended "outcome unknown".
+    b.invoke_tool("refund", json!({"order": 1}))
+        .key_str("order-1")
+        .send()
+        .await
+        .unwrap();
+    assert!(b.discard(&key("order-1")).await.unwrap());
+    let e = b.lookup(&key("order-1")).await.unwrap().unwrap();
+    assert!(unknown(&e), "{:?}", e.state);
+
+    // Proven not run: deleted.
+    assert!(b.discard(&key("order-10")).await.unwrap());
+    assert!(b.lookup(&key("order-10")).await.unwrap().is_none());
+    assert!(!b.discard(&key("order-10")).await.unwrap());
+    b.close().await;
+}

@@ -93,3 +93,52 @@ macro_rules! both_dialects {
         }
     };
 }
+
+/// A supplied key's `refund {"order": 15}` that sends nothing (the runtime
+/// unreachable), on a journal built with `retention` and
+/// `runtime_key_retention`: its error.
+pub(crate) async fn unreachable_call_on_journal(
+    path: &std::path::Path,
+    key: &arcp_sdk::IdempotencyKey,
+    retention: arcp_sdk::Retention,
+    runtime_key_retention: Duration,
+) -> arcp_sdk::Error {
+    unreachable_call_of(
+        path,
+        key,
+        json!({"order": 15}),
+        retention,
+        runtime_key_retention,
+    )
+    .await
+}
+
+/// [`unreachable_call_on_journal`] with these `refund` arguments.
+pub(crate) async fn unreachable_call_of(
+    path: &std::path::Path,
+    key: &arcp_sdk::IdempotencyKey,
+    arguments: Value,
+    retention: arcp_sdk::Retention,
+    runtime_key_retention: Duration,
+) -> arcp_sdk::Error {
+    // Nothing listens on a port just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = client(&format!("ws://127.0.0.1:{port}/arcp"), Dialect::V1_1)
+        .journal_path(path)
+        .journal_retention(retention)
+        .runtime_key_retention(runtime_key_retention)
+        .connect_lazy();
+    let err = client
+        .invoke_tool("refund", arguments)
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(1))
+        .send()
+        .await
+        .unwrap_err();
+    client.close().await;
+    err
+}

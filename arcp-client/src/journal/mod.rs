@@ -24,12 +24,14 @@
 //!
 //! One file per concern: [`Journal`] (`store.rs`) is the contract a store
 //! implements; `entry.rs`, `outcome.rs` and `write.rs` hold the records it
-//! stores and the writes it applies; `retention.rs` the purge policy and
+//! stores and the writes it applies, `discard.rs` what discarding a record
+//! writes; `retention.rs` the purge policy and
 //! `recovery.rs` the recovery mode; `rows.rs` the column rules the SQL
 //! stores share; `memory.rs`, `sqlite/` and `postgres/` the stores;
 //! `writer/` the thread that batches the client's writes and the handle
 //! the client holds.
 
+mod discard;
 mod entry;
 mod memory;
 mod outcome;

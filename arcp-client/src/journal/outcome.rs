@@ -197,6 +197,20 @@ impl JournalOutcome {
         )
     }
 
+    /// Whether this ending proves the call's intent did not run under its
+    /// key: refused before acceptance, never accepted, refused as invalid,
+    /// or the key bound to another intent. "Outcome unknown" and the key's
+    /// own outcomes (result, tool error, cancellation) do not.
+    pub(crate) fn proves_not_run(&self) -> bool {
+        matches!(
+            self,
+            JournalOutcome::NotAccepted { .. }
+                | JournalOutcome::Invalid { .. }
+                | JournalOutcome::DuplicateKey { .. }
+                | JournalOutcome::ToolError { refused: true, .. }
+        )
+    }
+
     /// The job, when known.
     pub fn job_id(&self) -> Option<&str> {
         match self {

@@ -404,37 +404,8 @@ impl Writer {
                         }
                     }
                 }
-                Request::Remove(key, reply) => {
-                    let late_writes = &mut self.late_writes;
-                    let result = journal.get(&key).and_then(|existing| match existing {
-                        Some(_) => {
-                            let remove = [JournalWrite::Remove { key: key.clone() }];
-                            if let Err(e) = journal.apply(&remove) {
-                                // It may land later, over a later call's record.
-                                if e.kind == JournalErrorKind::Unavailable {
-                                    late_writes.note(&remove);
-                                }
-                                return Err(e);
-                            }
-                            let refused = journal.take_fenced();
-                            if refused.contains(&key) {
-                                return Err(JournalError::new(
-                                    JournalErrorKind::Fenced,
-                                    &self.shared.location,
-                                    format!(
-                                        "call {key}: another live worker drives it; it is not \
-                                         discarded"
-                                    ),
-                                ));
-                            }
-                            Ok(true)
-                        }
-                        None => Ok(false),
-                    });
-                    if let Ok(true) = result {
-                        self.records = self.records.saturating_sub(1);
-                    }
-                    let _ = reply.send(result);
+                Request::Discard(key, reply) => {
+                    let _ = reply.send(self.discard(journal, &key));
                 }
                 Request::Close(reply) => close.push(reply),
             }
@@ -504,7 +475,7 @@ pub(super) fn answer_closed(requests: Vec<Request>, err: &JournalError) {
             Request::Unfinished(reply) => {
                 let _ = reply.send(Err(err.clone()));
             }
-            Request::Remove(_, reply) => {
+            Request::Discard(_, reply) => {
                 let _ = reply.send(Err(err.clone()));
             }
             Request::Close(reply) => {

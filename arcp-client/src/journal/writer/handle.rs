@@ -453,7 +453,7 @@ impl JournalHandle {
     pub(crate) async fn discard(&self, key: &IdempotencyKey) -> Result<bool, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
-            .request(Request::Remove(key.clone(), tx))
+            .request(Request::Discard(key.clone(), tx))
             .map_err(Error::Journal)?;
         self.answer(rx).await
     }

@@ -12,7 +12,7 @@
 //!   ride in (most calls end sooner: one record change instead of three).
 //! - `terminal` is queued by the caller's task after the outcome arrives;
 //!   it waits only when the writer is far behind (bounded memory).
-//! - lookups, listings and removals are queued behind the writes, so they
+//! - lookups, listings and discards are queued behind the writes, so they
 //!   read what was recorded before them.
 //! - with a shared journal (leases), the writer renews this client's leases
 //!   every [`Journal::lease_interval`], and tells the calls it lost
@@ -21,6 +21,7 @@
 
 mod batch;
 mod commit;
+mod discard;
 mod expiry;
 mod handle;
 mod late_writes;

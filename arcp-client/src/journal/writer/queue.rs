@@ -36,7 +36,7 @@ pub(super) enum Request {
         oneshot::Sender<Result<Option<JournalEntry>, JournalError>>,
     ),
     Unfinished(oneshot::Sender<Result<Vec<JournalEntry>, JournalError>>),
-    Remove(IdempotencyKey, oneshot::Sender<Result<bool, JournalError>>),
+    Discard(IdempotencyKey, oneshot::Sender<Result<bool, JournalError>>),
     Close(oneshot::Sender<()>),
 }
 
