@@ -45,6 +45,18 @@ pub trait Journal: Send + Sync + 'static {
     /// A shared store also refuses (skips, and reports through
     /// [`Journal::take_fenced`]) a write for a call this client does not
     /// own; the rest of the batch still applies.
+    ///
+    /// **A batch that failed** may still commit (a database that goes on
+    /// after the connection carrying its answer was lost), but a store
+    /// shared by several clients must commit it, if ever, before any later
+    /// batch of any client that reads or writes its keys: otherwise it could
+    /// land over a record another client wrote since (a "did not run"
+    /// reopened for a recovery to send). The client guards against its own
+    /// late batches (a "did not run" of such a key is never taken as
+    /// durable), not against another process's. The stores here keep the
+    /// order: the SQLite journal ends its transaction before `apply`
+    /// returns; the PostgreSQL journal holds the row locks of every record it reads or replaces until its
+    /// commit ends, and fences transitions by the record's generation.
     fn apply(&self, writes: &[JournalWrite]) -> Result<(), JournalError>;
 
     /// Applies `writes` as [`Journal::apply`] does and, in the same

@@ -18,9 +18,10 @@
 //!
 //! Kept for the writer's life (nothing tells it a late write will never
 //! land), bounded: past [`MAX_LANDING`] keys it doubts every key. Another
-//! process on the same store knows nothing of them: a store that can
-//! commit after failing to answer must order its commits itself for that
-//! (PostgreSQL's generations fence transitions, not replacing prepares).
+//! process on the same store knows nothing of them: a shared store must
+//! order a late commit before any later batch touching its keys (the
+//! contract of [`Journal::apply`](crate::journal::Journal::apply), which
+//! SQLite and PostgreSQL keep).
 
 use std::collections::HashSet;
 
