@@ -8,9 +8,9 @@
 //! cut and slow answers), a journal or none (an in-memory store or a SQLite file, behind
 //! a wrapper that refuses some commits, leaves others unanswered, some of
 //! those landed anyway, and may make the store unavailable for a while; and
-//! a second client that opens the same store after the first closed,
-//! re-issues the keys that may have run and calls `recover()`, and may
-//! close meanwhile), runtimes that forget keys after a short retention
+//! a second client that opens the same store after the first closed, may
+//! discard some keys, re-issues the keys that may have run (and the
+//! discarded ones that ran) and calls `recover()`, and may close meanwhile), runtimes that forget keys after a short retention
 //! (the client told so), hostile additions (a gateway that fingerprints whole bodies and answers 422 to a
 //! known key with another body, a gateway that answers 409 before
 //! forwarding, a second caller that re-issues, from a client of its own,
@@ -709,6 +709,8 @@ static LATE: AtomicU64 = AtomicU64::new(0);
 static UNREAD: AtomicU64 = AtomicU64::new(0);
 /// Policy closes (1008) the relay made after a forwarded submit.
 static POLICY_CLOSES: AtomicU64 = AtomicU64::new(0);
+/// Keys a second client discarded.
+static DISCARDS: AtomicU64 = AtomicU64::new(0);
 
 /// How one commit of a schedule's journal ends.
 enum Fate {
@@ -1178,7 +1180,16 @@ async fn run(plan: Plan) -> Vec<String> {
         }
         if let Some(opened) = store.open().await {
             let journal = Faulty::new(opened.clone(), j, plan.seed ^ 0x20, outage);
-            second_client(&plan, &url, journal, &*opened, &keys, &mut ended).await;
+            second_client(
+                &plan,
+                &url,
+                journal,
+                &*opened,
+                &keys,
+                &mut ended,
+                &mut violations,
+            )
+            .await;
         }
     }
     // Settle: whatever the runtime still runs (calls that gave up) ends,
@@ -1207,8 +1218,11 @@ async fn run(plan: Plan) -> Vec<String> {
 }
 
 /// The second client of a journaled schedule: opens the store the first
-/// one closed, re-issues every key whose call may have run (as a user told
-/// "ask again later with this key" does), and calls `recover()` meanwhile.
+/// one closed, may discard some keys first, re-issues every key whose call
+/// may have run (as a user told "ask again later with this key" does) and
+/// every discarded key whose call ran, and calls `recover()` meanwhile. A
+/// discarded key not issued again, handed out by `recover()`, is a
+/// violation.
 async fn second_client(
     plan: &Plan,
     url: &str,
@@ -1216,16 +1230,39 @@ async fn second_client(
     store: &dyn Journal,
     keys: &[IdempotencyKey],
     ended: &mut Vec<(usize, Ended)>,
+    violations: &mut Vec<String>,
 ) {
     let builder = client_builder(plan, url).journal(journal);
     let client = builder.connect_lazy();
+    // Some schedules discard keys first (a stream of their own: the plan
+    // stays as it was). Only a discard that succeeded is counted.
+    let mut d = Rng(plan.seed ^ 0xD15C_A4D5);
+    let mut discarded = HashSet::new();
+    if d.chance(30) {
+        for (i, end) in ended.iter() {
+            let key = &keys[plan.calls[*i].key];
+            if end.generated || discarded.contains(key) || !d.chance(50) {
+                continue;
+            }
+            if let Ok(true) = client.discard(key).await {
+                DISCARDS.fetch_add(1, Ordering::Relaxed);
+                discarded.insert(key.clone());
+            }
+        }
+    }
     let mut tasks = Vec::new();
+    // Keys issued again here: their new records are recoverable.
+    let mut reissued = HashSet::new();
     for (i, end) in ended.iter() {
-        if end
-            .outcome
-            .as_ref()
-            .is_err_and(|e| e.execution() == Execution::MayHaveRun)
+        let key = &keys[plan.calls[*i].key];
+        let ran_then_discarded = end.outcome.is_ok() && discarded.contains(key);
+        if ran_then_discarded
+            || end
+                .outcome
+                .as_ref()
+                .is_err_and(|e| e.execution() == Execution::MayHaveRun)
         {
+            reissued.insert(key.clone());
             let call = &plan.calls[*i];
             let key = Some(keys[call.key].clone());
             tasks.push((*i, start_call(&client, call, key, Duration::ZERO, false)));
@@ -1261,6 +1298,10 @@ async fn second_client(
     let recovered = client.recover().await.unwrap_or_default();
     let mut recovering = Vec::new();
     for invocation in recovered {
+        let only_discarded = |k: &&IdempotencyKey| discarded.contains(*k) && !reissued.contains(*k);
+        if let Some(k) = invocation.key().filter(only_discarded) {
+            violations.push(format!("recover() handed out the discarded key {k}"));
+        }
         let key = invocation.key().map(|k| k.to_string()).unwrap_or_default();
         let Some(&(v, deadline)) = intents.get(&key) else {
             continue;
@@ -1652,7 +1693,7 @@ async fn seeded_fault_schedules_never_lie() {
     }
     eprintln!(
         "checker: {} schedules in {:.1?}, {} failed; journal commits refused {}, unanswered {} \
-         (landed {}, late {}), reads unanswered {}; policy closes {}",
+         (landed {}, late {}), reads unanswered {}; policy closes {}; keys discarded {}",
         seeds.len(),
         started.elapsed(),
         failed.len(),
@@ -1664,6 +1705,7 @@ async fn seeded_fault_schedules_never_lie() {
         LATE.load(Ordering::Relaxed),
         UNREAD.load(Ordering::Relaxed),
         POLICY_CLOSES.load(Ordering::Relaxed),
+        DISCARDS.load(Ordering::Relaxed),
     );
     assert!(
         failed.is_empty(),

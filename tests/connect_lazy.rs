@@ -114,3 +114,35 @@ async fn a_journal_opens_on_first_use() {
     assert_eq!(mock.executions("echo"), 1);
     client.close().await;
 }
+
+/// A client closed before its journal was opened never opens it: journal
+/// operations then fail with `JOURNAL_CLOSED`, and the journal's file stays
+/// free for another client.
+#[tokio::test]
+async fn a_client_closed_before_its_journal_opened_never_opens_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.sqlite");
+    let client = Client::builder("ws://127.0.0.1:9/arcp")
+        .journal_path(&path)
+        .connect_lazy();
+    client.close().await;
+    for err in [
+        client.discard(&IdempotencyKey::new()).await.unwrap_err(),
+        client.lookup(&IdempotencyKey::new()).await.unwrap_err(),
+        client.recover().await.unwrap_err(),
+    ] {
+        match &err {
+            Error::Journal(e) => assert_eq!(e.kind, JournalErrorKind::Closed, "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let other = Client::builder("ws://127.0.0.1:9/arcp")
+        .journal_path(&path)
+        .connect_lazy();
+    assert!(other
+        .lookup(&IdempotencyKey::new())
+        .await
+        .unwrap()
+        .is_none());
+    other.close().await;
+}

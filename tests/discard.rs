@@ -3,7 +3,8 @@
 //! key. A journal vouches for keys it has no record of ("never sent"), so a
 //! discard that deleted the record of a call that ran would let a later call
 //! of the key that sends nothing say "did not run". Each test checks the
-//! claims against what the mock runtime executed.
+//! claims against what the mock runtime executed. (Two workers racing on a
+//! shared journal: `arcp-client/tests/journal_postgres.rs`.)
 
 mod support;
 
@@ -177,11 +178,11 @@ async fn a_discarded_unfinished_call_is_not_recovered_and_stays_in_doubt() {
 }
 
 /// A record that proves the key's call did not run (every attempt refused
-/// before it was sent) is deleted: the journal then knows the key as it knew
-/// it before the call, so a later call that sends nothing still says "did
-/// not run", and a second discard finds nothing.
+/// before it was sent) is final already: a discard leaves it as it is (a
+/// delete could race another worker's call of the key that replaced it),
+/// and a later call that sends nothing still says "did not run".
 #[tokio::test]
-async fn a_record_proving_the_call_did_not_run_is_deleted() {
+async fn a_record_proving_the_call_did_not_run_stays_as_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.sqlite");
     let key = IdempotencyKey::new();
@@ -191,11 +192,12 @@ async fn a_record_proving_the_call_did_not_run_is_deleted() {
     let client = client("ws://127.0.0.1:9/arcp", Dialect::V1_1)
         .journal_path(&path)
         .connect_lazy();
-    let record = client.lookup(&key).await.unwrap().expect("recorded");
-    assert!(record.is_terminal(), "{record:?}");
+    let before = client.lookup(&key).await.unwrap().expect("recorded");
+    assert!(before.is_terminal(), "{before:?}");
     assert!(client.discard(&key).await.unwrap());
-    assert!(client.lookup(&key).await.unwrap().is_none());
-    assert!(!client.discard(&key).await.unwrap());
+    let after = client.lookup(&key).await.unwrap().expect("kept");
+    assert_eq!(after, before);
+    assert!(client.recover().await.unwrap().is_empty());
     client.close().await;
 
     let err = unreachable_call_on_journal(&path, &key, Retention::default(), HOUR).await;

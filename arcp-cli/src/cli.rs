@@ -202,10 +202,10 @@ pub(crate) enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Stop recovering one call and answering its key from the journal.
-    /// A record proving the call did not run is deleted; any other is
-    /// ended "outcome unknown" (the key's next call is sent again and may
-    /// have run).
+    /// Stop recovering one call and answering its key from the journal:
+    /// its record ends "outcome unknown" (the key's next call is sent
+    /// again and may have run), unless it already proves the call did not
+    /// run. No record is deleted (`purge` does, by age).
     Discard {
         /// The call's idempotency key.
         #[arg(value_name = "KEY", value_parser = parse_key)]

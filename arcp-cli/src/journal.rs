@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use arcp_sdk::{
     Client, Error, Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome,
-    JournalState, JournalWrite, Retention, SqliteJournal,
+    JournalState, Retention, SqliteJournal,
 };
 use arcp_types::IdempotencyKey;
 use futures_util::StreamExt;
@@ -276,19 +276,15 @@ fn discard(path: &Path, key: &IdempotencyKey, yes: bool) -> Result<(), Failure> 
             return Err(Failure::Other("not discarded".into()));
         }
     }
-    // The same rule as `Client::discard`: only a record proving the call
-    // did not run is deleted; any other ends "outcome unknown" (kept, so
-    // the journal never vouches that the key did not run).
+    // The same rule as `Client::discard`: no record is deleted (the
+    // journal would then vouch that the key never ran); a record that does
+    // not prove the call did not run ends "outcome unknown".
     match entry.discard_write(SystemTime::now()) {
-        Some(write @ JournalWrite::Remove { .. }) => {
-            journal.apply(&[write])?;
-            println!("discarded {key} (its call did not run: record deleted)");
-        }
         Some(write) => {
             journal.apply(&[write])?;
             println!("discarded {key} (ended outcome unknown: the tool may have run)");
         }
-        None => println!("discarded {key} (already ended outcome unknown)"),
+        None => println!("discarded {key} (already final, neither recovered nor answered)"),
     }
     Ok(())
 }

@@ -134,9 +134,7 @@ impl Client {
     /// this client then fail with `JOURNAL_CLOSED`.
     pub async fn close(&self) {
         self.inner.backend.close().await;
-        if let Some(journal) = self.inner.journal.as_ref() {
-            journal.close().await;
-        }
+        self.inner.journal.close().await;
     }
 
     /// The unfinished calls the journal hands this client to re-drive
@@ -178,9 +176,12 @@ impl Client {
     /// nor answered from the journal again; whether there was one. For
     /// unfinished calls the caller decided to abandon.
     ///
-    /// The journal does not forget what the record proved: only a record
+    /// The journal does not forget what the record proved, so no record is
+    /// deleted (a journal vouches that keys it has no record of never ran;
+    /// its [`Retention`](crate::Retention) deletes records by age). A record
     /// proving the call did not run (never accepted, refused, invalid) is
-    /// deleted. Any other is ended "outcome unknown" (see
+    /// already final and stays as it is. Any other is ended "outcome
+    /// unknown" (see
     /// [`JournalEntry::discard_write`](crate::JournalEntry::discard_write)):
     /// a later call of the key is sent again and is in doubt from the start
     /// (it never says "did not run"; the runtime answers it if it still

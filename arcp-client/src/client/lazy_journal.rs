@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{watch, OnceCell};
 
 use crate::error::Error;
-use crate::journal::{JournalHandle, JournalSetup, RecoveryMode};
+use crate::journal::{JournalError, JournalErrorKind, JournalHandle, JournalSetup, RecoveryMode};
 
 pub(crate) struct LazyJournal {
     /// What to open; `None` once opened, or when built open.
@@ -69,6 +69,31 @@ impl LazyJournal {
     /// The journal if it is open now (never opens it).
     pub(crate) fn as_ref(&self) -> Option<&JournalHandle> {
         self.opened.get().and_then(|opened| opened.as_ref().ok())
+    }
+
+    /// Closes the journal with its client: an open one commits and
+    /// releases its store; one being opened is closed once open; one not
+    /// opened yet never will be (later uses fail with `JOURNAL_CLOSED`, and
+    /// its store stays free for another client).
+    pub(crate) async fn close(&self) {
+        if !self.configured {
+            return;
+        }
+        if crate::sync::lock(&self.setup).take().is_some() {
+            let closed = JournalError::new(
+                JournalErrorKind::Closed,
+                "journal",
+                "the client was closed before its journal was opened",
+            );
+            let _ = self.opened.set(Err(Error::Journal(closed)));
+            self.done.send_replace(true);
+            return;
+        }
+        let mut done = self.done.subscribe();
+        let _ = done.wait_for(|done| *done).await;
+        if let Some(Ok(handle)) = self.opened.get() {
+            handle.close().await;
+        }
     }
 
     /// The journal, opened now if it was not; `Ok(None)` without one. The

@@ -4,26 +4,34 @@
 //!
 //! A journal vouches for keys it has no record of: their calls never ran
 //! (see [`ClientBuilder::runtime_key_retention`](crate::ClientBuilder::runtime_key_retention)).
-//! Deleting the record of a call that ran, or may have, would make that
-//! false, and a later call of the key that sends nothing would say "did
-//! not run". So only a record that proves the call did not run is deleted;
-//! any other is ended "outcome unknown", which is never recovered and
-//! never answered from the journal: a later call of the key is sent again,
-//! in doubt from the start (the runtime answers it from its memory of the
-//! key), and once the record is older than the runtime's key retention it
-//! is answered "outcome unknown".
+//! A discard therefore never deletes a record. Deleting the record of a
+//! call that ran, or may have, would make that false; and a record that
+//! proves the call did not run, read before the delete, may have been
+//! replaced meanwhile by another worker's call of the key, which ran (a
+//! shared store). So:
+//!
+//! - a record that proves the call did not run is left as it is: it is
+//!   final, never recovered, and never answers a later call of the key
+//!   (which is sent as a new call);
+//! - any other is ended "outcome unknown", which is never recovered and
+//!   never answered from the journal: a later call of the key is sent
+//!   again, in doubt from the start (the runtime answers it from its memory
+//!   of the key), and once the record is older than the runtime's key
+//!   retention it is answered "outcome unknown".
+//!
+//! Retention purges both kinds like any other terminal record.
 
 use std::time::SystemTime;
 
 use super::{JournalEntry, JournalOutcome, JournalState, JournalWrite};
 
 impl JournalEntry {
-    /// The write that discards this record, or `None` when it already ended
-    /// "outcome unknown" (nothing to change):
+    /// The write that discards this record, or `None` when there is nothing
+    /// to change (see the rule in [`Client::discard`](crate::Client::discard)):
     ///
-    /// - a record proving the call did not run (never accepted, refused
+    /// - a record that proves the call did not run (never accepted, refused
     ///   before acceptance or as invalid, or its key bound to another
-    ///   intent): [`JournalWrite::Remove`];
+    ///   intent), or one already ended "outcome unknown": `None`;
     /// - an unfinished record: [`JournalWrite::Terminal`] with
     ///   [`JournalOutcome::OutcomeUnknown`] (a shared store accepts it only
     ///   from the call's owner);
@@ -35,11 +43,7 @@ impl JournalEntry {
     pub fn discard_write(&self, at: SystemTime) -> Option<JournalWrite> {
         let was = match &self.state {
             JournalState::Terminal(JournalOutcome::OutcomeUnknown { .. }) => return None,
-            JournalState::Terminal(outcome) if outcome.proves_not_run() => {
-                return Some(JournalWrite::Remove {
-                    key: self.key.clone(),
-                })
-            }
+            JournalState::Terminal(outcome) if outcome.proves_not_run() => return None,
             JournalState::Terminal(_) => "it had ended with the tool's outcome",
             JournalState::Prepared => "it was prepared and may have been sent",
             JournalState::Sent => "it was sent",

@@ -679,41 +679,29 @@ fn a_prepare_over_a_not_run_record_a_late_write_may_have_put_there_is_in_doubt()
     );
 }
 
-/// A discard's removal of a "did not run" record goes unanswered (it may
-/// land later, over the record of the key's next call, which may run): a
-/// later prepare of the key that finds no record cannot take it as the
-/// key's first.
+/// A discard's write goes unanswered (it may land later, over the record of
+/// the key's next call, which may run): a later prepare of the key that
+/// finds no record (purged since) cannot take it as the key's first.
 #[test]
-fn a_prepare_after_an_unanswered_removal_of_its_key_is_in_doubt() {
+fn a_prepare_after_an_unanswered_discard_of_its_key_is_in_doubt() {
     use super::super::queue::Request;
 
-    let not_run = || JournalOutcome::NotAccepted {
-        last_error: "refused".into(),
-        attempts: 0,
-    };
     let journal = Counting::default();
     let mut w = writer(100);
     let key = IdempotencyKey::new();
     journal
         .inner
-        .apply(&[
-            JournalWrite::Prepare(prepare(&key, "a").0),
-            JournalWrite::Terminal {
-                key: key.clone(),
-                outcome: not_run(),
-                at: SystemTime::now(),
-            },
-        ])
+        .apply(&[JournalWrite::Prepare(prepare(&key, "a").0)])
         .unwrap();
     journal.hold_next_apply.store(true, Ordering::SeqCst);
     let (tx, mut rx) = oneshot::channel();
     let _ = w.serve(&journal, vec![Request::Discard(key.clone(), tx)]);
-    let removed = rx.try_recv().expect("answered");
+    let discarded = rx.try_recv().expect("answered");
     assert!(
-        matches!(&removed, Err(e) if e.kind == JournalErrorKind::Unavailable),
-        "{removed:?}"
+        matches!(&discarded, Err(e) if e.kind == JournalErrorKind::Unavailable),
+        "{discarded:?}"
     );
-    // The removal lands: no record.
+    // The record is gone (purged, say).
     journal
         .inner
         .apply(&[JournalWrite::Remove { key: key.clone() }])

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use arcp_types::IdempotencyKey;
 
 use super::state::Writer;
-use crate::journal::{Journal, JournalError, JournalErrorKind, JournalWrite};
+use crate::journal::{Journal, JournalError, JournalErrorKind};
 
 impl Writer {
     /// Discards the record of `key`; whether there was one.
@@ -16,40 +16,42 @@ impl Writer {
         journal: &dyn Journal,
         key: &IdempotencyKey,
     ) -> Result<bool, JournalError> {
-        let Some(record) = journal.get(key)? else {
-            return Ok(false);
-        };
-        let Some(write) = record.discard_write(SystemTime::now()) else {
-            return Ok(true);
-        };
+        let mut record = journal.get(key)?;
         // Only its owner ends an unfinished call: this client takes it over
-        // if nobody else holds it (its owner's lease lapsed).
-        if !record.is_terminal() && !journal.acquire(key)? {
-            return Err(self.not_discarded(key));
-        }
-        let removes = matches!(write, JournalWrite::Remove { .. });
-        let writes = [write];
-        if let Err(e) = journal.apply(&writes) {
-            // It may land later, over a later call's record.
-            if e.kind == JournalErrorKind::Unavailable {
-                self.late_writes.note(&writes);
+        // if nobody else holds it (its owner's lease lapsed). Refused, the
+        // record is read again: it may have ended meanwhile (another
+        // worker's discard, or its call's end).
+        for last in [false, true] {
+            let Some(current) = &record else {
+                return Ok(false);
+            };
+            let Some(write) = current.discard_write(SystemTime::now()) else {
+                return Ok(true);
+            };
+            if !current.is_terminal() && !journal.acquire(key)? {
+                if last {
+                    break;
+                }
+                record = journal.get(key)?;
+                continue;
             }
-            return Err(e);
+            let writes = [write];
+            if let Err(e) = journal.apply(&writes) {
+                // It may land later, over a later call's record.
+                if e.kind == JournalErrorKind::Unavailable {
+                    self.late_writes.note(&writes);
+                }
+                return Err(e);
+            }
+            if !journal.take_fenced().contains(key) {
+                return Ok(true);
+            }
+            break;
         }
-        if journal.take_fenced().contains(key) {
-            return Err(self.not_discarded(key));
-        }
-        if removes {
-            self.records = self.records.saturating_sub(1);
-        }
-        Ok(true)
-    }
-
-    fn not_discarded(&self, key: &IdempotencyKey) -> JournalError {
-        JournalError::new(
+        Err(JournalError::new(
             JournalErrorKind::Fenced,
             &self.shared.location,
             format!("call {key}: another live worker drives it; it is not discarded"),
-        )
+        ))
     }
 }
