@@ -10,7 +10,8 @@
 //! those landed anyway, and may make the store unavailable for a while; and
 //! a second client that opens the same store after the first closed, may
 //! discard some keys, re-issues the keys that may have run (and the
-//! discarded ones that ran) and calls `recover()`, and may close meanwhile), runtimes that forget keys after a short retention
+//! discarded ones that ran) and calls `recover()`, and may close meanwhile;
+//! then a client that cannot reach the runtime calls each discarded key), runtimes that forget keys after a short retention
 //! (the client told so), hostile additions (a gateway that fingerprints whole bodies and answers 422 to a
 //! known key with another body, a gateway that answers 409 before
 //! forwarding, a second caller that re-issues, from a client of its own,
@@ -1180,7 +1181,7 @@ async fn run(plan: Plan) -> Vec<String> {
         }
         if let Some(opened) = store.open().await {
             let journal = Faulty::new(opened.clone(), j, plan.seed ^ 0x20, outage);
-            second_client(
+            let discarded = second_client(
                 &plan,
                 &url,
                 journal,
@@ -1190,6 +1191,11 @@ async fn run(plan: Plan) -> Vec<String> {
                 &mut violations,
             )
             .await;
+            if !discarded.is_empty() {
+                if let Some(opened) = store.open().await {
+                    unreachable_client(&plan, opened, j, &keys, &discarded, &mut ended).await;
+                }
+            }
         }
     }
     // Settle: whatever the runtime still runs (calls that gave up) ends,
@@ -1231,7 +1237,7 @@ async fn second_client(
     keys: &[IdempotencyKey],
     ended: &mut Vec<(usize, Ended)>,
     violations: &mut Vec<String>,
-) {
+) -> HashSet<IdempotencyKey> {
     let builder = client_builder(plan, url).journal(journal);
     let client = builder.connect_lazy();
     // Some schedules discard keys first (a stream of their own: the plan
@@ -1356,6 +1362,54 @@ async fn second_client(
     for (i, mut end) in ends {
         end.after_close = closed_at.is_some_and(|at| end.ended >= at);
         ended.push((i, end));
+    }
+    client.close().await;
+    discarded
+}
+
+/// After a second client discarded keys: a client whose runtime cannot be
+/// reached (it sends nothing) calls each discarded key once, on the same
+/// store (without faults). Its claims are checked as any other's: a
+/// discarded key whose call ran never says "did not run".
+async fn unreachable_client(
+    plan: &Plan,
+    store: Arc<dyn Journal>,
+    journal: JournalPlan,
+    keys: &[IdempotencyKey],
+    discarded: &HashSet<IdempotencyKey>,
+    ended: &mut Vec<(usize, Ended)>,
+) {
+    let clean = JournalPlan {
+        refuse_percent: 0,
+        unavailable_percent: 0,
+        landed_percent: 0,
+        outage: None,
+        refuse_after_landed: 0,
+        ..journal
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let client = client_builder(plan, &format!("ws://127.0.0.1:{port}/arcp"))
+        .journal(Faulty::new(store, clean, plan.seed ^ 0x0DEA_D0, None))
+        .connect_lazy();
+    let mut called = HashSet::new();
+    let mut tasks = Vec::new();
+    for (i, call) in plan.calls.iter().enumerate() {
+        let key = &keys[call.key];
+        if call.generated || !discarded.contains(key) || !called.insert(key.clone()) {
+            continue;
+        }
+        tasks.push((
+            i,
+            start_call(&client, call, Some(key.clone()), Duration::ZERO, false),
+        ));
+    }
+    for (i, t) in tasks {
+        if let (_, Ok(end)) = t.await.expect("unreachable client's call") {
+            ended.push((i, end));
+        }
     }
     client.close().await;
 }
