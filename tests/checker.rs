@@ -1392,7 +1392,7 @@ async fn unreachable_client(
         .map(|a| a.port())
         .expect("a free port");
     let client = client_builder(plan, &format!("ws://127.0.0.1:{port}/arcp"))
-        .journal(Faulty::new(store, clean, plan.seed ^ 0x0DEA_D0, None))
+        .journal(Faulty::new(store, clean, plan.seed ^ 0x000D_EAD0, None))
         .connect_lazy();
     let mut called = HashSet::new();
     let mut tasks = Vec::new();
