@@ -1,8 +1,8 @@
 //! `Client::discard` stops the journal from recovering a call or answering
 //! its key from the record, without losing what the record proved about the
-//! key. A journal vouches for keys it has no record of ("never sent"), so a
-//! discard that deleted the record of a call that ran would let a later call
-//! of the key that sends nothing say "did not run". Each test checks the
+//! key: a later call of the key is in doubt ("may have run") where the
+//! record's call may have run, and "did not run" only where the record
+//! proved it. Each test checks the
 //! claims against what the mock runtime executed. (Two workers racing on a
 //! shared journal: `arcp-client/tests/journal_postgres.rs`.)
 
@@ -177,21 +177,26 @@ async fn a_discarded_unfinished_call_is_not_recovered_and_stays_in_doubt() {
     assert_eq!(err.execution(), Execution::MayHaveRun, "{err:?}");
 }
 
-/// A record that proves the key's call did not run (every attempt refused
-/// before it was sent) is final already: a discard leaves it as it is (a
+/// A record that proves the key's call did not run (a generated key's call
+/// that sent nothing) is final already: a discard leaves it as it is (a
 /// delete could race another worker's call of the key that replaced it),
 /// and a later call that sends nothing still says "did not run".
 #[tokio::test]
 async fn a_record_proving_the_call_did_not_run_stays_as_it_is() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.sqlite");
-    let key = IdempotencyKey::new();
-    let err = unreachable_call_on_journal(&path, &key, Retention::default(), HOUR).await;
-    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
-
     let client = client("ws://127.0.0.1:9/arcp", Dialect::V1_1)
         .journal_path(&path)
         .connect_lazy();
+    // A generated key that sent nothing: proven not run.
+    let err = client
+        .invoke_tool("refund", json!({"order": 15}))
+        .deadline(Duration::from_secs(1))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+    let key = err.key().expect("the generated key").clone();
     let before = client.lookup(&key).await.unwrap().expect("recorded");
     assert!(before.is_terminal(), "{before:?}");
     assert!(client.discard(&key).await.unwrap());

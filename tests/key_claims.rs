@@ -369,14 +369,12 @@ async fn an_unknown_tools_refusal_after_acceptance_is_not_the_keys_outcome() {
     assert_eq!(mock.total_executions(), 0);
 }
 
-/// A journal that forgets a key's record (its terminal records expire)
-/// sooner than the runtime forgets the key cannot vouch that a supplied key
-/// never ran: the key's call ran, its record expired, and a later call of
-/// the key that sends nothing says "not sent", not "did not run". A journal
-/// that keeps records at least as long as the runtime keeps keys still
-/// vouches for a key it has no record of.
+/// A journal that forgot a key's record (its terminal records expire) does
+/// not prove a supplied key unused: the key's call ran, its record expired,
+/// and a later call of the key that sends nothing says "not sent", not
+/// "did not run". Nor does any journal for a key it has no record of.
 #[tokio::test]
-async fn a_journal_that_forgets_keys_before_the_runtime_does_not_vouch_for_them() {
+async fn a_journal_without_a_record_of_the_key_does_not_prove_it_unused() {
     let mock = mock(Dialect::V1_1).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.sqlite");
@@ -403,11 +401,11 @@ async fn a_journal_that_forgets_keys_before_the_runtime_does_not_vouch_for_them(
     assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
     assert!(err.is_retryable(), "retry with the same key: {err:?}");
 
-    // Records kept as long as the runtime keeps keys: a key with no record
-    // is one the runtime does not know either.
+    // Nor does a key the journal never saw, whatever its retention: it may
+    // have run through another client.
     let fresh = IdempotencyKey::new();
-    let err = unreachable_call_on_journal(&path, &fresh, forgets, short).await;
-    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
+    let err = unreachable_call_on_journal(&path, &fresh, Retention::default(), short).await;
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
 }
 
 const HOUR: Duration = Duration::from_secs(3600);

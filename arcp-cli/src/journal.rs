@@ -277,8 +277,8 @@ fn discard(path: &Path, key: &IdempotencyKey, yes: bool) -> Result<(), Failure> 
         }
     }
     // The same rule as `Client::discard`: no record is deleted (the
-    // journal would then vouch that the key never ran); a record that does
-    // not prove the call did not run ends "outcome unknown".
+    // journal keeps what it proved of the key); a record that does not
+    // prove the call did not run ends "outcome unknown".
     match entry.discard_write(SystemTime::now()) {
         Some(write) => {
             journal.apply(&[write])?;

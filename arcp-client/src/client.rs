@@ -177,8 +177,8 @@ impl Client {
     /// unfinished calls the caller decided to abandon.
     ///
     /// The journal does not forget what the record proved, so no record is
-    /// deleted (a journal vouches that keys it has no record of never ran;
-    /// its [`Retention`](crate::Retention) deletes records by age). A record
+    /// deleted (its [`Retention`](crate::Retention) deletes records by
+    /// age). A record
     /// proving the call did not run (never accepted, refused, invalid) is
     /// already final and stays as it is. Any other is ended "outcome
     /// unknown" (see

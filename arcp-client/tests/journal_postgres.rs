@@ -1374,6 +1374,7 @@ async fn a_replacing_prepare_retried_while_its_first_commit_lands_is_its_own() {
         outcome: JournalOutcome::NotAccepted {
             last_error: "refused before acceptance".into(),
             attempts: 1,
+            key_unused: true,
         },
         at: SystemTime::now(),
     }])
@@ -1492,7 +1493,7 @@ async fn a_column_of_another_type_is_a_schema_error() {
 /// `discard` on a shared journal: a live worker's unfinished call is not
 /// discarded (fenced); once its lease lapses it is ended "outcome unknown"
 /// and never recovered; a record of a call that ran is ended the same way
-/// (kept, so the journal never vouches the key did not run); a record
+/// (kept: the key may have run); a record
 /// proving the call did not run stays as it is.
 #[tokio::test]
 async fn discard_keeps_what_the_record_proved_and_respects_owners() {
@@ -1517,6 +1518,7 @@ async fn discard_keeps_what_the_record_proved_and_respects_owners() {
             outcome: JournalOutcome::NotAccepted {
                 last_error: "refused".into(),
                 attempts: 1,
+                key_unused: true,
             },
             at: SystemTime::now(),
         };

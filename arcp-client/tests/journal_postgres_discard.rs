@@ -48,6 +48,20 @@ fn builder(url: &str) -> ClientBuilder {
         )
 }
 
+/// A `refund` record of `key` with these arguments (JSON), as the client
+/// writes it.
+fn entry(key: &IdempotencyKey, arguments: &str) -> JournalEntry {
+    let invoke = arcp_types::Invoke::new("refund", serde_json::from_str(arguments).unwrap())
+        .with_idempotency_key(key.as_str());
+    JournalEntry::new(
+        key.clone(),
+        "refund",
+        serde_json::to_string(&invoke).unwrap(),
+        arcp_types::new_trace_id(),
+        Duration::from_secs(5),
+    )
+}
+
 /// A URL nothing listens on.
 fn dead_url() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -191,13 +205,24 @@ async fn a_discard_racing_another_workers_call_of_the_key_deletes_nothing() {
     };
     let lease = Duration::from_secs(30);
 
-    // A "did not run" record of the key: its call never reached a runtime.
-    let refused = builder(&dead_url())
-        .journal(journal(&url, "w0", lease).await)
-        .connect_lazy();
-    let err = call(&refused).await.unwrap_err();
-    assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
-    refused.close().await;
+    // A record proving the key's call did not run: it never reached a
+    // runtime.
+    {
+        let w0 = journal(&url, "w0", lease).await;
+        w0.apply(&[
+            JournalWrite::Prepare(entry(&key, r#"{"order":1}"#)),
+            JournalWrite::Terminal {
+                key: key.clone(),
+                outcome: JournalOutcome::NotAccepted {
+                    last_error: "could not connect".into(),
+                    attempts: 0,
+                    key_unused: true,
+                },
+                at: SystemTime::now(),
+            },
+        ])
+        .unwrap();
+    }
 
     // Worker b discards it; its read of the record is held.
     let (held, hold) = held_read(journal(&url, "b", lease).await, &key);
@@ -231,7 +256,9 @@ async fn a_discard_racing_another_workers_call_of_the_key_deletes_nothing() {
     );
     b.close().await;
 
-    // A later call of the key that sends nothing: answered from the record.
+    // A later call of the key that sends nothing: answered from a's record
+    // (had it been deleted, "not sent"; had the proof stayed, "did not
+    // run").
     let c = builder(&dead_url())
         .journal(journal(&url, "c", lease).await)
         .connect_lazy();
@@ -251,14 +278,8 @@ async fn a_second_discard_of_a_call_another_worker_just_discarded_succeeds() {
     // A worker that prepared the call and died: its lease lapses soon.
     {
         let dead = journal(&url, "dead", Duration::from_millis(200)).await;
-        let entry = JournalEntry::new(
-            key.clone(),
-            "refund",
-            format!(r#"{{"tool":"refund","arguments":{{}},"idempotency_key":"{key}"}}"#),
-            arcp_types::new_trace_id(),
-            Duration::from_secs(5),
-        );
-        dead.apply(&[JournalWrite::Prepare(entry)]).unwrap();
+        dead.apply(&[JournalWrite::Prepare(entry(&key, "{}"))])
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let lease = Duration::from_secs(30);

@@ -52,6 +52,7 @@ fn ended_not_run(key: &IdempotencyKey) -> Vec<JournalWrite> {
             outcome: JournalOutcome::NotAccepted {
                 last_error: "refused before it was sent".into(),
                 attempts: 0,
+                key_unused: true,
             },
             at: SystemTime::now(),
         },

@@ -314,13 +314,6 @@ impl ClientBuilder {
     /// documents no expiry. The TypeScript, Go, Java and PHP runtimes'
     /// retention is unknown. Set this to the shortest retention of the
     /// runtimes the client may reach.
-    ///
-    /// A journal vouches that a supplied key it has no record of never ran
-    /// ("did not run" rather than "not sent", see
-    /// [`Execution`](crate::Execution)) only if it keeps terminal records at
-    /// least this long
-    /// ([`Retention::terminal_ttl`](crate::Retention::terminal_ttl)), and
-    /// only until it evicts a record for its record cap.
     pub fn runtime_key_retention(mut self, retention: Duration) -> Self {
         self.journal.set_runtime_key_retention(retention);
         self.config.runtime_key_retention = retention;

@@ -196,6 +196,11 @@ impl Client {
         // caller, here or in another process).
         let joined = fate.as_ref().is_some_and(KeyFateGuard::is_shared);
         let mut outcome = with_shared_fate(outcome, joined, &key, &shared);
+        // "Did not run" is proven for the key only if the key was generated
+        // for this call, or the journal's record of it proved it unused (a
+        // key with no record proves nothing: the store may be new, or have
+        // purged it, or the key may have run through another client).
+        let key_unused = !key_may_be_known || (shared.is_key_unused() && !unproven);
         // An outcome the journal itself answered (the key's stored
         // outcome, or a conflict with its record) is not written back.
         let journal = self
@@ -214,7 +219,8 @@ impl Client {
             let now = tokio::time::Instant::now();
             let durable_by = now + deadline.remaining(now.into_std()).max(DURABLE_GRACE);
             // Boxed: only journaled calls pay for this future's size.
-            let recorded = Box::pin(journal.finish_call(&key, &outcome, durable_by)).await;
+            let recorded =
+                Box::pin(journal.finish_call(&key, &outcome, key_unused, durable_by)).await;
             if let (Err(why), Err(e)) = (recorded, &outcome) {
                 if e.execution() == Execution::NotRun {
                     outcome = Err(not_recorded(&key, e, &why, shared.job_id()));
@@ -228,16 +234,7 @@ impl Client {
         // that caller's prepare reads and replaces.)
         let joined = fate.is_some_and(KeyFateGuard::leave);
         let outcome = with_shared_fate(outcome, joined, &key, &shared);
-        // A supplied key the journal did not vouch for (no journal, its
-        // record never read, or a journal that forgets keys sooner than the
-        // runtime does): "did not run" is not proven for the key.
-        let vouches = self
-            .inner
-            .journal
-            .as_ref()
-            .is_some_and(|j| j.vouches_for_keys());
-        let vouched = vouches && !unproven;
-        with_key_origin(outcome, key_may_be_known && !vouched, &key)
+        with_key_origin(outcome, !key_unused, &key)
     }
 
     async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
@@ -299,7 +296,7 @@ fn with_shared_fate(
 }
 
 /// A call that ran nothing says "did not run" only for a key generated for
-/// it (or one the journal vouched for); a supplied key may belong to an
+/// it (or one the journal's record proved unused); a supplied key may belong to an
 /// earlier call that ran: "not sent" ([`not_sent`]).
 fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Outcome {
     match outcome {

@@ -2,13 +2,12 @@
 //! rule shared by [`Client::discard`](crate::Client::discard) and the CLI's
 //! `arcp journal discard`.
 //!
-//! A journal vouches for keys it has no record of: their calls never ran
-//! (see [`ClientBuilder::runtime_key_retention`](crate::ClientBuilder::runtime_key_retention)).
-//! A discard therefore never deletes a record. Deleting the record of a
-//! call that ran, or may have, would make that false; and a record that
-//! proves the call did not run, read before the delete, may have been
-//! replaced meanwhile by another worker's call of the key, which ran (a
-//! shared store). So:
+//! A discard never deletes a record: the journal keeps what the record
+//! proved of the key. Deleted, the record of a call that ran, or may have,
+//! would leave the key's next call with nothing to say but "not sent"
+//! where it may have run; and a record read before the delete may have
+//! been replaced meanwhile by another worker's call of the key (a shared
+//! store), whose outcome would be lost. So:
 //!
 //! - a record that proves the call did not run is left as it is: it is
 //!   final, never recovered, and never answers a later call of the key

@@ -82,6 +82,13 @@ pub enum JournalOutcome {
         /// Requests sent.
         #[serde(default)]
         attempts: u32,
+        /// Whether "did not run" was proven for the key, not only for this
+        /// call: the key was generated for it, the runtime refused it, or
+        /// the key's record proved it unused before. Otherwise the call
+        /// only sent nothing ([`Execution::NotSent`]: an earlier call with
+        /// the key may have run), and the record proves nothing of the key.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        key_unused: bool,
     },
     /// The call was refused before it was sent ([`Error::InvalidCall`]).
     Invalid {
@@ -114,8 +121,18 @@ impl JournalOutcome {
     /// A tool error that may not be the job's (a refusal before acceptance
     /// of a call an earlier attempt may have started) is not the key's
     /// outcome either: the job's own is still to be learned.
-    pub(crate) fn from_result(result: &Result<ToolOutput, Error>) -> Option<Self> {
+    ///
+    /// `key_unused`: whether a "did not run" of this call is proven for its
+    /// key (see [`JournalOutcome::NotAccepted`]).
+    pub(crate) fn from_result(
+        result: &Result<ToolOutput, Error>,
+        key_unused: bool,
+    ) -> Option<Self> {
         Some(match result {
+            // Only this call is known not to have sent anything.
+            Err(Error::NotSent { cause, .. }) => {
+                return Self::from_result(&Err((**cause).clone()), false)
+            }
             Err(Error::Tool(e)) if e.execution == Execution::MayHaveRun => return None,
             // A conflict after an earlier attempt may have run the call.
             Err(e @ Error::DuplicateKey { .. }) if e.execution() != Execution::NotRun => {
@@ -156,6 +173,7 @@ impl JournalOutcome {
             }) => JournalOutcome::NotAccepted {
                 last_error: last_error.clone(),
                 attempts: *attempts,
+                key_unused,
             },
             Err(Error::InvalidCall { message, .. }) => JournalOutcome::Invalid {
                 message: message.clone(),
@@ -175,10 +193,13 @@ impl JournalOutcome {
             // worker): this call wrote nothing that a recovery would send,
             // and a record of an earlier attempt must stay as it is.
             Err(Error::Journal(_)) => return None,
-            Err(e) if e.execution() == Execution::NotRun => JournalOutcome::NotAccepted {
-                last_error: e.to_string(),
-                attempts: e.attempts().unwrap_or(0),
-            },
+            Err(e) if matches!(e.execution(), Execution::NotRun | Execution::NotSent) => {
+                JournalOutcome::NotAccepted {
+                    last_error: e.to_string(),
+                    attempts: e.attempts().unwrap_or(0),
+                    key_unused: key_unused && e.execution() == Execution::NotRun,
+                }
+            }
             Err(_) => return None,
         })
     }
@@ -208,6 +229,20 @@ impl JournalOutcome {
                 | JournalOutcome::Invalid { .. }
                 | JournalOutcome::DuplicateKey { .. }
                 | JournalOutcome::ToolError { refused: true, .. }
+        )
+    }
+
+    /// Whether this ending proves no call of its key ran up to it: a
+    /// "did not run" proven for the key, or a refusal by the runtime
+    /// before acceptance. A later call of the key that sends nothing may
+    /// then say "did not run".
+    pub(crate) fn proves_key_unused(&self) -> bool {
+        matches!(
+            self,
+            JournalOutcome::NotAccepted {
+                key_unused: true,
+                ..
+            } | JournalOutcome::ToolError { refused: true, .. }
         )
     }
 
@@ -300,11 +335,19 @@ impl JournalOutcome {
             JournalOutcome::NotAccepted {
                 last_error,
                 attempts,
-            } => Err(Error::RetriesExhausted {
-                key: key.clone(),
-                attempts,
-                last_error,
-            }),
+                key_unused,
+            } => {
+                let e = Error::RetriesExhausted {
+                    key: key.clone(),
+                    attempts,
+                    last_error,
+                };
+                Err(if key_unused {
+                    e
+                } else {
+                    crate::classify::not_sent(e, key)
+                })
+            }
             JournalOutcome::Invalid { message } => Err(Error::invalid_call(message)),
         }
     }
@@ -351,6 +394,12 @@ mod tests {
             JournalOutcome::NotAccepted {
                 last_error: "UNAVAILABLE".into(),
                 attempts: 4,
+                key_unused: true,
+            },
+            JournalOutcome::NotAccepted {
+                last_error: "could not connect".into(),
+                attempts: 0,
+                key_unused: false,
             },
             JournalOutcome::Invalid {
                 message: "too big".into(),
@@ -361,7 +410,7 @@ mod tests {
             let back: JournalOutcome = serde_json::from_str(&text).unwrap();
             assert_eq!(back, o);
             let result = o.to_result(&key, "t");
-            assert_eq!(JournalOutcome::from_result(&result), Some(o));
+            assert_eq!(JournalOutcome::from_result(&result, true), Some(o));
         }
     }
 }

@@ -20,21 +20,11 @@ use super::{Journal, JournalErrorKind};
 #[non_exhaustive]
 pub struct Retention {
     /// Terminal records older than this are deleted (default 24 hours).
-    ///
-    /// Shorter than the runtime's memory of keys
-    /// (`ClientBuilder::runtime_key_retention`, default 24 hours), the
-    /// journal may forget a key the runtime still knows: it then no longer
-    /// vouches that a supplied key it has no record of never ran, and such
-    /// a call that sends nothing says "not sent" instead of "did not run".
-    /// So does a journal once it evicted records for `max_records`.
+    /// A call of a key whose record was deleted is a new call to the
+    /// journal: the runtime answers it if it still remembers the key.
     pub terminal_ttl: Duration,
     /// Unfinished records untouched for this long are deleted with a warning
     /// (default 7 days): a call nobody recovered in a week is abandoned.
-    ///
-    /// Shorter than the runtime's memory of keys, the journal may forget a
-    /// call that ran while the runtime still knows its key: as for
-    /// `terminal_ttl`, it then no longer vouches for supplied keys it has
-    /// no record of.
     pub unfinished_ttl: Duration,
     /// At most this many records (default 100 000). The oldest terminal
     /// records make room; when only unfinished ones remain, new calls fail

@@ -450,7 +450,7 @@ impl Writer {
                     // Decided against an earlier prepare's record of this
                     // batch: if the batch fails, that record is not there
                     // (sent without it, the call would leave its key with no
-                    // record, and a later prepare would vouch it never ran).
+                    // record, for a recovery to miss).
                     let depends = pending.contains(&entry.key);
                     step.decisions[i] = Some((Ok(decision), depends));
                 }
@@ -559,12 +559,15 @@ impl Writer {
                 (Prepared::Proceed(Prior::of(existing, entry)), Some(record))
             }
             // Ended without being the key's outcome (refused as a duplicate,
-            // never accepted, invalid): proven not run, a new attempt.
-            // A late write of the key may have put that record over the
-            // record of a call that came after (and may have run): in doubt.
-            JournalState::Terminal(_) => {
+            // never accepted, invalid): not run, a new attempt; the key is
+            // proven unused if that record proved it. A late write of the
+            // key may have put that record over the record of a call that
+            // came after (and may have run): in doubt.
+            JournalState::Terminal(outcome) => {
+                let in_doubt = self.late_writes.may_overwrite(&entry.key);
                 let prior = Prior {
-                    in_doubt: self.late_writes.may_overwrite(&entry.key),
+                    in_doubt,
+                    key_unused: !in_doubt && outcome.proves_key_unused(),
                     ..Prior::default()
                 };
                 (Prepared::Proceed(prior), Some(entry.clone()))

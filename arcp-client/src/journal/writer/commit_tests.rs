@@ -122,7 +122,6 @@ fn writer(max_records: usize) -> Writer {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
-            vouches: std::sync::atomic::AtomicBool::new(true),
             runtime_key_retention: super::super::DEFAULT_RUNTIME_KEY_RETENTION,
         }),
         retention: Retention {
@@ -363,6 +362,7 @@ fn a_doubtful_terminal_stays_doubtful_when_its_batch_is_retried() {
             JournalOutcome::NotAccepted {
                 last_error: "deadline before the first send".into(),
                 attempts: 0,
+                key_unused: true,
             },
             SystemTime::now(),
         )),
@@ -511,6 +511,7 @@ fn a_replacing_prepare_whose_commit_went_unanswered_keeps_not_run_doubtful() {
     let not_run = || JournalOutcome::NotAccepted {
         last_error: "refused before the first send".into(),
         attempts: 0,
+        key_unused: true,
     };
     // The key's earlier call did not run: its record says so.
     let (earlier, _) = prepare(&key, "a");
@@ -620,6 +621,7 @@ fn a_prepare_over_a_not_run_record_a_late_write_may_have_put_there_is_in_doubt()
     let not_run = || JournalOutcome::NotAccepted {
         last_error: "refused before the first send".into(),
         attempts: 0,
+        key_unused: true,
     };
     journal
         .inner

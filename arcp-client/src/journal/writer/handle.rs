@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -79,15 +78,6 @@ impl Drop for JournalHandle {
 }
 
 impl JournalHandle {
-    /// Whether the journal's lack of a record proves a supplied key unused:
-    /// only while it keeps terminal records at least as long as the runtime
-    /// keeps keys (`Retention::terminal_ttl` against
-    /// `ClientBuilder::runtime_key_retention`, decided when it opens) and
-    /// has evicted none for its record cap.
-    pub(crate) fn vouches_for_keys(&self) -> bool {
-        self.shared.vouches.load(Ordering::Relaxed)
-    }
-
     pub(super) async fn start(
         journal: Box<dyn Journal>,
         retention: Retention,
@@ -107,10 +97,6 @@ impl JournalHandle {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
-            vouches: AtomicBool::new(
-                retention.terminal_ttl >= runtime_key_retention
-                    && retention.unfinished_ttl >= runtime_key_retention,
-            ),
             runtime_key_retention,
         });
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -223,6 +209,9 @@ impl JournalHandle {
         match decision {
             Prepared::Proceed(prior) => {
                 request.shared.mark_recorded();
+                if prior.key_unused {
+                    request.shared.mark_key_unused();
+                }
                 // No send of the key once the runtime may have forgotten
                 // it: its record's first prepare plus the retention.
                 let first = prior.first_prepared.unwrap_or(now);
@@ -296,9 +285,10 @@ impl JournalHandle {
         &self,
         key: &IdempotencyKey,
         result: &Outcome,
+        key_unused: bool,
         durable_by: tokio::time::Instant,
     ) -> Result<(), JournalError> {
-        let Some(outcome) = JournalOutcome::from_result(result) else {
+        let Some(outcome) = JournalOutcome::from_result(result, key_unused) else {
             debug!(%key, "outcome unknown; the journal keeps the call for recovery");
             self.release(key);
             return Ok(());

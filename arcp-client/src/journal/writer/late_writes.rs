@@ -12,7 +12,7 @@
 //!   ([`LateWrites::may_reopen`]).
 //! - a `Terminal`, `Sent`, `Accepted` or `Remove` changes the record of
 //!   whichever call holds the key by then: a late "did not run" over the
-//!   next call's record (which ran) would vouch for the key to the call
+//!   next call's record (which ran) would prove the key unused to the call
 //!   after. A prepare that finds a "did not run" record of such a key is in
 //!   doubt ([`LateWrites::may_overwrite`]).
 //!
@@ -32,8 +32,9 @@ use crate::journal::JournalWrite;
 
 /// Keys with writes that may land late, at most, in each of the writer's
 /// sets ([`LateWrites`], and the prepares whose insert may land): past it a
-/// set gives up its keys and doubts every key (the inserts' set: stops
-/// vouching for keys the journal has no record of).
+/// set gives up its keys: [`LateWrites`] then doubts every key; the
+/// inserts' set forgets its marks (a key with no record proves nothing
+/// anyway).
 pub(super) const MAX_LANDING: usize = 65_536;
 
 /// See the [module](self).

@@ -205,7 +205,6 @@ mod tests {
             driving: Mutex::new(HashMap::new()),
             fence: watch::Sender::new(0),
             lease: watch::Sender::new(None),
-            vouches: std::sync::atomic::AtomicBool::new(true),
             runtime_key_retention: super::DEFAULT_RUNTIME_KEY_RETENTION,
         })
     }

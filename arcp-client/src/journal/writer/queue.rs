@@ -3,7 +3,6 @@
 //! waiters, requests), the calls driven here and those fenced.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -129,6 +128,11 @@ impl Pending {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Prior {
     pub(super) in_doubt: bool,
+    /// The key's record proved no call of the key ran before this one
+    /// (a proven "did not run" no late write may have changed). The lack
+    /// of a record proves nothing: the store may be new, or have purged
+    /// it, or the key may have run through another client.
+    pub(super) key_unused: bool,
     pub(super) job_id: Option<String>,
     /// `None`: a new record, prepared by this call.
     pub(super) first_prepared: Option<SystemTime>,
@@ -146,6 +150,7 @@ impl Prior {
             && existing.state == JournalState::Prepared;
         Prior {
             in_doubt: !own,
+            key_unused: false,
             job_id: existing.job_id().map(str::to_owned),
             first_prepared: Some(existing.created_at),
         }
@@ -226,10 +231,6 @@ pub(super) struct Shared {
     /// that instant on their own (`JournalHandle::fenced`), whatever the
     /// writer thread is blocked on.
     pub(super) lease: watch::Sender<Option<Instant>>,
-    /// Whether a key with no record is one the runtime does not know
-    /// either: the journal keeps terminal records at least as long as the
-    /// runtime keeps keys, and has evicted none to respect its record cap.
-    pub(super) vouches: AtomicBool,
     /// How long the runtime keeps a key: no send of it after its record's
     /// first prepare plus this.
     pub(super) runtime_key_retention: Duration,

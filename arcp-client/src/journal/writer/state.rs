@@ -3,7 +3,6 @@
 //! queue when the writer ends, however it ends.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,9 +50,11 @@ impl Writer {
     /// record may land late.
     pub(super) fn may_land(&mut self, entry: &JournalEntry) {
         self.unsure.insert(entry.key.clone());
+        // Past the bound the marks are dropped: a later prepare of one of
+        // those keys is then not in doubt for them, but a key with no
+        // record never proves "did not run" anyway (it says "not sent").
         if self.landing.len() >= MAX_LANDING && !self.landing.contains_key(&entry.key) {
             self.landing.clear();
-            self.shared.vouches.store(false, Ordering::Relaxed);
         }
         let mark = (entry.trace_id.clone(), to_millis(entry.created_at));
         let marks = self.landing.entry(entry.key.clone()).or_default();

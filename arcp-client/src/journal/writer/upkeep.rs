@@ -2,7 +2,6 @@
 //! whose lease this client lost), purges by the retention, and room made
 //! under the record cap.
 
-use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
 use tracing::{debug, warn};
@@ -53,21 +52,7 @@ impl Writer {
         let report = journal.purge(&self.retention, SystemTime::now())?;
         self.records = report.remaining;
         log_purge(&self.shared.location, &report);
-        self.forgot(&report);
         Ok(report)
-    }
-
-    /// Terminal records evicted for the record cap: keys the runtime may
-    /// still know, so a key with no record proves nothing from now on (in
-    /// this client: another process's evictions are not seen here).
-    fn forgot(&self, report: &PurgeReport) {
-        if report.evicted > 0 && self.shared.vouches.swap(false, Ordering::Relaxed) {
-            warn!(
-                journal = %self.shared.location,
-                "the journal evicted records for its record cap: a supplied key it has no \
-                 record of is no longer taken as unused"
-            );
-        }
     }
 
     /// Full: evict terminal records down to 90 % of the cap (at least one
@@ -82,7 +67,6 @@ impl Writer {
             Ok(report) => {
                 self.records = report.remaining;
                 log_purge(&self.shared.location, &report);
-                self.forgot(&report);
             }
             Err(e) => warn!(error = %e, "journal purge failed"),
         }
