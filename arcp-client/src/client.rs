@@ -187,7 +187,9 @@ impl Client {
     /// (it never says "did not run"; the runtime answers it if it still
     /// remembers the key), and past
     /// [`runtime_key_retention`](ClientBuilder::runtime_key_retention) it
-    /// is answered "outcome unknown".
+    /// is answered "outcome unknown". (This client's in-memory outcome
+    /// cache, see [`Tuning::outcome_cache`](crate::tuning::Tuning::outcome_cache),
+    /// may still answer the key with its outcome until the entry expires.)
     ///
     /// # Errors
     ///
