@@ -11,7 +11,9 @@
 //! a second client that opens the same store after the first closed, may
 //! discard some keys, re-issues the keys that may have run (and the
 //! discarded ones that ran) and calls `recover()`, and may close meanwhile;
-//! then a client that cannot reach the runtime calls each discarded key), runtimes that forget keys after a short retention
+//! then a client that cannot reach the runtime calls each discarded key;
+//! and in any schedule, a client with a new journal that cannot reach the
+//! runtime may call the keys that ran), runtimes that forget keys after a short retention
 //! (the client told so), hostile additions (a gateway that fingerprints whole bodies and answers 422 to a
 //! known key with another body, a gateway that answers 409 before
 //! forwarding, a second caller that re-issues, from a client of its own,
@@ -1193,10 +1195,22 @@ async fn run(plan: Plan) -> Vec<String> {
             .await;
             if !discarded.is_empty() {
                 if let Some(opened) = store.open().await {
-                    unreachable_client(&plan, opened, j, &keys, &discarded, &mut ended).await;
+                    unreachable_client(&plan, opened, &keys, &discarded, &mut ended).await;
                 }
             }
         }
+    }
+    // Some schedules call the keys that ran from a client with a new
+    // journal that cannot reach the runtime (a stream of their own): a
+    // journal with no record of a key proves nothing of it.
+    if Rng(plan.seed ^ 0x00FE_E5A1).chance(25) {
+        let ran: HashSet<IdempotencyKey> = ended
+            .iter()
+            .filter(|(_, end)| end.outcome.is_ok() && !end.generated)
+            .map(|(i, _)| keys[plan.calls[*i].key].clone())
+            .collect();
+        let fresh: Arc<dyn Journal> = Arc::new(MemoryJournal::new());
+        unreachable_client(&plan, fresh, &keys, &ran, &mut ended).await;
     }
     // Settle: whatever the runtime still runs (calls that gave up) ends,
     // so "did not run" is checked against every execution, ever.
@@ -1367,16 +1381,16 @@ async fn second_client(
     discarded
 }
 
-/// After a second client discarded keys: a client whose runtime cannot be
-/// reached (it sends nothing) calls each discarded key once, on the same
-/// store (without faults). Its claims are checked as any other's: a
-/// discarded key whose call ran never says "did not run".
+/// A client whose runtime cannot be reached (it sends nothing) calls each
+/// key of `which` once, on `store` (without faults): the keys a second
+/// client discarded, on their store; or the keys that ran, on a new
+/// journal. Its claims are checked as any other's: a key whose call ran
+/// never says "did not run".
 async fn unreachable_client(
     plan: &Plan,
     store: Arc<dyn Journal>,
-    journal: JournalPlan,
     keys: &[IdempotencyKey],
-    discarded: &HashSet<IdempotencyKey>,
+    which: &HashSet<IdempotencyKey>,
     ended: &mut Vec<(usize, Ended)>,
 ) {
     let clean = JournalPlan {
@@ -1384,8 +1398,10 @@ async fn unreachable_client(
         unavailable_percent: 0,
         landed_percent: 0,
         outage: None,
+        sqlite: false,
+        short_deadline_percent: 0,
+        second_client: false,
         refuse_after_landed: 0,
-        ..journal
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -1398,7 +1414,7 @@ async fn unreachable_client(
     let mut tasks = Vec::new();
     for (i, call) in plan.calls.iter().enumerate() {
         let key = &keys[call.key];
-        if call.generated || !discarded.contains(key) || !called.insert(key.clone()) {
+        if call.generated || !which.contains(key) || !called.insert(key.clone()) {
             continue;
         }
         tasks.push((
