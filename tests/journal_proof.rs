@@ -1,10 +1,8 @@
-//! A journal proves a supplied key unused only through a record of it: a
-//! "did not run" record whose own claim was proven (a generated key that
-//! sent nothing, a refusal by the runtime, or a proven record before it).
-//! The lack of a record proves nothing: the store may be new, or in memory,
-//! or have purged or evicted the key's record, or the key may have run
-//! through a client without this journal. A call of such a key that sends
-//! nothing says "not sent". Ground truth: the mock's executions.
+//! A journal never proves a supplied key unused: the store may be new, or
+//! in memory, or have purged or evicted the key's record, or the key may
+//! have run through a client without this journal, before or after the
+//! journal's record of it. A call of a supplied key that sends nothing says
+//! "not sent". Ground truth: the mock's executions.
 
 mod support;
 
@@ -137,12 +135,13 @@ async fn a_later_client_does_not_vouch_for_keys_an_earlier_one_removed() {
     }
 }
 
-/// A record that proves the key unused still does: a generated key's call
-/// that sent nothing said "did not run"; a later call that supplies that
-/// key and sends nothing says so too, and so does the next one (each
-/// proven by the one before).
+/// Nor does a record of the key: a generated key's call that sent nothing
+/// said "did not run", and its record says so; the key is then run by a
+/// client without this journal. A later call of the key on the journal that
+/// sends nothing says "not sent": the record covered only its own call.
 #[tokio::test]
-async fn a_proven_did_not_run_record_proves_the_key_unused() {
+async fn a_did_not_run_record_does_not_cover_later_calls_elsewhere() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.sqlite");
     let first = client(&dead_url(), Dialect::V1_1)
@@ -157,8 +156,116 @@ async fn a_proven_did_not_run_record_proves_the_key_unused() {
     first.close().await;
     assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
     let key = err.key().expect("the generated key").clone();
-    for _ in 0..2 {
-        let err = unreachable_call_on_journal(&path, &key, Retention::default(), HOUR).await;
-        assert_eq!(err.execution(), Execution::NotRun, "{err:?}");
-    }
+    let other = client(&mock.ws_url(), Dialect::V1_1)
+        .journal(MemoryJournal::new())
+        .connect()
+        .await
+        .unwrap();
+    other
+        .invoke_tool("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    other.close().await;
+    let err = unreachable_call_on_journal(&path, &key, Retention::default(), HOUR).await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1, "the key ran");
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+}
+
+/// A record of another intent that never reached the runtime does not bind
+/// the key: the key ran `{"order": 15}` through a client without the
+/// journal; the journal holds a record of `{"order": 16}` that sent
+/// nothing. The right call, repeated on the journal, is sent and answered
+/// by the runtime (its replay), not refused locally as a conflict that
+/// "did not run".
+#[tokio::test]
+async fn a_record_of_another_intent_that_sent_nothing_does_not_bind_the_key() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let key = IdempotencyKey::new();
+    let plain = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    plain
+        .invoke_tool("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    plain.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.sqlite");
+    let other = json!({"order": 16});
+    let err = unreachable_call_of(&path, &key, other, Retention::default(), HOUR).await;
+    assert_eq!(err.execution(), Execution::NotSent, "{err:?}");
+    let journaled = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(&path)
+        .connect()
+        .await
+        .unwrap();
+    let out = journaled
+        .invoke_tool("refund", json!({"order": 15}))
+        .idempotency_key(key.clone())
+        .send()
+        .await;
+    journaled.close().await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1, "ran once");
+    let out = out.unwrap();
+    assert_eq!(out.value, json!({"refunded": 15}));
+}
+
+/// A record of another intent that may have reached the runtime (its call
+/// gave up in flight) is a local conflict, but proves no binding: the key
+/// may be bound to this intent through another client. "Not sent", never
+/// "did not run"; a record of the runtime's answer for the other intent
+/// proves the binding: "did not run".
+#[tokio::test]
+async fn a_local_conflict_says_did_not_run_only_against_the_keys_outcome() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let journaled = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(dir.path().join("journal.sqlite"))
+        .connect()
+        .await
+        .unwrap();
+    let in_flight = IdempotencyKey::new();
+    let gave_up = journaled
+        .invoke_tool("refund", json!({"order": 1, "ms": 400}))
+        .idempotency_key(in_flight.clone())
+        .deadline(Duration::from_millis(150))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(gave_up.execution(), Execution::MayHaveRun, "{gave_up:?}");
+    let conflict = journaled
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(in_flight.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(conflict, arcp_sdk::Error::DuplicateKey { .. }),
+        "{conflict:?}"
+    );
+    assert_eq!(conflict.execution(), Execution::NotSent, "{conflict:?}");
+
+    let answered = IdempotencyKey::new();
+    journaled
+        .invoke_tool("refund", json!({"order": 3}))
+        .idempotency_key(answered.clone())
+        .send()
+        .await
+        .unwrap();
+    let conflict = journaled
+        .invoke_tool("refund", json!({"order": 4}))
+        .idempotency_key(answered.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(conflict.execution(), Execution::NotRun, "{conflict:?}");
+    journaled.close().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(mock.executions_for_key(in_flight.as_str()), 1);
+    assert_eq!(mock.executions_for_key(answered.as_str()), 1);
 }

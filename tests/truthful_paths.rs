@@ -375,7 +375,9 @@ async fn a_conflict_the_journal_answers_is_not_written_over_the_running_call() {
         matches!(conflict, Error::DuplicateKey { .. }),
         "{conflict:?}"
     );
-    assert_eq!(conflict.execution(), Execution::NotRun);
+    // The record has not reached the runtime's answer: it proves no
+    // binding of the key (only the runtime's answer would).
+    assert_eq!(conflict.execution(), Execution::NotSent);
     running.await.unwrap().expect("the first intent's result");
     let entry = client.lookup(&key).await.unwrap().expect("a record");
     assert!(

@@ -171,6 +171,13 @@ fn hint(f: &Failure) -> Option<String> {
              once). Do not use a new key; ask again later with this one",
             f.key
         ),
+        "DUPLICATE_KEY" if f.ran == Execution::NotSent => format!(
+            "the journal records --key {} for a call with other arguments that may have \
+             reached the runtime; this call sent nothing, and the key may be bound to it \
+             elsewhere. Do not use a new key; repeat this call with this key once the other's \
+             outcome is known",
+            f.key
+        ),
         "OUTCOME_UNAVAILABLE" | "DEADLINE_EXCEEDED" | "INTERRUPTED" => format!(
             "the tool may have run (at most once); repeat the call with --key {} to get its \
              outcome without running it again",

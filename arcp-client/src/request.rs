@@ -159,8 +159,6 @@ const SENT: u8 = 1;
 const ABANDONED: u8 = 2;
 /// The journal decided this call's prepare: it drives a record of its own.
 const RECORDED: u8 = 4;
-/// The journal's record of the key proved no earlier call of it ran.
-const KEY_UNUSED: u8 = 8;
 
 /// State shared between an [`Invocation`](crate::Invocation) and the
 /// transport running its call.
@@ -305,18 +303,6 @@ impl CallShared {
     /// Whether the journal recorded the call (see [`mark_recorded`](Self::mark_recorded)).
     pub(crate) fn is_recorded(&self) -> bool {
         self.marks.load(Ordering::Acquire) & RECORDED != 0
-    }
-
-    /// The journal's record of the key proved no earlier call of it ran:
-    /// if this call sends nothing, the key did not run.
-    pub(crate) fn mark_key_unused(&self) {
-        self.marks.fetch_or(KEY_UNUSED, Ordering::AcqRel);
-    }
-
-    /// Whether the journal proved the key unused (see
-    /// [`mark_key_unused`](Self::mark_key_unused)).
-    pub(crate) fn is_key_unused(&self) -> bool {
-        self.marks.load(Ordering::Acquire) & KEY_UNUSED != 0
     }
 
     /// Whether the caller gave up.

@@ -196,11 +196,12 @@ impl Client {
         // caller, here or in another process).
         let joined = fate.as_ref().is_some_and(KeyFateGuard::is_shared);
         let mut outcome = with_shared_fate(outcome, joined, &key, &shared);
-        // "Did not run" is proven for the key only if the key was generated
-        // for this call, or the journal's record of it proved it unused (a
-        // key with no record proves nothing: the store may be new, or have
-        // purged it, or the key may have run through another client).
-        let key_unused = !key_may_be_known || (shared.is_key_unused() && !unproven);
+        // "Did not run" is proven for the key by this call only if the key
+        // was generated for it. A journal proves nothing of a supplied key:
+        // with or without a record of it, the store may be new, or have
+        // purged it, or the key may have run through another client (before
+        // or after the record).
+        let key_unused = !key_may_be_known;
         // An outcome the journal itself answered (the key's stored
         // outcome, or a conflict with its record) is not written back.
         let journal = self
@@ -296,7 +297,7 @@ fn with_shared_fate(
 }
 
 /// A call that ran nothing says "did not run" only for a key generated for
-/// it (or one the journal's record proved unused); a supplied key may belong to an
+/// it; a supplied key may belong to an
 /// earlier call that ran: "not sent" ([`not_sent`]).
 fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Outcome {
     match outcome {

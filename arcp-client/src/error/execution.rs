@@ -8,8 +8,10 @@ use std::fmt;
 /// - [`Execution::NotRun`] only when proven, and then it is a claim about
 ///   the key, not only this call: the runtime refused the request in its
 ///   pre-acceptance shape (answered, with no job), or the key belongs to
-///   another intent, or the journal's record of the key says so, or the key
-///   was generated for this call and nothing of it was sent. The runtime
+///   another intent (the runtime said so, or the journal recorded its
+///   answer for that intent), or the key was generated for this call and
+///   nothing of it was sent. A journal never proves a supplied key unused
+///   (the key may run through clients it does not see). The runtime
 ///   executed this intent under this key zero times, ever: re-issuing the
 ///   work, even under a new key, runs it once.
 /// - [`Execution::NotSent`]: this call ran nothing (it sent nothing, or

@@ -82,11 +82,12 @@ pub enum JournalOutcome {
         /// Requests sent.
         #[serde(default)]
         attempts: u32,
-        /// Whether "did not run" was proven for the key, not only for this
-        /// call: the key was generated for it, the runtime refused it, or
-        /// the key's record proved it unused before. Otherwise the call
-        /// only sent nothing ([`Execution::NotSent`]: an earlier call with
-        /// the key may have run), and the record proves nothing of the key.
+        /// Whether "did not run" was proven for the key when the call ended,
+        /// not only for this call (the key was generated for it, or the
+        /// runtime refused it). Otherwise the call only sent nothing
+        /// ([`Execution::NotSent`]: an earlier call with the key may have
+        /// run). Either way a later call of the key never takes the record
+        /// as proof: the key may have run through another client since.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         key_unused: bool,
     },
@@ -229,20 +230,6 @@ impl JournalOutcome {
                 | JournalOutcome::Invalid { .. }
                 | JournalOutcome::DuplicateKey { .. }
                 | JournalOutcome::ToolError { refused: true, .. }
-        )
-    }
-
-    /// Whether this ending proves no call of its key ran up to it: a
-    /// "did not run" proven for the key, or a refusal by the runtime
-    /// before acceptance. A later call of the key that sends nothing may
-    /// then say "did not run".
-    pub(crate) fn proves_key_unused(&self) -> bool {
-        matches!(
-            self,
-            JournalOutcome::NotAccepted {
-                key_unused: true,
-                ..
-            } | JournalOutcome::ToolError { refused: true, .. }
         )
     }
 

@@ -523,7 +523,12 @@ impl Writer {
                 Some(entry.clone()),
             ));
         };
-        if !crate::request::same_intent(&existing.intent, &entry.intent) {
+        // A record of another intent binds the key, unless its call did not
+        // run (it never reached the runtime, or the runtime refused it):
+        // then the runtime decides this call (it may have bound the key to
+        // this intent through another client).
+        let unbound = matches!(&existing.state, JournalState::Terminal(o) if o.proves_not_run());
+        if !unbound && !crate::request::same_intent(&existing.intent, &entry.intent) {
             return Ok((Prepared::Conflict(existing.clone()), None));
         }
         // Possibly sent longer ago than the runtime remembers keys: never
@@ -559,15 +564,12 @@ impl Writer {
                 (Prepared::Proceed(Prior::of(existing, entry)), Some(record))
             }
             // Ended without being the key's outcome (refused as a duplicate,
-            // never accepted, invalid): not run, a new attempt; the key is
-            // proven unused if that record proved it. A late write of the
-            // key may have put that record over the record of a call that
-            // came after (and may have run): in doubt.
-            JournalState::Terminal(outcome) => {
-                let in_doubt = self.late_writes.may_overwrite(&entry.key);
+            // never accepted, invalid): not run, a new attempt. A late write
+            // of the key may have put that record over the record of a call
+            // that came after (and may have run): in doubt.
+            JournalState::Terminal(_) => {
                 let prior = Prior {
-                    in_doubt,
-                    key_unused: !in_doubt && outcome.proves_key_unused(),
+                    in_doubt: self.late_writes.may_overwrite(&entry.key),
                     ..Prior::default()
                 };
                 (Prepared::Proceed(prior), Some(entry.clone()))

@@ -11,6 +11,7 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
+use super::expiry::past_key_retention;
 use super::queue::{Prepared, Queue, Request, Shared};
 use super::state::Writer;
 use super::CLOSE_TIMEOUT;
@@ -209,9 +210,6 @@ impl JournalHandle {
         match decision {
             Prepared::Proceed(prior) => {
                 request.shared.mark_recorded();
-                if prior.key_unused {
-                    request.shared.mark_key_unused();
-                }
                 // No send of the key once the runtime may have forgotten
                 // it: its record's first prepare plus the retention.
                 let first = prior.first_prepared.unwrap_or(now);
@@ -244,17 +242,30 @@ impl JournalHandle {
                     None => Ok(Ok(self.drive(request))),
                 }
             }
-            Prepared::Conflict(existing) => Ok(Err(Err(Error::DuplicateKey {
-                key: existing.key,
-                message: format!(
-                    "the journal records this key for a different intent (tool {:?}, prepared \
-                     {:?} ago)",
-                    existing.tool,
-                    now.duration_since(existing.created_at).unwrap_or_default()
-                ),
-                attempts: 0,
-                execution: crate::error::Execution::NotRun,
-            }))),
+            Prepared::Conflict(existing) => {
+                // The runtime bound the key to the recorded intent (its
+                // outcome is the key's) and still remembers it: this intent
+                // cannot run under it. A record that may not have reached
+                // the runtime proves no binding: the key may be bound to
+                // this intent through another client.
+                let bound = matches!(&existing.state, JournalState::Terminal(o) if o.answers_repeat())
+                    && !past_key_retention(&existing, self.shared.runtime_key_retention, now);
+                Ok(Err(Err(Error::DuplicateKey {
+                    key: existing.key,
+                    message: format!(
+                        "the journal records this key for a different intent (tool {:?}, \
+                         prepared {:?} ago)",
+                        existing.tool,
+                        now.duration_since(existing.created_at).unwrap_or_default()
+                    ),
+                    attempts: 0,
+                    execution: if bound {
+                        Execution::NotRun
+                    } else {
+                        Execution::NotSent
+                    },
+                })))
+            }
         }
     }
 

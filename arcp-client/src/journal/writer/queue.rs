@@ -128,11 +128,6 @@ impl Pending {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Prior {
     pub(super) in_doubt: bool,
-    /// The key's record proved no call of the key ran before this one
-    /// (a proven "did not run" no late write may have changed). The lack
-    /// of a record proves nothing: the store may be new, or have purged
-    /// it, or the key may have run through another client.
-    pub(super) key_unused: bool,
     pub(super) job_id: Option<String>,
     /// `None`: a new record, prepared by this call.
     pub(super) first_prepared: Option<SystemTime>,
@@ -150,7 +145,6 @@ impl Prior {
             && existing.state == JournalState::Prepared;
         Prior {
             in_doubt: !own,
-            key_unused: false,
             job_id: existing.job_id().map(str::to_owned),
             first_prepared: Some(existing.created_at),
         }
