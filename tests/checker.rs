@@ -1403,10 +1403,17 @@ async fn unreachable_client(
         second_client: false,
         refuse_after_landed: 0,
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    // A port held for the while, closing every connection at once: freed
+    // instead, another schedule's runtime could take it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let port = listener.local_addr().expect("its address").port();
+    let refuser = tokio::spawn(async move {
+        while let Ok((connection, _)) = listener.accept().await {
+            drop(connection);
+        }
+    });
     let client = client_builder(plan, &format!("ws://127.0.0.1:{port}/arcp"))
         .journal(Faulty::new(store, clean, plan.seed ^ 0x000D_EAD0, None))
         .connect_lazy();
@@ -1428,6 +1435,7 @@ async fn unreachable_client(
         }
     }
     client.close().await;
+    refuser.abort();
 }
 
 /// How a schedule's calls ended, each with its planned call's index.

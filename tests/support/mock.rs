@@ -121,12 +121,15 @@ pub(crate) async fn unreachable_call_of(
     retention: arcp_sdk::Retention,
     runtime_key_retention: Duration,
 ) -> arcp_sdk::Error {
-    // Nothing listens on a port just freed.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port held for the while, closing every connection at once (freed
+    // instead, another test's runtime could take it).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let refuser = tokio::spawn(async move {
+        while let Ok((connection, _)) = listener.accept().await {
+            drop(connection);
+        }
+    });
     // Its retries give up well before its deadline, so the journal has
     // time to record the ending durably on a loaded machine.
     let client = client(&format!("ws://127.0.0.1:{port}/arcp"), Dialect::V1_1)
@@ -149,5 +152,6 @@ pub(crate) async fn unreachable_call_of(
         .await
         .unwrap_err();
     client.close().await;
+    refuser.abort();
     err
 }
