@@ -17,7 +17,7 @@
 //! Each such cancel explains away one error at most. An error no cancel can
 //! draw (`DUPLICATE_KEY`) is the oldest submit's all the same.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::ids::{CallId, RequestId};
 use crate::fast_map::FastMap;
@@ -59,7 +59,7 @@ const MAX_ORPHAN_CANCELS: usize = 64;
 #[derive(Debug, Default)]
 pub(crate) struct Requests {
     by_id: FastMap<RequestId, Entry>,
-    in_order: SendOrder,
+    in_order: BTreeMap<u64, RequestId>,
     /// Send order of cancels whose call ended before anything answered them.
     orphan_cancels: BTreeSet<u64>,
     next: u64,
@@ -90,14 +90,14 @@ impl Requests {
     /// Removes request `id` (answered, or its call moved on).
     pub(crate) fn remove(&mut self, id: &str) -> Option<(CallId, ReqKind)> {
         let entry = self.by_id.remove(id)?;
-        self.in_order.remove(entry.order);
+        self.in_order.remove(&entry.order);
         Some((entry.call, entry.kind))
     }
 
     /// The oldest request that an unnamed answer other than an error may
     /// answer (an acceptance: a cancel draws none).
     pub(crate) fn oldest_drawing(&self) -> Option<(RequestId, CallId, ReqKind)> {
-        self.in_order.iter().find_map(|(_, id)| {
+        self.in_order.values().find_map(|id| {
             let e = self.by_id.get(id)?;
             e.kind
                 .draws_unnamed_errors()
@@ -109,7 +109,7 @@ impl Requests {
     /// but it may still draw an unnamed error (see the module's doc).
     pub(crate) fn orphan_cancel(&mut self, id: &str) {
         if let Some(entry) = self.by_id.remove(id) {
-            self.in_order.remove(entry.order);
+            self.in_order.remove(&entry.order);
             if !entry.drew {
                 self.orphan_cancels.insert(entry.order);
                 while self.orphan_cancels.len() > MAX_ORPHAN_CANCELS {
@@ -127,7 +127,7 @@ impl Requests {
         &mut self,
         submit_only: bool,
     ) -> Option<(RequestId, CallId, ReqKind)> {
-        let drawing = self.in_order.iter().find_map(|(_, id)| {
+        let drawing = self.in_order.values().find_map(|id| {
             let e = self.by_id.get(id)?;
             e.kind
                 .draws_unnamed_errors()
@@ -139,10 +139,9 @@ impl Requests {
         let before = drawing.as_ref().map_or(u64::MAX, |d| d.3);
         let live_cancel = self
             .in_order
-            .iter()
-            .take_while(|(order, _)| *order < before)
+            .range(..before)
             .find(|(_, id)| self.by_id.get(*id).is_some_and(|e| !e.drew))
-            .map(|(order, id)| (order, id.clone()));
+            .map(|(&order, id)| (order, id.clone()));
         let orphan = self.orphan_cancels.range(..before).next().copied();
         match (live_cancel, orphan) {
             (Some((live, _)), Some(orphan)) if orphan < live => {
@@ -173,66 +172,6 @@ impl Requests {
     /// Outstanding requests.
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()
-    }
-}
-
-/// Request ids in send order: orders are handed out rising, so the queue
-/// is a run of slots sorted by order, a slot emptied (its order kept) when
-/// its request goes (a B-tree's node work on every request, at thousands
-/// of requests a second, was most of this table's cost). Emptied slots at
-/// the front are dropped at once; those behind an old request still
-/// outstanding are dropped when they outnumber the requests (kept, they
-/// would grow with every request sent while it waits).
-#[derive(Debug, Default)]
-struct SendOrder {
-    slots: VecDeque<(u64, Option<RequestId>)>,
-    /// Slots holding a request.
-    live: usize,
-}
-
-impl SendOrder {
-    fn insert(&mut self, order: u64, id: RequestId) {
-        debug_assert!(self.slots.back().is_none_or(|s| s.0 < order));
-        self.slots.push_back((order, Some(id)));
-        self.live += 1;
-    }
-
-    fn remove(&mut self, order: u64) {
-        let Some(at) = self.position(order) else {
-            return;
-        };
-        if self.slots[at].1.take().is_some() {
-            self.live -= 1;
-        }
-        while self.slots.front().is_some_and(|s| s.1.is_none()) {
-            self.slots.pop_front();
-        }
-        if self.slots.len() > 2 * self.live + 64 {
-            self.slots.retain(|s| s.1.is_some());
-        }
-    }
-
-    /// Where `order` sits: `order - first` while no emptied slot was
-    /// dropped behind the front (the common case), else found by search.
-    fn position(&self, order: u64) -> Option<usize> {
-        let first = self.slots.front()?.0;
-        let guess = usize::try_from(order.checked_sub(first)?).ok()?;
-        match self.slots.get(guess) {
-            Some(slot) if slot.0 == order => Some(guess),
-            _ => self.slots.binary_search_by_key(&order, |s| s.0).ok(),
-        }
-    }
-
-    /// Outstanding requests, oldest first.
-    fn iter(&self) -> impl Iterator<Item = (u64, &RequestId)> {
-        self.slots
-            .iter()
-            .filter_map(|(order, id)| id.as_ref().map(|id| (*order, id)))
-    }
-
-    fn clear(&mut self) {
-        self.slots.clear();
-        self.live = 0;
     }
 }
 
@@ -267,37 +206,6 @@ mod tests {
         r.clear();
         assert_eq!(r.len(), 0);
         assert!(r.get("c").is_none());
-    }
-
-    /// An old request left outstanding while thousands come and go keeps
-    /// its place as the oldest, and the send order holds no more than a
-    /// bounded number of emptied slots behind it.
-    #[test]
-    fn the_send_order_stays_bounded_behind_an_old_request() {
-        let mut r = Requests::default();
-        r.insert("old".into(), 1, ReqKind::Subscribe);
-        r.insert("c".into(), 2, ReqKind::Cancel);
-        for n in 0..10_000u64 {
-            let id: RequestId = format!("s{n}").into();
-            r.insert(id.clone(), 10 + n, ReqKind::Submit);
-            if n % 3 != 0 {
-                assert_eq!(r.remove(&id).map(|x| x.0), Some(10 + n));
-            }
-            assert!(r.in_order.slots.len() <= 2 * r.len() + 64 + 1);
-        }
-        // Removals after the run was compacted find their slot.
-        for n in (0..10_000u64).step_by(3) {
-            assert_eq!(r.remove(&format!("s{n}")).map(|x| x.0), Some(10 + n));
-        }
-        assert_eq!(r.len(), 2);
-        assert_eq!(r.oldest_drawing().map(|x| x.1), Some(1));
-        assert!(r.in_order.slots.len() <= 2 * r.len() + 64);
-        r.remove("old");
-        // The cancel is all that is left, and draws no unnamed answer.
-        assert!(r.oldest_drawing().is_none());
-        r.orphan_cancel("c");
-        assert_eq!(r.len(), 0);
-        assert!(r.in_order.slots.is_empty());
     }
 
     #[test]
