@@ -286,40 +286,56 @@ async fn a_closed_loop_waits_for_no_delayed_ack() {
 /// and the runtime holds the rest of the reply for it. Acknowledged in the
 /// same turn, a call takes a few hundred microseconds; an ACK owed for a
 /// fixed grace cost each call a tick of tokio's millisecond timer (1-2 ms).
+///
+/// Up to three windows per dialect, the best median counted: a loaded test
+/// machine can slow one window past the bound, while an ACK that waits for
+/// the timer slows every window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_beside_a_held_one_waits_for_no_timer_tick() {
     for dialect in [Dialect::V1_1, Dialect::Legacy] {
-        let client = client_of_runtime_writing_in_pieces(dialect, Writes::Frames).await;
-        let held = client
-            .invoke_tool("hold", json!({}))
-            .deadline(Duration::from_secs(30))
-            .send();
-        let held = tokio::spawn(std::future::IntoFuture::into_future(held));
-        let mut latencies = Vec::new();
-        for i in 0..60u32 {
-            let started = Instant::now();
-            let out = client
-                .invoke_tool("echo", json!({ "n": i }))
-                .deadline(Duration::from_secs(5))
-                .send()
-                .await
-                .expect("the call succeeds");
-            assert_eq!(out.value, json!({ "n": i }));
-            if i >= 20 {
-                latencies.push(started.elapsed());
+        let mut medians = Vec::new();
+        for _ in 0..3 {
+            let median = median_call_beside_a_held_one(dialect).await;
+            medians.push(median);
+            if median < Duration::from_millis(1) {
+                break;
             }
         }
-        assert!(!held.is_finished(), "the held call is still in flight");
-        client.close().await;
-        let _ = held.await;
-        latencies.sort();
-        let median = latencies[latencies.len() / 2];
         // An owed ACK's fixed grace alone was 1 ms.
         assert!(
-            median < Duration::from_millis(1),
-            "{dialect}: median {median:?}"
+            medians.iter().any(|m| *m < Duration::from_millis(1)),
+            "{dialect}: medians {medians:?}"
         );
     }
+}
+
+/// The median latency of calls made one after another beside a held call.
+async fn median_call_beside_a_held_one(dialect: Dialect) -> Duration {
+    let client = client_of_runtime_writing_in_pieces(dialect, Writes::Frames).await;
+    let held = client
+        .invoke_tool("hold", json!({}))
+        .deadline(Duration::from_secs(30))
+        .send();
+    let held = tokio::spawn(std::future::IntoFuture::into_future(held));
+    let mut latencies = Vec::new();
+    for i in 0..60u32 {
+        let started = Instant::now();
+        let out = client
+            .invoke_tool("echo", json!({ "n": i }))
+            .deadline(Duration::from_secs(5))
+            .send()
+            .await
+            .expect("the call succeeds");
+        assert_eq!(out.value, json!({ "n": i }));
+        if i >= 20 {
+            latencies.push(started.elapsed());
+        }
+    }
+    assert!(!held.is_finished(), "the held call is still in flight");
+    client.close().await;
+    let _ = held.await;
+    latencies.sort();
+    latencies[latencies.len() / 2]
 }
 
 /// Requests the runtime never answers look like a backlog it works
