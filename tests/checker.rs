@@ -300,6 +300,28 @@ struct Plan {
     key_retention: Option<(Duration, Duration)>,
 }
 
+impl Plan {
+    /// The retention the client is told: the runtime's, less the longest
+    /// stall of the plan. A send the stalled proxy holds reaches the
+    /// runtime that much after it was written, so a user leaves that margin
+    /// (as `ClientBuilder::runtime_key_retention` asks); without it, a
+    /// re-send written just inside the retention lands outside it and runs
+    /// the tool again, whatever the client does.
+    fn client_key_retention(&self) -> Option<Duration> {
+        let longest_stall = self
+            .faults
+            .iter()
+            .filter_map(|(_, action)| match action {
+                Action::StallFor(d) => Some(*d),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_default();
+        self.key_retention
+            .map(|(retention, _)| retention.saturating_sub(longest_stall))
+    }
+}
+
 fn plan(seed: u64) -> Plan {
     let mut plan = base_plan(seed);
     plan.hostile = hostile(seed, plan.transport);
@@ -961,7 +983,7 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
     if let Some(hb) = plan.heartbeat {
         builder = builder.heartbeat_interval(hb);
     }
-    if let Some((retention, _)) = plan.key_retention {
+    if let Some(retention) = plan.client_key_retention() {
         builder = builder.runtime_key_retention(retention);
     }
     builder
@@ -1883,6 +1905,13 @@ async fn records_past_the_runtime_key_retention_are_never_re_sent() {
             };
         }
         plan.key_retention = Some((retention, r.ms(0, 1_500)));
+        // Stalls of at most half the retention, so the client keeps a
+        // retention of its own (`Plan::client_key_retention`).
+        for (_, action) in &mut plan.faults {
+            if let Action::StallFor(d) = action {
+                *d = (*d).min(retention / 2);
+            }
+        }
         plan
     })
     .await;

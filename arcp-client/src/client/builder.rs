@@ -313,7 +313,10 @@ impl ClientBuilder {
     /// lease horizon of the operation", and the legacy Rust runtime (2.0.0)
     /// documents no expiry. The TypeScript, Go, Java and PHP runtimes'
     /// retention is unknown. Set this to the shortest retention of the
-    /// runtimes the client may reach.
+    /// runtimes the client may reach, less the longest a send may take to
+    /// reach the runtime: the limit holds when a send is written, and a
+    /// proxy or queue that holds it delivers a send written just inside the
+    /// retention outside it (where the tool runs again).
     pub fn runtime_key_retention(mut self, retention: Duration) -> Self {
         self.journal.set_runtime_key_retention(retention);
         self.config.runtime_key_retention = retention;
