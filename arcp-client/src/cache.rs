@@ -268,12 +268,27 @@ pub(crate) fn admits(outcome: &Outcome) -> bool {
 }
 
 /// What a call gets when the cache knows its key with another intent.
-pub(crate) fn conflict(key: IdempotencyKey) -> Error {
+/// "Did not run" only when `proven` ([`Cached::Conflict`]); else the call
+/// sent nothing and says so: another process may have run this intent
+/// under the key.
+pub(crate) fn conflict(key: IdempotencyKey, proven: bool) -> Error {
+    let (message, execution) = if proven {
+        (
+            "the key was already used by a call with a different intent in this client",
+            Execution::NotRun,
+        )
+    } else {
+        (
+            "the key was already used by a call with a different intent in this client, \
+             whose outcome is unknown here or older than the runtime keeps keys",
+            Execution::NotSent,
+        )
+    };
     Error::DuplicateKey {
         key,
-        message: "the key was already used by a call with a different intent in this client".into(),
+        message: message.into(),
         attempts: 0,
-        execution: Execution::NotRun,
+        execution,
     }
 }
 
@@ -297,6 +312,9 @@ struct Entry {
     fingerprint: u64,
     /// `None`: the key may be bound to this intent; its outcome is unknown.
     outcome: Option<Settled>,
+    /// Until when the runtime remembers the key (its first send plus the
+    /// runtime's key retention), when known.
+    remembered_until: Option<Instant>,
     stored: Instant,
     /// What the entry holds, in bytes ([`held_bytes`]).
     size: usize,
@@ -336,8 +354,12 @@ fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>) -> usize {
 pub(crate) enum Cached {
     /// The same intent finished: its outcome.
     Hit(Settled),
-    /// The key finished with a different intent.
-    Conflict,
+    /// The key is known with a different intent. `proven`: the runtime
+    /// answered that intent and still remembers the key, so it would refuse
+    /// this one; otherwise this intent may have run under the key elsewhere.
+    Conflict {
+        proven: bool,
+    },
     /// The same intent was sent before and may have run; its outcome is
     /// unknown. Ask the runtime again, but the call may already have run:
     /// it must never be reported as not run.
@@ -378,18 +400,22 @@ impl OutcomeCache {
                 Some(settled) => Cached::Hit(settled.clone().replayed()),
                 None => Cached::Bound,
             },
-            Some(_) => Cached::Conflict,
+            Some(e) => Cached::Conflict {
+                proven: e.outcome.is_some() && e.remembered_until.is_some_and(|until| now < until),
+            },
             None => Cached::Miss,
         }
     }
 
     /// Records a call's outcome (cloned only when it is admitted; a value
-    /// kept as text is shared, not copied).
+    /// kept as text is shared, not copied). `remembered_until`: the call's
+    /// send limit, until when the runtime remembers the key.
     pub(crate) fn insert(
         &mut self,
         key: IdempotencyKey,
         fingerprint: u64,
         settled: &Settled,
+        remembered_until: Option<Instant>,
         now: Instant,
     ) {
         if self.capacity == 0 {
@@ -405,7 +431,7 @@ impl OutcomeCache {
         } else {
             return;
         };
-        self.store(key, fingerprint, outcome, now);
+        self.store(key, fingerprint, outcome, remembered_until, now);
     }
 
     fn store(
@@ -413,6 +439,7 @@ impl OutcomeCache {
         key: IdempotencyKey,
         fingerprint: u64,
         outcome: Option<Settled>,
+        remembered_until: Option<Instant>,
         now: Instant,
     ) {
         if self.capacity == 0 {
@@ -454,6 +481,7 @@ impl OutcomeCache {
             Entry {
                 fingerprint,
                 outcome,
+                remembered_until,
                 stored: now,
                 size,
             },
@@ -463,7 +491,7 @@ impl OutcomeCache {
     /// Remembers that `key` may be bound to this intent on the runtime,
     /// when a call ends with nobody waiting for its outcome.
     pub(crate) fn remember_binding(&mut self, key: IdempotencyKey, fingerprint: u64, now: Instant) {
-        self.store(key, fingerprint, None, now);
+        self.store(key, fingerprint, None, None, now);
     }
 
     /// Removes `key`'s entry if it is the one stored at `stored` (an order
@@ -637,17 +665,54 @@ mod tests {
     }
 
     #[test]
+    fn a_conflict_is_proven_by_a_known_outcome_the_runtime_still_remembers() {
+        let mut cache = OutcomeCache::new(8, Duration::from_secs(600));
+        let t0 = Instant::now();
+        let until = t0 + Duration::from_secs(1);
+        let (answered, unknown, unlimited) = (
+            IdempotencyKey::new(),
+            IdempotencyKey::new(),
+            IdempotencyKey::new(),
+        );
+        cache.insert(answered.clone(), 1, &out(&answered).into(), Some(until), t0);
+        cache.remember_binding(unknown.clone(), 1, t0);
+        cache.insert(unlimited.clone(), 1, &out(&unlimited).into(), None, t0);
+        let proven = |cache: &mut OutcomeCache, key, at| match cache.get(key, 2, at) {
+            Cached::Conflict { proven } => proven,
+            _ => panic!("no conflict"),
+        };
+        assert!(proven(&mut cache, &answered, t0));
+        assert!(
+            !proven(&mut cache, &answered, until),
+            "the runtime forgot the key"
+        );
+        assert!(
+            !proven(&mut cache, &unknown, t0),
+            "no outcome: no binding known"
+        );
+        assert!(!proven(&mut cache, &unlimited, t0), "no send limit known");
+        assert_eq!(
+            conflict(answered.clone(), true).execution(),
+            Execution::NotRun
+        );
+        assert_eq!(conflict(answered, false).execution(), Execution::NotSent);
+    }
+
+    #[test]
     fn bounded_by_capacity_and_ttl() {
         let mut cache = OutcomeCache::new(2, Duration::from_secs(10));
         let t0 = Instant::now();
         let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
         for k in &keys {
-            cache.insert(k.clone(), 1, &out(k).into(), t0);
+            cache.insert(k.clone(), 1, &out(k).into(), None, t0);
         }
         assert_eq!(cache.len(), 2);
         assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
         assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
-        assert!(matches!(cache.get(&keys[2], 2, t0), Cached::Conflict));
+        assert!(matches!(
+            cache.get(&keys[2], 2, t0),
+            Cached::Conflict { .. }
+        ));
         assert!(matches!(
             cache.get(&keys[2], 1, t0 + Duration::from_secs(11)),
             Cached::Miss
@@ -667,10 +732,10 @@ mod tests {
             attempts: 2,
             permanent: false,
         });
-        cache.insert(key.clone(), 1, &unknown.into(), t0);
+        cache.insert(key.clone(), 1, &unknown.into(), None, t0);
         // The same intent asks the runtime again; another is refused.
         assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
-        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
+        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict { .. }));
         // A refusal that proves nothing ran is not remembered at all.
         let other = IdempotencyKey::new();
         let refused = Err(Error::RetriesExhausted {
@@ -678,7 +743,7 @@ mod tests {
             attempts: 3,
             last_error: "UNAVAILABLE".into(),
         });
-        cache.insert(other.clone(), 1, &refused.into(), t0);
+        cache.insert(other.clone(), 1, &refused.into(), None, t0);
         assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
     }
 
@@ -695,12 +760,12 @@ mod tests {
             attempts: 1,
             trace_id: String::new(),
         });
-        cache.insert(key.clone(), 1, &Settled::from(ok), now);
+        cache.insert(key.clone(), 1, &Settled::from(ok), None, now);
         // Another intent under the key ended "may have run".
         cache.remember_binding(key.clone(), 2, now);
         // The first intent is still answered from its outcome, not refused.
         assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
-        assert!(matches!(cache.get(&key, 2, now), Cached::Conflict));
+        assert!(matches!(cache.get(&key, 2, now), Cached::Conflict { .. }));
         // Another caller of the same intent that stopped waiting (its call
         // dropped while a request was out) leaves the outcome as it is.
         cache.remember_binding(key.clone(), 1, now);
@@ -728,7 +793,7 @@ mod tests {
         let t0 = Instant::now();
         for (i, key) in keys.iter().enumerate() {
             let at = t0 + Duration::from_millis(i as u64);
-            cache.insert(key.clone(), 1, &plain(key, &big), at);
+            cache.insert(key.clone(), 1, &plain(key, &big), None, at);
         }
         assert_eq!(cache.len(), 2);
         assert!(cache.bytes() <= bound);
@@ -736,7 +801,7 @@ mod tests {
         assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
         // Replacing an entry counts its bytes once.
         let small = plain(&keys[2], "1");
-        cache.insert(keys[2].clone(), 1, &small, t0);
+        cache.insert(keys[2].clone(), 1, &small, None, t0);
         assert_eq!(cache.len(), 2);
         assert_eq!(
             cache.bytes(),
@@ -750,9 +815,9 @@ mod tests {
         let key = IdempotencyKey::new();
         let huge = format!("\"{}\"", "x".repeat(4096));
         let t0 = Instant::now();
-        cache.insert(key.clone(), 1, &plain(&key, &huge), t0);
+        cache.insert(key.clone(), 1, &plain(&key, &huge), None, t0);
         assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
-        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
+        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict { .. }));
         assert!(cache.bytes() < 1024);
     }
 
@@ -763,7 +828,7 @@ mod tests {
         assert_eq!(cache.next_expiry(), None);
         let key = IdempotencyKey::new();
         let t0 = Instant::now();
-        cache.insert(key.clone(), 1, &plain(&key, "1"), t0);
+        cache.insert(key.clone(), 1, &plain(&key, "1"), None, t0);
         assert_eq!(cache.next_expiry(), Some(t0 + ttl));
         cache.expire(t0 + ttl);
         assert_eq!(cache.len(), 0);

@@ -126,7 +126,7 @@ impl HttpBackend {
                     out
                 });
             }
-            Cached::Conflict => return Err(conflict(req.key)),
+            Cached::Conflict { proven } => return Err(conflict(req.key, proven)),
             Cached::Bound | Cached::Miss => {}
         }
         if size > self.config.max_frame_size {
@@ -208,8 +208,14 @@ impl HttpBackend {
             }),
             (outcome, _) => Settled::Whole(outcome),
         };
-        self.cache()
-            .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
+        let remembered_until = call.record.budget().send_limit();
+        self.cache().insert(
+            call.req.key.clone(),
+            fingerprint,
+            &settled,
+            remembered_until,
+            Instant::now(),
+        );
         // The trace is set here, for every result alike (the cache keeps
         // none: a hit gets its own caller's).
         settled.into_outcome().map(|mut out| {

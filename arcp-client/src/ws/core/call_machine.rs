@@ -319,8 +319,14 @@ impl Core {
         if call.dropped_events() > 0 {
             warn!(parent: call.span(), dropped = call.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
-        self.cache
-            .insert(call.key().clone(), call.fingerprint(), &settled, now);
+        let remembered_until = call.budget().send_limit();
+        self.cache.insert(
+            call.key().clone(),
+            call.fingerprint(),
+            &settled,
+            remembered_until,
+            now,
+        );
         let cancel = match settled.error() {
             Some(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.

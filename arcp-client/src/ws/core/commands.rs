@@ -97,8 +97,8 @@ impl Core {
                 answer(waiter, outcome);
                 return;
             }
-            Cached::Conflict => {
-                answer(waiter, Err(conflict(req.key)).into());
+            Cached::Conflict { proven } => {
+                answer(waiter, Err(conflict(req.key, proven)).into());
                 return;
             }
             Cached::Bound => true,
@@ -130,13 +130,15 @@ impl Core {
                     // The joined caller's deadline may be the call's next wake.
                     self.rearm(existing, now);
                 } else {
+                    // Its outcome is unknown yet: another process may have
+                    // run this intent under the key. This call sent nothing.
                     let refused = Error::DuplicateKey {
                         key: req.key,
                         message:
                             "the key is in use by a call with a different intent in this client"
                                 .into(),
                         attempts: 0,
-                        execution: crate::error::Execution::NotRun,
+                        execution: crate::error::Execution::NotSent,
                     };
                     answer(waiter, Err(refused).into());
                 }

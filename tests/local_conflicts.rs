@@ -1,0 +1,238 @@
+//! A key conflict found inside the client (its outcome cache, a call of
+//! the key in flight) says "did not run" only when the client knows the
+//! runtime's answer for the other intent and the runtime still remembers
+//! the key: then the runtime would refuse this intent under it. Otherwise
+//! (the other intent's outcome unknown, older than the runtime's key
+//! retention, or still in flight) another process may have run this intent
+//! under the key, and the call, which sent nothing, says "not sent".
+//! Ground truth: the mock's executions.
+
+mod support;
+
+use std::time::Duration;
+
+use arcp_mock::Dialect;
+use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
+use serde_json::json;
+use support::gateway::{Gateway, Move};
+use support::link::{Link, LinkMode};
+use support::mock::{client, mock};
+
+fn is_local_conflict(e: &Error) -> bool {
+    matches!(e, Error::DuplicateKey { attempts: 0, .. })
+}
+
+/// The client's first call of the key never reached the runtime (a 503
+/// from a gateway, "may have run"); another process then ran the other
+/// intent under the key.
+#[tokio::test]
+async fn a_conflict_with_an_unknown_outcome_is_not_sent() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let gateway = Gateway::start(mock.http_address(), || Move::Refuse(503))
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&gateway.url(), Dialect::V1_1).connect_lazy();
+    let e = first
+        .invoke_tool("refund", json!({"order": 1}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(3))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
+    assert_eq!(gateway.forwarded(), 0);
+    let other = client(&mock.http_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    other
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+
+    let e = first
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(is_local_conflict(&e), "{e:?}");
+    assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
+}
+
+/// The client holds the other intent's result, but the runtime has
+/// forgotten the key since, and another process ran this intent under it.
+#[tokio::test]
+async fn a_conflict_with_an_outcome_past_the_runtime_key_retention_is_not_sent() {
+    let retention = Duration::from_millis(300);
+    let mock = mock(Dialect::V1_1)
+        .key_retention(retention)
+        .start()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), Dialect::V1_1)
+        .runtime_key_retention(retention)
+        .connect()
+        .await
+        .unwrap();
+    first
+        .invoke_tool("refund", json!({"order": 1}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(retention * 2).await;
+    let other = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    other
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions_for_key(key.as_str()), 2);
+
+    let e = first
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(is_local_conflict(&e), "{e:?}");
+    assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
+}
+
+/// Within the runtime's key retention, the other intent's result proves
+/// the conflict: "did not run", on both transports.
+#[tokio::test]
+async fn a_conflict_with_a_remembered_outcome_did_not_run() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    for url in [mock.ws_url(), mock.http_url()] {
+        let key = IdempotencyKey::new();
+        let c = client(&url, Dialect::V1_1).connect().await.unwrap();
+        c.invoke_tool("refund", json!({"order": 1}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+        let e = c
+            .invoke_tool("refund", json!({"order": 2}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap_err();
+        assert!(is_local_conflict(&e), "{url}: {e:?}");
+        assert_eq!(e.execution(), Execution::NotRun, "{url}: {e:?}");
+        assert_eq!(mock.executions_for_key(key.as_str()), 1, "{url}");
+        c.close().await;
+    }
+}
+
+/// The other intent is in flight (its link black-holed) when another
+/// process runs this intent under the key.
+#[tokio::test]
+async fn a_conflict_with_a_call_in_flight_is_not_sent() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let link = Link::start(mock.address()).await.unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&format!("ws://{}/arcp", link.address()), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    link.set(LinkMode::BlackHole);
+    let held = tokio::spawn(
+        first
+            .invoke_tool("refund", json!({"order": 1}))
+            .idempotency_key(key.clone())
+            .deadline(Duration::from_secs(3))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let other = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    other
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+
+    let e = first
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(is_local_conflict(&e), "{e:?}");
+    assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
+    let held = held.await.unwrap().unwrap_err();
+    assert_eq!(held.execution(), Execution::MayHaveRun, "{held:?}");
+}
+
+/// With a journal whose unfinished record of the other intent expired:
+/// the conflict found in the cache is neither answered nor recorded as
+/// "did not run".
+#[tokio::test]
+async fn a_journaled_conflict_with_an_unknown_outcome_is_not_recorded_as_not_run() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    let gateway = Gateway::start(mock.http_address(), || Move::Refuse(503))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = IdempotencyKey::new();
+    let first = client(&gateway.url(), Dialect::V1_1)
+        .journal_path(dir.path().join("j.db"))
+        .journal_retention(
+            Retention::default()
+                .unfinished_ttl(Duration::from_millis(300))
+                .purge_interval(Duration::from_millis(100)),
+        )
+        .connect_lazy();
+    let e = first
+        .invoke_tool("refund", json!({"order": 1}))
+        .idempotency_key(key.clone())
+        .deadline(Duration::from_secs(2))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let other = client(&mock.http_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    other
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+
+    let e = first
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_ne!(e.execution(), Execution::NotRun, "{e:?}");
+    if let Some(Err(recorded)) = first
+        .lookup(&key)
+        .await
+        .unwrap()
+        .and_then(|entry| entry.outcome())
+    {
+        assert_ne!(recorded.execution(), Execution::NotRun, "{recorded:?}");
+    }
+}
