@@ -255,6 +255,8 @@ async fn ack_with_replay_legacy() {
 
 /// Accepted-only while the job still runs, then the stored terminal once it
 /// finished (the Python runtime): the ladder's re-send after backoff gets it.
+/// The job is the call's own (accepted fresh on its first attempt): no
+/// replay.
 #[tokio::test]
 async fn accepted_while_running_then_terminal_replay() {
     // Python 1.1.3's replay and resume (no live events after a resume),
@@ -275,7 +277,7 @@ async fn accepted_while_running_then_terminal_replay() {
         .send()
         .await
         .unwrap();
-    assert!(out.replayed);
+    assert!(!out.replayed, "{out:?}");
     assert!(
         out.attempts >= 3,
         "re-sent at least once while the job still ran: {out:?}"
@@ -365,4 +367,33 @@ async fn a_refused_intent_does_not_poison_the_key() {
     assert!(stored.replayed);
     assert_eq!(stored.value, json!({"refunded": 500}));
     assert_eq!(mock.executions("refund"), 1);
+}
+
+/// The call's first attempt was accepted as a fresh job; its connection
+/// dropped and, with no subscription to re-attach, a re-send got the
+/// runtime's stored acceptance of that same job, then its result. The
+/// result is this call's own execution: not a replay.
+#[tokio::test]
+async fn a_re_sent_call_answered_with_its_own_fresh_job_is_not_a_replay() {
+    let mock = mock(Dialect::V1_1)
+        .preset(Preset::Python113)
+        .subscribe(false)
+        .start()
+        .await
+        .unwrap();
+    let client = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    mock.inject(Fault::DropAfterAccepted);
+    let out = client
+        .invoke_tool("refund", json!({"order": 9, "ms": 100}))
+        .deadline(Duration::from_secs(8))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions_for_key(out.key.as_str()), 1);
+    assert_eq!(mock.jobs().len(), 1, "one job, the call's own");
+    assert!(out.attempts >= 2, "{out:?}");
+    assert!(!out.replayed, "{out:?}");
 }

@@ -190,6 +190,12 @@ impl Attempts {
             _ => {
                 let job: Arc<str> = Arc::from(job_id);
                 let replaced = self.job.replace(job.clone());
+                // The job it replaces may have run (another instance, a
+                // runtime that forgot the key): whatever this one's fate,
+                // the call may have run.
+                if replaced.is_some() {
+                    self.exposure.in_doubt = true;
+                }
                 self.own_job = false;
                 Bound {
                     record: Record::Accepted { job: job.clone() },

@@ -233,7 +233,11 @@ impl Core {
         }
         // The answer shows a stored binding: another session's frame, a
         // runtime's replay mark, or the job an earlier attempt was bound to.
-        let replay = foreign || marked || known_job;
+        let stored = foreign || marked || known_job;
+        // A replay, unless that job is this call's own fresh execution
+        // (accepted on an earlier attempt): its stored acceptance, answering
+        // a re-send, names no earlier execution.
+        let replay = stored && !(known_job && call.own_job());
         // The latest acceptance decides: one of another job than an
         // earlier attempt's is a new execution, whatever that one showed.
         call.set_replayed(replay);
@@ -245,7 +249,7 @@ impl Core {
         // may never reach this one (a resumed session need not re-attach
         // running jobs), so the recovery ladder watches it. Not a replay,
         // though: the job may as well be new.
-        let untrusted = replay || call.exposure().in_doubt;
+        let untrusted = stored || call.exposure().in_doubt;
         if let Some(job) = job_id.as_deref() {
             self.calls.bind_job(id, job);
         }

@@ -413,11 +413,18 @@ fn resent_and_answered_by(first_session: Option<&str>, second_job: &str) -> crat
 /// After a lost connection, the re-sent request is answered by another job
 /// than the one the key was bound to: the runtime lost its record of the key
 /// and ran the call again, so the result is a first execution, not a replay
-/// (the HTTP binding says the same). Answered by the bound job, it is one.
+/// (the HTTP binding says the same). Answered by the bound job, the call's
+/// own first attempt started (accepted fresh), it is that attempt's
+/// execution: no replay either. Bound by an earlier process (its
+/// acceptance a frame of another session), the same job is one.
 #[test]
 fn a_resend_answered_by_another_job_is_not_a_replay() {
-    for (second_job, replay) in [("job_2", false), ("job_1", true)] {
-        let out = resent_and_answered_by(None, second_job);
+    for (first_session, second_job, replay) in [
+        (None, "job_2", false),
+        (None, "job_1", false),
+        (Some("sess_of_an_earlier_process"), "job_1", true),
+    ] {
+        let out = resent_and_answered_by(first_session, second_job);
         assert_eq!(out.job_id.as_deref(), Some(second_job));
         assert_eq!((out.attempts, out.replayed), (2, replay), "{second_job}");
     }
