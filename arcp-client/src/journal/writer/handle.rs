@@ -213,11 +213,15 @@ impl JournalHandle {
                 // No send of the key once the runtime may have forgotten
                 // it: its record's first prepare plus the retention.
                 let first = prior.first_prepared.unwrap_or(now);
+                // (A record dated ahead of this clock, within the
+                // allowance `expiry.rs` grants, still gets no more than
+                // the retention.)
                 let left = match first.checked_add(self.shared.runtime_key_retention) {
                     Some(end) => end.duration_since(SystemTime::now()).unwrap_or_default(),
                     // Too far ahead for the clock: no limit.
                     None => Duration::MAX,
-                };
+                }
+                .min(self.shared.runtime_key_retention);
                 request.shared.set_send_limit(
                     crate::retry::saturating_deadline(std::time::Instant::now(), left),
                     self.shared.runtime_key_retention,
