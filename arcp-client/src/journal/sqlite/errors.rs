@@ -43,6 +43,37 @@ pub(super) fn classify_open_journal(location: &str, e: rusqlite::Error) -> Journ
             location,
             format!("the journal cannot be written now ({e})"),
         ),
+        // An I/O error (a failed write or fsync) may come after the
+        // transaction reached the write-ahead log, which a later open
+        // replays: the commit's fate is unknown, as with a lost answer.
+        Some(C::SystemIoFailure) => JournalError::new(
+            JournalErrorKind::Unavailable,
+            location,
+            format!("an I/O error; the transaction may have reached the file ({e})"),
+        ),
         _ => classify(location, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn an_io_error_of_an_open_journal_leaves_the_commit_unknown() {
+        let fsync = failure(rusqlite::ffi::SQLITE_IOERR_FSYNC);
+        assert_eq!(
+            classify_open_journal("j.db", fsync).kind,
+            JournalErrorKind::Unavailable
+        );
+        let corrupt = failure(rusqlite::ffi::SQLITE_CORRUPT);
+        assert_eq!(
+            classify_open_journal("j.db", corrupt).kind,
+            JournalErrorKind::Corrupt
+        );
     }
 }
