@@ -35,6 +35,9 @@ pub(crate) enum KeyOrigin {
     /// The CLI generated it for this call and keeps no journal of it: no
     /// runtime has seen it.
     Generated,
+    /// The CLI generated it for this call, and the `--journal` may record
+    /// the call: a recovery may send it, so it is treated as supplied.
+    Journaled,
 }
 
 /// The exit status of a failed call of this class (`code`: its code name).
@@ -218,7 +221,11 @@ mod tests {
             job_id: Some("job_1".into()),
             attempts: 1,
         };
-        for origin in [KeyOrigin::Supplied, KeyOrigin::Generated] {
+        for origin in [
+            KeyOrigin::Supplied,
+            KeyOrigin::Generated,
+            KeyOrigin::Journaled,
+        ] {
             let f = Failure::from_error(&cancelled, key.to_string(), origin, None);
             assert_eq!(
                 (f.ran, f.exit_code),
@@ -251,6 +258,7 @@ mod tests {
         for (origin, class) in [
             (KeyOrigin::Supplied, Execution::NotSent),
             (KeyOrigin::Generated, Execution::NotRun),
+            (KeyOrigin::Journaled, Execution::NotSent),
         ] {
             let f = Failure::before_the_call(&connect_failed(), key.to_string(), origin);
             assert_eq!(f.ran, class, "{origin:?}");
