@@ -33,6 +33,10 @@ Environment: ARCP_URL (the runtime's URL, for --url), ARCP_TOKEN (the bearer tok
 ARCP_JOURNAL (for --journal), ARCP_RUNTIME_KEY_RETENTION (for --runtime-key-retention),
 RUST_LOG (diagnostics).";
 
+/// `--runtime-key-retention`'s short help (`-h`).
+const RUNTIME_KEY_RETENTION_SHORT: &str = "How long the runtime remembers an idempotency key, in \
+seconds (default: 86400, the Python runtime's default)";
+
 /// `--runtime-key-retention`'s help (`arcp invoke`, `arcp journal recover`):
 /// the guidance of `ClientBuilder::runtime_key_retention`.
 const RUNTIME_KEY_RETENTION_HELP: &str = "\
@@ -67,6 +71,7 @@ Exit status, by outcome (`ran` in --json):
   4  may have run, at most once; outcome unknown: repeat with the same --key to learn it
      (also CANCELLED: cancelled before or while the tool ran; repeating answers the same)
   6  not sent: this call ran nothing, but your --key may have run before: repeat with it
+     (with --journal and no --key: the journal may hold the call; repeat with its key)
   5  the --journal is locked by a live client
   1  anything else
   64 usage error (a bad flag, value or --args-file; sysexits EX_USAGE), before connecting
@@ -215,7 +220,8 @@ pub(crate) enum JournalCommand {
             value_parser = parse_secs,
             allow_negative_numbers = true,
             env = "ARCP_RUNTIME_KEY_RETENTION",
-            help = RUNTIME_KEY_RETENTION_HELP
+            help = RUNTIME_KEY_RETENTION_SHORT,
+            long_help = RUNTIME_KEY_RETENTION_HELP
         )]
         runtime_key_retention: Option<f64>,
         /// One JSON object per recovered call, one per line.
@@ -310,7 +316,8 @@ pub(crate) struct InvokeArgs {
         value_parser = parse_secs,
         allow_negative_numbers = true,
         env = "ARCP_RUNTIME_KEY_RETENTION",
-        help = RUNTIME_KEY_RETENTION_HELP
+        help = RUNTIME_KEY_RETENTION_SHORT,
+        long_help = RUNTIME_KEY_RETENTION_HELP
     )]
     pub runtime_key_retention: Option<f64>,
 

@@ -58,8 +58,8 @@ fn recover_does_not_resend_a_call_the_runtime_forgot() {
     let out = invoke(
         &mock.ws_url(),
         "ret-1",
-        r#"{"ms": 600}"#,
-        &["--journal", journal, "--deadline", "0.3", "--json"],
+        r#"{"ms": 3000}"#,
+        &["--journal", journal, "--deadline", "1", "--json"],
     )
     .output()
     .unwrap();
@@ -103,8 +103,8 @@ fn recover_reports_a_forgotten_call_in_text_too_and_reads_the_environment() {
     let out = invoke(
         &mock.ws_url(),
         "ret-2",
-        r#"{"ms": 600}"#,
-        &["--journal", journal, "--deadline", "0.3", "--json"],
+        r#"{"ms": 3000}"#,
+        &["--journal", journal, "--deadline", "1", "--json"],
     )
     .output()
     .unwrap();
