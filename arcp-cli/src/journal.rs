@@ -233,33 +233,16 @@ async fn recover(
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         )
     };
+    let recovered = calls.len();
     let handed_out: HashSet<IdempotencyKey> = calls
         .iter()
         .filter_map(|call| call.key().cloned())
         .collect();
-    // Ended by the recovery itself, without a send (past the runtime's key
-    // retention, say): reported with the rest, from their records.
-    let mut ended_unsent = Vec::new();
-    for key in unfinished.iter().filter(|key| !handed_out.contains(*key)) {
-        let entry = client.lookup(key).await.map_err(|e| match e {
-            Error::Journal(e) => Failure::Journal(e),
-            e => Failure::Other(human(&redactor, &e.to_string())),
-        })?;
-        if let Some(outcome) = entry.and_then(|entry| entry.outcome()) {
-            ended_unsent.push((key.as_str().to_owned(), outcome));
-        }
-    }
-    if calls.is_empty() && ended_unsent.is_empty() && !json {
-        eprintln!("nothing to recover in {}", path.display());
-    }
     let report = Report {
         json,
         redactor: &redactor,
         bar: &bar,
     };
-    for (key, outcome) in &ended_unsent {
-        report.call(key, outcome);
-    }
     let mut reports = futures_util::stream::iter(calls)
         .map(|call| async move {
             let key = call.key().cloned();
@@ -271,9 +254,34 @@ async fn recover(
         let key = key.map(|k| k.as_str().to_owned()).unwrap_or_default();
         report.call(&key, &result);
     }
+    // Ended by the recovery itself, without a send (past the runtime's key
+    // retention, say): reported too, from their records, once the calls
+    // handed out are done (a journal that fails here fails them no more).
+    let mut ended_unsent = 0;
+    let mut looked_up = Ok(());
+    for key in unfinished.iter().filter(|key| !handed_out.contains(*key)) {
+        match client.lookup(key).await {
+            Ok(entry) => {
+                if let Some(outcome) = entry.and_then(|entry| entry.outcome()) {
+                    report.call(key.as_str(), &outcome);
+                    ended_unsent += 1;
+                }
+            }
+            Err(e) => {
+                looked_up = Err(match e {
+                    Error::Journal(e) => Failure::Journal(e),
+                    e => Failure::Other(human(&redactor, &e.to_string())),
+                });
+                break;
+            }
+        }
+    }
     bar.finish_and_clear();
+    if recovered == 0 && ended_unsent == 0 && looked_up.is_ok() && !json {
+        eprintln!("nothing to recover in {}", path.display());
+    }
     client.close().await;
-    Ok(())
+    looked_up
 }
 
 /// How `recover` reports each call: a JSON line, or a line of text.
