@@ -23,8 +23,9 @@ pub(crate) const EXIT_MAY_HAVE_RUN: u8 = 4;
 /// Exit status: a live client holds the journal (`arcp journal`, and
 /// `arcp invoke --journal`).
 pub(crate) const EXIT_JOURNAL_LOCKED: u8 = 5;
-/// Exit status: this call ran nothing, but its `--key` was supplied and an
-/// earlier call with it may have run: repeat with the same `--key`.
+/// Exit status: this call ran nothing, but its `--key` was supplied (or the
+/// `--journal` may hold the call) and an earlier call with it may have run,
+/// or a recovery may send it: repeat with the same `--key`.
 pub(crate) const EXIT_NOT_SENT: u8 = 6;
 
 /// Where the call's key came from: what "did not run" can claim about it.
