@@ -30,7 +30,22 @@ Exit status of `arcp invoke`, by outcome (`ran` in --json): 0 ok, 2 tool error (
 1 anything else. Every command: 64 usage error (a bad flag, value or argument: sysexits EX_USAGE).
 
 Environment: ARCP_URL (the runtime's URL, for --url), ARCP_TOKEN (the bearer token, for --token),
-ARCP_JOURNAL (for --journal), RUST_LOG (diagnostics).";
+ARCP_JOURNAL (for --journal), ARCP_RUNTIME_KEY_RETENTION (for --runtime-key-retention),
+RUST_LOG (diagnostics).";
+
+/// `--runtime-key-retention`'s short help (`-h`).
+const RUNTIME_KEY_RETENTION_SHORT: &str = "How long the runtime remembers an idempotency key, in \
+seconds (default: 86400, the Python runtime's default)";
+
+/// `--runtime-key-retention`'s help (`arcp invoke`, `arcp journal recover`):
+/// the guidance of `ClientBuilder::runtime_key_retention`.
+const RUNTIME_KEY_RETENTION_HELP: &str = "\
+How long the runtime remembers an idempotency key, in seconds (default: 86400, 24 hours, the \
+Python runtime's default). Set it to the shortest retention of the runtimes reached, less the \
+longest a send may take to reach them (a proxy or queue that holds it). A call first sent longer \
+ago is never sent again: past it the runtime would run the tool afresh, so a retry or `arcp \
+journal recover` ends it \"outcome unknown\" instead; and a key conflict with a --journal record \
+says \"did not run\" only within it.";
 
 const INVOKE_EXAMPLES: &str = "\
 Examples:
@@ -56,6 +71,7 @@ Exit status, by outcome (`ran` in --json):
   4  may have run, at most once; outcome unknown: repeat with the same --key to learn it
      (also CANCELLED: cancelled before or while the tool ran; repeating answers the same)
   6  not sent: this call ran nothing, but your --key may have run before: repeat with it
+     (with --journal and no --key: the journal may hold the call; repeat with its key)
   5  the --journal is locked by a live client
   1  anything else
   64 usage error (a bad flag, value or --args-file; sysexits EX_USAGE), before connecting
@@ -198,6 +214,16 @@ pub(crate) enum JournalCommand {
         /// Which ARCP message set to speak.
         #[arg(long, value_enum, value_name = "DIALECT", default_value_t = DialectArg::Auto)]
         dialect: DialectArg,
+        #[arg(
+            long,
+            value_name = "SECS",
+            value_parser = parse_secs,
+            allow_negative_numbers = true,
+            env = "ARCP_RUNTIME_KEY_RETENTION",
+            help = RUNTIME_KEY_RETENTION_SHORT,
+            long_help = RUNTIME_KEY_RETENTION_HELP
+        )]
+        runtime_key_retention: Option<f64>,
         /// One JSON object per recovered call, one per line.
         #[arg(long)]
         json: bool,
@@ -283,6 +309,17 @@ pub(crate) struct InvokeArgs {
     /// How many times the request may be sent in all (at least 1; default 10).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: Option<u32>,
+
+    #[arg(
+        long,
+        value_name = "SECS",
+        value_parser = parse_secs,
+        allow_negative_numbers = true,
+        env = "ARCP_RUNTIME_KEY_RETENTION",
+        help = RUNTIME_KEY_RETENTION_SHORT,
+        long_help = RUNTIME_KEY_RETENTION_HELP
+    )]
+    pub runtime_key_retention: Option<f64>,
 
     /// Record the call in this SQLite journal before it is sent, so that
     /// if this process dies mid-call, `arcp journal recover` finishes it

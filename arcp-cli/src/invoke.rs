@@ -102,6 +102,9 @@ pub(crate) async fn run(
     if let Some(path) = &args.journal {
         builder = builder.journal_path(path.clone());
     }
+    if let Some(secs) = args.runtime_key_retention {
+        builder = builder.runtime_key_retention(Duration::from_secs_f64(secs));
+    }
 
     // Installed first, so an interrupt at any point reports the key.
     let interrupted = match crate::signals::shutdown() {

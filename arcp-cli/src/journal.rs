@@ -3,13 +3,14 @@
 //! `show` open it read-only; every command refuses while a live client
 //! holds it (the client keeps the file locked for as long as it runs).
 
+use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use arcp_sdk::{
     Client, Error, Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome,
-    JournalState, Retention, SqliteJournal,
+    JournalState, Retention, SqliteJournal, ToolOutput,
 };
 use arcp_types::IdempotencyKey;
 use futures_util::StreamExt;
@@ -40,12 +41,14 @@ pub(crate) async fn run(args: JournalArgs) -> u8 {
             token,
             allow_insecure_token,
             dialect,
+            runtime_key_retention,
             json,
         } => {
             let server = Server {
                 url: &url,
                 token: token.as_deref(),
                 allow_insecure_token,
+                runtime_key_retention: runtime_key_retention.map(Duration::from_secs_f64),
             };
             recover(&path, server, dialect.into(), json).await
         }
@@ -159,11 +162,34 @@ fn show(path: &Path, key: &IdempotencyKey, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Where `recover` sends the calls, and with which credential.
+/// Where `recover` sends the calls, with which credential, and how long
+/// that runtime remembers keys (the client's default when `None`).
 struct Server<'a> {
     url: &'a str,
     token: Option<&'a str>,
     allow_insecure_token: bool,
+    runtime_key_retention: Option<Duration>,
+}
+
+/// At most this many unfinished calls are read before a recovery, to
+/// report those it ends without sending them.
+const UNSENT_SCAN: usize = 4096;
+
+/// The keys of the unfinished calls (the oldest [`UNSENT_SCAN`]), read
+/// before the client takes the journal: a recovery ends some without
+/// sending them (past the runtime's key retention, or not recoverable) and
+/// hands out only the rest, yet each is reported. None for a journal that
+/// does not exist yet (connecting creates it).
+fn unfinished_keys(path: &Path) -> Result<Vec<IdempotencyKey>, Failure> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let journal = SqliteJournal::open_read_only(path)?;
+    Ok(journal
+        .unfinished(UNSENT_SCAN)?
+        .into_iter()
+        .map(|entry| entry.key)
+        .collect())
 }
 
 async fn recover(
@@ -176,15 +202,20 @@ async fn recover(
         url,
         token,
         allow_insecure_token,
+        runtime_key_retention,
     } = server;
     // The URL's credentials and the token are never printed.
     let redactor = Redactor::new(token, url);
+    let unfinished = unfinished_keys(path)?;
     let mut builder = Client::builder(url)
         .dialect(dialect)
         .journal_path(path)
         .allow_insecure_token(allow_insecure_token);
     if let Some(token) = token {
         builder = builder.bearer_token(token);
+    }
+    if let Some(retention) = runtime_key_retention {
+        builder = builder.runtime_key_retention(retention);
     }
     let client = builder.connect().await.map_err(|e| match e {
         Error::Journal(e) => Failure::Journal(e),
@@ -202,9 +233,16 @@ async fn recover(
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         )
     };
-    if calls.is_empty() && !json {
-        eprintln!("nothing to recover in {}", path.display());
-    }
+    let recovered = calls.len();
+    let handed_out: HashSet<IdempotencyKey> = calls
+        .iter()
+        .filter_map(|call| call.key().cloned())
+        .collect();
+    let report = Report {
+        json,
+        redactor: &redactor,
+        bar: &bar,
+    };
     let mut reports = futures_util::stream::iter(calls)
         .map(|call| async move {
             let key = call.key().cloned();
@@ -214,7 +252,54 @@ async fn recover(
     while let Some((key, result)) = reports.next().await {
         bar.inc(1);
         let key = key.map(|k| k.as_str().to_owned()).unwrap_or_default();
-        let line = match &result {
+        report.call(&key, &result);
+    }
+    // Ended by the recovery itself, without a send (past the runtime's key
+    // retention, say): reported too, from their records, once the calls
+    // handed out are done (a journal that fails here fails them no more).
+    let mut ended_unsent = 0;
+    let mut looked_up = Ok(());
+    for key in unfinished.iter().filter(|key| !handed_out.contains(*key)) {
+        match client.lookup(key).await {
+            Ok(entry) => {
+                if let Some(outcome) = entry.and_then(|entry| entry.outcome()) {
+                    report.call(key.as_str(), &outcome);
+                    ended_unsent += 1;
+                }
+            }
+            Err(e) => {
+                looked_up = Err(match e {
+                    Error::Journal(e) => Failure::Journal(e),
+                    e => Failure::Other(human(&redactor, &e.to_string())),
+                });
+                break;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if recovered == 0 && ended_unsent == 0 && looked_up.is_ok() && !json {
+        eprintln!("nothing to recover in {}", path.display());
+    }
+    client.close().await;
+    looked_up
+}
+
+/// How `recover` reports each call: a JSON line, or a line of text.
+struct Report<'a> {
+    json: bool,
+    redactor: &'a Redactor,
+    bar: &'a ProgressBar,
+}
+
+impl Report<'_> {
+    /// Prints how the call of `key` ended.
+    fn call(&self, key: &str, result: &Result<ToolOutput, Error>) {
+        let Report {
+            json,
+            redactor,
+            bar,
+        } = *self;
+        let line = match result {
             Ok(out) => json!({
                 "key": key, "status": "ok", "ran": "ran", "job_id": out.job_id,
                 "replayed": out.replayed, "result": out.value,
@@ -228,25 +313,22 @@ async fn recover(
         if json {
             println!("{line}");
         } else {
-            let key = human(&redactor, &key);
-            bar.suspend(|| match &result {
+            let key = human(redactor, key);
+            bar.suspend(|| match result {
                 Ok(out) => println!(
                     "{key}: ok{} (job {})",
                     if out.replayed { ", replayed" } else { "" },
-                    human(&redactor, out.job_id.as_deref().unwrap_or("-"))
+                    human(redactor, out.job_id.as_deref().unwrap_or("-"))
                 ),
                 Err(e) => println!(
                     "{key}: {} ({}): {}",
-                    human(&redactor, &e.code_name()),
+                    human(redactor, &e.code_name()),
                     e.execution(),
-                    human(&redactor, &e.to_string())
+                    human(redactor, &e.to_string())
                 ),
             });
         }
     }
-    bar.finish_and_clear();
-    client.close().await;
-    Ok(())
 }
 
 fn discard(path: &Path, key: &IdempotencyKey, yes: bool) -> Result<(), Failure> {

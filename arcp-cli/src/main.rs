@@ -73,11 +73,12 @@ async fn dispatch(command: Command, logging: bool) -> u8 {
             // A key the CLI picks is still a generated one: nothing of an
             // earlier call can have run under it. With a journal it is not:
             // the call's record outlives this process, and a recovery may
-            // send it, so its key is then treated as the user's.
+            // send it, so its key is then treated as the user's (the hints
+            // still say the user gave none).
             let (key, origin) = match &args.key {
                 Some(key) => (key.clone(), KeyOrigin::Supplied),
                 None if args.journal.is_some() => {
-                    (arcp_types::IdempotencyKey::new(), KeyOrigin::Supplied)
+                    (arcp_types::IdempotencyKey::new(), KeyOrigin::Journaled)
                 }
                 None => (arcp_types::IdempotencyKey::new(), KeyOrigin::Generated),
             };

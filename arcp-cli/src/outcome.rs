@@ -23,8 +23,9 @@ pub(crate) const EXIT_MAY_HAVE_RUN: u8 = 4;
 /// Exit status: a live client holds the journal (`arcp journal`, and
 /// `arcp invoke --journal`).
 pub(crate) const EXIT_JOURNAL_LOCKED: u8 = 5;
-/// Exit status: this call ran nothing, but its `--key` was supplied and an
-/// earlier call with it may have run: repeat with the same `--key`.
+/// Exit status: this call ran nothing, but its `--key` was supplied (or the
+/// `--journal` may hold the call) and an earlier call with it may have run,
+/// or a recovery may send it: repeat with the same `--key`.
 pub(crate) const EXIT_NOT_SENT: u8 = 6;
 
 /// Where the call's key came from: what "did not run" can claim about it.
@@ -35,6 +36,9 @@ pub(crate) enum KeyOrigin {
     /// The CLI generated it for this call and keeps no journal of it: no
     /// runtime has seen it.
     Generated,
+    /// The CLI generated it for this call, and the `--journal` may record
+    /// the call: a recovery may send it, so it is treated as supplied.
+    Journaled,
 }
 
 /// The exit status of a failed call of this class (`code`: its code name).
@@ -218,7 +222,11 @@ mod tests {
             job_id: Some("job_1".into()),
             attempts: 1,
         };
-        for origin in [KeyOrigin::Supplied, KeyOrigin::Generated] {
+        for origin in [
+            KeyOrigin::Supplied,
+            KeyOrigin::Generated,
+            KeyOrigin::Journaled,
+        ] {
             let f = Failure::from_error(&cancelled, key.to_string(), origin, None);
             assert_eq!(
                 (f.ran, f.exit_code),
@@ -251,6 +259,7 @@ mod tests {
         for (origin, class) in [
             (KeyOrigin::Supplied, Execution::NotSent),
             (KeyOrigin::Generated, Execution::NotRun),
+            (KeyOrigin::Journaled, Execution::NotSent),
         ] {
             let f = Failure::before_the_call(&connect_failed(), key.to_string(), origin);
             assert_eq!(f.ran, class, "{origin:?}");

@@ -147,6 +147,20 @@ pub(crate) fn human(redactor: &Redactor, text: &str) -> String {
 /// What to do next, for the outcomes where that is not obvious.
 fn hint(f: &Failure) -> Option<String> {
     Some(match f.code.as_str() {
+        // Before the general "not sent" hint, which would hide it.
+        "DUPLICATE_KEY" if f.ran == Execution::NotSent => format!(
+            "the journal records --key {} for a call with other arguments that may have \
+             reached the runtime; this call sent nothing, and the key may be bound to it \
+             elsewhere. Do not use a new key; repeat this call with this key once the other's \
+             outcome is known",
+            f.key
+        ),
+        _ if f.ran == Execution::NotSent && f.origin == KeyOrigin::Journaled => format!(
+            "this call ran nothing, but the journal may hold it under key {} (generated for this \
+             call), and `arcp journal recover` would send it: repeat it with --key {} (never a \
+             new one)",
+            f.key, f.key
+        ),
         _ if f.ran == Execution::NotSent => format!(
             "this call ran nothing, but --key {} was yours and an earlier call with it may have \
              run: repeat it with the same --key (never a new one)",
@@ -169,13 +183,6 @@ fn hint(f: &Failure) -> Option<String> {
             "the runtime (or a gateway before it) reports --key {} bound to another call, but an \
              earlier attempt of this call may have reached it: the tool may have run (at most \
              once). Do not use a new key; ask again later with this one",
-            f.key
-        ),
-        "DUPLICATE_KEY" if f.ran == Execution::NotSent => format!(
-            "the journal records --key {} for a call with other arguments that may have \
-             reached the runtime; this call sent nothing, and the key may be bound to it \
-             elsewhere. Do not use a new key; repeat this call with this key once the other's \
-             outcome is known",
             f.key
         ),
         "OUTCOME_UNAVAILABLE" | "DEADLINE_EXCEEDED" | "INTERRUPTED" => format!(
@@ -219,6 +226,52 @@ mod tests {
             "bad token <redacted>\\u{1b}]0;owned\\u{7} <redacted>"
         );
         assert_eq!(human(&Redactor::default(), "plain\nline"), "plain\nline");
+    }
+
+    fn failure(code: &str, ran: Execution, origin: KeyOrigin) -> Failure {
+        Failure {
+            code: code.into(),
+            message: "m".into(),
+            key: "k-1".into(),
+            job_id: None,
+            attempts: 0,
+            ran,
+            origin,
+            exit_code: crate::outcome::exit_status(ran, code),
+        }
+    }
+
+    #[test]
+    fn a_local_key_conflict_gets_its_own_hint() {
+        let hint = hint(&failure(
+            "DUPLICATE_KEY",
+            Execution::NotSent,
+            KeyOrigin::Supplied,
+        ))
+        .unwrap();
+        assert!(hint.contains("the journal records --key k-1"), "{hint}");
+        assert!(hint.contains("Do not use a new key"), "{hint}");
+    }
+
+    #[test]
+    fn the_not_sent_hint_says_where_the_key_came_from() {
+        let supplied = hint(&failure(
+            "CONNECT_FAILED",
+            Execution::NotSent,
+            KeyOrigin::Supplied,
+        ))
+        .unwrap();
+        assert!(supplied.contains("--key k-1 was yours"), "{supplied}");
+        let journaled = hint(&failure(
+            "CONNECT_FAILED",
+            Execution::NotSent,
+            KeyOrigin::Journaled,
+        ))
+        .unwrap();
+        assert!(!journaled.contains("was yours"), "{journaled}");
+        assert!(journaled.contains("generated for this call"), "{journaled}");
+        assert!(journaled.contains("arcp journal recover"), "{journaled}");
+        assert!(journaled.contains("--key k-1"), "{journaled}");
     }
 
     #[test]

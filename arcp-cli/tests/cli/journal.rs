@@ -346,3 +346,44 @@ fn a_redacted_call_is_listed_as_not_recoverable() {
     assert!(!shown.contains("redact-me-please"), "{shown}");
     assert_eq!(mock.executions("slow"), 1, "ran once, ever");
 }
+
+/// With --journal and no --key, a call that sent nothing (the runtime is
+/// unreachable) is "not sent" (the journal may hold it for a recovery),
+/// and its hint does not say the user gave the key.
+#[test]
+fn a_journaled_call_under_a_generated_key_is_not_called_the_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    let out = arcp(["invoke", "echo", "--url", "ws://127.0.0.1:9/arcp"])
+        .args(["--connect-budget", "0.2", "--deadline", "5"])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let key = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("idempotency key: "))
+        .expect("the key is printed");
+    assert!(!stderr.contains("was yours"), "{stderr}");
+    assert!(stderr.contains("generated for this call"), "{stderr}");
+    assert!(stderr.contains(&format!("--key {key}")), "{stderr}");
+    // With --key, the key is the user's.
+    let out = arcp(["invoke", "echo", "--url", "ws://127.0.0.1:9/arcp"])
+        .args([
+            "--connect-budget",
+            "0.2",
+            "--deadline",
+            "5",
+            "--key",
+            "mine-1",
+        ])
+        .arg("--journal")
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--key mine-1 was yours"), "{stderr}");
+}

@@ -9,4 +9,5 @@ mod environment;
 mod help;
 mod in_process;
 mod journal;
+mod key_retention;
 mod support;

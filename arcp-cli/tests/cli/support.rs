@@ -28,6 +28,7 @@ where
         .env_remove("ARCP_TOKEN")
         .env_remove("ARCP_URL")
         .env_remove("ARCP_JOURNAL")
+        .env_remove("ARCP_RUNTIME_KEY_RETENTION")
         .env_remove("RUST_LOG")
         .timeout(TIMEOUT);
     cmd
