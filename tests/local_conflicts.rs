@@ -236,3 +236,71 @@ async fn a_journaled_conflict_with_an_unknown_outcome_is_not_recorded_as_not_run
         assert_ne!(recorded.execution(), Execution::NotRun, "{recorded:?}");
     }
 }
+
+/// The client's outcome of the other intent was itself a replay of an
+/// execution another process started earlier: the runtime's memory of the
+/// key began then, not at this client's send. Once the runtime forgot the
+/// key and a third process ran this intent under it, the conflict proves
+/// nothing: "not sent", with and without a journal, on both transports.
+#[tokio::test]
+async fn a_conflict_with_a_replayed_outcome_is_not_sent() {
+    for (transport, journaled) in [("ws", false), ("http", false), ("ws", true), ("http", true)] {
+        let retention = Duration::from_millis(1500);
+        let mock = mock(Dialect::V1_1)
+            .key_retention(retention)
+            .start()
+            .await
+            .unwrap();
+        let url = match transport {
+            "ws" => mock.ws_url(),
+            _ => mock.http_url(),
+        };
+        let key = IdempotencyKey::new();
+        let earlier = client(&url, Dialect::V1_1).connect().await.unwrap();
+        earlier
+            .invoke_tool("refund", json!({"order": 1}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut builder = client(&url, Dialect::V1_1).runtime_key_retention(retention);
+        if journaled {
+            builder = builder.journal_path(dir.path().join("j.db"));
+        }
+        let this = builder.connect().await.unwrap();
+        let replay = this
+            .invoke_tool("refund", json!({"order": 1}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+        assert!(replay.replayed, "{transport} {journaled}: {replay:?}");
+        // The runtime forgets the key 1.5 s after the earlier send; then
+        // another process runs the other intent under it.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let later = client(&url, Dialect::V1_1).connect().await.unwrap();
+        later
+            .invoke_tool("refund", json!({"order": 2}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(mock.executions_for_key(key.as_str()), 2);
+
+        let e = this
+            .invoke_tool("refund", json!({"order": 2}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap_err();
+        assert!(is_local_conflict(&e), "{transport} {journaled}: {e:?}");
+        assert_eq!(
+            e.execution(),
+            Execution::NotSent,
+            "{transport} {journaled}: {e:?}"
+        );
+        this.close().await;
+    }
+}

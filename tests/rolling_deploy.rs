@@ -80,3 +80,56 @@ async fn an_unknown_tool_refusal_from_another_instance_keeps_the_record_in_doubt
     let dir = tempfile::tempdir().unwrap();
     refused_by_the_next_instance(Some(dir.path().join("j.db"))).await;
 }
+
+/// Each new connection goes to the next address of `route` (the last one
+/// from then on).
+async fn routed(route: Vec<SocketAddr>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let to = route[n.min(route.len() - 1)];
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    address
+}
+
+/// The call's first attempt starts its job on instance X and the
+/// connection drops; the reconnect reaches instance Y, which refuses the
+/// resume; a new session re-sends to X, which answers with the job's
+/// stored result, a frame of the first session. The job is the call's own
+/// fresh execution: no replay, however its answer arrives.
+#[tokio::test]
+async fn the_calls_own_job_answered_after_another_instance_is_not_a_replay() {
+    let start = || {
+        mock(Dialect::V1_1)
+            .preset(arcp_mock::Preset::Python113)
+            .subscribe(false)
+            .start()
+    };
+    let x = start().await.unwrap();
+    let y = start().await.unwrap();
+    let relay = routed(vec![x.address(), y.address(), x.address()]).await;
+    let client = client(&format!("ws://{relay}/arcp"), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    x.inject(Fault::DropAfterAccepted);
+    let out = client
+        .invoke_tool("refund", json!({"order": 9, "ms": 100}))
+        .deadline(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(x.executions("refund"), 1);
+    assert_eq!(y.executions("refund"), 0);
+    assert_eq!(x.jobs().len(), 1);
+    assert!(!out.replayed, "{out:?}");
+}

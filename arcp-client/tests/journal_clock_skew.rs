@@ -69,3 +69,59 @@ async fn a_record_dated_ahead_of_this_clock_is_not_re_sent_past_the_key_retentio
     client.close().await;
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
 }
+
+/// A record dated ahead of this clock by less than a minute, past a short
+/// retention: the margin for clocks that run ahead is a tenth of the
+/// retention (at most a minute), so it is of unknown age, never re-sent.
+#[tokio::test]
+async fn a_record_dated_ahead_by_more_than_the_margin_is_not_re_sent() {
+    for skew in [Duration::from_secs(30)] {
+        let retention = Duration::from_millis(400);
+        let mock = MockRuntime::builder()
+            .key_retention(retention)
+            .tool("refund", |args: Value, _ctx| async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(json!({"refunded": args["order"]}))
+            })
+            .start()
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let builder = || {
+            Client::builder(mock.ws_url())
+                .handshake_timeout(Duration::from_secs(2))
+                .retry(RetryPolicy::exponential().max_elapsed(Duration::from_secs(2)))
+                .journal_path(&path)
+                .runtime_key_retention(retention)
+        };
+        let key = IdempotencyKey::new();
+        let client = builder().connect().await.unwrap();
+        let e = client
+            .invoke_tool("refund", json!({"order": 1}))
+            .idempotency_key(key.clone())
+            .deadline(Duration::from_millis(100))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
+        client.close().await;
+        {
+            let journal = SqliteJournal::open(&path).unwrap();
+            let mut entry = journal.get(&key).unwrap().unwrap();
+            entry.created_at += skew;
+            entry.updated_at += skew;
+            journal.apply(&[JournalWrite::Prepare(entry)]).unwrap();
+        }
+        tokio::time::sleep(retention * 2 + Duration::from_millis(300)).await;
+        let client = builder().connect().await.unwrap();
+        let recovered = client.recover().await.unwrap();
+        assert!(
+            recovered.is_empty(),
+            "{skew:?}: handed out {}",
+            recovered.len()
+        );
+        client.close().await;
+        assert_eq!(mock.executions_for_key(key.as_str()), 1, "{skew:?}");
+    }
+}

@@ -305,7 +305,10 @@ impl ClientBuilder {
     /// reason; `arcp journal list` shows it) instead of re-sending it, and a
     /// call re-issuing its key is answered [`Error::OutcomeUnavailable`].
     /// The age counts from the call's prepare, which precedes its first
-    /// send.
+    /// send, on the clock of the process that wrote it: the client uses the
+    /// retention less a margin for another worker's clock that runs ahead
+    /// (a tenth of it, at most a minute), and a record dated further ahead
+    /// of its own clock than that has an unknown age (never sent again).
     ///
     /// Known retentions: the v1.1 Python runtime keeps keys 24 hours by
     /// default (configurable there). The v1.1 specification sets no

@@ -219,6 +219,24 @@ impl JournalOutcome {
         )
     }
 
+    /// Whether this ending is the runtime's fresh answer for the key (a
+    /// result or the job's error, not a replay of an earlier send): the key
+    /// was bound on one of this record's sends, so the runtime remembers it
+    /// at least its retention from the record's first prepare.
+    pub(crate) fn binds_from_its_sends(&self) -> bool {
+        matches!(
+            self,
+            JournalOutcome::Ok {
+                replayed: false,
+                ..
+            } | JournalOutcome::ToolError {
+                replayed: false,
+                refused: false,
+                ..
+            }
+        )
+    }
+
     /// Whether this ending proves the call's intent did not run under its
     /// key: refused before acceptance, never accepted, refused as invalid,
     /// or the key bound to another intent. "Outcome unknown" and the key's

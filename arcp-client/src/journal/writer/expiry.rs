@@ -9,18 +9,38 @@
 //! keeps that first time.
 //!
 //! The prepare time is the writer's clock, the age this process's: a record
-//! dated ahead of this clock was written on a clock that runs ahead (or
-//! this one stepped back). Within [`CLOCK_AHEAD_ALLOWANCE`] it counts as
-//! new; beyond it, its age is unknown, and an unknown age is as good as
-//! past the retention (never sent again).
+//! written on a clock that runs ahead (another worker's, or this one's
+//! before it stepped back) looks younger than it is. So the retention is
+//! used less a margin for that ([`clock_margin`]: a tenth of it, at most
+//! [`CLOCK_AHEAD_ALLOWANCE`]), and a record dated further ahead of this
+//! clock than the margin has an unknown age, as good as past the retention
+//! (never sent again).
 
 use std::time::{Duration, SystemTime};
 
 use crate::journal::{JournalEntry, JournalOutcome, JournalState};
 
-/// How far ahead of this clock a record may be dated and still count as
-/// new: clocks kept by NTP differ by far less.
+/// The most the margin for clocks that run ahead takes off a retention:
+/// clocks kept by NTP differ by far less.
 pub(super) const CLOCK_AHEAD_ALLOWANCE: Duration = Duration::from_secs(60);
+
+/// How far ahead of this clock a writer's clock may run, for `retention`:
+/// a tenth of it, at most [`CLOCK_AHEAD_ALLOWANCE`].
+pub(super) fn clock_margin(retention: Duration) -> Duration {
+    (retention / 10).min(CLOCK_AHEAD_ALLOWANCE)
+}
+
+/// How long a key first prepared at `first` (on the writer's clock) may
+/// still be sent at `now`: the retention less the margin, less the age.
+pub(super) fn send_time_left(first: SystemTime, retention: Duration, now: SystemTime) -> Duration {
+    let margin = clock_margin(retention);
+    let usable = retention - margin;
+    match now.duration_since(first) {
+        Ok(age) => usable.saturating_sub(age),
+        Err(ahead) if ahead.duration() <= margin => usable,
+        Err(_) => Duration::ZERO,
+    }
+}
 
 /// Whether `entry`, prepared at `created_at`, may have been first sent
 /// longer ago than the runtime remembers keys (`retention`), at `now`.
@@ -29,10 +49,7 @@ pub(super) fn past_key_retention(
     retention: Duration,
     now: SystemTime,
 ) -> bool {
-    match now.duration_since(entry.created_at) {
-        Ok(age) => age >= retention,
-        Err(ahead) => ahead.duration() > CLOCK_AHEAD_ALLOWANCE,
-    }
+    send_time_left(entry.created_at, retention, now).is_zero()
 }
 
 /// The ending of `entry` past the runtime's key retention, "outcome
@@ -97,14 +114,27 @@ mod tests {
         e.state = JournalState::Accepted {
             job_id: "job_1".into(),
         };
+        // Past a retention less its margin (a tenth, at most a minute).
         assert!(past_key_retention(&e, Duration::from_secs(100), now));
-        assert!(!past_key_retention(&e, Duration::from_secs(101), now));
-        // Dated ahead of this clock: new within the allowance, of unknown
-        // age (as good as past) beyond it.
+        assert!(past_key_retention(&e, Duration::from_secs(111), now));
+        assert!(!past_key_retention(&e, Duration::from_secs(112), now));
+        // The margin is at most a minute.
+        let mut old = e.clone();
+        old.created_at = now - Duration::from_secs(940);
+        assert!(past_key_retention(&old, Duration::from_secs(1000), now));
+        old.created_at = now - Duration::from_secs(939);
+        assert!(!past_key_retention(&old, Duration::from_secs(1000), now));
+        // Dated ahead of this clock: new within the margin, of unknown age
+        // (as good as past) beyond it.
+        let day = Duration::from_secs(86_400);
         e.created_at = now + CLOCK_AHEAD_ALLOWANCE;
-        assert!(!past_key_retention(&e, Duration::from_secs(100), now));
+        assert!(!past_key_retention(&e, day, now));
+        assert_eq!(
+            send_time_left(e.created_at, day, now),
+            day - CLOCK_AHEAD_ALLOWANCE
+        );
         e.created_at = now + CLOCK_AHEAD_ALLOWANCE + Duration::from_secs(1);
-        assert!(past_key_retention(&e, Duration::from_secs(100), now));
+        assert!(past_key_retention(&e, day, now));
         match expired_outcome(&e, Duration::from_secs(100), now) {
             JournalOutcome::OutcomeUnknown { reason, .. } => {
                 assert!(reason.contains("ahead of this clock"), "{reason}");

@@ -11,7 +11,7 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
-use super::expiry::past_key_retention;
+use super::expiry::{past_key_retention, send_time_left};
 use super::queue::{Prepared, Queue, Request, Shared};
 use super::state::Writer;
 use super::CLOSE_TIMEOUT;
@@ -213,15 +213,8 @@ impl JournalHandle {
                 // No send of the key once the runtime may have forgotten
                 // it: its record's first prepare plus the retention.
                 let first = prior.first_prepared.unwrap_or(now);
-                // (A record dated ahead of this clock, within the
-                // allowance `expiry.rs` grants, still gets no more than
-                // the retention.)
-                let left = match first.checked_add(self.shared.runtime_key_retention) {
-                    Some(end) => end.duration_since(SystemTime::now()).unwrap_or_default(),
-                    // Too far ahead for the clock: no limit.
-                    None => Duration::MAX,
-                }
-                .min(self.shared.runtime_key_retention);
+                let left =
+                    send_time_left(first, self.shared.runtime_key_retention, SystemTime::now());
                 request.shared.set_send_limit(
                     crate::retry::saturating_deadline(std::time::Instant::now(), left),
                     self.shared.runtime_key_retention,
@@ -252,7 +245,9 @@ impl JournalHandle {
                 // cannot run under it. A record that may not have reached
                 // the runtime proves no binding: the key may be bound to
                 // this intent through another client.
-                let bound = matches!(&existing.state, JournalState::Terminal(o) if o.answers_repeat())
+                // (A replayed answer was bound by an earlier send, of
+                // unknown date: it proves no binding the runtime remembers.)
+                let bound = matches!(&existing.state, JournalState::Terminal(o) if o.binds_from_its_sends())
                     && !past_key_retention(&existing, self.shared.runtime_key_retention, now);
                 Ok(Err(Err(Error::DuplicateKey {
                     key: existing.key,

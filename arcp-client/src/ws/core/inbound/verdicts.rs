@@ -63,7 +63,10 @@ impl Core {
         let Some(call) = self.calls.get_mut(&id) else {
             return;
         };
-        let replayed = call.replayed() || foreign || (unaccepted && known_job);
+        // This call's own fresh job is no replay, even as another
+        // session's frame (a resume refused, the session replaced).
+        let own = known_job && call.own_job();
+        let replayed = !own && (call.replayed() || foreign || (unaccepted && known_job));
         let assembly = call.assembly_mut().take();
         let reading = match result {
             ResultBody::Decoded(result) => {
@@ -234,10 +237,10 @@ impl Core {
                     return;
                 };
                 // As for a result: a job this call's own attempt started is not a
-                // replay of anything.
-                let replayed = call.replayed()
-                    || foreign
-                    || (names_job && unaccepted && known_job && !call.own_job());
+                // replay of anything, even as another session's frame.
+                let own = known_job && call.own_job();
+                let replayed =
+                    !own && (call.replayed() || foreign || (names_job && unaccepted && known_job));
                 // The legacy runtime's refusal of an unknown tool names a
                 // job that was never accepted for this call: not the key's
                 // outcome (the runtime did not bind the key to that job).
