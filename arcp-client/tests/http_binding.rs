@@ -349,32 +349,52 @@ async fn an_accepted_only_answer_is_asked_again_with_the_same_key() {
     let client = client(&server.uri()).connect().await.unwrap();
     let out = client.invoke_tool("refund", json!({})).await.unwrap();
     assert_eq!(out.value, json!("late"));
-    assert_eq!((out.attempts, out.replayed), (2, true));
+    // The first attempt's unmarked acceptance started the job: its stored
+    // result is this call's own execution, whatever the mark says.
+    assert_eq!((out.attempts, out.replayed), (2, false));
+}
+
+/// The first acceptance of `job_3`, marked a replay or not.
+fn accepted_job_3(marked: bool) -> ResponseTemplate {
+    let body = json_body(accepted("job_3"));
+    if marked {
+        body.insert_header("Arcp-Replayed", "true")
+    } else {
+        body
+    }
 }
 
 /// The key was bound to `job_3`; the retry's answer is the result of
 /// another job, `job_4`, with no replay mark: the runtime ran the call
 /// again (it lost its record of the key), so the result is a first
 /// execution of `job_4`, not a stored outcome, as over WebSocket. The
-/// result of `job_3` is its stored outcome.
+/// result of `job_3` is its stored outcome when `job_3` was a replay
+/// (its acceptance marked so), and this call's own execution when its
+/// first attempt started it (unmarked).
 #[tokio::test]
 async fn a_retry_answered_by_another_job_is_not_a_replay() {
-    for (job, replayed) in [("job_4", false), ("job_3", true)] {
+    for (marked, job, replayed) in [
+        (false, "job_4", false),
+        (false, "job_3", false),
+        (true, "job_4", false),
+        (true, "job_3", true),
+    ] {
         let server = MockServer::start().await;
-        answer(&server, json_body(accepted("job_3")), 1).await;
+        answer(&server, accepted_job_3(marked), 1).await;
         answer(&server, json_body(result(job, json!("again"))), 1).await;
         let client = client(&server.uri()).connect().await.unwrap();
         let out = client.invoke_tool("refund", json!({})).await.unwrap();
         assert_eq!(out.value, json!("again"));
         assert_eq!(out.job_id.as_deref(), Some(job));
-        assert_eq!((out.attempts, out.replayed), (2, replayed), "{job}");
+        assert_eq!((out.attempts, out.replayed), (2, replayed), "{marked} {job}");
     }
 }
 
 /// A job's error in a single JSON body: the body carries the terminal
 /// alone, so no acceptance before it says nothing of a stored outcome. On
 /// a first attempt it is not a replay; after the key was bound to `job_3`,
-/// an error of `job_4` is a new execution and one of `job_3` a replay.
+/// an error of `job_4` is a new execution, and one of `job_3` a replay
+/// only when `job_3`'s acceptance was (not this call's own job).
 #[tokio::test]
 async fn a_jobs_error_in_a_json_body_is_a_replay_only_of_the_bound_job() {
     let server = MockServer::start().await;
@@ -391,9 +411,13 @@ async fn a_jobs_error_in_a_json_body_is_a_replay_only_of_the_bound_job() {
     };
     let first = tool_error(once.invoke_tool("refund", json!({})).await.unwrap_err());
     assert_eq!((first.attempts, first.replayed), (1, false));
-    for (job, replayed) in [("job_4", false), ("job_3", true)] {
+    for (marked, job, replayed) in [
+        (false, "job_4", false),
+        (false, "job_3", false),
+        (true, "job_3", true),
+    ] {
         let server = MockServer::start().await;
-        answer(&server, json_body(accepted("job_3")), 1).await;
+        answer(&server, accepted_job_3(marked), 1).await;
         answer(
             &server,
             json_body(error(Some(job), ErrorCode::Internal, false)),
@@ -403,7 +427,7 @@ async fn a_jobs_error_in_a_json_body_is_a_replay_only_of_the_bound_job() {
         let client = client(&server.uri()).connect().await.unwrap();
         let e = tool_error(client.invoke_tool("refund", json!({})).await.unwrap_err());
         assert_eq!(e.job_id.as_deref(), Some(job));
-        assert_eq!((e.attempts, e.replayed), (2, replayed), "{job}");
+        assert_eq!((e.attempts, e.replayed), (2, replayed), "{marked} {job}");
     }
 }
 

@@ -224,7 +224,13 @@ impl HttpCall<'_> {
     ) -> Option<Next> {
         match message {
             Message::Accepted(accepted) => {
+                let known = matches!(&self.bound_before, Some(Some(before)) if **before == *accepted.job_id);
                 self.bind(&accepted.job_id);
+                // Unmarked, of a job the key was not bound to before this
+                // attempt: this call's own execution.
+                if !marked && !known {
+                    self.record.accepted_fresh();
+                }
                 self.accepted_now = true;
                 None
             }
@@ -256,13 +262,19 @@ impl HttpCall<'_> {
 
     /// Whether this attempt's answer is a stored outcome: the runtime
     /// marked it so (`marked`), or the key was bound to a job before the
-    /// attempt and the answer is that job's. An answer from another job is
+    /// attempt and the answer is that job's; never for a job an attempt of
+    /// this call started (accepted unmarked, fresh). An answer from another job is
     /// a new execution (the runtime lost its record of the key and ran the
     /// call again), as over WebSocket; after an attempt that was merely
     /// lost, or a 409 that named no job (another instance may answer the
     /// next attempt and run the call afresh), the answer may as well be a
     /// first execution.
     fn replayed(&self, marked: bool) -> bool {
+        // The job one of this call's attempts started is its own execution,
+        // whatever the runtime marks on a later attempt's answer.
+        if self.record.own_job() {
+            return false;
+        }
         marked
             || match &self.bound_before {
                 Some(Some(before)) => self.record.job() == Some(before),
