@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use arcp_mock::Dialect;
+use arcp_mock::{Dialect, ReplayPolicy};
 use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
@@ -244,9 +244,25 @@ async fn a_journaled_conflict_with_an_unknown_outcome_is_not_recorded_as_not_run
 /// nothing: "not sent", with and without a journal, on both transports.
 #[tokio::test]
 async fn a_conflict_with_a_replayed_outcome_is_not_sent() {
-    for (transport, journaled) in [("ws", false), ("http", false), ("ws", true), ("http", true)] {
+    for transport in ["ws", "http"] {
+        conflict_after_a_replay(Dialect::V1_1, ReplayPolicy::TerminalReplay, transport).await;
+    }
+}
+
+/// The same, against a runtime that replays a stored terminal without an
+/// acceptance (newer PHP runtimes, legacy dialect): the answer carries no
+/// replay mark, so only an acceptance of a fresh job on the client's own
+/// attempt dates the key's binding.
+#[tokio::test]
+async fn a_conflict_with_an_unmarked_replay_is_not_sent() {
+    conflict_after_a_replay(Dialect::Legacy, ReplayPolicy::TerminalOnly, "ws").await;
+}
+
+async fn conflict_after_a_replay(dialect: Dialect, policy: ReplayPolicy, transport: &str) {
+    for journaled in [false, true] {
         let retention = Duration::from_millis(1500);
-        let mock = mock(Dialect::V1_1)
+        let mock = mock(dialect)
+            .replay_policy(policy)
             .key_retention(retention)
             .start()
             .await
@@ -256,7 +272,7 @@ async fn a_conflict_with_a_replayed_outcome_is_not_sent() {
             _ => mock.http_url(),
         };
         let key = IdempotencyKey::new();
-        let earlier = client(&url, Dialect::V1_1).connect().await.unwrap();
+        let earlier = client(&url, dialect).connect().await.unwrap();
         earlier
             .invoke_tool("refund", json!({"order": 1}))
             .idempotency_key(key.clone())
@@ -265,22 +281,21 @@ async fn a_conflict_with_a_replayed_outcome_is_not_sent() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(1100)).await;
         let dir = tempfile::tempdir().unwrap();
-        let mut builder = client(&url, Dialect::V1_1).runtime_key_retention(retention);
+        let mut builder = client(&url, dialect).runtime_key_retention(retention);
         if journaled {
             builder = builder.journal_path(dir.path().join("j.db"));
         }
         let this = builder.connect().await.unwrap();
-        let replay = this
-            .invoke_tool("refund", json!({"order": 1}))
+        this.invoke_tool("refund", json!({"order": 1}))
             .idempotency_key(key.clone())
             .send()
             .await
             .unwrap();
-        assert!(replay.replayed, "{transport} {journaled}: {replay:?}");
+        assert_eq!(mock.executions_for_key(key.as_str()), 1);
         // The runtime forgets the key 1.5 s after the earlier send; then
         // another process runs the other intent under it.
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let later = client(&url, Dialect::V1_1).connect().await.unwrap();
+        let later = client(&url, dialect).connect().await.unwrap();
         later
             .invoke_tool("refund", json!({"order": 2}))
             .idempotency_key(key.clone())

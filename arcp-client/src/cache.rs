@@ -408,8 +408,10 @@ impl OutcomeCache {
     }
 
     /// Records a call's outcome (cloned only when it is admitted; a value
-    /// kept as text is shared, not copied). `remembered_until`: the call's
-    /// send limit, until when the runtime remembers the key.
+    /// kept as text is shared, not copied). `remembered_until`: until when
+    /// the runtime remembers the key (the call's send limit), given only
+    /// when the call's own attempt started its job: a replay, marked or
+    /// not, was bound by an earlier send of unknown date.
     pub(crate) fn insert(
         &mut self,
         key: IdempotencyKey,
@@ -421,15 +423,6 @@ impl OutcomeCache {
         if self.capacity == 0 {
             return;
         }
-        // A replayed outcome was bound by an earlier send (another
-        // process's, or this one's gone from the cache): when the runtime
-        // will forget the key is unknown.
-        let fresh = match settled {
-            Settled::Whole(Err(Error::Tool(e))) => !e.replayed,
-            Settled::Whole(Err(_)) => false,
-            ok => !ok.replayed_result(),
-        };
-        let remembered_until = remembered_until.filter(|_| fresh);
         let outcome = if settled.admitted() {
             Some(settled.clone())
         } else if settled
@@ -683,41 +676,11 @@ mod tests {
             IdempotencyKey::new(),
             IdempotencyKey::new(),
         );
-        let result = |key: &IdempotencyKey, replayed| -> Settled {
-            Ok(ToolOutput {
-                value: serde_json::json!(1),
-                job_id: Some("j".into()),
-                key: key.clone(),
-                replayed,
-                attempts: 1,
-                trace_id: String::new(),
-            })
-            .into()
-        };
-        let replayed = IdempotencyKey::new();
-        cache.insert(
-            answered.clone(),
-            1,
-            &result(&answered, false),
-            Some(until),
-            t0,
-        );
+        // (The transports give a send limit only for a job the call's own
+        // attempt started.)
+        cache.insert(answered.clone(), 1, &out(&answered).into(), Some(until), t0);
         cache.remember_binding(unknown.clone(), 1, t0);
-        cache.insert(unlimited.clone(), 1, &result(&unlimited, false), None, t0);
-        cache.insert(
-            replayed.clone(),
-            1,
-            &result(&replayed, true),
-            Some(until),
-            t0,
-        );
-        cache.insert(
-            IdempotencyKey::new(),
-            1,
-            &out(&IdempotencyKey::new()).into(),
-            Some(until),
-            t0,
-        );
+        cache.insert(unlimited.clone(), 1, &out(&unlimited).into(), None, t0);
         let proven = |cache: &mut OutcomeCache, key, at| match cache.get(key, 2, at) {
             Cached::Conflict { proven } => proven,
             _ => panic!("no conflict"),
@@ -732,10 +695,6 @@ mod tests {
             "no outcome: no binding known"
         );
         assert!(!proven(&mut cache, &unlimited, t0), "no send limit known");
-        assert!(
-            !proven(&mut cache, &replayed, t0),
-            "a replay: bound by an earlier send"
-        );
         assert_eq!(
             conflict(answered.clone(), true).execution(),
             Execution::NotRun

@@ -386,7 +386,11 @@ async fn a_retry_answered_by_another_job_is_not_a_replay() {
         let out = client.invoke_tool("refund", json!({})).await.unwrap();
         assert_eq!(out.value, json!("again"));
         assert_eq!(out.job_id.as_deref(), Some(job));
-        assert_eq!((out.attempts, out.replayed), (2, replayed), "{marked} {job}");
+        assert_eq!(
+            (out.attempts, out.replayed),
+            (2, replayed),
+            "{marked} {job}"
+        );
     }
 }
 

@@ -49,6 +49,7 @@ fn ok(value: Value) -> JournalOutcome {
         job_id: None,
         replayed: false,
         attempts: 1,
+        fresh: false,
     }
 }
 

@@ -208,7 +208,12 @@ impl HttpBackend {
             }),
             (outcome, _) => Settled::Whole(outcome),
         };
-        let remembered_until = call.record.budget().send_limit();
+        // Only a job the call's own attempt started dates the key's binding.
+        let own_job = call.record.own_job();
+        if own_job {
+            call.req.shared.mark_own_job();
+        }
+        let remembered_until = call.record.budget().send_limit().filter(|_| own_job);
         self.cache().insert(
             call.req.key.clone(),
             fingerprint,

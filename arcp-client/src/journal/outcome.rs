@@ -9,6 +9,16 @@ use serde_json::Value;
 use crate::error::{Error, Execution, ToolError};
 use crate::outcome::ToolOutput;
 
+/// What a call knows of its key besides its result, for its record.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KeyFacts {
+    /// A "did not run" of this call is proven for its key (see
+    /// [`JournalOutcome::NotAccepted`]).
+    pub(crate) unused: bool,
+    /// The job the call ended with was started by one of its attempts.
+    pub(crate) own_job: bool,
+}
+
 /// How a journaled call ended. Stored as JSON (externally tagged, snake case:
 /// `{"ok": {...}}`, `{"tool_error": {...}}`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +38,10 @@ pub enum JournalOutcome {
         /// Requests sent.
         #[serde(default)]
         attempts: u32,
+        /// The runtime accepted the call as a fresh job on one of its
+        /// attempts: the key was bound by this record's sends.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fresh: bool,
     },
     /// A terminal tool error ([`Error::Tool`]).
     ToolError {
@@ -54,6 +68,10 @@ pub enum JournalOutcome {
         /// did not run ([`Execution::NotRun`]).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         refused: bool,
+        /// The runtime accepted the call as a fresh job on one of its
+        /// attempts: the key was bound by this record's sends.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fresh: bool,
     },
     /// The key is bound to a different intent ([`Error::DuplicateKey`]).
     DuplicateKey {
@@ -123,16 +141,22 @@ impl JournalOutcome {
     /// of a call an earlier attempt may have started) is not the key's
     /// outcome either: the job's own is still to be learned.
     ///
-    /// `key_unused`: whether a "did not run" of this call is proven for its
-    /// key (see [`JournalOutcome::NotAccepted`]).
-    pub(crate) fn from_result(
-        result: &Result<ToolOutput, Error>,
-        key_unused: bool,
-    ) -> Option<Self> {
+    /// `facts`: what the call knows of its key besides its result.
+    pub(crate) fn from_result(result: &Result<ToolOutput, Error>, facts: KeyFacts) -> Option<Self> {
+        let KeyFacts {
+            unused: key_unused,
+            own_job: fresh,
+        } = facts;
         Some(match result {
             // Only this call is known not to have sent anything.
             Err(Error::NotSent { cause, .. }) => {
-                return Self::from_result(&Err((**cause).clone()), false)
+                return Self::from_result(
+                    &Err((**cause).clone()),
+                    KeyFacts {
+                        unused: false,
+                        own_job: fresh,
+                    },
+                )
             }
             Err(Error::Tool(e)) if e.execution == Execution::MayHaveRun => return None,
             // A conflict after an earlier attempt may have run the call.
@@ -144,6 +168,7 @@ impl JournalOutcome {
                 job_id: out.job_id.clone(),
                 replayed: out.replayed,
                 attempts: out.attempts,
+                fresh,
             },
             Err(Error::Tool(e)) => JournalOutcome::ToolError {
                 code: e.code.to_string(),
@@ -154,6 +179,7 @@ impl JournalOutcome {
                 replayed: e.replayed,
                 attempts: e.attempts,
                 refused: e.execution == Execution::NotRun,
+                fresh: fresh && e.execution != Execution::NotRun,
             },
             Err(Error::DuplicateKey {
                 message, attempts, ..
@@ -219,21 +245,20 @@ impl JournalOutcome {
         )
     }
 
-    /// Whether this ending is the runtime's fresh answer for the key (a
-    /// result or the job's error, not a replay of an earlier send): the key
-    /// was bound on one of this record's sends, so the runtime remembers it
-    /// at least its retention from the record's first prepare.
+    /// Whether this ending is the outcome of a job the runtime accepted as
+    /// fresh on one of the record's attempts (not a replay, marked or not,
+    /// of an earlier send): the key was bound by the record's sends, so the
+    /// runtime remembers it at least its retention from the record's first
+    /// prepare.
     pub(crate) fn binds_from_its_sends(&self) -> bool {
         matches!(
             self,
-            JournalOutcome::Ok {
-                replayed: false,
-                ..
-            } | JournalOutcome::ToolError {
-                replayed: false,
-                refused: false,
-                ..
-            }
+            JournalOutcome::Ok { fresh: true, .. }
+                | JournalOutcome::ToolError {
+                    fresh: true,
+                    refused: false,
+                    ..
+                }
         )
     }
 
@@ -283,6 +308,7 @@ impl JournalOutcome {
                 job_id,
                 replayed,
                 attempts,
+                ..
             } => Ok(ToolOutput {
                 value,
                 job_id,
@@ -300,6 +326,7 @@ impl JournalOutcome {
                 replayed,
                 attempts,
                 refused,
+                ..
             } => Err(Error::Tool(Box::new(ToolError {
                 code: ErrorCode::parse(&code),
                 message,
@@ -372,6 +399,14 @@ mod tests {
                 job_id: Some("job_1".into()),
                 replayed: true,
                 attempts: 3,
+                fresh: false,
+            },
+            JournalOutcome::Ok {
+                value: json!(1),
+                job_id: Some("job_3".into()),
+                replayed: false,
+                attempts: 1,
+                fresh: true,
             },
             JournalOutcome::ToolError {
                 code: "PERMISSION_DENIED".into(),
@@ -382,6 +417,7 @@ mod tests {
                 replayed: false,
                 attempts: 1,
                 refused: true,
+                fresh: false,
             },
             JournalOutcome::OutcomeUnknown {
                 job_id: Some("job_2".into()),
@@ -415,7 +451,11 @@ mod tests {
             let back: JournalOutcome = serde_json::from_str(&text).unwrap();
             assert_eq!(back, o);
             let result = o.to_result(&key, "t");
-            assert_eq!(JournalOutcome::from_result(&result, true), Some(o));
+            let facts = KeyFacts {
+                unused: true,
+                own_job: o.binds_from_its_sends(),
+            };
+            assert_eq!(JournalOutcome::from_result(&result, facts), Some(o));
         }
     }
 }

@@ -18,7 +18,7 @@ use super::CLOSE_TIMEOUT;
 use crate::cache::Outcome;
 use crate::error::{Error, Execution};
 use crate::journal::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, KeyFacts,
     RecoveryMode, Redaction, Retention,
 };
 use crate::request::{CallRecorder, CallRequest};
@@ -295,10 +295,10 @@ impl JournalHandle {
         &self,
         key: &IdempotencyKey,
         result: &Outcome,
-        key_unused: bool,
+        facts: KeyFacts,
         durable_by: tokio::time::Instant,
     ) -> Result<(), JournalError> {
-        let Some(outcome) = JournalOutcome::from_result(result, key_unused) else {
+        let Some(outcome) = JournalOutcome::from_result(result, facts) else {
             debug!(%key, "outcome unknown; the journal keeps the call for recovery");
             self.release(key);
             return Ok(());

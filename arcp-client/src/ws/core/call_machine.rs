@@ -319,7 +319,10 @@ impl Core {
         if call.dropped_events() > 0 {
             warn!(parent: call.span(), dropped = call.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
-        let remembered_until = call.budget().send_limit();
+        // Only a job the call's own attempt started dates the key's binding
+        // (a replay, marked or not, was bound by an earlier send).
+        let own_job = call.own_job();
+        let remembered_until = call.budget().send_limit().filter(|_| own_job);
         self.cache.insert(
             call.key().clone(),
             call.fingerprint(),
@@ -339,6 +342,11 @@ impl Core {
         call.answer_cancel(cancel);
         // Clones for joined callers; the last one takes the outcome itself.
         let mut waiters = call.take_waiters();
+        if own_job {
+            for waiter in waiters.iter() {
+                waiter.shared.mark_own_job();
+            }
+        }
         let last = waiters.pop();
         for waiter in waiters {
             self.replies.push((waiter.reply, settled.clone()));
