@@ -215,13 +215,13 @@ async fn a_record_of_another_intent_that_sent_nothing_does_not_bind_the_key() {
     assert_eq!(out.value, json!({"refunded": 15}));
 }
 
-/// A record of another intent that may have reached the runtime (its call
-/// gave up in flight) is a local conflict, but proves no binding: the key
-/// may be bound to this intent through another client. "Not sent", never
-/// "did not run"; a record of the runtime's answer for the other intent
-/// proves the binding: "did not run".
+/// A record of another intent is a local conflict, but proves no binding
+/// the runtime still holds: "not sent", never "did not run", whether the
+/// other intent's call gave up in flight or its answer is recorded (the
+/// runtime may have forgotten the key since, or that answer may have been
+/// a replay of an earlier send).
 #[tokio::test]
-async fn a_local_conflict_says_did_not_run_only_against_the_keys_outcome() {
+async fn a_local_conflict_is_not_sent_never_did_not_run() {
     let mock = mock(Dialect::V1_1).start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let journaled = client(&mock.ws_url(), Dialect::V1_1)
@@ -263,7 +263,7 @@ async fn a_local_conflict_says_did_not_run_only_against_the_keys_outcome() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(conflict.execution(), Execution::NotRun, "{conflict:?}");
+    assert_eq!(conflict.execution(), Execution::NotSent, "{conflict:?}");
     journaled.close().await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(mock.executions_for_key(in_flight.as_str()), 1);

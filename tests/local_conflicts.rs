@@ -1,11 +1,12 @@
-//! A key conflict found inside the client (its outcome cache, a call of
-//! the key in flight) says "did not run" only when the client knows the
-//! runtime's answer for the other intent and the runtime still remembers
-//! the key: then the runtime would refuse this intent under it. Otherwise
-//! (the other intent's outcome unknown, older than the runtime's key
-//! retention, or still in flight) another process may have run this intent
-//! under the key, and the call, which sent nothing, says "not sent".
-//! Ground truth: the mock's executions.
+//! A key conflict found inside the client (its outcome cache, its journal,
+//! a call of the key in flight) never says "did not run": the client
+//! cannot prove the runtime still holds the key bound to the other intent
+//! (it may have forgotten it, the other intent's outcome may be unknown or
+//! a replay of an earlier send, marked or not), and another process may
+//! have run this intent under the key. The call sent nothing: "not sent",
+//! and nothing of it is sent later (a recovery included). Only the
+//! runtime's own refusal says "did not run". Ground truth: the mock's
+//! executions.
 
 mod support;
 
@@ -109,10 +110,12 @@ async fn a_conflict_with_an_outcome_past_the_runtime_key_retention_is_not_sent()
     assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
 }
 
-/// Within the runtime's key retention, the other intent's result proves
-/// the conflict: "did not run", on both transports.
+/// Even the other intent's fresh result, well within the runtime's key
+/// retention, proves nothing the client can check: "not sent", on both
+/// transports; from a client without that entry, the runtime's own
+/// refusal says "did not run" (over WebSocket).
 #[tokio::test]
-async fn a_conflict_with_a_remembered_outcome_did_not_run() {
+async fn a_conflict_with_a_fresh_outcome_is_not_sent() {
     let mock = mock(Dialect::V1_1).start().await.unwrap();
     for url in [mock.ws_url(), mock.http_url()] {
         let key = IdempotencyKey::new();
@@ -129,9 +132,30 @@ async fn a_conflict_with_a_remembered_outcome_did_not_run() {
             .await
             .unwrap_err();
         assert!(is_local_conflict(&e), "{url}: {e:?}");
-        assert_eq!(e.execution(), Execution::NotRun, "{url}: {e:?}");
+        assert_eq!(e.execution(), Execution::NotSent, "{url}: {e:?}");
         assert_eq!(mock.executions_for_key(key.as_str()), 1, "{url}");
         c.close().await;
+        let fresh = client(&url, Dialect::V1_1).connect().await.unwrap();
+        let e = fresh
+            .invoke_tool("refund", json!({"order": 2}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::DuplicateKey { attempts: 1, .. }),
+            "{url}: {e:?}"
+        );
+        // (An HTTP 422 may be a gateway's, which proves nothing of the
+        // key: "not sent" for a supplied one.)
+        let proof = if url.starts_with("ws") {
+            Execution::NotRun
+        } else {
+            Execution::NotSent
+        };
+        assert_eq!(e.execution(), proof, "{url}: {e:?}");
+        assert_eq!(mock.executions_for_key(key.as_str()), 1, "{url}");
+        fresh.close().await;
     }
 }
 
@@ -318,4 +342,111 @@ async fn conflict_after_a_replay(dialect: Dialect, policy: ReplayPolicy, transpo
         );
         this.close().await;
     }
+}
+
+/// The journal's record of the key is gone (purged), and the outcome cache
+/// still knows the key with another intent: the conflicting call, told
+/// "not sent", leaves no record a recovery would send, here or in another
+/// process.
+#[tokio::test]
+async fn a_call_told_not_sent_is_never_recovered() {
+    let retention = Duration::from_millis(600);
+    let mock = mock(Dialect::V1_1)
+        .key_retention(retention)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let key = IdempotencyKey::new();
+    let first = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(&path)
+        .runtime_key_retention(retention)
+        .journal_retention(
+            Retention::default()
+                .terminal_ttl(Duration::from_millis(300))
+                .purge_interval(Duration::from_millis(100)),
+        )
+        .connect()
+        .await
+        .unwrap();
+    first
+        .invoke_tool("refund", json!({"order": 1}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let e = first
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert!(is_local_conflict(&e), "{e:?}");
+    assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
+    first.close().await;
+    drop(first);
+
+    let second = client(&mock.ws_url(), Dialect::V1_1)
+        .journal_path(&path)
+        .runtime_key_retention(retention)
+        .connect()
+        .await
+        .unwrap();
+    let recovered = second.recover().await.unwrap();
+    assert!(recovered.is_empty(), "handed out {}", recovered.len());
+    second.close().await;
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+}
+
+/// The cache let the key go; the same intent re-issued on the same session
+/// gets the runtime's stored answer, which reads as a fresh execution (the
+/// runtime replays it unmarked on the session that ran it); the runtime
+/// then forgets the key and another process runs the other intent: this
+/// client's conflict is "not sent".
+#[tokio::test]
+async fn a_conflict_after_a_replay_that_reads_fresh_is_not_sent() {
+    let retention = Duration::from_millis(1500);
+    let mock = mock(Dialect::V1_1)
+        .key_retention(retention)
+        .start()
+        .await
+        .unwrap();
+    let key = IdempotencyKey::new();
+    let this = client(&mock.ws_url(), Dialect::V1_1)
+        .runtime_key_retention(retention)
+        .tuning(arcp_sdk::tuning::Tuning::default().outcome_cache(1024, Duration::from_millis(600)))
+        .connect()
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    for _ in 0..2 {
+        this.invoke_tool("refund", json!({"order": 1}))
+            .idempotency_key(key.clone())
+            .send()
+            .await
+            .unwrap();
+        tokio::time::sleep_until(t0 + Duration::from_millis(1200)).await;
+    }
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+    tokio::time::sleep_until(t0 + Duration::from_millis(1550)).await;
+    let other = client(&mock.ws_url(), Dialect::V1_1)
+        .connect()
+        .await
+        .unwrap();
+    other
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.executions_for_key(key.as_str()), 2);
+    let e = this
+        .invoke_tool("refund", json!({"order": 2}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+        .unwrap_err();
+    assert_ne!(e.execution(), Execution::NotRun, "{e:?}");
 }

@@ -44,8 +44,7 @@ How long the runtime remembers an idempotency key, in seconds (default: 86400, 2
 Python runtime's default). Set it to the shortest retention of the runtimes reached, less the \
 longest a send may take to reach them (a proxy or queue that holds it). A call first sent longer \
 ago is never sent again: past it the runtime would run the tool afresh, so a retry or `arcp \
-journal recover` ends it \"outcome unknown\" instead; and a key conflict with a --journal record \
-says \"did not run\" only within it.";
+journal recover` ends it \"outcome unknown\" instead.";
 
 const INVOKE_EXAMPLES: &str = "\
 Examples:

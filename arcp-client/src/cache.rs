@@ -267,28 +267,19 @@ pub(crate) fn admits(outcome: &Outcome) -> bool {
     }
 }
 
-/// What a call gets when the cache knows its key with another intent.
-/// "Did not run" only when `proven` ([`Cached::Conflict`]); else the call
-/// sent nothing and says so: another process may have run this intent
-/// under the key.
-pub(crate) fn conflict(key: IdempotencyKey, proven: bool) -> Error {
-    let (message, execution) = if proven {
-        (
-            "the key was already used by a call with a different intent in this client",
-            Execution::NotRun,
-        )
-    } else {
-        (
-            "the key was already used by a call with a different intent in this client, \
-             whose outcome is unknown here or older than the runtime keeps keys",
-            Execution::NotSent,
-        )
-    };
+/// What a call gets when the cache knows its key with another intent: this
+/// call sent nothing ("not sent"), and that is all the client knows. Its
+/// entry cannot prove the key still bound to the other intent: the runtime
+/// may have forgotten the key since, or its answer may have been a replay
+/// of an earlier send (of unknown date, and not always marked), and another
+/// process may have run this intent under the key. Only the runtime's own
+/// refusal proves "did not run".
+pub(crate) fn conflict(key: IdempotencyKey) -> Error {
     Error::DuplicateKey {
         key,
-        message: message.into(),
+        message: "the key was already used by a call with a different intent in this client".into(),
         attempts: 0,
-        execution,
+        execution: Execution::NotSent,
     }
 }
 
@@ -312,9 +303,6 @@ struct Entry {
     fingerprint: u64,
     /// `None`: the key may be bound to this intent; its outcome is unknown.
     outcome: Option<Settled>,
-    /// Until when the runtime remembers the key (its first send plus the
-    /// runtime's key retention), when known.
-    remembered_until: Option<Instant>,
     stored: Instant,
     /// What the entry holds, in bytes ([`held_bytes`]).
     size: usize,
@@ -354,12 +342,8 @@ fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>) -> usize {
 pub(crate) enum Cached {
     /// The same intent finished: its outcome.
     Hit(Settled),
-    /// The key is known with a different intent. `proven`: the runtime
-    /// answered that intent and still remembers the key, so it would refuse
-    /// this one; otherwise this intent may have run under the key elsewhere.
-    Conflict {
-        proven: bool,
-    },
+    /// The key finished with a different intent.
+    Conflict,
     /// The same intent was sent before and may have run; its outcome is
     /// unknown. Ask the runtime again, but the call may already have run:
     /// it must never be reported as not run.
@@ -400,24 +384,18 @@ impl OutcomeCache {
                 Some(settled) => Cached::Hit(settled.clone().replayed()),
                 None => Cached::Bound,
             },
-            Some(e) => Cached::Conflict {
-                proven: e.outcome.is_some() && e.remembered_until.is_some_and(|until| now < until),
-            },
+            Some(_) => Cached::Conflict,
             None => Cached::Miss,
         }
     }
 
     /// Records a call's outcome (cloned only when it is admitted; a value
-    /// kept as text is shared, not copied). `remembered_until`: until when
-    /// the runtime remembers the key (the call's send limit), given only
-    /// when the call's own attempt started its job: a replay, marked or
-    /// not, was bound by an earlier send of unknown date.
+    /// kept as text is shared, not copied).
     pub(crate) fn insert(
         &mut self,
         key: IdempotencyKey,
         fingerprint: u64,
         settled: &Settled,
-        remembered_until: Option<Instant>,
         now: Instant,
     ) {
         if self.capacity == 0 {
@@ -433,7 +411,7 @@ impl OutcomeCache {
         } else {
             return;
         };
-        self.store(key, fingerprint, outcome, remembered_until, now);
+        self.store(key, fingerprint, outcome, now);
     }
 
     fn store(
@@ -441,7 +419,6 @@ impl OutcomeCache {
         key: IdempotencyKey,
         fingerprint: u64,
         outcome: Option<Settled>,
-        remembered_until: Option<Instant>,
         now: Instant,
     ) {
         if self.capacity == 0 {
@@ -483,7 +460,6 @@ impl OutcomeCache {
             Entry {
                 fingerprint,
                 outcome,
-                remembered_until,
                 stored: now,
                 size,
             },
@@ -493,7 +469,7 @@ impl OutcomeCache {
     /// Remembers that `key` may be bound to this intent on the runtime,
     /// when a call ends with nobody waiting for its outcome.
     pub(crate) fn remember_binding(&mut self, key: IdempotencyKey, fingerprint: u64, now: Instant) {
-        self.store(key, fingerprint, None, None, now);
+        self.store(key, fingerprint, None, now);
     }
 
     /// Removes `key`'s entry if it is the one stored at `stored` (an order
@@ -667,56 +643,17 @@ mod tests {
     }
 
     #[test]
-    fn a_conflict_is_proven_by_a_known_outcome_the_runtime_still_remembers() {
-        let mut cache = OutcomeCache::new(8, Duration::from_secs(600));
-        let t0 = Instant::now();
-        let until = t0 + Duration::from_secs(1);
-        let (answered, unknown, unlimited) = (
-            IdempotencyKey::new(),
-            IdempotencyKey::new(),
-            IdempotencyKey::new(),
-        );
-        // (The transports give a send limit only for a job the call's own
-        // attempt started.)
-        cache.insert(answered.clone(), 1, &out(&answered).into(), Some(until), t0);
-        cache.remember_binding(unknown.clone(), 1, t0);
-        cache.insert(unlimited.clone(), 1, &out(&unlimited).into(), None, t0);
-        let proven = |cache: &mut OutcomeCache, key, at| match cache.get(key, 2, at) {
-            Cached::Conflict { proven } => proven,
-            _ => panic!("no conflict"),
-        };
-        assert!(proven(&mut cache, &answered, t0));
-        assert!(
-            !proven(&mut cache, &answered, until),
-            "the runtime forgot the key"
-        );
-        assert!(
-            !proven(&mut cache, &unknown, t0),
-            "no outcome: no binding known"
-        );
-        assert!(!proven(&mut cache, &unlimited, t0), "no send limit known");
-        assert_eq!(
-            conflict(answered.clone(), true).execution(),
-            Execution::NotRun
-        );
-        assert_eq!(conflict(answered, false).execution(), Execution::NotSent);
-    }
-
-    #[test]
     fn bounded_by_capacity_and_ttl() {
         let mut cache = OutcomeCache::new(2, Duration::from_secs(10));
         let t0 = Instant::now();
         let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
         for k in &keys {
-            cache.insert(k.clone(), 1, &out(k).into(), None, t0);
+            cache.insert(k.clone(), 1, &out(k).into(), t0);
         }
         assert_eq!(cache.len(), 2);
         assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
         assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
-        assert!(matches!(
-            cache.get(&keys[2], 2, t0),
-            Cached::Conflict { .. }
-        ));
+        assert!(matches!(cache.get(&keys[2], 2, t0), Cached::Conflict));
         assert!(matches!(
             cache.get(&keys[2], 1, t0 + Duration::from_secs(11)),
             Cached::Miss
@@ -736,10 +673,10 @@ mod tests {
             attempts: 2,
             permanent: false,
         });
-        cache.insert(key.clone(), 1, &unknown.into(), None, t0);
+        cache.insert(key.clone(), 1, &unknown.into(), t0);
         // The same intent asks the runtime again; another is refused.
         assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
-        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict { .. }));
+        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
         // A refusal that proves nothing ran is not remembered at all.
         let other = IdempotencyKey::new();
         let refused = Err(Error::RetriesExhausted {
@@ -747,7 +684,7 @@ mod tests {
             attempts: 3,
             last_error: "UNAVAILABLE".into(),
         });
-        cache.insert(other.clone(), 1, &refused.into(), None, t0);
+        cache.insert(other.clone(), 1, &refused.into(), t0);
         assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
     }
 
@@ -764,12 +701,12 @@ mod tests {
             attempts: 1,
             trace_id: String::new(),
         });
-        cache.insert(key.clone(), 1, &Settled::from(ok), None, now);
+        cache.insert(key.clone(), 1, &Settled::from(ok), now);
         // Another intent under the key ended "may have run".
         cache.remember_binding(key.clone(), 2, now);
         // The first intent is still answered from its outcome, not refused.
         assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
-        assert!(matches!(cache.get(&key, 2, now), Cached::Conflict { .. }));
+        assert!(matches!(cache.get(&key, 2, now), Cached::Conflict));
         // Another caller of the same intent that stopped waiting (its call
         // dropped while a request was out) leaves the outcome as it is.
         cache.remember_binding(key.clone(), 1, now);
@@ -797,7 +734,7 @@ mod tests {
         let t0 = Instant::now();
         for (i, key) in keys.iter().enumerate() {
             let at = t0 + Duration::from_millis(i as u64);
-            cache.insert(key.clone(), 1, &plain(key, &big), None, at);
+            cache.insert(key.clone(), 1, &plain(key, &big), at);
         }
         assert_eq!(cache.len(), 2);
         assert!(cache.bytes() <= bound);
@@ -805,7 +742,7 @@ mod tests {
         assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
         // Replacing an entry counts its bytes once.
         let small = plain(&keys[2], "1");
-        cache.insert(keys[2].clone(), 1, &small, None, t0);
+        cache.insert(keys[2].clone(), 1, &small, t0);
         assert_eq!(cache.len(), 2);
         assert_eq!(
             cache.bytes(),
@@ -819,9 +756,9 @@ mod tests {
         let key = IdempotencyKey::new();
         let huge = format!("\"{}\"", "x".repeat(4096));
         let t0 = Instant::now();
-        cache.insert(key.clone(), 1, &plain(&key, &huge), None, t0);
+        cache.insert(key.clone(), 1, &plain(&key, &huge), t0);
         assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
-        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict { .. }));
+        assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
         assert!(cache.bytes() < 1024);
     }
 
@@ -832,7 +769,7 @@ mod tests {
         assert_eq!(cache.next_expiry(), None);
         let key = IdempotencyKey::new();
         let t0 = Instant::now();
-        cache.insert(key.clone(), 1, &plain(&key, "1"), None, t0);
+        cache.insert(key.clone(), 1, &plain(&key, "1"), t0);
         assert_eq!(cache.next_expiry(), Some(t0 + ttl));
         cache.expire(t0 + ttl);
         assert_eq!(cache.len(), 0);

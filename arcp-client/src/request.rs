@@ -159,9 +159,6 @@ const SENT: u8 = 1;
 const ABANDONED: u8 = 2;
 /// The journal decided this call's prepare: it drives a record of its own.
 const RECORDED: u8 = 4;
-/// The job the call ended with was started by one of its attempts (the
-/// runtime accepted it as a fresh job): the key was bound by its sends.
-const OWN_JOB: u8 = 8;
 
 /// State shared between an [`Invocation`](crate::Invocation) and the
 /// transport running its call.
@@ -306,17 +303,6 @@ impl CallShared {
     /// Whether the journal recorded the call (see [`mark_recorded`](Self::mark_recorded)).
     pub(crate) fn is_recorded(&self) -> bool {
         self.marks.load(Ordering::Acquire) & RECORDED != 0
-    }
-
-    /// The job the call ends with was started by one of its attempts.
-    pub(crate) fn mark_own_job(&self) {
-        self.marks.fetch_or(OWN_JOB, Ordering::AcqRel);
-    }
-
-    /// Whether the call's job was started by one of its attempts (see
-    /// [`mark_own_job`](Self::mark_own_job)).
-    pub(crate) fn started_its_job(&self) -> bool {
-        self.marks.load(Ordering::Acquire) & OWN_JOB != 0
     }
 
     /// Whether the caller gave up.

@@ -1041,7 +1041,6 @@ async fn an_earlier_journal_table_is_rebuilt_in_place() {
             job_id: Some("job-2".into()),
             replayed: false,
             attempts: 1,
-            fresh: false,
         })
     );
     // New writes still go through.

@@ -49,7 +49,6 @@ fn ok(value: Value) -> JournalOutcome {
         job_id: None,
         replayed: false,
         attempts: 1,
-        fresh: false,
     }
 }
 

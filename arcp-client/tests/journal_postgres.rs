@@ -85,7 +85,6 @@ fn ok(value: Value) -> JournalOutcome {
         job_id: None,
         replayed: false,
         attempts: 1,
-        fresh: false,
     }
 }
 
@@ -671,7 +670,6 @@ async fn clients_share_the_journal_and_recover_a_dead_workers_calls() {
             job_id: out.job_id.clone(),
             replayed: false,
             attempts: 1,
-            fresh: true,
         })
     );
 

@@ -13,7 +13,7 @@ use crate::classify::{give_up, not_recorded, not_sent, outcome_unknown, shared_f
 use crate::deadline::Deadline;
 use crate::error::{Error, Execution, JournalErrorKind};
 use crate::fate::{KeyFate, LiveKeys};
-use crate::journal::{JournalHandle, KeyFacts};
+use crate::journal::JournalHandle;
 use crate::request::{CallRequest, CallShared};
 use crate::telemetry::{self, Answered};
 
@@ -220,11 +220,8 @@ impl Client {
             let now = tokio::time::Instant::now();
             let durable_by = now + deadline.remaining(now.into_std()).max(DURABLE_GRACE);
             // Boxed: only journaled calls pay for this future's size.
-            let facts = KeyFacts {
-                unused: key_unused,
-                own_job: shared.started_its_job(),
-            };
-            let recorded = Box::pin(journal.finish_call(&key, &outcome, facts, durable_by)).await;
+            let recorded =
+                Box::pin(journal.finish_call(&key, &outcome, key_unused, durable_by)).await;
             if let (Err(why), Err(e)) = (recorded, &outcome) {
                 if e.execution() == Execution::NotRun {
                     outcome = Err(not_recorded(&key, e, &why, shared.job_id()));

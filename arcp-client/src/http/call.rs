@@ -126,7 +126,7 @@ impl HttpBackend {
                     out
                 });
             }
-            Cached::Conflict { proven } => return Err(conflict(req.key, proven)),
+            Cached::Conflict => return Err(conflict(req.key)),
             Cached::Bound | Cached::Miss => {}
         }
         if size > self.config.max_frame_size {
@@ -208,19 +208,8 @@ impl HttpBackend {
             }),
             (outcome, _) => Settled::Whole(outcome),
         };
-        // Only a job the call's own attempt started dates the key's binding.
-        let own_job = call.record.own_job();
-        if own_job {
-            call.req.shared.mark_own_job();
-        }
-        let remembered_until = call.record.budget().send_limit().filter(|_| own_job);
-        self.cache().insert(
-            call.req.key.clone(),
-            fingerprint,
-            &settled,
-            remembered_until,
-            Instant::now(),
-        );
+        self.cache()
+            .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
         // The trace is set here, for every result alike (the cache keeps
         // none: a hit gets its own caller's).
         settled.into_outcome().map(|mut out| {

@@ -52,7 +52,6 @@ pub use crate::error::{JournalError, JournalErrorKind};
 pub use entry::{JournalEntry, JournalState};
 pub use memory::MemoryJournal;
 pub use outcome::JournalOutcome;
-pub(crate) use outcome::KeyFacts;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresJournal, PostgresOptions};

@@ -9,16 +9,6 @@ use serde_json::Value;
 use crate::error::{Error, Execution, ToolError};
 use crate::outcome::ToolOutput;
 
-/// What a call knows of its key besides its result, for its record.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct KeyFacts {
-    /// A "did not run" of this call is proven for its key (see
-    /// [`JournalOutcome::NotAccepted`]).
-    pub(crate) unused: bool,
-    /// The job the call ended with was started by one of its attempts.
-    pub(crate) own_job: bool,
-}
-
 /// How a journaled call ended. Stored as JSON (externally tagged, snake case:
 /// `{"ok": {...}}`, `{"tool_error": {...}}`, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,10 +28,6 @@ pub enum JournalOutcome {
         /// Requests sent.
         #[serde(default)]
         attempts: u32,
-        /// The runtime accepted the call as a fresh job on one of its
-        /// attempts: the key was bound by this record's sends.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        fresh: bool,
     },
     /// A terminal tool error ([`Error::Tool`]).
     ToolError {
@@ -68,10 +54,6 @@ pub enum JournalOutcome {
         /// did not run ([`Execution::NotRun`]).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         refused: bool,
-        /// The runtime accepted the call as a fresh job on one of its
-        /// attempts: the key was bound by this record's sends.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        fresh: bool,
     },
     /// The key is bound to a different intent ([`Error::DuplicateKey`]).
     DuplicateKey {
@@ -141,24 +123,31 @@ impl JournalOutcome {
     /// of a call an earlier attempt may have started) is not the key's
     /// outcome either: the job's own is still to be learned.
     ///
-    /// `facts`: what the call knows of its key besides its result.
-    pub(crate) fn from_result(result: &Result<ToolOutput, Error>, facts: KeyFacts) -> Option<Self> {
-        let KeyFacts {
-            unused: key_unused,
-            own_job: fresh,
-        } = facts;
+    /// `key_unused`: whether a "did not run" of this call is proven for its
+    /// key (see [`JournalOutcome::NotAccepted`]).
+    pub(crate) fn from_result(
+        result: &Result<ToolOutput, Error>,
+        key_unused: bool,
+    ) -> Option<Self> {
         Some(match result {
             // Only this call is known not to have sent anything.
             Err(Error::NotSent { cause, .. }) => {
-                return Self::from_result(
-                    &Err((**cause).clone()),
-                    KeyFacts {
-                        unused: false,
-                        own_job: fresh,
-                    },
-                )
+                return Self::from_result(&Err((**cause).clone()), false)
             }
             Err(Error::Tool(e)) if e.execution == Execution::MayHaveRun => return None,
+            // A conflict found in the client (its outcome cache, a call of
+            // the key in flight): this call sent nothing, and its record,
+            // if it made one, is never to be sent.
+            Err(Error::DuplicateKey {
+                message,
+                attempts,
+                execution: Execution::NotSent,
+                ..
+            }) => JournalOutcome::NotAccepted {
+                last_error: message.clone(),
+                attempts: *attempts,
+                key_unused: false,
+            },
             // A conflict after an earlier attempt may have run the call.
             Err(e @ Error::DuplicateKey { .. }) if e.execution() != Execution::NotRun => {
                 return None
@@ -168,7 +157,6 @@ impl JournalOutcome {
                 job_id: out.job_id.clone(),
                 replayed: out.replayed,
                 attempts: out.attempts,
-                fresh,
             },
             Err(Error::Tool(e)) => JournalOutcome::ToolError {
                 code: e.code.to_string(),
@@ -179,7 +167,6 @@ impl JournalOutcome {
                 replayed: e.replayed,
                 attempts: e.attempts,
                 refused: e.execution == Execution::NotRun,
-                fresh: fresh && e.execution != Execution::NotRun,
             },
             Err(Error::DuplicateKey {
                 message, attempts, ..
@@ -245,23 +232,6 @@ impl JournalOutcome {
         )
     }
 
-    /// Whether this ending is the outcome of a job the runtime accepted as
-    /// fresh on one of the record's attempts (not a replay, marked or not,
-    /// of an earlier send): the key was bound by the record's sends, so the
-    /// runtime remembers it at least its retention from the record's first
-    /// prepare.
-    pub(crate) fn binds_from_its_sends(&self) -> bool {
-        matches!(
-            self,
-            JournalOutcome::Ok { fresh: true, .. }
-                | JournalOutcome::ToolError {
-                    fresh: true,
-                    refused: false,
-                    ..
-                }
-        )
-    }
-
     /// Whether this ending proves the call's intent did not run under its
     /// key: refused before acceptance, never accepted, refused as invalid,
     /// or the key bound to another intent. "Outcome unknown" and the key's
@@ -308,7 +278,6 @@ impl JournalOutcome {
                 job_id,
                 replayed,
                 attempts,
-                ..
             } => Ok(ToolOutput {
                 value,
                 job_id,
@@ -326,7 +295,6 @@ impl JournalOutcome {
                 replayed,
                 attempts,
                 refused,
-                ..
             } => Err(Error::Tool(Box::new(ToolError {
                 code: ErrorCode::parse(&code),
                 message,
@@ -399,14 +367,6 @@ mod tests {
                 job_id: Some("job_1".into()),
                 replayed: true,
                 attempts: 3,
-                fresh: false,
-            },
-            JournalOutcome::Ok {
-                value: json!(1),
-                job_id: Some("job_3".into()),
-                replayed: false,
-                attempts: 1,
-                fresh: true,
             },
             JournalOutcome::ToolError {
                 code: "PERMISSION_DENIED".into(),
@@ -417,7 +377,6 @@ mod tests {
                 replayed: false,
                 attempts: 1,
                 refused: true,
-                fresh: false,
             },
             JournalOutcome::OutcomeUnknown {
                 job_id: Some("job_2".into()),
@@ -451,11 +410,7 @@ mod tests {
             let back: JournalOutcome = serde_json::from_str(&text).unwrap();
             assert_eq!(back, o);
             let result = o.to_result(&key, "t");
-            let facts = KeyFacts {
-                unused: true,
-                own_job: o.binds_from_its_sends(),
-            };
-            assert_eq!(JournalOutcome::from_result(&result, facts), Some(o));
+            assert_eq!(JournalOutcome::from_result(&result, true), Some(o));
         }
     }
 }

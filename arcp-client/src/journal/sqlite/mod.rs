@@ -329,7 +329,6 @@ mod tests {
             job_id: Some("job_1".into()),
             replayed: false,
             attempts: 2,
-            fresh: false,
         };
         j.apply(&[JournalWrite::Terminal {
             key: key.clone(),

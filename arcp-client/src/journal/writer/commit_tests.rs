@@ -187,7 +187,6 @@ fn a_key_with_a_record_is_decided_against_it() {
         job_id: None,
         replayed: false,
         attempts: 1,
-        fresh: false,
     });
     journal
         .inner

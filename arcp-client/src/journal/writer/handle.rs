@@ -11,14 +11,14 @@ use arcp_types::IdempotencyKey;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
-use super::expiry::{past_key_retention, send_time_left};
+use super::expiry::send_time_left;
 use super::queue::{Prepared, Queue, Request, Shared};
 use super::state::Writer;
 use super::CLOSE_TIMEOUT;
 use crate::cache::Outcome;
 use crate::error::{Error, Execution};
 use crate::journal::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, KeyFacts,
+    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     RecoveryMode, Redaction, Retention,
 };
 use crate::request::{CallRecorder, CallRequest};
@@ -240,15 +240,12 @@ impl JournalHandle {
                 }
             }
             Prepared::Conflict(existing) => {
-                // The runtime bound the key to the recorded intent (its
-                // outcome is the key's) and still remembers it: this intent
-                // cannot run under it. A record that may not have reached
-                // the runtime proves no binding: the key may be bound to
-                // this intent through another client.
-                // (A replayed answer was bound by an earlier send, of
-                // unknown date: it proves no binding the runtime remembers.)
-                let bound = matches!(&existing.state, JournalState::Terminal(o) if o.binds_from_its_sends())
-                    && !past_key_retention(&existing, self.shared.runtime_key_retention, now);
+                // This call sends nothing, and the record proves no binding
+                // the runtime still holds: it may have forgotten the key,
+                // and the recorded answer may be a replay of an earlier send
+                // (of unknown date, not always marked); another client may
+                // have run this intent under the key since. Only the
+                // runtime's refusal proves "did not run".
                 Ok(Err(Err(Error::DuplicateKey {
                     key: existing.key,
                     message: format!(
@@ -258,11 +255,7 @@ impl JournalHandle {
                         now.duration_since(existing.created_at).unwrap_or_default()
                     ),
                     attempts: 0,
-                    execution: if bound {
-                        Execution::NotRun
-                    } else {
-                        Execution::NotSent
-                    },
+                    execution: Execution::NotSent,
                 })))
             }
         }
@@ -295,10 +288,10 @@ impl JournalHandle {
         &self,
         key: &IdempotencyKey,
         result: &Outcome,
-        facts: KeyFacts,
+        key_unused: bool,
         durable_by: tokio::time::Instant,
     ) -> Result<(), JournalError> {
-        let Some(outcome) = JournalOutcome::from_result(result, facts) else {
+        let Some(outcome) = JournalOutcome::from_result(result, key_unused) else {
             debug!(%key, "outcome unknown; the journal keeps the call for recovery");
             self.release(key);
             return Ok(());

@@ -319,17 +319,8 @@ impl Core {
         if call.dropped_events() > 0 {
             warn!(parent: call.span(), dropped = call.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
-        // Only a job the call's own attempt started dates the key's binding
-        // (a replay, marked or not, was bound by an earlier send).
-        let own_job = call.own_job();
-        let remembered_until = call.budget().send_limit().filter(|_| own_job);
-        self.cache.insert(
-            call.key().clone(),
-            call.fingerprint(),
-            &settled,
-            remembered_until,
-            now,
-        );
+        self.cache
+            .insert(call.key().clone(), call.fingerprint(), &settled, now);
         let cancel = match settled.error() {
             Some(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.
@@ -342,11 +333,6 @@ impl Core {
         call.answer_cancel(cancel);
         // Clones for joined callers; the last one takes the outcome itself.
         let mut waiters = call.take_waiters();
-        if own_job {
-            for waiter in waiters.iter() {
-                waiter.shared.mark_own_job();
-            }
-        }
         let last = waiters.pop();
         for waiter in waiters {
             self.replies.push((waiter.reply, settled.clone()));

@@ -97,8 +97,8 @@ impl Core {
                 answer(waiter, outcome);
                 return;
             }
-            Cached::Conflict { proven } => {
-                answer(waiter, Err(conflict(req.key, proven)).into());
+            Cached::Conflict => {
+                answer(waiter, Err(conflict(req.key)).into());
                 return;
             }
             Cached::Bound => true,
