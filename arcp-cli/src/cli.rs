@@ -197,10 +197,10 @@ pub(crate) enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Drive the unfinished calls to an outcome against the runtime, with
+    /// Drive every unfinished call to an outcome against the runtime, with
     /// the same keys (each tool still runs at most once), reporting each:
-    /// the oldest 256 per run (a call whose outcome stays unknown stays
-    /// unfinished, and is among the oldest the next run drives).
+    /// each call once per run (a call whose outcome stays unknown stays
+    /// unfinished for the next run).
     Recover {
         /// The runtime's URL (ws://, wss://, http:// or https://).
         #[arg(long, value_name = "URL", value_parser = parse_url, env = "ARCP_URL")]

@@ -221,39 +221,51 @@ async fn recover(
         Error::Journal(e) => Failure::Journal(e),
         e => Failure::Other(human(&redactor, &format!("cannot connect to {url}: {e}"))),
     })?;
-    let calls = client.recover().await.map_err(|e| match e {
-        Error::Journal(e) => Failure::Journal(e),
-        e => Failure::Other(human(&redactor, &e.to_string())),
-    })?;
     let bar = if json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(calls.len() as u64).with_style(
+        ProgressBar::new(0).with_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} calls recovered {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         )
     };
-    let recovered = calls.len();
-    let handed_out: HashSet<IdempotencyKey> = calls
-        .iter()
-        .filter_map(|call| call.key().cloned())
-        .collect();
     let report = Report {
         json,
         redactor: &redactor,
         bar: &bar,
     };
-    let mut reports = futures_util::stream::iter(calls)
-        .map(|call| async move {
-            let key = call.key().cloned();
-            (key, call.await)
-        })
-        .buffer_unordered(64);
-    while let Some((key, result)) = reports.next().await {
-        bar.inc(1);
-        let key = key.map(|k| k.as_str().to_owned()).unwrap_or_default();
-        report.call(&key, &result);
+    // Batch after batch (a claim hands out at most 256): a call whose
+    // outcome stays unknown stays unfinished and comes back among the
+    // oldest, so only keys not handed out before are driven (the others
+    // are dropped, which gives their claims back), and the run ends with a
+    // batch that brings none.
+    let mut handed_out: HashSet<IdempotencyKey> = HashSet::new();
+    loop {
+        let calls = client.recover().await.map_err(|e| match e {
+            Error::Journal(e) => Failure::Journal(e),
+            e => Failure::Other(human(&redactor, &e.to_string())),
+        })?;
+        let new: Vec<_> = calls
+            .into_iter()
+            .filter(|call| call.key().is_none_or(|key| handed_out.insert(key.clone())))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        bar.inc_length(new.len() as u64);
+        let mut reports = futures_util::stream::iter(new)
+            .map(|call| async move {
+                let key = call.key().cloned();
+                (key, call.await)
+            })
+            .buffer_unordered(64);
+        while let Some((key, result)) = reports.next().await {
+            bar.inc(1);
+            let key = key.map(|k| k.as_str().to_owned()).unwrap_or_default();
+            report.call(&key, &result);
+        }
     }
+    let recovered = handed_out.len();
     // Ended by the recovery itself, without a send (past the runtime's key
     // retention, say): reported too, from their records, once the calls
     // handed out are done (a journal that fails here fails them no more).

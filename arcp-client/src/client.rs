@@ -24,7 +24,7 @@ use tracing::{info, warn};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::connection_events::{ConnectionEvent, ConnectionEvents};
-use crate::error::{Error, Execution};
+use crate::error::Error;
 use crate::fate::LiveKeys;
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef};
@@ -264,8 +264,17 @@ impl Client {
 
 /// Re-drives every unfinished call in the background
 /// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
+///
+/// Batch after batch (a claim hands out at most 256), each ended before
+/// the next is claimed. A call whose outcome stays unknown stays unfinished and
+/// comes back among the oldest: only keys not handed out before are driven
+/// (the others are dropped, which gives their claims back), and recovery
+/// ends with a batch that brings none. A batch is never judged by its size:
+/// a claim ends the calls past the runtime's key retention without handing
+/// them out.
 pub(crate) fn spawn_recovery(client: Client) {
     tokio::spawn(async move {
+        let mut handed_out = std::collections::HashSet::new();
         loop {
             let calls = match client.recover().await {
                 Ok(calls) => calls,
@@ -274,49 +283,28 @@ pub(crate) fn spawn_recovery(client: Client) {
                     return;
                 }
             };
-            if calls.is_empty() {
+            let new: Vec<_> = calls
+                .into_iter()
+                .filter(|call| call.key().is_none_or(|key| handed_out.insert(key.clone())))
+                .collect();
+            if new.is_empty() {
                 return;
             }
             info!(
-                calls = calls.len(),
+                calls = new.len(),
                 "re-driving unfinished calls from the journal"
             );
-            // A call that ends unfinished again is not claimed again by the
-            // next batch while it is driven; one that ended is not claimed
-            // at all. Each batch ends before the next is claimed.
-            let unfinished_again = std::sync::atomic::AtomicUsize::new(0);
-            let batch = calls.len();
-            futures_util::stream::iter(calls)
-                .for_each_concurrent(64, |call| {
-                    let unfinished_again = &unfinished_again;
-                    async move {
-                        let key = call.key().cloned();
-                        match call.await {
-                            Ok(out) => {
-                                info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
-                            }
-                            Err(e) => {
-                                // A cancellation is the key's outcome (the
-                                // record is finished), though it may have run.
-                                if e.execution() == Execution::MayHaveRun
-                                    && !matches!(e, Error::Cancelled { .. })
-                                {
-                                    unfinished_again
-                                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                }
-                                info!(key = ?key, error = %e, "recovered call ended")
-                            }
+            futures_util::stream::iter(new)
+                .for_each_concurrent(64, |call| async move {
+                    let key = call.key().cloned();
+                    match call.await {
+                        Ok(out) => {
+                            info!(key = ?key, replayed = out.replayed, "recovered call succeeded")
                         }
+                        Err(e) => info!(key = ?key, error = %e, "recovered call ended"),
                     }
                 })
                 .await;
-            // Calls whose outcome is still unknown stay for a later
-            // recovery: claiming them again now would loop.
-            if unfinished_again.load(std::sync::atomic::Ordering::Relaxed) > 0
-                || batch < crate::journal::RECOVER_BATCH
-            {
-                return;
-            }
         }
     });
 }

@@ -10,4 +10,5 @@ mod help;
 mod in_process;
 mod journal;
 mod key_retention;
+mod recover_batches;
 mod support;

@@ -63,4 +63,4 @@ pub use retention::{PurgeReport, Retention};
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
 pub use store::Journal;
 pub use write::JournalWrite;
-pub(crate) use writer::{JournalHandle, JournalSetup, RECOVER_BATCH};
+pub(crate) use writer::{JournalHandle, JournalSetup};

@@ -1,0 +1,146 @@
+//! `arcp journal recover` with more unfinished calls than one claim hands
+//! out (256), and the SDK's automatic recovery when a claim ends calls past
+//! the runtime's key retention: every call is driven once, none twice.
+
+use std::path::Path;
+use std::time::Duration;
+
+use arcp_mock::{Dialect, MockRuntime};
+use serde_json::{json, Value};
+
+use crate::support::{arcp, runtime};
+
+fn slow_mock(rt: &tokio::runtime::Runtime, retention: Option<Duration>) -> MockRuntime {
+    rt.block_on(async {
+        let mut builder = MockRuntime::builder().dialect(Dialect::V1_1);
+        if let Some(retention) = retention {
+            builder = builder.key_retention(retention);
+        }
+        builder
+            .tool("slow", |args: Value, ctx| async move {
+                let ms = args["ms"].as_u64().unwrap_or(0);
+                ctx.sleep(Duration::from_millis(ms)).await;
+                Ok(json!({"slept_ms": ms}))
+            })
+            .start()
+            .await
+    })
+    .unwrap()
+}
+
+/// Leaves `n` unfinished records `{prefix}-{i}` (each tool ran once; the
+/// deadline passed while it worked).
+fn leave_unfinished(
+    rt: &tokio::runtime::Runtime,
+    mock: &MockRuntime,
+    journal: &Path,
+    prefix: &str,
+    n: usize,
+) {
+    rt.block_on(async {
+        let client = arcp_sdk::Client::builder(mock.ws_url())
+            .journal_path(journal)
+            .connect()
+            .await
+            .unwrap();
+        let calls = (0..n).map(|i| {
+            let client = client.clone();
+            let key = format!("{prefix}-{i}");
+            async move {
+                client
+                    .invoke_tool("slow", json!({"ms": 600}))
+                    .key_str(&key)
+                    .deadline(Duration::from_millis(300))
+                    .send()
+                    .await
+            }
+        });
+        for result in futures_util::future::join_all(calls).await {
+            let e = result.expect_err("the deadline passes while the tool works");
+            assert_eq!(e.execution(), arcp_sdk::Execution::MayHaveRun, "{e}");
+        }
+        client.close().await;
+    });
+}
+
+fn unfinished(journal: &Path) -> usize {
+    let out = arcp([
+        "journal",
+        "list",
+        "--unfinished",
+        "--json",
+        "--limit",
+        "100000",
+    ])
+    .arg("--journal")
+    .arg(journal)
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn recover_drives_every_unfinished_call_past_one_claim() {
+    let rt = runtime();
+    let mock = slow_mock(&rt, None);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    leave_unfinished(&rt, &mock, &journal, "many", 300);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = arcp(["journal", "recover", "--json", "--dialect", "v1.1"])
+        .args(["--url", &mock.ws_url()])
+        .arg("--journal")
+        .arg(&journal)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(mock.executions("slow"), 300, "no tool ran twice");
+    let reported = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!((reported, unfinished(&journal)), (300, 0));
+}
+
+#[test]
+fn automatic_recovery_goes_on_past_a_claim_that_ended_calls_past_the_retention() {
+    let retention = Duration::from_secs(2);
+    let rt = runtime();
+    let mock = slow_mock(&rt, Some(retention));
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    leave_unfinished(&rt, &mock, &journal, "old", 20);
+    std::thread::sleep(retention + Duration::from_millis(300));
+    leave_unfinished(&rt, &mock, &journal, "fresh", 280);
+    std::thread::sleep(Duration::from_millis(500));
+    rt.block_on(async {
+        let client = arcp_sdk::Client::builder(mock.ws_url())
+            .journal_path(&journal)
+            .runtime_key_retention(retention)
+            .recovery(arcp_sdk::RecoveryMode::Automatic)
+            .connect()
+            .await
+            .unwrap();
+        // (The journal is the client's while it runs: asked through it.)
+        let until = tokio::time::Instant::now() + Duration::from_secs(20);
+        for i in 0..280 {
+            let key = arcp_sdk::IdempotencyKey::try_from(format!("fresh-{i}")).unwrap();
+            while !client
+                .lookup(&key)
+                .await
+                .unwrap()
+                .is_some_and(|entry| entry.is_terminal())
+            {
+                assert!(
+                    tokio::time::Instant::now() < until,
+                    "fresh-{i} not recovered"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        client.close().await;
+    });
+    for (key, n) in mock.executions_by_key() {
+        assert_eq!(n, 1, "key {key} ran {n} times");
+    }
+    assert_eq!(unfinished(&journal), 0);
+}
