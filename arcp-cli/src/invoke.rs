@@ -110,16 +110,19 @@ pub(crate) async fn run(
     let interrupted = match crate::signals::shutdown() {
         Ok(signal) => signal,
         Err(e) => {
+            // Nothing was sent: "did not run" only for a key no earlier call
+            // may have used.
+            let ran = crate::outcome::class_for(arcp_sdk::Execution::NotSent, origin);
             return CallOutcome::Failed(Failure {
                 code: "INTERNAL_CLIENT_ERROR".into(),
                 message: format!("cannot listen for signals: {e}"),
                 key: key.to_string(),
                 job_id: None,
                 attempts: 0,
-                ran: arcp_sdk::Execution::NotRun,
+                ran,
                 origin,
                 exit_code: crate::outcome::EXIT_OTHER,
-            })
+            });
         }
     };
     tokio::pin!(interrupted);

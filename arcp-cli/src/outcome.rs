@@ -57,7 +57,7 @@ pub(crate) fn exit_status(ran: Execution, code: &str) -> u8 {
 /// What the client's class means for a key of this origin: nothing sent
 /// under a key generated for the call proves it did not run (the CLI hands
 /// every key to the client as supplied, so the client cannot know).
-fn class_for(ran: Execution, origin: KeyOrigin) -> Execution {
+pub(crate) fn class_for(ran: Execution, origin: KeyOrigin) -> Execution {
     match (ran, origin) {
         (Execution::NotSent, KeyOrigin::Generated) => Execution::NotRun,
         (ran, _) => ran,

@@ -11,7 +11,8 @@ pub enum RecoveryMode {
     #[default]
     Manual,
     /// On connect, the client re-drives every unfinished call in the
-    /// background (at most 64 at a time); their outcomes land in the journal
+    /// background (at most 64 at a time, each once: one whose outcome stays
+    /// unknown stays unfinished); their outcomes land in the journal
     /// ([`Client::lookup`](crate::Client::lookup)). The background task
     /// holds a clone of the client, so the connection stays open until the
     /// recovered calls end (each is bounded by its deadline).
