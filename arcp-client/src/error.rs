@@ -31,7 +31,7 @@ use message::{ConflictSuffix, JobSuffix, LastErrorSuffix};
 /// | variant | did the tool run? |
 /// |---|---|
 /// | [`Error::Tool`] | it ran and reported this error ([`ToolError::execution`]: not run when the runtime refused the request before accepting it) |
-/// | [`Error::DuplicateKey`] | as its `execution` field says: not run when nothing of this call may have reached the runtime before the conflict, else maybe |
+/// | [`Error::DuplicateKey`] | as its `execution` field says: not run when the runtime refused it and nothing of this call may have reached the runtime before, maybe when something may have, not sent when the conflict was found in this client |
 /// | [`Error::RetriesExhausted`] | no: every attempt was refused before acceptance, or never sent |
 /// | [`Error::OutcomeUnavailable`] | maybe, at most once; retry later with the same key |
 /// | [`Error::DeadlineExceeded`], [`Error::InvalidCall`] | as its `execution` field says |
@@ -74,9 +74,15 @@ pub enum Error {
         message: String,
         /// Requests sent for this call (0 when refused locally).
         attempts: u32,
-        /// [`Execution::NotRun`] when nothing of this call may have reached
-        /// the runtime before the conflict; [`Execution::MayHaveRun`] when
-        /// an earlier attempt may have (retry later with the same key).
+        /// [`Execution::NotRun`] when the runtime refused this call and
+        /// nothing of it may have reached the runtime before;
+        /// [`Execution::MayHaveRun`] when an earlier attempt may have (retry
+        /// later with the same key); [`Execution::NotSent`] when the
+        /// conflict was found in this client (its outcome cache, its
+        /// journal, a call of the key in flight: `attempts` 0), which cannot
+        /// prove the runtime still holds the key bound to the other call, or
+        /// when the refusal may be a gateway's (an HTTP 422 of a key you
+        /// supplied).
         execution: Execution,
     },
     /// A request with this key may have reached the runtime, but the call's
