@@ -13,11 +13,20 @@ mod support;
 use std::time::Duration;
 
 use arcp_mock::{Dialect, ReplayPolicy};
-use arcp_sdk::{Error, Execution, IdempotencyKey, Retention};
+use arcp_sdk::{Client, Error, Execution, IdempotencyKey, Retention, ToolOutput};
 use serde_json::json;
 use support::gateway::{Gateway, Move};
 use support::link::{Link, LinkMode};
 use support::mock::{client, mock};
+
+/// Calls `refund` with `order` under `key`.
+async fn refund(client: &Client, key: &IdempotencyKey, order: u64) -> Result<ToolOutput, Error> {
+    client
+        .invoke_tool("refund", json!({"order": order}))
+        .idempotency_key(key.clone())
+        .send()
+        .await
+}
 
 fn is_local_conflict(e: &Error) -> bool {
     matches!(e, Error::DuplicateKey { attempts: 0, .. })
@@ -47,20 +56,10 @@ async fn a_conflict_with_an_unknown_outcome_is_not_sent() {
         .connect()
         .await
         .unwrap();
-    other
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&other, &key, 2).await.unwrap();
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
 
-    let e = first
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refund(&first, &key, 2).await.unwrap_err();
     assert!(is_local_conflict(&e), "{e:?}");
     assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
 }
@@ -81,31 +80,16 @@ async fn a_conflict_with_an_outcome_past_the_runtime_key_retention_is_not_sent()
         .connect()
         .await
         .unwrap();
-    first
-        .invoke_tool("refund", json!({"order": 1}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&first, &key, 1).await.unwrap();
     tokio::time::sleep(retention * 2).await;
     let other = client(&mock.ws_url(), Dialect::V1_1)
         .connect()
         .await
         .unwrap();
-    other
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&other, &key, 2).await.unwrap();
     assert_eq!(mock.executions_for_key(key.as_str()), 2);
 
-    let e = first
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refund(&first, &key, 2).await.unwrap_err();
     assert!(is_local_conflict(&e), "{e:?}");
     assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
 }
@@ -120,28 +104,14 @@ async fn a_conflict_with_a_fresh_outcome_is_not_sent() {
     for url in [mock.ws_url(), mock.http_url()] {
         let key = IdempotencyKey::new();
         let c = client(&url, Dialect::V1_1).connect().await.unwrap();
-        c.invoke_tool("refund", json!({"order": 1}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap();
-        let e = c
-            .invoke_tool("refund", json!({"order": 2}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap_err();
+        refund(&c, &key, 1).await.unwrap();
+        let e = refund(&c, &key, 2).await.unwrap_err();
         assert!(is_local_conflict(&e), "{url}: {e:?}");
         assert_eq!(e.execution(), Execution::NotSent, "{url}: {e:?}");
         assert_eq!(mock.executions_for_key(key.as_str()), 1, "{url}");
         c.close().await;
         let fresh = client(&url, Dialect::V1_1).connect().await.unwrap();
-        let e = fresh
-            .invoke_tool("refund", json!({"order": 2}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap_err();
+        let e = refund(&fresh, &key, 2).await.unwrap_err();
         assert!(
             matches!(e, Error::DuplicateKey { attempts: 1, .. }),
             "{url}: {e:?}"
@@ -183,12 +153,7 @@ async fn a_conflict_with_a_call_in_flight_is_not_sent() {
         .connect()
         .await
         .unwrap();
-    other
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&other, &key, 2).await.unwrap();
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
 
     let e = first
@@ -236,20 +201,10 @@ async fn a_journaled_conflict_with_an_unknown_outcome_is_not_recorded_as_not_run
         .connect()
         .await
         .unwrap();
-    other
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&other, &key, 2).await.unwrap();
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
 
-    let e = first
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refund(&first, &key, 2).await.unwrap_err();
     assert_ne!(e.execution(), Execution::NotRun, "{e:?}");
     if let Some(Err(recorded)) = first
         .lookup(&key)
@@ -297,12 +252,7 @@ async fn conflict_after_a_replay(dialect: Dialect, policy: ReplayPolicy, transpo
         };
         let key = IdempotencyKey::new();
         let earlier = client(&url, dialect).connect().await.unwrap();
-        earlier
-            .invoke_tool("refund", json!({"order": 1}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap();
+        refund(&earlier, &key, 1).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1100)).await;
         let dir = tempfile::tempdir().unwrap();
         let mut builder = client(&url, dialect).runtime_key_retention(retention);
@@ -310,30 +260,16 @@ async fn conflict_after_a_replay(dialect: Dialect, policy: ReplayPolicy, transpo
             builder = builder.journal_path(dir.path().join("j.db"));
         }
         let this = builder.connect().await.unwrap();
-        this.invoke_tool("refund", json!({"order": 1}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap();
+        refund(&this, &key, 1).await.unwrap();
         assert_eq!(mock.executions_for_key(key.as_str()), 1);
         // The runtime forgets the key 1.5 s after the earlier send; then
         // another process runs the other intent under it.
         tokio::time::sleep(Duration::from_millis(600)).await;
         let later = client(&url, dialect).connect().await.unwrap();
-        later
-            .invoke_tool("refund", json!({"order": 2}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap();
+        refund(&later, &key, 2).await.unwrap();
         assert_eq!(mock.executions_for_key(key.as_str()), 2);
 
-        let e = this
-            .invoke_tool("refund", json!({"order": 2}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap_err();
+        let e = refund(&this, &key, 2).await.unwrap_err();
         assert!(is_local_conflict(&e), "{transport} {journaled}: {e:?}");
         assert_eq!(
             e.execution(),
@@ -370,19 +306,9 @@ async fn a_call_told_not_sent_is_never_recovered() {
         .connect()
         .await
         .unwrap();
-    first
-        .invoke_tool("refund", json!({"order": 1}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&first, &key, 1).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let e = first
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refund(&first, &key, 2).await.unwrap_err();
     assert!(is_local_conflict(&e), "{e:?}");
     assert_eq!(e.execution(), Execution::NotSent, "{e:?}");
     first.close().await;
@@ -422,11 +348,7 @@ async fn a_conflict_after_a_replay_that_reads_fresh_is_not_sent() {
         .unwrap();
     let t0 = tokio::time::Instant::now();
     for _ in 0..2 {
-        this.invoke_tool("refund", json!({"order": 1}))
-            .idempotency_key(key.clone())
-            .send()
-            .await
-            .unwrap();
+        refund(&this, &key, 1).await.unwrap();
         tokio::time::sleep_until(t0 + Duration::from_millis(1200)).await;
     }
     assert_eq!(mock.executions_for_key(key.as_str()), 1);
@@ -435,18 +357,8 @@ async fn a_conflict_after_a_replay_that_reads_fresh_is_not_sent() {
         .connect()
         .await
         .unwrap();
-    other
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap();
+    refund(&other, &key, 2).await.unwrap();
     assert_eq!(mock.executions_for_key(key.as_str()), 2);
-    let e = this
-        .invoke_tool("refund", json!({"order": 2}))
-        .idempotency_key(key.clone())
-        .send()
-        .await
-        .unwrap_err();
+    let e = refund(&this, &key, 2).await.unwrap_err();
     assert_ne!(e.execution(), Execution::NotRun, "{e:?}");
 }
