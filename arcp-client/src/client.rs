@@ -271,7 +271,9 @@ impl Client {
 /// (the others are dropped, which gives their claims back), and recovery
 /// ends with a batch that brings none. A batch is never judged by its size:
 /// a claim ends the calls past the runtime's key retention without handing
-/// them out.
+/// them out. (Claims come oldest first: while 256 or more of the oldest
+/// stay unfinished, a claim brings none of the younger ones, which wait
+/// for a later recovery.)
 pub(crate) fn spawn_recovery(client: Client) {
     tokio::spawn(async move {
         let mut handed_out = std::collections::HashSet::new();
