@@ -6,7 +6,9 @@
 //! `docs/http-binding.md`: the call keeps one idempotency key across
 //! attempts, a broken response is retried with that key, `409` (the first
 //! request is still running) means "ask again later", and the runtime's
-//! stored answer comes back marked `Arcp-Replayed: true`. The tool runs once.
+//! stored answer comes back (marked `Arcp-Replayed: true`; the client knows
+//! the job is the one its own first request started, so it reports no
+//! replay). The tool runs once.
 //!
 //! Run it: `cargo run --example http_invoke --features http`
 
