@@ -241,7 +241,9 @@ async fn a_reissued_redacted_key_is_the_same_call_only_with_the_same_arguments()
         .await
         .unwrap_err();
     assert!(matches!(err, Error::DuplicateKey { .. }), "{err:?}");
-    assert_eq!(err.execution(), Execution::NotRun);
+    // A conflict found in the journal proves no binding the runtime still
+    // holds: "not sent", never "did not run".
+    assert_eq!(err.execution(), Execution::NotSent);
     assert_eq!(
         submits(&mock, key.as_str()).len(),
         1,
