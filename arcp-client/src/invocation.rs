@@ -95,7 +95,7 @@ impl Client {
     /// Re-drives every call the journal holds as unfinished (a call whose
     /// process crashed, or whose outcome was unavailable), with its recorded
     /// key, intent (byte-identical) and trace id, and its recorded deadline
-    /// counted again from now. Await the returned invocations for their
+    /// counted again from each invocation's first await. Await the returned invocations for their
     /// outcomes; the runtime deduplicates by key, so a call that already ran
     /// is not run again.
     ///
@@ -434,7 +434,8 @@ impl<Out> std::fmt::Debug for Invocation<Out> {
 
 impl Invocation {
     /// A call re-driven from its journal record: the recorded key, intent
-    /// (parsed back, byte-exact), trace id and deadline (counted from now).
+    /// (parsed back, byte-exact), trace id and deadline (counted from the
+    /// call's first await).
     /// A record whose intent cannot be re-sent identically resolves to
     /// [`Error::Journal`] without sending anything.
     pub(crate) fn recovered(client: Client, entry: JournalEntry) -> Invocation {
@@ -469,7 +470,11 @@ impl Invocation {
         };
         let future = async move {
             let mut unclaimed = unclaimed;
-            let request = request?;
+            let mut request = request?;
+            // The record's deadline counts from the first await: a worker
+            // driving a batch a few calls at a time must not find the later
+            // ones expired before they were sent.
+            request.started = Instant::now();
             // From here on the dispatch releases the call if it stops
             // without an outcome.
             unclaimed.key = None;

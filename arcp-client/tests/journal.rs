@@ -220,6 +220,39 @@ async fn an_unfinished_call_stays_unfinished_and_recover_delivers_it() {
     assert!(client.recover().await.unwrap().is_empty());
 }
 
+/// A recovered call's deadline (its record's) counts from when it is first
+/// awaited, not from `recover()`: a worker driving a batch a few calls at a
+/// time would otherwise see the later calls' short deadlines pass before
+/// they were sent, and leave them unfinished.
+#[tokio::test]
+async fn a_recovered_calls_deadline_counts_from_its_first_await() {
+    let mock = mock().await;
+    let key = IdempotencyKey::new();
+    let intent =
+        format!(r#"{{"tool":"refund","arguments":{{"order":12}},"idempotency_key":"{key}"}}"#);
+    let mut entry = prepared(&key, &intent);
+    entry.deadline = Duration::from_millis(300);
+    let journal = MemoryJournal::new();
+    journal
+        .apply(&[arcp_sdk::JournalWrite::Prepare(entry)])
+        .unwrap();
+    let client = builder(&mock.ws_url())
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let mut calls = client.recover().await.unwrap();
+    assert_eq!(calls.len(), 1);
+    // Longer than the record's deadline, before the call is driven.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let out = calls
+        .remove(0)
+        .await
+        .expect("driven within its own deadline");
+    assert_eq!(out.value, json!({"refunded": 12}));
+    assert_eq!(mock.executions_for_key(key.as_str()), 1);
+}
+
 #[tokio::test]
 async fn automatic_recovery_redrives_on_connect() {
     let mock = mock().await;
