@@ -200,9 +200,7 @@ pub(crate) enum JournalCommand {
     /// Drive every unfinished call to an outcome against the runtime, with
     /// the same keys (each tool still runs at most once), reporting each:
     /// each call once per run (a call whose outcome stays unknown stays
-    /// unfinished for the next run; calls are claimed oldest first, 256 at
-    /// a time, so while 256 or more of the oldest stay unfinished the
-    /// younger ones wait for a later run).
+    /// unfinished for the next run).
     Recover {
         /// The runtime's URL (ws://, wss://, http:// or https://).
         #[arg(long, value_name = "URL", value_parser = parse_url, env = "ARCP_URL")]

@@ -3,7 +3,6 @@
 //! `show` open it read-only; every command refuses while a live client
 //! holds it (the client keeps the file locked for as long as it runs).
 
-use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -234,26 +233,19 @@ async fn recover(
         redactor: &redactor,
         bar: &bar,
     };
-    // Batch after batch (a claim hands out at most 256): a call whose
-    // outcome stays unknown stays unfinished and comes back among the
-    // oldest, so only keys not handed out before are driven (the others
-    // are dropped, which gives their claims back), and the run ends with a
-    // batch that brings none.
-    let mut handed_out: HashSet<IdempotencyKey> = HashSet::new();
+    // One recovery pass, batch after batch (a claim hands out at most 256),
+    // each call once: one whose outcome stays unknown stays unfinished.
+    let mut pass = client.recovery_pass();
     loop {
-        let calls = client.recover().await.map_err(|e| match e {
+        let calls = pass.next_batch().await.map_err(|e| match e {
             Error::Journal(e) => Failure::Journal(e),
             e => Failure::Other(human(&redactor, &e.to_string())),
         })?;
-        let new: Vec<_> = calls
-            .into_iter()
-            .filter(|call| call.key().is_none_or(|key| handed_out.insert(key.clone())))
-            .collect();
-        if new.is_empty() {
+        if calls.is_empty() {
             break;
         }
-        bar.inc_length(new.len() as u64);
-        let mut reports = futures_util::stream::iter(new)
+        bar.inc_length(calls.len() as u64);
+        let mut reports = futures_util::stream::iter(calls)
             .map(|call| async move {
                 let key = call.key().cloned();
                 (key, call.await)
@@ -265,6 +257,7 @@ async fn recover(
             report.call(&key, &result);
         }
     }
+    let handed_out = pass.handed_out();
     let recovered = handed_out.len();
     // Ended by the recovery itself, without a send (past the runtime's key
     // retention, say): reported too, from their records, once the calls

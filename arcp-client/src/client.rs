@@ -138,12 +138,15 @@ impl Client {
     }
 
     /// The unfinished calls the journal hands this client to re-drive
-    /// ([`Client::recover`]); none without a journal.
-    pub(crate) async fn claim_unfinished(&self) -> Result<Vec<JournalEntry>, Error> {
+    /// ([`Client::recover`]), but those in `skip`; none without a journal.
+    pub(crate) async fn claim_unfinished(
+        &self,
+        skip: &std::collections::HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, Error> {
         let Some(journal) = self.inner.journal.get().await? else {
             return Ok(Vec::new());
         };
-        journal.unfinished().await
+        journal.unfinished(skip).await
     }
 
     /// Nobody here drives `key` any more: its record stays unfinished, and
@@ -265,38 +268,30 @@ impl Client {
 /// Re-drives every unfinished call in the background
 /// ([`RecoveryMode::Automatic`]); outcomes land in the journal.
 ///
-/// Batch after batch (a claim hands out at most 256), each ended before
-/// the next is claimed. A call whose outcome stays unknown stays unfinished and
-/// comes back among the oldest: only keys not handed out before are driven
-/// (the others are dropped, which gives their claims back), and recovery
-/// ends with a batch that brings none. A batch is never judged by its size:
-/// a claim ends the calls past the runtime's key retention without handing
-/// them out. (Claims come oldest first: while 256 or more of the oldest
-/// stay unfinished, a claim brings none of the younger ones, which wait
-/// for a later recovery.)
+/// One [`RecoveryPass`](crate::RecoveryPass), batch after batch, each
+/// ended before the next is claimed, at most 64 calls at a time. A batch is
+/// never judged by its size: a claim ends the calls past the runtime's key
+/// retention without handing them out; the pass ends with a batch that
+/// brings none.
 pub(crate) fn spawn_recovery(client: Client) {
     tokio::spawn(async move {
-        let mut handed_out = std::collections::HashSet::new();
+        let mut pass = client.recovery_pass();
         loop {
-            let calls = match client.recover().await {
+            let calls = match pass.next_batch().await {
                 Ok(calls) => calls,
                 Err(e) => {
                     warn!(error = %e, "automatic recovery could not read the journal");
                     return;
                 }
             };
-            let new: Vec<_> = calls
-                .into_iter()
-                .filter(|call| call.key().is_none_or(|key| handed_out.insert(key.clone())))
-                .collect();
-            if new.is_empty() {
+            if calls.is_empty() {
                 return;
             }
             info!(
-                calls = new.len(),
+                calls = calls.len(),
                 "re-driving unfinished calls from the journal"
             );
-            futures_util::stream::iter(new)
+            futures_util::stream::iter(calls)
                 .for_each_concurrent(64, |call| async move {
                     let key = call.key().cloned();
                     match call.await {

@@ -14,15 +14,16 @@ use serde_json::Value;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::journal::JournalEntry;
 use crate::outcome::{CancelOutcome, ToolOutput};
 use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
 
 mod events;
+mod recovery;
 mod traceparent;
 #[cfg(doc)]
 use crate::{Journal, RecoveryMode};
 pub use events::Events;
+pub use recovery::RecoveryPass;
 use traceparent::trace_id_of_traceparent;
 
 /// Turns a call's result into what the caller asked for: the JSON value
@@ -90,62 +91,6 @@ impl Client {
     /// it (see [`Invocation`], "Dropping a call").
     pub fn invoke_tool(&self, tool: impl Into<String>, args: Value) -> InvokeBuilder {
         InvokeBuilder::new(self.clone(), tool.into(), Ok(args))
-    }
-
-    /// Re-drives every call the journal holds as unfinished (a call whose
-    /// process crashed, or whose outcome was unavailable), with its recorded
-    /// key, intent (byte-identical) and trace id, and its recorded deadline
-    /// counted again from each invocation's first await. Await the returned invocations for their
-    /// outcomes; the runtime deduplicates by key, so a call that already ran
-    /// is not run again.
-    ///
-    /// The journal decides which unfinished calls are this client's to
-    /// re-drive ([`Journal::claim`]): never one this client is driving right
-    /// now, so calling `recover` again while recovered calls run hands out
-    /// nothing twice. A journal shared by a fleet (`PostgresJournal`) hands
-    /// out only the calls whose owner's lease lapsed, each to one worker.
-    ///
-    /// A recovered call may already have run (its record of a send can lag
-    /// the send), so it never reports "did not run": refused until its
-    /// budget is spent, or failed by the journal, it ends with its outcome
-    /// unknown and its record stays unfinished. An invocation dropped
-    /// without being awaited gives its claim back (another worker of a
-    /// fleet may take it at once).
-    ///
-    /// Claims at most 256 calls at a time (a fleet's other workers take
-    /// the rest): call it again, once those are under way, for more. Returns
-    /// an empty list without a journal, or when nothing is left to claim.
-    /// With [`RecoveryMode::Automatic`] the client does this itself on
-    /// connect, batch after batch.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Journal`] when the journal cannot be read or the claims
-    /// cannot be recorded (then nothing is handed out, and nothing was
-    /// sent); each recovered call then ends as
-    /// [`Client::invoke_tool`]'s do, but never
-    /// with "did not run".
-    ///
-    /// ```no_run
-    /// # async fn demo(journal: impl arcp_sdk::Journal) -> Result<(), arcp_sdk::Error> {
-    /// use arcp_sdk::Client;
-    /// // `journal`: a durable one, e.g. `SqliteJournal` (feature `sqlite`).
-    /// let client = Client::builder("ws://127.0.0.1:7777/arcp")
-    ///     .journal(journal)
-    ///     .connect()
-    ///     .await?;
-    /// for call in client.recover().await? {
-    ///     let key = call.key().cloned();
-    ///     println!("{key:?}: {:?}", call.await);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn recover(&self) -> Result<Vec<Invocation>, Error> {
-        let entries = self.claim_unfinished().await?;
-        Ok(entries
-            .into_iter()
-            .map(|entry| Invocation::recovered(self.clone(), entry))
-            .collect())
     }
 }
 
@@ -432,66 +377,6 @@ impl<Out> std::fmt::Debug for Invocation<Out> {
     }
 }
 
-impl Invocation {
-    /// A call re-driven from its journal record: the recorded key, intent
-    /// (parsed back, byte-exact), trace id and deadline (counted from the
-    /// call's first await).
-    /// A record whose intent cannot be re-sent identically resolves to
-    /// [`Error::Journal`] without sending anything.
-    pub(crate) fn recovered(client: Client, entry: JournalEntry) -> Invocation {
-        let shared = Arc::new(CallShared::default());
-        let key = entry.key.clone();
-        let prior_job = entry.job_id().map(str::to_owned);
-        let request = entry
-            .invoke()
-            .map_err(Error::Journal)
-            .map(|invoke| CallRequest {
-                key: entry.key,
-                trace_id: TraceId::new(&entry.trace_id),
-                invoke,
-                deadline: entry.deadline,
-                started: Instant::now(),
-                events_end: EventsEnd(shared.clone()),
-                shared: shared.clone(),
-                recorder: None,
-                in_doubt: true,
-                prior_job,
-                key_supplied: true,
-                prepared: None,
-            });
-        let dispatcher = client.clone();
-        // Claimed for this client: until the call is dispatched (or if it
-        // never is: the invocation dropped unawaited, an intent that no
-        // longer reads), nobody here drives it, so the claim is given back
-        // and another worker of a fleet may take it at once.
-        let unclaimed = ReleaseUnlessDriven {
-            client: client.clone(),
-            key: Some(key.clone()),
-        };
-        let future = async move {
-            let mut unclaimed = unclaimed;
-            let mut request = request?;
-            // The record's deadline counts from the first await: a worker
-            // driving a batch a few calls at a time must not find the later
-            // ones expired before they were sent.
-            request.started = Instant::now();
-            // From here on the dispatch releases the call if it stops
-            // without an outcome.
-            unclaimed.key = None;
-            dispatcher.dispatch(Box::new(request)).await
-        };
-        Invocation {
-            future: Box::pin(future),
-            decode: keep,
-            handle: CallHandle {
-                shared,
-                key: Some(key),
-                client,
-            },
-        }
-    }
-}
-
 impl<Out> Invocation<Out> {
     /// The call's events, deduplicated by `event_seq`. Take it before
     /// awaiting the call; a second call returns an empty stream. The stream
@@ -584,20 +469,5 @@ impl<Out> Future for Invocation<Out> {
             .as_mut()
             .poll(cx)
             .map(|outcome| outcome.and_then(decode))
-    }
-}
-
-/// Gives a recovered call's claim back when it is dropped before its
-/// dispatch began (see [`Invocation::recovered`]).
-struct ReleaseUnlessDriven {
-    client: Client,
-    key: Option<IdempotencyKey>,
-}
-
-impl Drop for ReleaseUnlessDriven {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.client.release_claim(&key);
-        }
     }
 }

@@ -208,7 +208,7 @@ pub use error::{Error, ErrorSource, Execution, ResultDecodeError, ToolError};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
-pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder};
+pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder, RecoveryPass};
 pub use journal::{
     Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
     JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,

@@ -220,6 +220,98 @@ async fn an_unfinished_call_stays_unfinished_and_recover_delivers_it() {
     assert!(client.recover().await.unwrap().is_empty());
 }
 
+/// Calls whose outcome stays unknown come back among the oldest at every
+/// claim: with 256 or more of them (a whole claim), one recovery pass
+/// still reaches the younger calls behind them, and drives each call once.
+#[tokio::test]
+async fn a_recovery_pass_reaches_calls_behind_a_claim_of_stuck_ones() {
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .tool("hang", |_args: Value, ctx| async move {
+            ctx.sleep(Duration::from_secs(60)).await;
+            Ok(json!(null))
+        })
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let old = std::time::SystemTime::now() - Duration::from_secs(60);
+    let young: Vec<IdempotencyKey> = (0..3).map(|_| IdempotencyKey::new()).collect();
+    {
+        let j = SqliteJournal::open(&path).unwrap();
+        let mut writes = Vec::new();
+        for i in 0..260 {
+            let key = IdempotencyKey::try_from(format!("stuck-{i}")).unwrap();
+            let intent =
+                format!(r#"{{"tool":"hang","arguments":{{"n":{i}}},"idempotency_key":"{key}"}}"#);
+            let mut entry = prepared(&key, &intent);
+            entry.tool = "hang".into();
+            entry.deadline = Duration::from_millis(200);
+            entry.created_at = old;
+            entry.updated_at = old;
+            writes.push(arcp_sdk::JournalWrite::Prepare(entry));
+        }
+        for (i, key) in young.iter().enumerate() {
+            let intent = format!(
+                r#"{{"tool":"refund","arguments":{{"order":{i}}},"idempotency_key":"{key}"}}"#
+            );
+            writes.push(arcp_sdk::JournalWrite::Prepare(prepared(key, &intent)));
+        }
+        j.apply(&writes).unwrap();
+    }
+    let client = builder(&mock.ws_url())
+        .journal_path(&path)
+        .recovery(RecoveryMode::Automatic)
+        .connect()
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    for key in &young {
+        loop {
+            let entry = client.lookup(key).await.unwrap().unwrap();
+            if entry.is_terminal() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "a young call was never recovered: {entry:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for key in &young {
+        assert_eq!(mock.executions_for_key(key.as_str()), 1);
+    }
+    // The stuck calls were each driven once, and stay unfinished: once the
+    // automatic pass has ended (their deadlines pass), a new pass hands each
+    // of them out once.
+    assert_eq!(mock.executions("hang"), 260);
+    let pass = loop {
+        let mut pass = client.recovery_pass();
+        loop {
+            let batch = pass.next_batch().await.unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            assert!(
+                batch.iter().all(|call| call
+                    .key()
+                    .is_some_and(|key| key.as_str().starts_with("stuck-"))),
+                "only the stuck calls are unfinished"
+            );
+        }
+        if pass.handed_out().len() == 260 || start.elapsed() > Duration::from_secs(20) {
+            break pass;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(pass.handed_out().len(), 260);
+    client.close().await;
+}
+
 /// A recovered call's deadline (its record's) counts from when it is first
 /// awaited, not from `recover()`: a worker driving a batch a few calls at a
 /// time would otherwise see the later calls' short deadlines pass before

@@ -144,3 +144,54 @@ fn automatic_recovery_goes_on_past_a_claim_that_ended_calls_past_the_retention()
     }
     assert_eq!(unfinished(&journal), 0);
 }
+
+#[test]
+fn recover_reaches_calls_behind_a_claim_of_calls_that_stay_unknown() {
+    // 260 calls whose outcome stays unknown (the tool outlives their
+    // deadline), older than three others: one run drives all of them once.
+    let rt = runtime();
+    let mock = slow_mock(&rt, None);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    let old = std::time::SystemTime::now() - Duration::from_secs(60);
+    {
+        let j = arcp_sdk::SqliteJournal::open(&journal).unwrap();
+        let mut writes = Vec::new();
+        for (prefix, n, ms) in [("stuck", 260, 60_000), ("young", 3, 0)] {
+            for i in 0..n {
+                let key = arcp_sdk::IdempotencyKey::try_from(format!("{prefix}-{i}")).unwrap();
+                let intent = format!(
+                    r#"{{"tool":"slow","arguments":{{"ms":{ms}}},"idempotency_key":"{key}"}}"#
+                );
+                let mut entry = arcp_sdk::JournalEntry::new(
+                    key,
+                    "slow",
+                    &intent,
+                    "0123456789abcdef0123456789abcdef",
+                    Duration::from_millis(300),
+                );
+                if prefix == "stuck" {
+                    entry.created_at = old;
+                    entry.updated_at = old;
+                }
+                writes.push(arcp_sdk::JournalWrite::Prepare(entry));
+            }
+        }
+        arcp_sdk::Journal::apply(&j, &writes).unwrap();
+    }
+    let out = arcp(["journal", "recover", "--json", "--dialect", "v1.1"])
+        .args(["--url", &mock.ws_url()])
+        .arg("--journal")
+        .arg(&journal)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 263, "each call reported once");
+    for i in 0..3 {
+        assert_eq!(mock.executions_for_key(&format!("young-{i}")), 1);
+    }
+    assert_eq!(mock.executions("slow"), 263, "each call driven once");
+    assert_eq!(unfinished(&journal), 260);
+}

@@ -11,10 +11,9 @@ pub enum RecoveryMode {
     #[default]
     Manual,
     /// On connect, the client re-drives every unfinished call in the
-    /// background (at most 64 at a time, each once: one whose outcome stays
-    /// unknown stays unfinished; claims come oldest first, 256 at a time, so
-    /// while 256 or more of the oldest stay unfinished the younger ones
-    /// wait for a later recovery); their outcomes land in the journal
+    /// background, in one [`RecoveryPass`](crate::RecoveryPass) (at most 64
+    /// at a time, each once: one whose outcome stays unknown stays
+    /// unfinished for a later recovery); their outcomes land in the journal
     /// ([`Client::lookup`](crate::Client::lookup)). The background task
     /// holds a clone of the client, so the connection stays open until the
     /// recovered calls end (each is bounded by its deadline).

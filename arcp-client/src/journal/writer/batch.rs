@@ -2,7 +2,7 @@
 //! in `upkeep.rs`), and each batch in named steps: commit (merge
 //! transitions, decide prepares, one transaction), answer, requeue, serve.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
@@ -369,12 +369,13 @@ impl Writer {
                 Request::Get(key, reply) => {
                     let _ = reply.send(journal.get(&key));
                 }
-                Request::Unfinished(reply) => {
+                Request::Unfinished(skip, reply) => {
                     // Calls this client drives, and those it is preparing: a
                     // prepare retried after the store went away may have
-                    // landed without this journal knowing it holds it.
-                    let mut driving: HashSet<IdempotencyKey> =
-                        lock(&self.shared.driving).keys().cloned().collect();
+                    // landed without this journal knowing it holds it; and
+                    // those the recovery pass handed out before.
+                    let mut driving = skip;
+                    driving.extend(lock(&self.shared.driving).keys().cloned());
                     driving.extend(self.unsure.iter().cloned());
                     driving.extend(
                         lock(&self.shared.queue)
@@ -472,7 +473,7 @@ pub(super) fn answer_closed(requests: Vec<Request>, err: &JournalError) {
             Request::Get(_, reply) => {
                 let _ = reply.send(Err(err.clone()));
             }
-            Request::Unfinished(reply) => {
+            Request::Unfinished(_, reply) => {
                 let _ = reply.send(Err(err.clone()));
             }
             Request::Discard(_, reply) => {

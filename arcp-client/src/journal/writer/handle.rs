@@ -434,10 +434,13 @@ impl JournalHandle {
     }
 
     /// Every unfinished record, oldest first.
-    pub(crate) async fn unfinished(&self) -> Result<Vec<JournalEntry>, Error> {
+    pub(crate) async fn unfinished(
+        &self,
+        skip: &HashSet<IdempotencyKey>,
+    ) -> Result<Vec<JournalEntry>, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
-            .request(Request::Unfinished(tx))
+            .request(Request::Unfinished(skip.clone(), tx))
             .map_err(Error::Journal)?;
         self.answer(rx).await
     }

@@ -34,7 +34,12 @@ pub(super) enum Request {
         IdempotencyKey,
         oneshot::Sender<Result<Option<JournalEntry>, JournalError>>,
     ),
-    Unfinished(oneshot::Sender<Result<Vec<JournalEntry>, JournalError>>),
+    /// A claim for a recovery, but of the keys given (handed out before in
+    /// the same pass).
+    Unfinished(
+        HashSet<IdempotencyKey>,
+        oneshot::Sender<Result<Vec<JournalEntry>, JournalError>>,
+    ),
     Discard(IdempotencyKey, oneshot::Sender<Result<bool, JournalError>>),
     Close(oneshot::Sender<()>),
 }
