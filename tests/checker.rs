@@ -90,23 +90,27 @@ use tokio::sync::Semaphore;
 const DEADLINE_SLACK: Duration = Duration::from_millis(100);
 
 /// How starved of CPU the machine is: a thread that sleeps [`Self::TICK`]
-/// at a time and records each wake-up later than asked. The client keeps a
-/// deadline on timers that fire no better than the machine schedules its
-/// threads, so a call may end past its deadline by [`DEADLINE_SLACK`] plus
-/// the worst such lag seen from its deadline to its end (at most
-/// [`Self::MAX_EXCUSE`]). A thread of its own, not a task: a client that
-/// blocks the runtime's workers delays its own timers, and that is not
-/// excused. On a quiet machine the lag is about zero.
+/// at a time and records each wake-up later than asked, and (where the
+/// kernel keeps it, `/proc/pressure/cpu`) how long tasks waited for a CPU
+/// meanwhile. The client keeps a deadline on timers that fire no better
+/// than the machine schedules its threads, so a call may end past its
+/// deadline by [`DEADLINE_SLACK`] plus the worst such lag, or the CPU
+/// waits, seen from its deadline to its end (at most [`Self::MAX_EXCUSE`]).
+/// A thread of its own, not a task: a client that blocks the runtime's
+/// workers delays its own timers, and that is not excused (a blocked
+/// thread waits for no CPU). On a quiet machine both are about zero.
 struct LagProbe {
     /// (woke at, how late), for wake-ups more than a millisecond late.
     late: Mutex<Vec<(Instant, Duration)>>,
+    /// (sampled at, CPU wait since the previous sample), when not zero.
+    waited: Mutex<Vec<(Instant, Duration)>>,
 }
 
 impl LagProbe {
     const TICK: Duration = Duration::from_millis(5);
     const MAX_EXCUSE: Duration = Duration::from_secs(1);
     /// Samples kept: the last minute or so of a starved machine.
-    const KEEP: usize = 4_096;
+    const KEEP: usize = 16_384;
 
     /// The process's probe, started on first use.
     fn get() -> &'static LagProbe {
@@ -114,28 +118,37 @@ impl LagProbe {
         PROBE.get_or_init(|| {
             let probe: &'static LagProbe = Box::leak(Box::new(LagProbe {
                 late: Mutex::new(Vec::new()),
+                waited: Mutex::new(Vec::new()),
             }));
-            std::thread::spawn(move || loop {
-                let asked = Instant::now();
-                std::thread::sleep(Self::TICK);
-                let woke = Instant::now();
-                let lag = woke.saturating_duration_since(asked + Self::TICK);
-                if lag > Duration::from_millis(1) {
-                    let mut late = probe.late.lock().unwrap();
-                    if late.len() >= Self::KEEP {
-                        late.drain(..Self::KEEP / 2);
+            std::thread::spawn(move || {
+                let mut pressure = cpu_pressure_total();
+                loop {
+                    let asked = Instant::now();
+                    std::thread::sleep(Self::TICK);
+                    let woke = Instant::now();
+                    let lag = woke.saturating_duration_since(asked + Self::TICK);
+                    if lag > Duration::from_millis(1) {
+                        keep(&probe.late, (woke, lag));
                     }
-                    late.push((woke, lag));
+                    let now = cpu_pressure_total();
+                    if let (Some(before), Some(after)) = (pressure, now) {
+                        if after > before {
+                            keep(&probe.waited, (woke, after - before));
+                        }
+                    }
+                    pressure = now;
                 }
             });
             probe
         })
     }
 
-    /// The worst lag of a wake-up whose sleep overlapped `from..=to`, at
-    /// most [`Self::MAX_EXCUSE`].
+    /// The worst lag of a wake-up whose sleep overlapped `from..=to`, or
+    /// the CPU waits sampled within it, whichever is more, at most
+    /// [`Self::MAX_EXCUSE`].
     fn worst(&self, from: Instant, to: Instant) -> Duration {
-        self.late
+        let lag = self
+            .late
             .lock()
             .unwrap()
             .iter()
@@ -147,9 +160,38 @@ impl LagProbe {
             })
             .map(|(_, lag)| *lag)
             .max()
-            .unwrap_or_default()
-            .min(Self::MAX_EXCUSE)
+            .unwrap_or_default();
+        let waited = self
+            .waited
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| *at >= from && *at <= to + Self::TICK)
+            .map(|(_, waited)| *waited)
+            .sum::<Duration>();
+        lag.max(waited).min(Self::MAX_EXCUSE)
     }
+}
+
+/// Appends a probe sample, dropping the older half when full.
+fn keep(samples: &Mutex<Vec<(Instant, Duration)>>, sample: (Instant, Duration)) {
+    let mut samples = samples.lock().unwrap();
+    if samples.len() >= LagProbe::KEEP {
+        samples.drain(..LagProbe::KEEP / 2);
+    }
+    samples.push(sample);
+}
+
+/// How long, in all, some task of the machine has waited for a CPU
+/// (`/proc/pressure/cpu`, "some ... total=" in microseconds); `None`
+/// where the kernel does not keep it.
+fn cpu_pressure_total() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let some = text.lines().find(|line| line.starts_with("some "))?;
+    let total = some
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?;
+    Some(Duration::from_micros(total.parse().ok()?))
 }
 
 /// splitmix64: small, fast, and the same on every platform.
@@ -1615,8 +1657,8 @@ fn check(
         let timers_late = lag.worst(end.started + end.deadline, end.ended);
         if end.elapsed > end.deadline + DEADLINE_SLACK + timers_late {
             violations.push(format!(
-                "{who}: ended after {:?}, deadline {:?} (threads woke up to {timers_late:?} late \
-                 meanwhile)",
+                "{who}: ended after {:?}, deadline {:?} (threads woke up late, or waited for a \
+                 CPU, up to {timers_late:?} meanwhile)",
                 end.elapsed, end.deadline
             ));
         }
