@@ -574,6 +574,7 @@ impl Error {
             | Error::Cancelled { key, .. }
             | Error::Interrupted { key, .. }
             | Error::RequestRejected { key, .. } => Some(key),
+            Error::Journal(e) => e.key.as_ref(),
             _ => None,
         }
     }

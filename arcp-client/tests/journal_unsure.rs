@@ -143,6 +143,16 @@ async fn a_lost_commit_answer_then_a_refused_retry_is_not_did_not_run() {
     assert_eq!(mock.total_executions(), 0, "nothing was sent");
     // The store is writable again; a recovery finds the record that landed.
     faults.refuse.store(false, Ordering::SeqCst);
+    // The caller holds the generated key the recovery sends, to look the
+    // call up (or retry it) under that key, never a new one.
+    let recoverable: Vec<_> = client
+        .recover()
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|call| call.key().cloned())
+        .collect();
+    assert_eq!(told.key(), recoverable.first(), "{told:?}");
     let recovered = recover_all(&client).await;
     let ran = mock.total_executions();
     assert!(ran <= 1, "at most once: {ran}");

@@ -300,6 +300,16 @@ fn with_shared_fate(
 /// it; a supplied key may belong to an
 /// earlier call that ran: "not sent" ([`not_sent`]).
 fn with_key_origin(outcome: Outcome, supplied: bool, key: &IdempotencyKey) -> Outcome {
+    // The caller may need the key to retry or look the call up (a journal
+    // that may have recorded it, another worker that drives it), a
+    // generated one included.
+    let outcome = outcome.map_err(|e| match e {
+        Error::Journal(mut e) => {
+            e.key.get_or_insert_with(|| key.clone());
+            Error::Journal(e)
+        }
+        e => e,
+    });
     match outcome {
         Err(e) if supplied => Err(not_sent(e, key)),
         outcome => outcome,

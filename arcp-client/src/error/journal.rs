@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use arcp_types::IdempotencyKey;
+
 use super::Error;
 
 /// What kind of journal failure.
@@ -94,6 +96,12 @@ pub struct JournalError {
     pub location: String,
     /// What failed, in words.
     pub message: String,
+    /// The key of the call this failure ended, when it ended one (also
+    /// [`Error::key`](crate::Error::key)): with
+    /// [`JournalErrorKind::Unavailable`] or [`JournalErrorKind::Fenced`] the
+    /// call may have run, so it is retried, or looked up, under this key,
+    /// never under a new one.
+    pub key: Option<IdempotencyKey>,
 }
 
 impl From<JournalError> for Error {
@@ -115,6 +123,7 @@ impl JournalError {
             kind,
             location: location.into(),
             message: message.into(),
+            key: None,
         }
     }
 }
