@@ -227,6 +227,7 @@ mod tests {
             prior_job: None,
             key_supplied: false,
             prepared: None,
+            claim: None,
         })
     }
 

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::fate::LiveKeys;
 #[cfg(feature = "http")]
 use crate::http::{ArtifactFetcher, ArtifactRef};
-use crate::journal::{JournalEntry, RecoveryMode};
+use crate::journal::{ClaimPosition, Claimed, JournalEntry, RecoveryMode};
 use crate::outcome::CancelOutcome;
 use crate::profile::RuntimeProfile;
 use crate::request::CallShared;
@@ -138,15 +138,16 @@ impl Client {
     }
 
     /// The unfinished calls the journal hands this client to re-drive
-    /// ([`Client::recover`]), but those in `skip`; none without a journal.
+    /// ([`Client::recover`]), after `after` in the claim order; none without
+    /// a journal.
     pub(crate) async fn claim_unfinished(
         &self,
-        skip: &std::collections::HashSet<IdempotencyKey>,
-    ) -> Result<Vec<JournalEntry>, Error> {
+        after: Option<ClaimPosition>,
+    ) -> Result<Claimed, Error> {
         let Some(journal) = self.inner.journal.get().await? else {
-            return Ok(Vec::new());
+            return Ok(Claimed::default());
         };
-        journal.unfinished(skip).await
+        journal.unfinished(after).await
     }
 
     /// Nobody here drives `key` any more: its record stays unfinished, and

@@ -279,6 +279,7 @@ impl<Out> InvokeBuilder<Out> {
                 prior_job: None,
                 key_supplied,
                 prepared: None,
+                claim: None,
             }))
         });
         // Only a valid request becomes a call's future: a refused one would

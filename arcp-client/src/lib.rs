@@ -210,8 +210,8 @@ pub use error::{Error, ErrorSource, Execution, ResultDecodeError, ToolError};
 pub use http::{ArtifactFetcher, ArtifactFetcherBuilder, ArtifactRef};
 pub use invocation::{CallHandle, Events, Invocation, InvokeBuilder, RecoveryPass};
 pub use journal::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,
+    ClaimPosition, Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome,
+    JournalState, JournalWrite, MemoryJournal, PurgeReport, RecoveryMode, Retention,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

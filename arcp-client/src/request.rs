@@ -127,6 +127,10 @@ pub(crate) struct CallRequest {
     /// before the call is handed over (see [`PreparedCall`]);
     /// `None` until then.
     pub(crate) prepared: Option<PreparedCall>,
+    /// A recovered call's claim, counted as driven by this client until
+    /// the journal counts the call itself (its prepare): a `recover`
+    /// meanwhile never hands the call out again. Held, never read.
+    pub(crate) claim: Option<Box<dyn Send + Sync>>,
 }
 
 impl CallRequest {

@@ -312,6 +312,115 @@ async fn a_recovery_pass_reaches_calls_behind_a_claim_of_stuck_ones() {
     client.close().await;
 }
 
+/// A claim whose calls are all past the runtime's key retention ends them
+/// without handing any out: the pass claims on, and reaches the live calls
+/// behind them (by hand and automatically).
+#[tokio::test]
+async fn a_pass_reaches_live_calls_behind_a_claim_of_expired_ones() {
+    for automatic in [false, true] {
+        let mock = mock().await;
+        let journal = MemoryJournal::new();
+        let old = std::time::SystemTime::now() - Duration::from_secs(7_200);
+        let mut writes = Vec::new();
+        let record = |key: &IdempotencyKey, order: usize| {
+            let intent = format!(
+                r#"{{"tool":"refund","arguments":{{"order":{order}}},"idempotency_key":"{key}"}}"#
+            );
+            prepared(key, &intent)
+        };
+        let expired: Vec<IdempotencyKey> = (0..300)
+            .map(|i| IdempotencyKey::try_from(format!("expired-{i:04}")).unwrap())
+            .collect();
+        for (i, key) in expired.iter().enumerate() {
+            let mut e = record(key, i);
+            e.created_at = old;
+            e.updated_at = old;
+            writes.push(arcp_sdk::JournalWrite::Prepare(e));
+        }
+        let live: Vec<IdempotencyKey> = (0..5).map(|_| IdempotencyKey::new()).collect();
+        for (i, key) in live.iter().enumerate() {
+            writes.push(arcp_sdk::JournalWrite::Prepare(record(key, 1_000 + i)));
+        }
+        journal.apply(&writes).unwrap();
+        let mut builder = builder(&mock.ws_url())
+            .journal(journal)
+            .runtime_key_retention(Duration::from_secs(3_600));
+        if automatic {
+            builder = builder.recovery(RecoveryMode::Automatic);
+        }
+        let client = builder.connect().await.unwrap();
+        if !automatic {
+            let mut pass = client.recovery_pass();
+            loop {
+                let batch = pass.next_batch().await.unwrap();
+                if batch.is_empty() {
+                    break;
+                }
+                for call in batch {
+                    call.await.unwrap();
+                }
+            }
+            assert_eq!(pass.handed_out().len(), 5, "only the live calls are sent");
+        }
+        let start = std::time::Instant::now();
+        for key in live.iter().chain(&expired) {
+            while !client.lookup(key).await.unwrap().unwrap().is_terminal() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "automatic={automatic}: {key} never reached"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        for key in &live {
+            assert_eq!(mock.executions_for_key(key.as_str()), 1);
+        }
+        assert_eq!(mock.total_executions(), 5, "no expired call was sent");
+        client.close().await;
+    }
+}
+
+/// A call handed out by `recover` is this client's from then on, awaited
+/// or not: a second `recover` (or a recovery pass) meanwhile never hands
+/// it out again. Dropped unawaited, it is given back.
+#[tokio::test]
+async fn a_handed_out_call_is_not_handed_out_again_before_it_is_awaited() {
+    let mock = mock().await;
+    let journal = MemoryJournal::new();
+    let keys: Vec<IdempotencyKey> = (0..10).map(|_| IdempotencyKey::new()).collect();
+    let writes: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let intent = format!(
+                r#"{{"tool":"refund","arguments":{{"order":{i}}},"idempotency_key":"{key}"}}"#
+            );
+            arcp_sdk::JournalWrite::Prepare(prepared(key, &intent))
+        })
+        .collect();
+    journal.apply(&writes).unwrap();
+    let client = builder(&mock.ws_url())
+        .journal(journal)
+        .connect()
+        .await
+        .unwrap();
+    let first = client.recover().await.unwrap();
+    assert_eq!(first.len(), 10);
+    assert!(client.recover().await.unwrap().is_empty());
+    let mut pass = client.recovery_pass();
+    assert!(pass.next_batch().await.unwrap().is_empty());
+    // Given back when dropped unawaited.
+    drop(first);
+    let again = client.recover().await.unwrap();
+    assert_eq!(again.len(), 10);
+    for call in again {
+        call.await.unwrap();
+    }
+    assert_eq!(mock.total_executions(), 10);
+    assert!(client.recover().await.unwrap().is_empty());
+    client.close().await;
+}
+
 /// A recovered call's deadline (its record's) counts from when it is first
 /// awaited, not from `recover()`: a worker driving a batch a few calls at a
 /// time would otherwise see the later calls' short deadlines pass before

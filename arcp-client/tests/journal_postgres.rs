@@ -1563,3 +1563,81 @@ async fn discard_keeps_what_the_record_proved_and_respects_owners() {
     assert_eq!(b.lookup(&key("order-10")).await.unwrap().unwrap(), before);
     b.close().await;
 }
+
+/// A recovery pass over a dead worker's 8,000 calls whose outcome stays
+/// unknown goes on from where its last claim ended: each claim costs the
+/// same however deep the pass (no growing list of keys to skip, no claim
+/// that outlives a short round-trip bound), and it reaches the younger
+/// calls behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_pass_claims_at_the_same_cost_however_deep() {
+    let url = postgres_or_skip!();
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .unwrap();
+    {
+        let dead = journal(&url, "dead-pass", Duration::from_millis(100)).await;
+        let old = SystemTime::now() - Duration::from_secs(60);
+        let stuck: Vec<JournalWrite> = (0..8_000)
+            .map(|i| {
+                let mut e = entry(&format!("stuck-{i:05}"));
+                e.created_at = old;
+                e.updated_at = old;
+                JournalWrite::Prepare(e)
+            })
+            .collect();
+        for chunk in stuck.chunks(500) {
+            dead.apply(chunk).unwrap();
+        }
+        let young: Vec<JournalWrite> = (0..5)
+            .map(|i| {
+                let k = format!("young-{i}");
+                let mut e = entry(&k);
+                e.intent = format!(
+                    r#"{{"tool":"refund","arguments":{{"order":{i}}},"idempotency_key":"{k}"}}"#
+                );
+                JournalWrite::Prepare(e)
+            })
+            .collect();
+        dead.apply(&young).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = builder(&mock.ws_url())
+        .journal(
+            PostgresJournal::connect(
+                &url,
+                PostgresOptions::default()
+                    .worker_id("pass")
+                    .round_trip_timeout(Duration::from_millis(500)),
+            )
+            .await
+            .unwrap(),
+        )
+        .connect()
+        .await
+        .unwrap();
+    let mut pass = client.recovery_pass();
+    loop {
+        let batch = pass.next_batch().await.expect("every claim within 500 ms");
+        if batch.is_empty() {
+            break;
+        }
+        // The stuck calls are dropped (as if each ended "outcome unknown":
+        // unfinished, claims given back); the young ones are driven.
+        for call in batch {
+            if call.key().is_some_and(|k| k.as_str().starts_with("young-")) {
+                call.await.unwrap();
+            }
+        }
+    }
+    assert_eq!(pass.handed_out().len(), 8_005);
+    for i in 0..5 {
+        assert_eq!(mock.executions_for_key(&format!("young-{i}")), 1);
+    }
+    assert_eq!(mock.total_executions(), 5);
+    client.close().await;
+}

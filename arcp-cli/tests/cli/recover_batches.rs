@@ -195,3 +195,54 @@ fn recover_reaches_calls_behind_a_claim_of_calls_that_stay_unknown() {
     assert_eq!(mock.executions("slow"), 263, "each call driven once");
     assert_eq!(unfinished(&journal), 260);
 }
+
+#[test]
+fn recover_reaches_live_calls_behind_a_claim_of_expired_ones() {
+    // 300 calls past the runtime's key retention, older than 5 live ones:
+    // the claims that only end calls do not end the run.
+    let rt = runtime();
+    let mock = slow_mock(&rt, None);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    let old = std::time::SystemTime::now() - Duration::from_secs(7_200);
+    {
+        let j = arcp_sdk::SqliteJournal::open(&journal).unwrap();
+        let mut writes = Vec::new();
+        for (prefix, n) in [("expired", 300), ("live", 5)] {
+            for i in 0..n {
+                let key = arcp_sdk::IdempotencyKey::try_from(format!("{prefix}-{i}")).unwrap();
+                let intent = format!(
+                    r#"{{"tool":"slow","arguments":{{"ms":0}},"idempotency_key":"{key}"}}"#
+                );
+                let mut entry = arcp_sdk::JournalEntry::new(
+                    key,
+                    "slow",
+                    &intent,
+                    "0123456789abcdef0123456789abcdef",
+                    Duration::from_secs(5),
+                );
+                if prefix == "expired" {
+                    entry.created_at = old;
+                    entry.updated_at = old;
+                }
+                writes.push(arcp_sdk::JournalWrite::Prepare(entry));
+            }
+        }
+        arcp_sdk::Journal::apply(&j, &writes).unwrap();
+    }
+    let out = arcp(["journal", "recover", "--json", "--dialect", "v1.1"])
+        .args(["--url", &mock.ws_url(), "--runtime-key-retention", "3600"])
+        .arg("--journal")
+        .arg(&journal)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for i in 0..5 {
+        assert_eq!(mock.executions_for_key(&format!("live-{i}")), 1, "live-{i}");
+    }
+    assert_eq!(mock.executions("slow"), 5, "no expired call was sent");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 305, "each call reported once");
+    assert_eq!(unfinished(&journal), 0);
+}

@@ -10,7 +10,7 @@ use arcp_types::IdempotencyKey;
 use super::{keep, CallHandle, Invocation};
 use crate::client::Client;
 use crate::error::Error;
-use crate::journal::JournalEntry;
+use crate::journal::{ClaimPosition, DriveGuard, JournalEntry};
 use crate::request::{CallRequest, CallShared, EventsEnd, TraceId};
 #[cfg(doc)]
 use crate::{Journal, RecoveryMode};
@@ -67,10 +67,11 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn recover(&self) -> Result<Vec<Invocation>, Error> {
-        let entries = self.claim_unfinished(&HashSet::new()).await?;
-        Ok(entries
+        let claimed = self.claim_unfinished(None).await?;
+        Ok(claimed
+            .calls
             .into_iter()
-            .map(|entry| Invocation::recovered(self.clone(), entry))
+            .map(|(entry, held)| Invocation::recovered(self.clone(), entry, held))
             .collect())
     }
 
@@ -79,6 +80,7 @@ impl Client {
     pub fn recovery_pass(&self) -> RecoveryPass {
         RecoveryPass {
             client: self.clone(),
+            after: None,
             handed_out: HashSet::new(),
         }
     }
@@ -88,8 +90,11 @@ impl Client {
 /// (at most 256 each, oldest first), each call handed out at most once in
 /// the pass. [`Client::recover`] alone hands a call whose outcome stayed
 /// unknown back at its next claim, among the oldest, so 256 such calls
-/// would keep the younger ones from ever being claimed; a pass skips the
-/// calls it handed out before. The pass is over when
+/// would keep the younger ones from ever being claimed; a pass goes on
+/// from where its last claim ended ([`Journal::claim_after`]), so each
+/// claim costs the same however deep the pass. A call that becomes
+/// claimable behind that place (another worker's lease lapsed meanwhile)
+/// waits for the next pass. The pass is over when
 /// [`next_batch`](RecoveryPass::next_batch) returns an empty list.
 ///
 /// ```no_run
@@ -117,32 +122,49 @@ impl Client {
 #[must_use = "a recovery pass hands out nothing until `next_batch` is called"]
 pub struct RecoveryPass {
     client: Client,
+    /// Where the last claim ended.
+    after: Option<ClaimPosition>,
     handed_out: HashSet<IdempotencyKey>,
 }
 
 impl RecoveryPass {
     /// The next unfinished calls this client may drive (as
-    /// [`Client::recover`] claims them), leaving out those this pass handed
-    /// out before; empty once none is left. Drive (or drop) a batch before
-    /// asking for the next: calls still being driven are never handed out
-    /// again, and a shared journal's claims are held until then.
+    /// [`Client::recover`] claims them), after those this pass claimed
+    /// before; empty once none is left. Claims that only end calls (past
+    /// the runtime's key retention) do not end the pass: it claims on.
+    /// Drive (or drop) a batch before asking for the next, so that a shared
+    /// journal's claims are not held longer than needed.
     ///
     /// # Errors
     ///
     /// [`Error::Journal`] as for [`Client::recover`]: nothing handed out,
-    /// nothing sent.
+    /// nothing sent. The pass may be asked again: it goes on from the last
+    /// claim that succeeded.
     pub async fn next_batch(&mut self) -> Result<Vec<Invocation>, Error> {
-        let entries = self.client.claim_unfinished(&self.handed_out).await?;
-        Ok(entries
-            .into_iter()
-            .map(|entry| Invocation::recovered(self.client.clone(), entry))
-            // A journal whose `claim` ignores the keys to skip: a call
-            // handed out again is dropped here, which gives its claim back.
-            .filter(|call| {
-                call.key()
-                    .is_none_or(|key| self.handed_out.insert(key.clone()))
-            })
-            .collect())
+        loop {
+            let claimed = self.client.claim_unfinished(self.after.clone()).await?;
+            // Nothing claimed, or (a journal that does not keep the claim
+            // order) nothing further along: the pass is over.
+            let Some(last) = claimed.last.filter(|last| self.after.as_ref() < Some(last)) else {
+                return Ok(Vec::new());
+            };
+            self.after = Some(last);
+            let calls: Vec<Invocation> = claimed
+                .calls
+                .into_iter()
+                .map(|(entry, held)| Invocation::recovered(self.client.clone(), entry, held))
+                // A journal whose claims ignore the place (one that keeps
+                // `claim_after`'s default): a call handed out again is
+                // dropped here, which gives its claim back.
+                .filter(|call| {
+                    call.key()
+                        .is_none_or(|key| self.handed_out.insert(key.clone()))
+                })
+                .collect();
+            if !calls.is_empty() {
+                return Ok(calls);
+            }
+        }
     }
 
     /// The keys this pass has handed out so far.
@@ -156,7 +178,8 @@ impl Invocation {
     /// (parsed back, byte-exact), trace id and deadline (counted from the
     /// call's first await). A record whose intent cannot be re-sent
     /// identically resolves to [`Error::Journal`] without sending anything.
-    pub(crate) fn recovered(client: Client, entry: JournalEntry) -> Invocation {
+    /// `held` counts the call as driven here until its own prepare does.
+    pub(crate) fn recovered(client: Client, entry: JournalEntry, held: DriveGuard) -> Invocation {
         let shared = std::sync::Arc::new(CallShared::default());
         let key = entry.key.clone();
         let prior_job = entry.job_id().map(str::to_owned);
@@ -176,6 +199,7 @@ impl Invocation {
                 prior_job,
                 key_supplied: true,
                 prepared: None,
+                claim: None,
             });
         let dispatcher = client.clone();
         // Claimed for this client: until the call is dispatched (or if it
@@ -185,6 +209,7 @@ impl Invocation {
         let unclaimed = ReleaseUnlessDriven {
             client: client.clone(),
             key: Some(key.clone()),
+            held: Some(held),
         };
         let future = async move {
             let mut unclaimed = unclaimed;
@@ -194,8 +219,12 @@ impl Invocation {
             // ones expired before they were sent.
             request.started = Instant::now();
             // From here on the dispatch releases the call if it stops
-            // without an outcome.
+            // without an outcome; the claim is held until its prepare.
             unclaimed.key = None;
+            request.claim = unclaimed
+                .held
+                .take()
+                .map(|held| Box::new(held) as Box<dyn Send + Sync>);
             dispatcher.dispatch(Box::new(request)).await
         };
         Invocation {
@@ -215,10 +244,15 @@ impl Invocation {
 struct ReleaseUnlessDriven {
     client: Client,
     key: Option<IdempotencyKey>,
+    /// The claim, counted as driven here until the dispatch takes it.
+    held: Option<DriveGuard>,
 }
 
 impl Drop for ReleaseUnlessDriven {
     fn drop(&mut self) {
+        // Not driven any more before the release, which a driven call's
+        // claim would keep.
+        drop(self.held.take());
         if let Some(key) = self.key.take() {
             self.client.release_claim(&key);
         }

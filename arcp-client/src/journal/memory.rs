@@ -2,7 +2,7 @@
 //! durability. For tests, and for processes that only want
 //! [`Client::lookup`](crate::Client::lookup).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -11,7 +11,8 @@ use arcp_types::IdempotencyKey;
 use crate::sync::lock;
 
 use super::{
-    Journal, JournalEntry, JournalError, JournalState, JournalWrite, PurgeReport, Retention,
+    ClaimPosition, Journal, JournalEntry, JournalError, JournalState, JournalWrite, PurgeReport,
+    Retention,
 };
 
 /// A [`Journal`] in memory. It survives nothing (not even the client): a
@@ -72,6 +73,24 @@ impl Journal for MemoryJournal {
         let mut out: Vec<JournalEntry> = records
             .values()
             .filter(|e| !e.is_terminal())
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.key.cmp(&b.key)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    fn claim_after(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+        after: Option<&ClaimPosition>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let records = self.lock();
+        let mut out: Vec<JournalEntry> = records
+            .values()
+            .filter(|e| !e.is_terminal() && !driving.contains(&e.key))
+            .filter(|e| after.is_none_or(|after| after.is_before(e)))
             .cloned()
             .collect();
         out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.key.cmp(&b.key)));

@@ -61,6 +61,6 @@ pub use retention::{PurgeReport, Retention};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{SqliteJournal, SqliteOptions, Synchronous};
-pub use store::Journal;
+pub use store::{ClaimPosition, Journal};
 pub use write::JournalWrite;
-pub(crate) use writer::{JournalHandle, JournalSetup};
+pub(crate) use writer::{Claimed, DriveGuard, JournalHandle, JournalSetup};

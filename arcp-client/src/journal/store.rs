@@ -138,6 +138,28 @@ pub trait Journal: Send + Sync + 'static {
         Ok(out)
     }
 
+    /// [`claim`](Journal::claim), of the calls after `after` in the claim
+    /// order (first prepared, then key) only: the next batch of a
+    /// [`RecoveryPass`](crate::RecoveryPass), which goes through the
+    /// unfinished calls once, oldest first (a call whose outcome stayed
+    /// unknown keeps its place, behind the pass). `None`: from the start.
+    /// Default: `claim`, keeping the calls after `after`; a journal over
+    /// more than a claim's calls that stay unfinished overrides it, else a
+    /// pass ends at the first claim that brings none after `after` (the
+    /// journals of this crate do).
+    fn claim_after(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+        after: Option<&ClaimPosition>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let mut out = self.claim(limit, driving)?;
+        if let Some(after) = after {
+            out.retain(|e| after.is_before(e));
+        }
+        Ok(out)
+    }
+
     /// Whether this client may drive the unfinished call `key` (a caller
     /// re-issuing a recorded key): `true` when it already holds it or could
     /// take it over (an expired lease), `false` when another live worker
@@ -176,5 +198,30 @@ pub trait Journal: Send + Sync + 'static {
     /// default): authority does not lapse (a journal without owners).
     fn lease_ttl(&self) -> Option<Duration> {
         None
+    }
+}
+
+/// A place in the order [`Journal::claim`] hands calls out in (first
+/// prepared, then key): where a recovery pass's last claim ended.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimPosition {
+    /// When the call was first prepared ([`JournalEntry::created_at`]).
+    pub created_at: SystemTime,
+    /// The call's key.
+    pub key: IdempotencyKey,
+}
+
+impl ClaimPosition {
+    /// The place of `entry`.
+    pub fn of(entry: &JournalEntry) -> Self {
+        ClaimPosition {
+            created_at: entry.created_at,
+            key: entry.key.clone(),
+        }
+    }
+
+    /// Whether `entry` comes after this place in the claim order.
+    pub fn is_before(&self, entry: &JournalEntry) -> bool {
+        (self.created_at, &self.key) < (entry.created_at, &entry.key)
     }
 }

@@ -186,6 +186,7 @@ mod tests {
             prior_job: None,
             key_supplied: false,
             prepared: None,
+            claim: None,
         };
         req.seal();
         let prepared = PreparedCall::new(&mut req, None);

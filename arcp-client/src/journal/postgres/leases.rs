@@ -4,20 +4,25 @@
 
 use super::sql::COLUMNS;
 use super::PostgresJournal;
-use crate::journal::{JournalEntry, JournalError};
+use crate::journal::rows::to_millis;
+use crate::journal::{ClaimPosition, JournalEntry, JournalError};
 use crate::sync::lock;
 
 impl PostgresJournal {
     /// Claims up to `limit` claimable calls (`only`: just this key). A call
     /// is claimable when unfinished and its lease expired, or when it is
     /// owned by this worker's id but not held by this instance (a restart
-    /// under the same id). Never one of `skip` (driven here right now).
+    /// under the same id). Never one of `skip` (driven here right now), nor
+    /// one at or before `after` in the claim order.
     pub(super) fn claim_where(
         &self,
         limit: i64,
         only: Option<&str>,
         skip: &[String],
+        after: Option<&ClaimPosition>,
     ) -> Result<Vec<JournalEntry>, JournalError> {
+        let after_ms = after.map(|a| to_millis(a.created_at));
+        let after_key = after.map(|a| a.key.as_str());
         let held: Vec<String> = lock(&self.held).keys().cloned().collect();
         let rows = self.block(async {
             let mut client = self.client().await?;
@@ -29,6 +34,8 @@ impl PostgresJournal {
                        WHERE state <> 'terminal' \
                          AND ($4::text IS NULL OR key = $4) \
                          AND NOT (key = ANY($6)) \
+                         AND ($7::bigint IS NULL OR created_ms > $7 \
+                              OR (created_ms = $7 AND key > $8)) \
                          AND (lease_until <= clock_timestamp() \
                               OR (owner = $1 AND NOT (key = ANY($2)))) \
                        ORDER BY created_ms, key \
@@ -50,7 +57,16 @@ impl PostgresJournal {
             let rows = tx
                 .query(
                     &stmt,
-                    &[&self.worker, &held, &limit, &only, &self.lease_ms, &skip],
+                    &[
+                        &self.worker,
+                        &held,
+                        &limit,
+                        &only,
+                        &self.lease_ms,
+                        &skip,
+                        &after_ms,
+                        &after_key,
+                    ],
                 )
                 .await
                 .map_err(|e| self.err(e))?;

@@ -35,7 +35,9 @@ use sql::COLUMNS;
 use super::rows::{duration_to_millis, to_millis};
 #[cfg(doc)]
 use super::JournalErrorKind;
-use super::{Journal, JournalEntry, JournalError, JournalWrite, PurgeReport, Retention};
+use super::{
+    ClaimPosition, Journal, JournalEntry, JournalError, JournalWrite, PurgeReport, Retention,
+};
 use crate::sync::lock;
 
 /// A [`Journal`] in a PostgreSQL database that a fleet of workers shares:
@@ -383,15 +385,26 @@ impl Journal for PostgresJournal {
         limit: usize,
         driving: &HashSet<IdempotencyKey>,
     ) -> Result<Vec<JournalEntry>, JournalError> {
+        self.claim_after(limit, driving, None)
+    }
+
+    fn claim_after(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+        after: Option<&ClaimPosition>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
         let skip: Vec<String> = driving.iter().map(|k| k.as_str().to_owned()).collect();
-        self.claim_where(i64::try_from(limit).unwrap_or(i64::MAX), None, &skip)
+        self.claim_where(i64::try_from(limit).unwrap_or(i64::MAX), None, &skip, after)
     }
 
     fn acquire(&self, key: &IdempotencyKey) -> Result<bool, JournalError> {
         if lock(&self.held).contains_key(key.as_str()) {
             return Ok(true);
         }
-        Ok(!self.claim_where(1, Some(key.as_str()), &[])?.is_empty())
+        Ok(!self
+            .claim_where(1, Some(key.as_str()), &[], None)?
+            .is_empty())
     }
 
     fn lease_interval(&self) -> Option<Duration> {

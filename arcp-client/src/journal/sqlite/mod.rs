@@ -15,6 +15,7 @@ mod rows;
 mod schema;
 mod statements;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -29,7 +30,8 @@ use statements::{apply_one, insert_absent, SELECT};
 
 use super::rows::{duration_to_millis, to_millis};
 use super::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport, Retention,
+    ClaimPosition, Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite,
+    PurgeReport, Retention,
 };
 use crate::sync::lock;
 
@@ -189,6 +191,41 @@ impl Journal for SqliteJournal {
             &format!("{SELECT} WHERE state != 'terminal' ORDER BY created_ms, key LIMIT ?1"),
             limit,
         )
+    }
+
+    fn claim_after(
+        &self,
+        limit: usize,
+        driving: &HashSet<IdempotencyKey>,
+        after: Option<&ClaimPosition>,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let Some(after) = after else {
+            return self.claim(limit, driving);
+        };
+        // The calls driven here are few (in flight): read past them.
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "{SELECT} WHERE state != 'terminal' \
+                 AND (created_ms > ?2 OR (created_ms = ?2 AND key > ?3)) \
+                 ORDER BY created_ms, key LIMIT ?1"
+            ))
+            .map_err(|e| self.err(e))?;
+        let read = i64::try_from(limit.saturating_add(driving.len())).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(
+                rusqlite::params![read, to_millis(after.created_at), after.key.as_str()],
+                rows::read,
+            )
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let entry = row.map_err(|e| self.err(e))?.into_entry(&self.location)?;
+            if !driving.contains(&entry.key) && out.len() < limit {
+                out.push(entry);
+            }
+        }
+        Ok(out)
     }
 
     fn purge(&self, retention: &Retention, now: SystemTime) -> Result<PurgeReport, JournalError> {

@@ -2,7 +2,7 @@
 //! in `upkeep.rs`), and each batch in named steps: commit (merge
 //! transitions, decide prepares, one transaction), answer, requeue, serve.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
@@ -11,13 +11,13 @@ use tracing::{debug, warn};
 
 use super::commit::Committed;
 use super::expiry::{expired_outcome, past_key_retention};
-use super::queue::{DurableReply, Pending, PrepareReply, Prepared, Request};
+use super::queue::{Claimed, DriveGuard, DurableReply, Pending, PrepareReply, Prepared, Request};
 use super::state::Writer;
 use super::upkeep::extend_lease;
 use super::{CLOSE_TIMEOUT, RECOVER_BATCH, RETRY_FIRST, RETRY_MAX, TRANSITION_LINGER};
 use crate::journal::redaction::unrecoverable_outcome;
 use crate::journal::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport,
+    ClaimPosition, Journal, JournalEntry, JournalError, JournalErrorKind, JournalWrite, PurgeReport,
 };
 use crate::sync::{lock, wait_timeout};
 
@@ -369,13 +369,12 @@ impl Writer {
                 Request::Get(key, reply) => {
                     let _ = reply.send(journal.get(&key));
                 }
-                Request::Unfinished(skip, reply) => {
+                Request::Unfinished(after, reply) => {
                     // Calls this client drives, and those it is preparing: a
                     // prepare retried after the store went away may have
-                    // landed without this journal knowing it holds it; and
-                    // those the recovery pass handed out before.
-                    let mut driving = skip;
-                    driving.extend(lock(&self.shared.driving).keys().cloned());
+                    // landed without this journal knowing it holds it.
+                    let mut driving: HashSet<IdempotencyKey> =
+                        lock(&self.shared.driving).keys().cloned().collect();
                     driving.extend(self.unsure.iter().cloned());
                     driving.extend(
                         lock(&self.shared.queue)
@@ -387,20 +386,28 @@ impl Writer {
                     // can start driving soon (a fleet's other workers take
                     // the rest).
                     let limit = self.retention.max_records.min(RECOVER_BATCH);
-                    let claimed = journal
-                        .claim(limit, &driving)
-                        .map(|entries| self.end_expired(journal, entries));
-                    if let Ok(entries) = &claimed {
-                        // Recovered here: an old fence no longer applies.
-                        let mut fenced = lock(&self.shared.fenced);
-                        for e in entries {
-                            fenced.remove(&e.key);
-                        }
-                    }
+                    let claimed =
+                        journal
+                            .claim_after(limit, &driving, after.as_ref())
+                            .map(|entries| Claimed {
+                                last: entries.iter().map(ClaimPosition::of).max(),
+                                calls: self
+                                    .end_expired(journal, entries)
+                                    .into_iter()
+                                    .map(|e| {
+                                        // Recovered here: an old fence no
+                                        // longer applies.
+                                        lock(&self.shared.fenced).remove(&e.key);
+                                        let held = DriveGuard::new(&self.shared, &e.key);
+                                        (e, held)
+                                    })
+                                    .collect(),
+                            });
                     // A `recover` that gave up waiting (cancelled, timed
                     // out) never hands these calls to anyone: give them back.
-                    if let Err(Ok(entries)) = reply.send(claimed) {
-                        for e in entries {
+                    if let Err(Ok(claimed)) = reply.send(claimed) {
+                        for (e, held) in claimed.calls {
+                            drop(held);
                             self.shared.note(&e.key, |p| p.released = true);
                         }
                     }

@@ -441,10 +441,10 @@ fn a_recovery_does_not_hand_out_a_call_still_being_prepared() {
         .unwrap();
     journal.down.store(false, Ordering::SeqCst);
     let (tx, mut rx) = oneshot::channel();
-    let _ = w.serve(&journal, vec![Request::Unfinished(HashSet::new(), tx)]);
+    let _ = w.serve(&journal, vec![Request::Unfinished(None, tx)]);
     let claimed = rx.try_recv().expect("answered").expect("claimed");
     assert!(
-        claimed.iter().all(|e| e.key != key),
+        claimed.calls.iter().all(|(e, _)| e.key != key),
         "the recovery took {key}, which a caller here is still preparing"
     );
 }

@@ -12,14 +12,14 @@ use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn};
 
 use super::expiry::send_time_left;
-use super::queue::{Prepared, Queue, Request, Shared};
+use super::queue::{Claimed, DriveGuard, Prepared, Queue, Request, Shared};
 use super::state::Writer;
 use super::CLOSE_TIMEOUT;
 use crate::cache::Outcome;
 use crate::error::{Error, Execution};
 use crate::journal::{
-    Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
-    RecoveryMode, Redaction, Retention,
+    ClaimPosition, Journal, JournalEntry, JournalError, JournalErrorKind, JournalOutcome,
+    JournalState, RecoveryMode, Redaction, Retention,
 };
 use crate::request::{CallRecorder, CallRequest};
 use crate::sync::lock;
@@ -264,13 +264,11 @@ impl JournalHandle {
     /// The call will be sent: attach the recorder and count it as driven.
     pub(super) fn drive(&self, request: &mut CallRequest) -> DriveGuard {
         request.recorder = Some(Box::new(Recorder(self.shared.clone())));
-        *lock(&self.shared.driving)
-            .entry(request.key.clone())
-            .or_default() += 1;
-        DriveGuard {
-            shared: self.shared.clone(),
-            key: request.key.clone(),
-        }
+        let guard = DriveGuard::new(&self.shared, &request.key);
+        // Driven from here: a recovered call's claim is held no longer
+        // (after the count above, so that it never drops to zero between).
+        request.claim = None;
+        guard
     }
 
     /// Records a call's outcome when it is terminal. An unknown outcome
@@ -434,13 +432,10 @@ impl JournalHandle {
     }
 
     /// Every unfinished record, oldest first.
-    pub(crate) async fn unfinished(
-        &self,
-        skip: &HashSet<IdempotencyKey>,
-    ) -> Result<Vec<JournalEntry>, Error> {
+    pub(crate) async fn unfinished(&self, after: Option<ClaimPosition>) -> Result<Claimed, Error> {
         let (tx, rx) = oneshot::channel();
         self.shared
-            .request(Request::Unfinished(skip.clone(), tx))
+            .request(Request::Unfinished(after, tx))
             .map_err(Error::Journal)?;
         self.answer(rx).await
     }
@@ -480,26 +475,5 @@ impl JournalHandle {
         rx.await
             .map_err(|_| Error::Journal(self.shared.closed_error()))?
             .map_err(Error::Journal)
-    }
-}
-
-/// A call this client drives: while it lives, `recover` does not hand the
-/// call out again (dropped when the call ends, however it ends).
-pub(crate) struct DriveGuard {
-    pub(super) shared: Arc<Shared>,
-    pub(super) key: IdempotencyKey,
-}
-
-impl Drop for DriveGuard {
-    fn drop(&mut self) {
-        let mut driving = lock(&self.shared.driving);
-        if let Some(n) = driving.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                driving.remove(&self.key);
-                // Nobody here drives it any more: its fence stops nothing.
-                lock(&self.shared.fenced).remove(&self.key);
-            }
-        }
     }
 }

@@ -42,6 +42,7 @@ use crate::error::Error;
 use crate::sync::lock;
 
 pub(crate) use handle::JournalHandle;
+pub(crate) use queue::{Claimed, DriveGuard};
 
 /// The journal settings of a `ClientBuilder`.
 #[derive(Clone, Default)]
@@ -190,7 +191,7 @@ mod tests {
     use arcp_types::IdempotencyKey;
     use tokio::sync::{watch, Notify};
 
-    use super::handle::DriveGuard;
+    use super::queue::DriveGuard;
     use super::queue::{Pending, Queue, Shared};
     use crate::sync::lock;
 
@@ -210,11 +211,7 @@ mod tests {
     }
 
     fn drive(shared: &Arc<Shared>, key: &IdempotencyKey) -> DriveGuard {
-        *lock(&shared.driving).entry(key.clone()).or_default() += 1;
-        DriveGuard {
-            shared: shared.clone(),
-            key: key.clone(),
-        }
+        DriveGuard::new(shared, key)
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! waiters, requests), the calls driven here and those fenced.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arcp_types::IdempotencyKey;
@@ -13,7 +13,8 @@ use tracing::warn;
 use super::MARK_DELAY;
 use crate::journal::rows::to_millis;
 use crate::journal::{
-    JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState, JournalWrite,
+    ClaimPosition, JournalEntry, JournalError, JournalErrorKind, JournalOutcome, JournalState,
+    JournalWrite,
 };
 use crate::sync::lock;
 
@@ -34,14 +35,26 @@ pub(super) enum Request {
         IdempotencyKey,
         oneshot::Sender<Result<Option<JournalEntry>, JournalError>>,
     ),
-    /// A claim for a recovery, but of the keys given (handed out before in
-    /// the same pass).
+    /// A claim for a recovery, of the calls after a place in the claim
+    /// order (a recovery pass's last claim) or from the start.
     Unfinished(
-        HashSet<IdempotencyKey>,
-        oneshot::Sender<Result<Vec<JournalEntry>, JournalError>>,
+        Option<ClaimPosition>,
+        oneshot::Sender<Result<Claimed, JournalError>>,
     ),
     Discard(IdempotencyKey, oneshot::Sender<Result<bool, JournalError>>),
     Close(oneshot::Sender<()>),
+}
+
+/// What a claim for a recovery brought.
+#[derive(Default)]
+pub(crate) struct Claimed {
+    /// The calls handed out, oldest first, each counted as driven here
+    /// while its guard lives (until its own prepare counts it).
+    pub(crate) calls: Vec<(JournalEntry, DriveGuard)>,
+    /// The place of the last call the claim took, handed out or not (it
+    /// may have ended calls past the runtime's key retention instead):
+    /// `None` when it took none, so nothing is left to claim.
+    pub(crate) last: Option<ClaimPosition>,
 }
 
 /// Transitions recorded for one key since the last commit.
@@ -309,4 +322,36 @@ impl Shared {
 
 pub(super) fn pending_writes(key: &IdempotencyKey, p: &Pending) -> Vec<JournalWrite> {
     p.clone().writes(key)
+}
+
+/// A call this client drives: while it lives, `recover` does not hand the
+/// call out again (dropped when the call ends, however it ends).
+pub(crate) struct DriveGuard {
+    shared: Arc<Shared>,
+    key: IdempotencyKey,
+}
+
+impl DriveGuard {
+    /// Counts `key` as driven here once more.
+    pub(super) fn new(shared: &Arc<Shared>, key: &IdempotencyKey) -> Self {
+        *lock(&shared.driving).entry(key.clone()).or_default() += 1;
+        DriveGuard {
+            shared: shared.clone(),
+            key: key.clone(),
+        }
+    }
+}
+
+impl Drop for DriveGuard {
+    fn drop(&mut self) {
+        let mut driving = lock(&self.shared.driving);
+        if let Some(n) = driving.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                driving.remove(&self.key);
+                // Nobody here drives it any more: its fence stops nothing.
+                lock(&self.shared.fenced).remove(&self.key);
+            }
+        }
+    }
 }

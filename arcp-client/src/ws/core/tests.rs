@@ -91,6 +91,7 @@ impl Harness {
             prior_job: None,
             key_supplied: false,
             prepared: None,
+            claim: None,
         };
         let (tx, rx) = oneshot::channel();
         self.core.command(Command::Invoke(request, tx), self.at(ms));
