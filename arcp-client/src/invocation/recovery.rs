@@ -153,9 +153,9 @@ impl RecoveryPass {
                 .calls
                 .into_iter()
                 .map(|(entry, held)| Invocation::recovered(self.client.clone(), entry, held))
-                // A journal whose claims ignore the place (one that keeps
-                // `claim_after`'s default): a call handed out again is
-                // dropped here, which gives its claim back.
+                // A journal whose `claim_after` ignores the place: a call
+                // handed out again is dropped here, which gives its claim
+                // back.
                 .filter(|call| {
                     call.key()
                         .is_none_or(|key| self.handed_out.insert(key.clone()))
