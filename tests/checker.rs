@@ -95,7 +95,9 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(100);
 /// meanwhile. The client keeps a deadline on timers that fire no better
 /// than the machine schedules its threads, so a call may end past its
 /// deadline by [`DEADLINE_SLACK`] plus the worst such lag, or the CPU
-/// waits, seen from its deadline to its end (at most [`Self::MAX_EXCUSE`]).
+/// waits, seen from its deadline to its end (at most [`Self::MAX_EXCUSE`];
+/// the CPU waits, machine-wide, at most [`Self::MAX_WAIT_EXCUSE`], so that
+/// a client that spins its own threads cannot excuse much of itself).
 /// A thread of its own, not a task: a client that blocks the runtime's
 /// workers delays its own timers, and that is not excused (a blocked
 /// thread waits for no CPU). On a quiet machine both are about zero.
@@ -109,6 +111,7 @@ struct LagProbe {
 impl LagProbe {
     const TICK: Duration = Duration::from_millis(5);
     const MAX_EXCUSE: Duration = Duration::from_secs(1);
+    const MAX_WAIT_EXCUSE: Duration = Duration::from_millis(200);
     /// Samples kept: the last minute or so of a starved machine.
     const KEEP: usize = 16_384;
 
@@ -168,7 +171,8 @@ impl LagProbe {
             .iter()
             .filter(|(at, _)| *at >= from && *at <= to + Self::TICK)
             .map(|(_, waited)| *waited)
-            .sum::<Duration>();
+            .sum::<Duration>()
+            .min(Self::MAX_WAIT_EXCUSE);
         lag.max(waited).min(Self::MAX_EXCUSE)
     }
 }

@@ -1641,3 +1641,89 @@ async fn a_recovery_pass_claims_at_the_same_cost_however_deep() {
     assert_eq!(mock.total_executions(), 5);
     client.close().await;
 }
+
+/// A database that collates keys otherwise than byte order (ICU en-US:
+/// "a-" before "B-"; bytes: "B-" before "a-"), with a burst of unfinished
+/// calls first prepared in the same millisecond across a claim's boundary:
+/// the pass's place in the claim order is the same on both sides, so it
+/// hands out every call. (Skipped where the server has no ICU.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_pass_keeps_its_place_whatever_the_databases_collation() {
+    let _ = postgres_or_skip!();
+    let Some(admin) = pg_support::admin_url() else {
+        return;
+    };
+    let name = format!("arcp_icu_{}_{:x}", std::process::id(), rand_suffix());
+    let created = sql(&admin)
+        .await
+        .batch_execute(&format!(
+            "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C' \
+             LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
+        ))
+        .await;
+    if let Err(e) = created {
+        eprintln!("ICU collation test skipped: {e}");
+        return;
+    }
+    let url = pg_support::with_dbname(&admin, &name);
+    let mock = MockRuntime::builder()
+        .tool("refund", |args: Value, _ctx| async move {
+            Ok(json!({"refunded": args["order"]}))
+        })
+        .start()
+        .await
+        .unwrap();
+    {
+        let dead = journal(&url, "dead-icu", Duration::from_millis(100)).await;
+        // One millisecond for all of them.
+        let at = SystemTime::UNIX_EPOCH
+            + Duration::from_millis(
+                u64::try_from(
+                    (SystemTime::now() - Duration::from_secs(30))
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis(),
+                )
+                .unwrap(),
+            );
+        let writes: Vec<JournalWrite> = (0..150)
+            .flat_map(|i| [format!("a-{i:03}"), format!("B-{i:03}")])
+            .map(|k| {
+                let mut e = entry(&k);
+                e.intent = format!(
+                    r#"{{"tool":"refund","arguments":{{"order":"{k}"}},"idempotency_key":"{k}"}}"#
+                );
+                e.created_at = at;
+                e.updated_at = at;
+                JournalWrite::Prepare(e)
+            })
+            .collect();
+        dead.apply(&writes).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = builder(&mock.ws_url())
+        .journal(journal(&url, "pass-icu", Duration::from_secs(30)).await)
+        .connect()
+        .await
+        .unwrap();
+    let mut pass = client.recovery_pass();
+    loop {
+        let batch = pass.next_batch().await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for call in batch {
+            call.await.unwrap();
+        }
+    }
+    assert_eq!(pass.handed_out().len(), 300);
+    assert_eq!(mock.total_executions(), 300);
+    client.close().await;
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos()
+}

@@ -13,7 +13,9 @@ impl PostgresJournal {
     /// is claimable when unfinished and its lease expired, or when it is
     /// owned by this worker's id but not held by this instance (a restart
     /// under the same id). Never one of `skip` (driven here right now), nor
-    /// one at or before `after` in the claim order.
+    /// one at or before `after` in the claim order. Keys compare by their
+    /// bytes (`COLLATE "C"`), as [`ClaimPosition`] does, whatever the
+    /// database's collation.
     pub(super) fn claim_where(
         &self,
         limit: i64,
@@ -35,10 +37,10 @@ impl PostgresJournal {
                          AND ($4::text IS NULL OR key = $4) \
                          AND NOT (key = ANY($6)) \
                          AND ($7::bigint IS NULL OR created_ms > $7 \
-                              OR (created_ms = $7 AND key > $8)) \
+                              OR (created_ms = $7 AND key COLLATE \"C\" > $8)) \
                          AND (lease_until <= clock_timestamp() \
                               OR (owner = $1 AND NOT (key = ANY($2)))) \
-                       ORDER BY created_ms, key \
+                       ORDER BY created_ms, key COLLATE \"C\" \
                        LIMIT $3 \
                        FOR UPDATE SKIP LOCKED) \
                      UPDATE arcp_calls c SET owner = $1, generation = c.generation + 1, \
