@@ -220,6 +220,22 @@ async fn an_unfinished_call_stays_unfinished_and_recover_delivers_it() {
     assert!(client.recover().await.unwrap().is_empty());
 }
 
+/// Waits until the journal records every one of `keys` as ended (a
+/// recovery in the background drives them); fails after `within`.
+async fn until_terminal(client: &Client, keys: &[IdempotencyKey], within: Duration) {
+    let start = std::time::Instant::now();
+    for key in keys {
+        loop {
+            let entry = client.lookup(key).await.unwrap().expect("recorded");
+            if entry.is_terminal() {
+                break;
+            }
+            assert!(start.elapsed() < within, "never recovered: {entry:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// Calls whose outcome stays unknown come back among the oldest at every
 /// claim: with 256 or more of them (a whole claim), one recovery pass
 /// still reaches the younger calls behind them, and drives each call once.
@@ -269,19 +285,7 @@ async fn a_recovery_pass_reaches_calls_behind_a_claim_of_stuck_ones() {
         .await
         .unwrap();
     let start = std::time::Instant::now();
-    for key in &young {
-        loop {
-            let entry = client.lookup(key).await.unwrap().unwrap();
-            if entry.is_terminal() {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "a young call was never recovered: {entry:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    until_terminal(&client, &young, Duration::from_secs(20)).await;
     for key in &young {
         assert_eq!(mock.executions_for_key(key.as_str()), 1);
     }
@@ -362,16 +366,8 @@ async fn a_pass_reaches_live_calls_behind_a_claim_of_expired_ones() {
             }
             assert_eq!(pass.handed_out().len(), 5, "only the live calls are sent");
         }
-        let start = std::time::Instant::now();
-        for key in live.iter().chain(&expired) {
-            while !client.lookup(key).await.unwrap().unwrap().is_terminal() {
-                assert!(
-                    start.elapsed() < Duration::from_secs(10),
-                    "automatic={automatic}: {key} never reached"
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        let all: Vec<IdempotencyKey> = live.iter().chain(&expired).cloned().collect();
+        until_terminal(&client, &all, Duration::from_secs(10)).await;
         for key in &live {
             assert_eq!(mock.executions_for_key(key.as_str()), 1);
         }
@@ -1006,9 +1002,10 @@ async fn a_calls_marks_ride_in_its_end_unless_it_runs_long() {
         .filter(|k| writes_of(&log, k) == ["prepare", "terminal"])
         .count();
     // A fast call here takes a few milliseconds at most; a loaded machine
-    // may stall one now and then past the delay.
+    // may stall some past the delay (a quarter, seen beside a build and a
+    // test run). Without the marks riding in the end, none would merge.
     assert!(
-        merged * 10 >= fast.len() * 8,
+        merged * 2 >= fast.len(),
         "{merged} of {} fast calls wrote one change",
         fast.len()
     );

@@ -63,6 +63,45 @@ fn leave_unfinished(
     });
 }
 
+/// Unfinished records `{prefix}-{i}` of the `slow` tool, first prepared
+/// `at` (else now).
+struct Records {
+    prefix: &'static str,
+    n: usize,
+    ms: u64,
+    deadline: Duration,
+    at: Option<std::time::SystemTime>,
+}
+
+/// Writes `records` into a new journal at `journal`, as a process that
+/// prepared them and died would have left them.
+fn write_records(journal: &Path, records: &[Records]) {
+    let j = arcp_sdk::SqliteJournal::open(journal).unwrap();
+    let mut writes = Vec::new();
+    for r in records {
+        for i in 0..r.n {
+            let key = arcp_sdk::IdempotencyKey::try_from(format!("{}-{i}", r.prefix)).unwrap();
+            let intent = format!(
+                r#"{{"tool":"slow","arguments":{{"ms":{}}},"idempotency_key":"{key}"}}"#,
+                r.ms
+            );
+            let mut entry = arcp_sdk::JournalEntry::new(
+                key,
+                "slow",
+                &intent,
+                "0123456789abcdef0123456789abcdef",
+                r.deadline,
+            );
+            if let Some(at) = r.at {
+                entry.created_at = at;
+                entry.updated_at = at;
+            }
+            writes.push(arcp_sdk::JournalWrite::Prepare(entry));
+        }
+    }
+    arcp_sdk::Journal::apply(&j, &writes).unwrap();
+}
+
 fn unfinished(journal: &Path) -> usize {
     let out = arcp([
         "journal",
@@ -154,31 +193,25 @@ fn recover_reaches_calls_behind_a_claim_of_calls_that_stay_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("j.db");
     let old = std::time::SystemTime::now() - Duration::from_secs(60);
-    {
-        let j = arcp_sdk::SqliteJournal::open(&journal).unwrap();
-        let mut writes = Vec::new();
-        for (prefix, n, ms) in [("stuck", 260, 60_000), ("young", 3, 0)] {
-            for i in 0..n {
-                let key = arcp_sdk::IdempotencyKey::try_from(format!("{prefix}-{i}")).unwrap();
-                let intent = format!(
-                    r#"{{"tool":"slow","arguments":{{"ms":{ms}}},"idempotency_key":"{key}"}}"#
-                );
-                let mut entry = arcp_sdk::JournalEntry::new(
-                    key,
-                    "slow",
-                    &intent,
-                    "0123456789abcdef0123456789abcdef",
-                    Duration::from_millis(300),
-                );
-                if prefix == "stuck" {
-                    entry.created_at = old;
-                    entry.updated_at = old;
-                }
-                writes.push(arcp_sdk::JournalWrite::Prepare(entry));
-            }
-        }
-        arcp_sdk::Journal::apply(&j, &writes).unwrap();
-    }
+    write_records(
+        &journal,
+        &[
+            Records {
+                prefix: "stuck",
+                n: 260,
+                ms: 60_000,
+                deadline: Duration::from_millis(300),
+                at: Some(old),
+            },
+            Records {
+                prefix: "young",
+                n: 3,
+                ms: 0,
+                deadline: Duration::from_millis(300),
+                at: None,
+            },
+        ],
+    );
     let out = arcp(["journal", "recover", "--json", "--dialect", "v1.1"])
         .args(["--url", &mock.ws_url()])
         .arg("--journal")
@@ -205,31 +238,25 @@ fn recover_reaches_live_calls_behind_a_claim_of_expired_ones() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("j.db");
     let old = std::time::SystemTime::now() - Duration::from_secs(7_200);
-    {
-        let j = arcp_sdk::SqliteJournal::open(&journal).unwrap();
-        let mut writes = Vec::new();
-        for (prefix, n) in [("expired", 300), ("live", 5)] {
-            for i in 0..n {
-                let key = arcp_sdk::IdempotencyKey::try_from(format!("{prefix}-{i}")).unwrap();
-                let intent = format!(
-                    r#"{{"tool":"slow","arguments":{{"ms":0}},"idempotency_key":"{key}"}}"#
-                );
-                let mut entry = arcp_sdk::JournalEntry::new(
-                    key,
-                    "slow",
-                    &intent,
-                    "0123456789abcdef0123456789abcdef",
-                    Duration::from_secs(5),
-                );
-                if prefix == "expired" {
-                    entry.created_at = old;
-                    entry.updated_at = old;
-                }
-                writes.push(arcp_sdk::JournalWrite::Prepare(entry));
-            }
-        }
-        arcp_sdk::Journal::apply(&j, &writes).unwrap();
-    }
+    write_records(
+        &journal,
+        &[
+            Records {
+                prefix: "expired",
+                n: 300,
+                ms: 0,
+                deadline: Duration::from_secs(5),
+                at: Some(old),
+            },
+            Records {
+                prefix: "live",
+                n: 5,
+                ms: 0,
+                deadline: Duration::from_secs(5),
+                at: None,
+            },
+        ],
+    );
     let out = arcp(["journal", "recover", "--json", "--dialect", "v1.1"])
         .args(["--url", &mock.ws_url(), "--runtime-key-retention", "3600"])
         .arg("--journal")
