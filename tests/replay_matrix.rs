@@ -317,6 +317,42 @@ async fn outcome_cache_answers_a_repeated_key() {
     assert_eq!(mock.executions("refund"), 1);
 }
 
+/// The cache keeps nothing of a finished call under a generated key: a
+/// repeat under that key (taken from the outcome) is answered by the
+/// runtime, which replays the terminal (v1.1) or only the acceptance
+/// (legacy: the outcome cannot be had, and the call may have run). Either
+/// way the tool ran once. (On the session that ran the key the v1.1
+/// runtime does not mark its replay: it reads as fresh, an under-report
+/// this test leaves unasserted.)
+#[tokio::test]
+async fn a_generated_keys_repeat_is_answered_by_the_runtime() {
+    for dialect in [Dialect::V1_1, Dialect::Legacy] {
+        let mock = mock(dialect).start().await.unwrap();
+        let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        let first = client
+            .invoke_tool("refund", json!({"order": 5}))
+            .send()
+            .await
+            .unwrap();
+        let again = client
+            .invoke_tool("refund", json!({"order": 5}))
+            .idempotency_key(first.key.clone())
+            .deadline(Duration::from_secs(3))
+            .send()
+            .await;
+        // The runtime answered (legacy: after one confirming re-send).
+        assert!(submits(&mock).len() >= 2, "{dialect:?}");
+        if dialect == Dialect::V1_1 {
+            let again = again.unwrap();
+            assert_eq!(again.value, first.value);
+        } else {
+            let e = again.unwrap_err();
+            assert_eq!(e.execution(), arcp_sdk::Execution::MayHaveRun, "{e:?}");
+        }
+        assert_eq!(mock.executions("refund"), 1, "{dialect:?}");
+    }
+}
+
 /// Two calls with the same key at once in one client share one execution.
 #[tokio::test]
 async fn same_key_twice_in_flight_shares_one_outcome() {

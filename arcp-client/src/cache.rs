@@ -8,6 +8,20 @@
 //! remembered too, without an outcome: a repeated call with the same intent
 //! asks the runtime again, and one with another intent is refused as a
 //! duplicate, since the key may be bound to the first intent.
+//!
+//! A binding keeps the job the key was bound to, when known: a repeated
+//! call starts bound to it, so the runtime's replay of that job reads as a
+//! replay even when the runtime does not mark it (the Python runtime's
+//! stored acceptance on the session that ran the key).
+//!
+//! Only outcomes of keys a caller names are kept ([`KeyOrigin::Named`]:
+//! supplied, used by an earlier call or process, or joined by a second
+//! caller). A key generated for a call is known only to that call's own
+//! handles, whose holder gets the outcome itself, so nothing of a finished
+//! call under such a key is kept: the rare repeat under it is answered by
+//! the runtime. Keeping even its binding (a map entry per call, evicted
+//! cold) cost a tenth of the client's CPU per call at 64 in flight
+//! (BENCHMARKS.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -90,6 +104,15 @@ impl Settled {
             Settled::Plain(plain) => plain.replayed,
             Settled::Whole(Ok(out)) => out.replayed,
             Settled::Whole(Err(_)) => false,
+        }
+    }
+
+    /// The job the runtime bound the call to, when it said.
+    fn job_id(&self) -> Option<Arc<str>> {
+        match self {
+            Settled::Plain(plain) => plain.job_id.clone(),
+            Settled::Whole(Ok(out)) => out.job_id.as_deref().map(Arc::from),
+            Settled::Whole(Err(e)) => e.job_id().map(Arc::from),
         }
     }
 
@@ -301,8 +324,11 @@ pub(crate) fn replayed(outcome: Outcome) -> Outcome {
 
 struct Entry {
     fingerprint: u64,
-    /// `None`: the key may be bound to this intent; its outcome is unknown.
+    /// `None`: the key is bound to this intent (it may have run, or ran
+    /// under a generated key); its outcome is not kept.
     outcome: Option<Settled>,
+    /// The job the key is bound to, when known and the outcome is not kept.
+    job: Option<Arc<str>>,
     stored: Instant,
     /// What the entry holds, in bytes ([`held_bytes`]).
     size: usize,
@@ -324,7 +350,7 @@ const ENTRY_OVERHEAD: usize = 128;
 
 /// An estimate of the bytes an entry holds: its key, and its outcome's
 /// strings and values (a value counted by its text and a few bytes a node).
-fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>) -> usize {
+fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>, job: Option<&str>) -> usize {
     let text = |t: Option<&str>| t.map_or(0, str::len);
     let outcome = match outcome {
         None => 0,
@@ -335,7 +361,31 @@ fn held_bytes(key: &IdempotencyKey, outcome: Option<&Settled>) -> usize {
         }
         Some(Settled::Whole(Err(e))) => std::mem::size_of_val(e) + text(e.job_id()),
     };
-    ENTRY_OVERHEAD + key.as_str().len() + outcome
+    ENTRY_OVERHEAD + key.as_str().len() + outcome + text(job)
+}
+
+/// Whether a caller could name a call's key before the call ended (see the
+/// module's docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyOrigin {
+    /// Generated for this call: no earlier call has it, and only the
+    /// call's own handles know it.
+    Generated,
+    /// Supplied by the caller, used by an earlier call or process, or
+    /// joined by a second caller.
+    Named,
+}
+
+impl KeyOrigin {
+    /// The origin of a key `supplied` by the caller or `in_doubt` (an
+    /// earlier process may have sent it).
+    pub(crate) fn of(supplied: bool, in_doubt: bool) -> Self {
+        if supplied || in_doubt {
+            KeyOrigin::Named
+        } else {
+            KeyOrigin::Generated
+        }
+    }
 }
 
 /// What the cache knows about a key.
@@ -345,9 +395,10 @@ pub(crate) enum Cached {
     /// The key finished with a different intent.
     Conflict,
     /// The same intent was sent before and may have run; its outcome is
-    /// unknown. Ask the runtime again, but the call may already have run:
-    /// it must never be reported as not run.
-    Bound,
+    /// not kept. Ask the runtime again, but the call may already have run:
+    /// it must never be reported as not run. With the job the key was
+    /// bound to, when known: the runtime's replay of it is a replay.
+    Bound(Option<Arc<str>>),
     Miss,
 }
 
@@ -382,26 +433,31 @@ impl OutcomeCache {
         match self.entries.get(key) {
             Some(e) if e.fingerprint == fingerprint => match &e.outcome {
                 Some(settled) => Cached::Hit(settled.clone().replayed()),
-                None => Cached::Bound,
+                None => Cached::Bound(e.job.clone()),
             },
             Some(_) => Cached::Conflict,
             None => Cached::Miss,
         }
     }
 
-    /// Records a call's outcome (cloned only when it is admitted; a value
-    /// kept as text is shared, not copied).
+    /// Records a call's outcome (cloned only when it is admitted and its
+    /// key `origin` is [`KeyOrigin::Named`]; a value kept as text is
+    /// shared, not copied).
     pub(crate) fn insert(
         &mut self,
         key: IdempotencyKey,
         fingerprint: u64,
         settled: &Settled,
+        origin: KeyOrigin,
         now: Instant,
     ) {
         if self.capacity == 0 {
             return;
         }
         let outcome = if settled.admitted() {
+            if origin == KeyOrigin::Generated {
+                return;
+            }
             Some(settled.clone())
         } else if settled
             .error()
@@ -411,7 +467,11 @@ impl OutcomeCache {
         } else {
             return;
         };
-        self.store(key, fingerprint, outcome, now);
+        let job = match outcome {
+            Some(_) => None,
+            None => settled.job_id(),
+        };
+        self.store(key, fingerprint, outcome, job, now);
     }
 
     fn store(
@@ -419,6 +479,7 @@ impl OutcomeCache {
         key: IdempotencyKey,
         fingerprint: u64,
         outcome: Option<Settled>,
+        job: Option<Arc<str>>,
         now: Instant,
     ) {
         if self.capacity == 0 {
@@ -433,13 +494,14 @@ impl OutcomeCache {
         if outcome.is_none() && self.entries.get(&key).is_some_and(|e| e.outcome.is_some()) {
             return;
         }
-        let mut outcome = outcome;
-        let mut size = held_bytes(&key, outcome.as_ref());
+        let (mut outcome, mut job) = (outcome, job);
+        let mut size = held_bytes(&key, outcome.as_ref(), job.as_deref());
         if size > self.max_bytes {
             // Too large to keep: remember the binding alone, so a repeated
             // call asks the runtime and never reads as not run.
+            job = outcome.as_ref().and_then(Settled::job_id).or(job);
             outcome = None;
-            size = held_bytes(&key, None);
+            size = held_bytes(&key, None, job.as_deref());
             if size > self.max_bytes {
                 return;
             }
@@ -460,6 +522,7 @@ impl OutcomeCache {
             Entry {
                 fingerprint,
                 outcome,
+                job,
                 stored: now,
                 size,
             },
@@ -468,8 +531,15 @@ impl OutcomeCache {
 
     /// Remembers that `key` may be bound to this intent on the runtime,
     /// when a call ends with nobody waiting for its outcome.
-    pub(crate) fn remember_binding(&mut self, key: IdempotencyKey, fingerprint: u64, now: Instant) {
-        self.store(key, fingerprint, None, now);
+    /// `job`: the job it was bound to, when known.
+    pub(crate) fn remember_binding(
+        &mut self,
+        key: IdempotencyKey,
+        fingerprint: u64,
+        job: Option<Arc<str>>,
+        now: Instant,
+    ) {
+        self.store(key, fingerprint, None, job, now);
     }
 
     /// Removes `key`'s entry if it is the one stored at `stored` (an order
@@ -522,6 +592,39 @@ mod tests {
             job_id: None,
             attempts: 1,
         })
+    }
+
+    #[test]
+    fn a_generated_keys_outcome_is_not_kept_but_a_binding_is_with_its_job() {
+        let t0 = Instant::now();
+        let mut cache = OutcomeCache::new(8, Duration::from_secs(10));
+        let (done, unsure) = (IdempotencyKey::new(), IdempotencyKey::new());
+        cache.insert(
+            done.clone(),
+            1,
+            &plain(&done, "1"),
+            KeyOrigin::Generated,
+            t0,
+        );
+        assert!(matches!(cache.get(&done, 1, t0), Cached::Miss));
+        assert_eq!(cache.len(), 0);
+        let may_have_run = Error::Interrupted {
+            key: unsure.clone(),
+            job_id: Some("job_1".into()),
+            attempts: 1,
+        };
+        cache.insert(
+            unsure.clone(),
+            1,
+            &Err(may_have_run).into(),
+            KeyOrigin::Generated,
+            t0,
+        );
+        assert!(
+            matches!(cache.get(&unsure, 1, t0), Cached::Bound(Some(job)) if &*job == "job_1"),
+            "a repeat asks the runtime, bound to the job"
+        );
+        assert!(matches!(cache.get(&unsure, 2, t0), Cached::Conflict));
     }
 
     #[test]
@@ -648,7 +751,7 @@ mod tests {
         let t0 = Instant::now();
         let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
         for k in &keys {
-            cache.insert(k.clone(), 1, &out(k).into(), t0);
+            cache.insert(k.clone(), 1, &out(k).into(), KeyOrigin::Named, t0);
         }
         assert_eq!(cache.len(), 2);
         assert!(matches!(cache.get(&keys[0], 1, t0), Cached::Miss));
@@ -673,9 +776,9 @@ mod tests {
             attempts: 2,
             permanent: false,
         });
-        cache.insert(key.clone(), 1, &unknown.into(), t0);
+        cache.insert(key.clone(), 1, &unknown.into(), KeyOrigin::Named, t0);
         // The same intent asks the runtime again; another is refused.
-        assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
+        assert!(matches!(cache.get(&key, 1, t0), Cached::Bound(_)));
         assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
         // A refusal that proves nothing ran is not remembered at all.
         let other = IdempotencyKey::new();
@@ -684,7 +787,7 @@ mod tests {
             attempts: 3,
             last_error: "UNAVAILABLE".into(),
         });
-        cache.insert(other.clone(), 1, &refused.into(), t0);
+        cache.insert(other.clone(), 1, &refused.into(), KeyOrigin::Named, t0);
         assert!(matches!(cache.get(&other, 2, t0), Cached::Miss));
     }
 
@@ -701,15 +804,15 @@ mod tests {
             attempts: 1,
             trace_id: String::new(),
         });
-        cache.insert(key.clone(), 1, &Settled::from(ok), now);
+        cache.insert(key.clone(), 1, &Settled::from(ok), KeyOrigin::Named, now);
         // Another intent under the key ended "may have run".
-        cache.remember_binding(key.clone(), 2, now);
+        cache.remember_binding(key.clone(), 2, None, now);
         // The first intent is still answered from its outcome, not refused.
         assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
         assert!(matches!(cache.get(&key, 2, now), Cached::Conflict));
         // Another caller of the same intent that stopped waiting (its call
         // dropped while a request was out) leaves the outcome as it is.
-        cache.remember_binding(key.clone(), 1, now);
+        cache.remember_binding(key.clone(), 1, None, now);
         assert!(matches!(cache.get(&key, 1, now), Cached::Hit(_)));
     }
 
@@ -727,14 +830,14 @@ mod tests {
     fn bounded_by_total_bytes_oldest_first() {
         let big = format!("\"{}\"", "x".repeat(1000));
         let keys: Vec<_> = (0..3).map(|_| IdempotencyKey::new()).collect();
-        let per_entry = held_bytes(&keys[0], Some(&plain(&keys[0], &big)));
+        let per_entry = held_bytes(&keys[0], Some(&plain(&keys[0], &big)), None);
         // Room for two such entries, not three.
         let bound = 2 * per_entry + 10;
         let mut cache = OutcomeCache::new(100, Duration::from_secs(60)).with_max_bytes(bound);
         let t0 = Instant::now();
         for (i, key) in keys.iter().enumerate() {
             let at = t0 + Duration::from_millis(i as u64);
-            cache.insert(key.clone(), 1, &plain(key, &big), at);
+            cache.insert(key.clone(), 1, &plain(key, &big), KeyOrigin::Named, at);
         }
         assert_eq!(cache.len(), 2);
         assert!(cache.bytes() <= bound);
@@ -742,11 +845,11 @@ mod tests {
         assert!(matches!(cache.get(&keys[2], 1, t0), Cached::Hit(_)));
         // Replacing an entry counts its bytes once.
         let small = plain(&keys[2], "1");
-        cache.insert(keys[2].clone(), 1, &small, t0);
+        cache.insert(keys[2].clone(), 1, &small, KeyOrigin::Named, t0);
         assert_eq!(cache.len(), 2);
         assert_eq!(
             cache.bytes(),
-            per_entry + held_bytes(&keys[2], Some(&small))
+            per_entry + held_bytes(&keys[2], Some(&small), None)
         );
     }
 
@@ -756,8 +859,8 @@ mod tests {
         let key = IdempotencyKey::new();
         let huge = format!("\"{}\"", "x".repeat(4096));
         let t0 = Instant::now();
-        cache.insert(key.clone(), 1, &plain(&key, &huge), t0);
-        assert!(matches!(cache.get(&key, 1, t0), Cached::Bound));
+        cache.insert(key.clone(), 1, &plain(&key, &huge), KeyOrigin::Named, t0);
+        assert!(matches!(cache.get(&key, 1, t0), Cached::Bound(_)));
         assert!(matches!(cache.get(&key, 2, t0), Cached::Conflict));
         assert!(cache.bytes() < 1024);
     }
@@ -769,7 +872,7 @@ mod tests {
         assert_eq!(cache.next_expiry(), None);
         let key = IdempotencyKey::new();
         let t0 = Instant::now();
-        cache.insert(key.clone(), 1, &plain(&key, "1"), t0);
+        cache.insert(key.clone(), 1, &plain(&key, "1"), KeyOrigin::Named, t0);
         assert_eq!(cache.next_expiry(), Some(t0 + ttl));
         cache.expire(t0 + ttl);
         assert_eq!(cache.len(), 0);

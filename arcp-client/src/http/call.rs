@@ -35,7 +35,8 @@ use super::transport::{definitive_failure, Transport};
 use super::{describe, idempotency_key_header, IDEMPOTENCY_KEY_HEADER};
 use crate::attempts::{Attempts, NextAttempt};
 use crate::cache::{
-    conflict, intent_of_payload, Cached, Intent, Outcome, OutcomeCache, PlainResult, Settled,
+    conflict, intent_of_payload, Cached, Intent, KeyOrigin, Outcome, OutcomeCache, PlainResult,
+    Settled,
 };
 use crate::classify::{give_up, Ended, Ending, Exposure};
 use crate::config::Config;
@@ -116,7 +117,12 @@ impl HttpBackend {
         let encoded = Dialect::V1_1.encode_invoke(&req.invoke);
         let Intent { fingerprint, size } = intent_of_payload(encoded.payload());
         let now = Instant::now();
-        let cached = self.cache().get(&req.key, fingerprint, now);
+        let key_origin = KeyOrigin::of(req.key_supplied, req.in_doubt);
+        // A key generated for this call is in no earlier entry.
+        let cached = match key_origin {
+            KeyOrigin::Named => self.cache().get(&req.key, fingerprint, now),
+            KeyOrigin::Generated => Cached::Miss,
+        };
         match cached {
             Cached::Hit(outcome) => {
                 req.shared.set_answered(Answered::Cache);
@@ -127,7 +133,7 @@ impl HttpBackend {
                 });
             }
             Cached::Conflict => return Err(conflict(req.key)),
-            Cached::Bound | Cached::Miss => {}
+            Cached::Bound(_) | Cached::Miss => {}
         }
         if size > self.config.max_frame_size {
             return Err(Error::invalid_call(format!(
@@ -141,7 +147,7 @@ impl HttpBackend {
             return Err(Error::Closed);
         }
         let span = req.span("http");
-        let earlier_send = matches!(cached, Cached::Bound) || req.in_doubt;
+        let earlier_send = matches!(cached, Cached::Bound(_)) || req.in_doubt;
         let prior_job = req.prior_job.clone();
         let mut call = HttpCall::new(self, req, key_header, encoded, fingerprint);
         let deadline = call.deadline;
@@ -208,8 +214,14 @@ impl HttpBackend {
             }),
             (outcome, _) => Settled::Whole(outcome),
         };
-        self.cache()
-            .insert(call.req.key.clone(), fingerprint, &settled, Instant::now());
+        let key_origin = KeyOrigin::of(call.req.key_supplied, call.req.in_doubt);
+        self.cache().insert(
+            call.req.key.clone(),
+            fingerprint,
+            &settled,
+            key_origin,
+            Instant::now(),
+        );
         // The trace is set here, for every result alike (the cache keeps
         // none: a hit gets its own caller's).
         settled.into_outcome().map(|mut out| {
@@ -549,6 +561,7 @@ impl Drop for HttpCall<'_> {
             self.backend.cache().remember_binding(
                 self.req.key.clone(),
                 self.fingerprint,
+                None,
                 Instant::now(),
             );
         }

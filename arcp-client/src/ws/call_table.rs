@@ -167,6 +167,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
+    use crate::cache::KeyOrigin;
     use crate::deadline::Deadline;
     use crate::request::{CallRequest, CallShared, EventsEnd, PreparedCall, TraceId};
     use crate::ws::waiters::Waiter;
@@ -196,7 +197,14 @@ mod tests {
             deadline: Deadline::new(now, req.deadline),
             _events_end: EventsEnd(Arc::new(CallShared::default())),
         };
-        Call::new(key.clone(), None, prepared, waiter, false, now)
+        Call::new(
+            (key.clone(), KeyOrigin::Generated),
+            None,
+            prepared,
+            waiter,
+            false,
+            now,
+        )
     }
 
     /// Every way the indexes change keeps them consistent: insert (with

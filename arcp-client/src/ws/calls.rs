@@ -22,6 +22,7 @@ use super::ids::RequestId;
 use super::timers::TimerSlot;
 use super::waiters::{Waiter, Waiters};
 use crate::attempts::{Attempts, NextAttempt};
+use crate::cache::KeyOrigin;
 use crate::classify::Exposure;
 use crate::config::RetryPolicy;
 use crate::deadline::Deadline;
@@ -49,6 +50,9 @@ pub(crate) enum Phase {
 /// record change only through its methods, one per step.
 pub(crate) struct Call {
     key: IdempotencyKey,
+    /// Whether a caller could name the key before the call ends (the
+    /// outcome cache keeps only those calls' outcomes).
+    key_origin: KeyOrigin,
     trace_id: TraceId,
     /// What the call sends: every attempt re-sends the same bytes
     /// (invariant 1 by construction).
@@ -141,7 +145,7 @@ impl Call {
     /// deadline and send limit it starts with). `in_doubt`: an earlier
     /// call or process may have sent the key.
     pub(crate) fn new(
-        key: IdempotencyKey,
+        (key, key_origin): (IdempotencyKey, KeyOrigin),
         recorder: Option<Box<dyn CallRecorder>>,
         prepared: PreparedCall,
         waiter: Waiter,
@@ -151,6 +155,7 @@ impl Call {
         let record = Attempts::new(in_doubt, waiter.shared.send_limit());
         Call {
             key,
+            key_origin,
             trace_id: prepared.trace_id,
             outgoing: prepared.outgoing,
             fingerprint: prepared.intent.fingerprint,
@@ -223,6 +228,11 @@ impl Call {
         &self.key
     }
 
+    /// Whether a caller could name the key before the call ends.
+    pub(crate) fn key_origin(&self) -> KeyOrigin {
+        self.key_origin
+    }
+
     /// Its trace id, written into every attempt.
     pub(crate) fn trace_id(&self) -> &TraceId {
         &self.trace_id
@@ -255,7 +265,9 @@ impl Call {
 
     /// Another caller of the same key and intent joins: the call lives as
     /// long as its most patient caller (each is held to its own deadline).
+    /// That caller named the key, so the key may be repeated.
     pub(crate) fn join(&mut self, waiter: Waiter) {
+        self.key_origin = KeyOrigin::Named;
         self.deadline = self.deadline.latest(waiter.deadline);
         self.waiters.push(waiter);
     }

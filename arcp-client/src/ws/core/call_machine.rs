@@ -48,7 +48,8 @@ impl Core {
             // must not be sent from this client.
             if call.exposure_now().unresolved() == Execution::MayHaveRun {
                 let (key, fingerprint) = (call.key().clone(), call.fingerprint());
-                self.cache.remember_binding(key, fingerprint, now);
+                let job = call.job_id().cloned();
+                self.cache.remember_binding(key, fingerprint, job, now);
             }
             self.forget(id, now);
             return;
@@ -319,8 +320,13 @@ impl Core {
         if call.dropped_events() > 0 {
             warn!(parent: call.span(), dropped = call.dropped_events(), "events dropped: the caller did not drain the event stream");
         }
-        self.cache
-            .insert(call.key().clone(), call.fingerprint(), &settled, now);
+        self.cache.insert(
+            call.key().clone(),
+            call.fingerprint(),
+            &settled,
+            call.key_origin(),
+            now,
+        );
         let cancel = match settled.error() {
             Some(Error::Cancelled { .. }) => CancelOutcome::Acknowledged,
             // The job reached its own end: nothing is left to cancel.

@@ -9,7 +9,7 @@ use arcp_types::{Frame, IdempotencyKey, Message};
 use tokio::sync::oneshot;
 use tracing::info;
 
-use crate::cache::{conflict, Cached, Intent, Settled};
+use crate::cache::{conflict, Cached, Intent, KeyOrigin, Settled};
 use crate::classify::Ending;
 use crate::deadline::Deadline;
 use crate::error::Error;
@@ -91,7 +91,13 @@ impl Core {
             answer(waiter, Err(Error::Closed).into());
             return;
         }
-        let earlier_send = match self.cache.get(&req.key, fingerprint, now) {
+        let key_origin = KeyOrigin::of(req.key_supplied, req.in_doubt);
+        // A key generated for this call is in no earlier entry.
+        let cached = match key_origin {
+            KeyOrigin::Named => self.cache.get(&req.key, fingerprint, now),
+            KeyOrigin::Generated => Cached::Miss,
+        };
+        let (earlier_send, earlier_job) = match cached {
             Cached::Hit(outcome) => {
                 waiter.shared.set_answered(Answered::Cache);
                 answer(waiter, outcome);
@@ -101,8 +107,8 @@ impl Core {
                 answer(waiter, Err(conflict(req.key)).into());
                 return;
             }
-            Cached::Bound => true,
-            Cached::Miss => req.in_doubt,
+            Cached::Bound(job) => (true, job),
+            Cached::Miss => (req.in_doubt, None),
         };
         if let Some(existing) = self.calls.by_key(&req.key) {
             if let Some(call) = self.calls.get_mut(&existing) {
@@ -158,16 +164,18 @@ impl Core {
         }
         // An earlier call with this key and intent may have run it.
         let call = Call::new(
-            req.key.clone(),
+            (req.key.clone(), key_origin),
             req.recorder,
             prepared,
             waiter,
             earlier_send,
             now,
         );
-        // A journal record of an earlier process says which job the key is
-        // bound to: the call starts bound (and reachable by that job).
-        let id = self.calls.insert(call, req.prior_job.as_deref());
+        // A journal record of an earlier process, or the cache's binding of
+        // an earlier call, says which job the key is bound to: the call
+        // starts bound (and reachable by that job).
+        let prior_job = req.prior_job.as_deref().or(earlier_job.as_deref());
+        let id = self.calls.insert(call, prior_job);
         self.step(id, now);
     }
 

@@ -66,13 +66,25 @@ impl Harness {
         self.t0 + Duration::from_millis(ms)
     }
 
+    /// A call under a key generated for it.
     fn invoke(&mut self, args: Value, deadline: Duration, ms: u64) -> Answer {
-        self.invoke_with(IdempotencyKey::new(), args, deadline, ms)
+        self.submit((IdempotencyKey::new(), false), args, deadline, ms)
     }
 
+    /// A call under a key the caller supplied.
     fn invoke_with(
         &mut self,
         key: IdempotencyKey,
+        args: Value,
+        deadline: Duration,
+        ms: u64,
+    ) -> Answer {
+        self.submit((key, true), args, deadline, ms)
+    }
+
+    fn submit(
+        &mut self,
+        (key, key_supplied): (IdempotencyKey, bool),
         args: Value,
         deadline: Duration,
         ms: u64,
@@ -89,7 +101,7 @@ impl Harness {
             recorder: None,
             in_doubt: false,
             prior_job: None,
-            key_supplied: false,
+            key_supplied,
             prepared: None,
             claim: None,
         };
@@ -502,6 +514,65 @@ fn short_lived_connections_do_not_reset_the_reconnect_backoff() {
     assert!(waited > 200, "waited only {waited} ms across six cuts");
 }
 
+/// A finished call under a key generated for it leaves nothing in the
+/// cache (only its own handles know the key); a supplied key's outcome is
+/// kept.
+#[test]
+fn only_a_named_keys_outcome_is_cached() {
+    let mut h = Harness::with_config(|_| {});
+    let mut generated = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    h.establish(1);
+    let submit = h.sent_submit_id(2);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
+    h.feed(captured("job.result", 0), None, "job_1", 4);
+    h.core.hand_out_replies();
+    generated.try_recv().expect("resolved").expect("ok");
+    assert_eq!(h.core.stats().cached_outcomes, 0);
+    let mut supplied = h.invoke_with(
+        IdempotencyKey::new(),
+        json!({"n": 2}),
+        Duration::from_secs(30),
+        5,
+    );
+    let submit = h.sent_submit_id(6);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_2", 7);
+    h.feed(captured("job.result", 0), None, "job_2", 8);
+    h.core.hand_out_replies();
+    supplied.try_recv().expect("resolved").expect("ok");
+    assert_eq!(h.core.stats().cached_outcomes, 1);
+}
+
+/// A call that may have run (accepted, then its deadline) leaves its
+/// binding with its job: a retry under its key starts bound to that job,
+/// so the runtime's unmarked replay of it on the same session (the Python
+/// runtime's stored acceptance) reads as a replay, not a fresh run.
+#[test]
+fn a_retry_after_a_call_that_may_have_run_knows_its_job() {
+    let mut h = Harness::with_config(|_| {});
+    let key = IdempotencyKey::new();
+    let args = json!({"n": 1});
+    let mut first = h.submit(
+        (key.clone(), false),
+        args.clone(),
+        Duration::from_millis(100),
+        0,
+    );
+    h.establish(1);
+    let submit = h.sent_submit_id(2);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
+    h.core.handle_timeout(h.at(150));
+    h.core.hand_out_replies();
+    let e = first.try_recv().expect("resolved").unwrap_err();
+    assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
+    let mut again = h.invoke_with(key, args, Duration::from_secs(30), 160);
+    let submit = h.sent_submit_id(161);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 162);
+    h.feed(captured("job.result", 0), None, "job_1", 163);
+    h.core.hand_out_replies();
+    let again = again.try_recv().expect("resolved").expect("ok");
+    assert!(again.replayed, "{again:?}");
+}
+
 /// A finished call's outcome leaves the cache when its TTL runs out, on
 /// the core's own timer: no later call has to come and look.
 #[test]
@@ -520,7 +591,12 @@ fn cached_outcomes_expire_on_the_cores_timer() {
         t0,
     );
     let mut h = Harness { core, t0 };
-    let mut rx = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
+    let mut rx = h.invoke_with(
+        IdempotencyKey::new(),
+        json!({"n": 1}),
+        Duration::from_secs(30),
+        0,
+    );
     h.establish(1);
     let submit = h.sent_submit_id(2);
     h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
