@@ -317,13 +317,12 @@ async fn outcome_cache_answers_a_repeated_key() {
     assert_eq!(mock.executions("refund"), 1);
 }
 
-/// The cache keeps nothing of a finished call under a generated key: a
-/// repeat under that key (taken from the outcome) is answered by the
-/// runtime, which replays the terminal (v1.1) or only the acceptance
-/// (legacy: the outcome cannot be had, and the call may have run). Either
-/// way the tool ran once. (On the session that ran the key the v1.1
-/// runtime does not mark its replay: it reads as fresh, an under-report
-/// this test leaves unasserted.)
+/// The cache keeps only the binding of a finished call under a generated
+/// key: a repeat under that key (taken from the outcome) is answered by the
+/// runtime, which replays the terminal (v1.1: a replay, though on the
+/// session that ran the key the runtime does not mark it) or only the
+/// acceptance (legacy: the outcome cannot be had, and the call may have
+/// run). Either way the tool ran once.
 #[tokio::test]
 async fn a_generated_keys_repeat_is_answered_by_the_runtime() {
     for dialect in [Dialect::V1_1, Dialect::Legacy] {
@@ -344,6 +343,7 @@ async fn a_generated_keys_repeat_is_answered_by_the_runtime() {
         assert!(submits(&mock).len() >= 2, "{dialect:?}");
         if dialect == Dialect::V1_1 {
             let again = again.unwrap();
+            assert!(!first.replayed && again.replayed, "{again:?}");
             assert_eq!(again.value, first.value);
         } else {
             let e = again.unwrap_err();

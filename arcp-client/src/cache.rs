@@ -17,11 +17,14 @@
 //! Only outcomes of keys a caller names are kept ([`KeyOrigin::Named`]:
 //! supplied, used by an earlier call or process, or joined by a second
 //! caller). A key generated for a call is known only to that call's own
-//! handles, whose holder gets the outcome itself, so nothing of a finished
-//! call under such a key is kept: the rare repeat under it is answered by
-//! the runtime. Keeping even its binding (a map entry per call, evicted
-//! cold) cost a tenth of the client's CPU per call at 64 in flight
+//! handles, whose holder gets the outcome itself: of a finished call under
+//! such a key only its binding is kept, as plain values
+//! ([`generated::GeneratedBindings`]), so the rare repeat under it is
+//! answered by the runtime, starting bound to the job. Keeping those
+//! outcomes cost a tenth of the client's CPU per call at 64 in flight
 //! (BENCHMARKS.md).
+
+mod generated;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use arcp_types::{IdempotencyKey, Invoke};
 
+use self::generated::{GeneratedBindings, Seen};
 use crate::error::{Error, Execution};
 use crate::fast_map::FastMap;
 use crate::outcome::{value_bytes, ToolOutput};
@@ -108,6 +112,15 @@ impl Settled {
     }
 
     /// The job the runtime bound the call to, when it said.
+    fn job_str(&self) -> Option<&str> {
+        match self {
+            Settled::Plain(plain) => plain.job_id.as_deref(),
+            Settled::Whole(Ok(out)) => out.job_id.as_deref(),
+            Settled::Whole(Err(e)) => e.job_id(),
+        }
+    }
+
+    /// [`job_str`](Self::job_str), shared.
     fn job_id(&self) -> Option<Arc<str>> {
         match self {
             Settled::Plain(plain) => plain.job_id.clone(),
@@ -336,6 +349,8 @@ struct Entry {
 
 pub(crate) struct OutcomeCache {
     entries: FastMap<IdempotencyKey, Entry>,
+    /// Finished calls under generated keys, by their bindings alone.
+    generated: GeneratedBindings,
     order: VecDeque<(IdempotencyKey, Instant)>,
     capacity: usize,
     ttl: Duration,
@@ -406,6 +421,7 @@ impl OutcomeCache {
     pub(crate) fn new(capacity: usize, ttl: Duration) -> Self {
         OutcomeCache {
             entries: FastMap::default(),
+            generated: GeneratedBindings::new(capacity, ttl),
             order: VecDeque::new(),
             capacity,
             ttl,
@@ -436,7 +452,11 @@ impl OutcomeCache {
                 None => Cached::Bound(e.job.clone()),
             },
             Some(_) => Cached::Conflict,
-            None => Cached::Miss,
+            None => match self.generated.get(key, fingerprint, now) {
+                Some(Seen::Same(job)) => Cached::Bound(job.map(Arc::from)),
+                Some(Seen::Other) => Cached::Conflict,
+                None => Cached::Miss,
+            },
         }
     }
 
@@ -456,6 +476,8 @@ impl OutcomeCache {
         }
         let outcome = if settled.admitted() {
             if origin == KeyOrigin::Generated {
+                self.generated
+                    .remember(&key, fingerprint, settled.job_str(), now);
                 return;
             }
             Some(settled.clone())
@@ -595,19 +617,21 @@ mod tests {
     }
 
     #[test]
-    fn a_generated_keys_outcome_is_not_kept_but_a_binding_is_with_its_job() {
+    fn a_generated_keys_outcome_is_kept_as_its_binding_and_job() {
         let t0 = Instant::now();
         let mut cache = OutcomeCache::new(8, Duration::from_secs(10));
         let (done, unsure) = (IdempotencyKey::new(), IdempotencyKey::new());
-        cache.insert(
-            done.clone(),
-            1,
-            &plain(&done, "1"),
-            KeyOrigin::Generated,
-            t0,
+        let mut result = plain(&done, &format!("\"{}\"", "x".repeat(1000)));
+        if let Settled::Plain(p) = &mut result {
+            p.job_id = Some("job_0".into());
+        }
+        cache.insert(done.clone(), 1, &result, KeyOrigin::Generated, t0);
+        assert!(
+            matches!(cache.get(&done, 1, t0), Cached::Bound(Some(job)) if &*job == "job_0"),
+            "a repeat asks the runtime, bound to the job"
         );
-        assert!(matches!(cache.get(&done, 1, t0), Cached::Miss));
-        assert_eq!(cache.len(), 0);
+        assert!(matches!(cache.get(&done, 2, t0), Cached::Conflict));
+        assert_eq!((cache.len(), cache.bytes()), (0, 0), "no outcome kept");
         let may_have_run = Error::Interrupted {
             key: unsure.clone(),
             job_id: Some("job_1".into()),

@@ -542,6 +542,41 @@ fn only_a_named_keys_outcome_is_cached() {
     assert_eq!(h.core.stats().cached_outcomes, 1);
 }
 
+/// A repeat under a generated key (taken from a handle) asks the runtime
+/// and starts bound to the job the key was bound to: the runtime's
+/// unmarked replay of that job on the same session reads as a replay.
+#[test]
+fn a_generated_keys_repeat_asks_the_runtime_and_knows_its_job() {
+    let mut h = Harness::with_config(|_| {});
+    let key = IdempotencyKey::new();
+    let args = json!({"n": 1});
+    let mut generated = h.submit(
+        (key.clone(), false),
+        args.clone(),
+        Duration::from_secs(30),
+        0,
+    );
+    h.establish(1);
+    let submit = h.sent_submit_id(2);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
+    h.feed(captured("job.result", 0), None, "job_1", 4);
+    h.core.hand_out_replies();
+    assert!(
+        !generated
+            .try_recv()
+            .expect("resolved")
+            .expect("ok")
+            .replayed
+    );
+    let mut again = h.invoke_with(key, args, Duration::from_secs(30), 5);
+    let submit = h.sent_submit_id(6);
+    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 7);
+    h.feed(captured("job.result", 0), None, "job_1", 8);
+    h.core.hand_out_replies();
+    let again = again.try_recv().expect("resolved").expect("ok");
+    assert!(again.replayed, "{again:?}");
+}
+
 /// A call that may have run (accepted, then its deadline) leaves its
 /// binding with its job: a retry under its key starts bound to that job,
 /// so the runtime's unmarked replay of it on the same session (the Python
