@@ -525,7 +525,12 @@ impl OutcomeCache {
             outcome = None;
             size = held_bytes(&key, None, job.as_deref());
             if size > self.max_bytes {
-                return;
+                // Still too large: the binding without its job.
+                job = None;
+                size = held_bytes(&key, None, None);
+                if size > self.max_bytes {
+                    return;
+                }
             }
         }
         if let Some(old) = self.entries.remove(&key) {

@@ -75,10 +75,11 @@ impl Tuning {
     /// Capacity and time-to-live of the cache of terminal outcomes by key
     /// (default 1024 entries, 10 minutes). A repeated call with a cached key
     /// is answered locally, even against runtimes that replay only
-    /// `job.accepted`. Only keys a caller names are cached (supplied with
-    /// `idempotency_key`, or used by an earlier call): a key generated for
-    /// a call reaches its caller with the outcome, and a repeat under it is
-    /// answered by the runtime. A capacity of 0 disables the cache.
+    /// `job.accepted`. Only the outcomes of keys a caller names are cached
+    /// (supplied with `idempotency_key`, or used by an earlier call): of a
+    /// call under a generated key only its binding is kept (the intent and
+    /// the job), and a repeat under that key is answered by the runtime.
+    /// A capacity of 0 disables the cache.
     pub fn outcome_cache(mut self, capacity: usize, ttl: Duration) -> Self {
         self.outcome_cache = Some((capacity, ttl));
         self
