@@ -104,53 +104,39 @@ async fn a_tool_error_repeated_under_its_key_reads_as_a_replay() {
     assert!(t.replayed, "{t:?}");
 }
 
-/// Another intent under a generated key, against a runtime that does not
-/// signal conflicts (it re-sends the stored terminal of the first intent),
-/// is refused in the client: it never gets the first intent's result.
+/// Another intent under a generated key, against runtimes that do not
+/// signal conflicts (the newer PHP runtime re-sends the stored terminal of
+/// the first intent, the older an `ack` replay), is refused in the client:
+/// it never gets the first intent's result.
 #[tokio::test]
 async fn another_intent_under_a_generated_key_is_refused() {
-    let (mock, client) = start(Dialect::Legacy, Preset::PhpNewer).await;
-    // The key taken from an outcome.
-    let first = client
-        .invoke_tool("refund", json!({"order": 1}))
-        .send()
-        .await
-        .unwrap();
-    let other = again(&client, json!({"order": 2}), &first.key).await;
-    assert_eq!(mock.executions("refund"), 1);
-    assert!(
-        matches!(other, Err(Error::DuplicateKey { .. })),
-        "{other:?}"
-    );
-    // The key taken from a handle while the call runs.
-    let inv = client
-        .invoke_tool("refund", json!({"order": 3, "ms": 200}))
-        .send();
-    let key = inv.handle().key().unwrap().clone();
-    inv.await.unwrap();
-    let other = again(&client, json!({"order": 4}), &key).await;
-    assert_eq!(mock.executions("refund"), 2);
-    assert!(
-        matches!(other, Err(Error::DuplicateKey { .. })),
-        "{other:?}"
-    );
-}
-
-/// The same against the older PHP runtime (an `ack` replay).
-#[tokio::test]
-async fn another_intent_under_a_generated_key_is_refused_php_older() {
-    let (mock, client) = start(Dialect::Legacy, Preset::PhpOlder).await;
-    let first = client
-        .invoke_tool("refund", json!({"order": 1}))
-        .send()
-        .await
-        .unwrap();
-    let other = again(&client, json!({"order": 2}), &first.key).await;
-    assert_eq!(mock.executions("refund"), 1);
-    assert!(
-        matches!(other, Err(Error::DuplicateKey { .. })),
-        "{other:?}"
-    );
+    for preset in [Preset::PhpNewer, Preset::PhpOlder] {
+        let (mock, client) = start(Dialect::Legacy, preset).await;
+        // The key taken from an outcome.
+        let first = client
+            .invoke_tool("refund", json!({"order": 1}))
+            .send()
+            .await
+            .unwrap();
+        let other = again(&client, json!({"order": 2}), &first.key).await;
+        assert_eq!(mock.executions("refund"), 1);
+        assert!(
+            matches!(other, Err(Error::DuplicateKey { .. })),
+            "{preset:?}: {other:?}"
+        );
+        // The key taken from a handle while the call runs.
+        let inv = client
+            .invoke_tool("refund", json!({"order": 3, "ms": 200}))
+            .send();
+        let key = inv.handle().key().unwrap().clone();
+        inv.await.unwrap();
+        let other = again(&client, json!({"order": 4}), &key).await;
+        assert_eq!(mock.executions("refund"), 2);
+        assert!(
+            matches!(other, Err(Error::DuplicateKey { .. })),
+            "{preset:?}: {other:?}"
+        );
+    }
 }
 
 /// A byte bound too small for a binding with its job id keeps the binding

@@ -110,6 +110,15 @@ impl Harness {
         Answer(rx)
     }
 
+    /// Answers the submit sent by `ms`: accepted as `job`, then its result,
+    /// handed out.
+    fn answer_with_result(&mut self, job: &str, ms: u64) {
+        let submit = self.sent_submit_id(ms);
+        self.feed(captured("job.accepted", 0), Some(&submit), job, ms + 1);
+        self.feed(captured("job.result", 0), None, job, ms + 2);
+        self.core.hand_out_replies();
+    }
+
     /// Dials (as the driver would) and establishes the captured session.
     fn establish(&mut self, ms: u64) {
         self.establish_with(captured("session.welcome", 0), ms);
@@ -522,10 +531,7 @@ fn only_a_named_keys_outcome_is_cached() {
     let mut h = Harness::with_config(|_| {});
     let mut generated = h.invoke(json!({"n": 1}), Duration::from_secs(30), 0);
     h.establish(1);
-    let submit = h.sent_submit_id(2);
-    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
-    h.feed(captured("job.result", 0), None, "job_1", 4);
-    h.core.hand_out_replies();
+    h.answer_with_result("job_1", 2);
     generated.try_recv().expect("resolved").expect("ok");
     assert_eq!(h.core.stats().cached_outcomes, 0);
     let mut supplied = h.invoke_with(
@@ -534,10 +540,7 @@ fn only_a_named_keys_outcome_is_cached() {
         Duration::from_secs(30),
         5,
     );
-    let submit = h.sent_submit_id(6);
-    h.feed(captured("job.accepted", 0), Some(&submit), "job_2", 7);
-    h.feed(captured("job.result", 0), None, "job_2", 8);
-    h.core.hand_out_replies();
+    h.answer_with_result("job_2", 6);
     supplied.try_recv().expect("resolved").expect("ok");
     assert_eq!(h.core.stats().cached_outcomes, 1);
 }
@@ -557,10 +560,7 @@ fn a_generated_keys_repeat_asks_the_runtime_and_knows_its_job() {
         0,
     );
     h.establish(1);
-    let submit = h.sent_submit_id(2);
-    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 3);
-    h.feed(captured("job.result", 0), None, "job_1", 4);
-    h.core.hand_out_replies();
+    h.answer_with_result("job_1", 2);
     assert!(
         !generated
             .try_recv()
@@ -569,10 +569,7 @@ fn a_generated_keys_repeat_asks_the_runtime_and_knows_its_job() {
             .replayed
     );
     let mut again = h.invoke_with(key, args, Duration::from_secs(30), 5);
-    let submit = h.sent_submit_id(6);
-    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 7);
-    h.feed(captured("job.result", 0), None, "job_1", 8);
-    h.core.hand_out_replies();
+    h.answer_with_result("job_1", 6);
     let again = again.try_recv().expect("resolved").expect("ok");
     assert!(again.replayed, "{again:?}");
 }
@@ -600,10 +597,7 @@ fn a_retry_after_a_call_that_may_have_run_knows_its_job() {
     let e = first.try_recv().expect("resolved").unwrap_err();
     assert_eq!(e.execution(), Execution::MayHaveRun, "{e:?}");
     let mut again = h.invoke_with(key, args, Duration::from_secs(30), 160);
-    let submit = h.sent_submit_id(161);
-    h.feed(captured("job.accepted", 0), Some(&submit), "job_1", 162);
-    h.feed(captured("job.result", 0), None, "job_1", 163);
-    h.core.hand_out_replies();
+    h.answer_with_result("job_1", 161);
     let again = again.try_recv().expect("resolved").expect("ok");
     assert!(again.replayed, "{again:?}");
 }
