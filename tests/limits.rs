@@ -267,3 +267,38 @@ async fn huge_durations_do_not_overflow() {
         .unwrap();
     assert_eq!(out.value, json!({"n": 1}));
 }
+
+/// The largest outcome cache capacity a caller can ask for is a bound like
+/// any other: calls over both transports work under it, and a repeat under
+/// a generated key still reads as the replay it is.
+#[tokio::test]
+async fn the_largest_outcome_cache_capacity_is_a_bound_like_any_other() {
+    let mock = mock(Dialect::V1_1).start().await.unwrap();
+    for url in [mock.ws_url(), mock.http_url()] {
+        let client = client(&url, Dialect::V1_1)
+            .tuning(
+                arcp_sdk::tuning::Tuning::new().outcome_cache(usize::MAX, Duration::from_secs(600)),
+            )
+            .connect()
+            .await
+            .unwrap();
+        let before = mock.executions("refund");
+        for order in 0..3 {
+            let out = tokio::time::timeout(
+                Duration::from_secs(10),
+                client.invoke_tool("refund", json!({"order": order})).send(),
+            )
+            .await
+            .expect("the call ended")
+            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
+            let again = client
+                .invoke_tool("refund", json!({"order": order}))
+                .idempotency_key(out.key)
+                .send()
+                .await
+                .unwrap();
+            assert!(again.replayed, "{url}: {again:?}");
+        }
+        assert_eq!(mock.executions("refund") - before, 3, "{url}");
+    }
+}

@@ -308,9 +308,11 @@ impl OutcomeCache {
         }
     }
 
-    /// The same cache, holding at most `max_bytes` in all.
+    /// The same cache, holding at most `max_bytes` of outcomes, and at most
+    /// as much again of generated keys' bindings.
     pub(crate) fn with_max_bytes(mut self, max_bytes: usize) -> Self {
         self.max_bytes = max_bytes;
+        self.generated.bound_bytes(max_bytes);
         self
     }
 
@@ -469,7 +471,7 @@ impl OutcomeCache {
         }
         // Entries replaced by a newer insert leave stale order records; keep
         // the queue from outgrowing the map.
-        if self.order.len() > 2 * self.capacity.max(16) {
+        if self.order.len() > self.capacity.max(16).saturating_mul(2) {
             self.order
                 .retain(|(k, s)| self.entries.get(k).is_some_and(|e| e.stored == *s));
         }

@@ -88,7 +88,9 @@ impl Tuning {
     /// The most bytes of outcomes (results and errors, as held) the
     /// outcome cache keeps (default 16 MiB), besides its entry count
     /// ([`outcome_cache`](Self::outcome_cache)); the oldest go first. An
-    /// outcome larger than this is not cached.
+    /// outcome larger than this is not cached. The bindings kept for calls
+    /// under generated keys (about 200 bytes each) are held within as much
+    /// again.
     pub fn outcome_cache_bytes(mut self, bytes: usize) -> Self {
         self.outcome_cache_bytes = Some(bytes);
         self

@@ -20,44 +20,52 @@ use arcp_types::IdempotencyKey;
 
 use crate::fast_map::FastMap;
 
-/// The longest job id kept inline; a longer one is kept as unknown (a
-/// repeat then asks the runtime without knowing the job).
+/// The longest job id kept inline (the published runtimes' are 30 bytes
+/// (`job_` and a ULID) or 36 (a UUID)); a longer one is kept in a block
+/// of its own.
 const JOB_INLINE: usize = 46;
 
-/// A job id inline, or none.
-#[derive(Clone, Copy)]
-struct InlineJob {
-    len: u8,
-    bytes: [u8; JOB_INLINE],
+/// What one binding costs, its map slot and order record included: the
+/// byte bound's share for bindings is counted at this.
+pub(super) const BINDING_BYTES: usize = 192;
+
+/// The job a key was bound to.
+enum BoundJob {
+    Unknown,
+    Inline { len: u8, bytes: [u8; JOB_INLINE] },
+    Long(Box<str>),
 }
 
-impl InlineJob {
+impl BoundJob {
     fn of(job: Option<&str>) -> Self {
-        let mut inline = InlineJob {
-            len: 0,
-            bytes: [0; JOB_INLINE],
-        };
-        if let Some(job) = job.filter(|j| j.len() <= JOB_INLINE) {
-            inline.bytes[..job.len()].copy_from_slice(job.as_bytes());
-            // At most JOB_INLINE, so it fits.
-            inline.len = job.len() as u8;
+        match job {
+            None => BoundJob::Unknown,
+            Some(job) => match u8::try_from(job.len()) {
+                Ok(len) if job.len() <= JOB_INLINE => {
+                    let mut bytes = [0; JOB_INLINE];
+                    bytes[..job.len()].copy_from_slice(job.as_bytes());
+                    BoundJob::Inline { len, bytes }
+                }
+                _ => BoundJob::Long(job.into()),
+            },
         }
-        inline
     }
 
     fn get(&self) -> Option<&str> {
-        match self.len {
-            0 => None,
+        match self {
+            BoundJob::Unknown => None,
             // Copied from a `str` whole (never cut), so still UTF-8.
-            n => std::str::from_utf8(&self.bytes[..usize::from(n)]).ok(),
+            BoundJob::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).ok()
+            }
+            BoundJob::Long(job) => Some(job),
         }
     }
 }
 
-#[derive(Clone, Copy)]
 struct Binding {
     fingerprint: u64,
-    job: InlineJob,
+    job: BoundJob,
     stored: Instant,
 }
 
@@ -83,6 +91,7 @@ pub(super) struct GeneratedBindings {
 }
 
 impl GeneratedBindings {
+    /// At most `capacity` bindings, none older than `ttl`.
     pub(super) fn new(capacity: usize, ttl: Duration) -> Self {
         GeneratedBindings {
             by_key: FastMap::default(),
@@ -91,6 +100,11 @@ impl GeneratedBindings {
             capacity,
             ttl,
         }
+    }
+
+    /// At most `max_bytes` of bindings, counted at [`BINDING_BYTES`] each.
+    pub(super) fn bound_bytes(&mut self, max_bytes: usize) {
+        self.capacity = self.capacity.min(max_bytes / BINDING_BYTES);
     }
 
     fn hash(&self, key: &IdempotencyKey) -> u64 {
@@ -120,13 +134,13 @@ impl GeneratedBindings {
             hash,
             Binding {
                 fingerprint,
-                job: InlineJob::of(job),
+                job: BoundJob::of(job),
                 stored: now,
             },
         );
         self.order.push_back((hash, now));
         // A key remembered again leaves a stale order record behind.
-        if self.order.len() > 2 * self.capacity.max(16) {
+        if self.order.len() > self.capacity.max(16).saturating_mul(2) {
             let by_key = &self.by_key;
             self.order
                 .retain(|(h, s)| by_key.get(h).is_some_and(|b| b.stored == *s));
@@ -189,13 +203,10 @@ mod tests {
         ));
         assert!(matches!(bindings.get(&keys[0], 2, t0), Some(Seen::Other)));
         assert!(bindings.get(&keys[1], 1, t0).is_none());
-        // A job id too long to keep inline is kept as unknown.
+        // A job id too long to keep inline is kept all the same.
         let long = "j".repeat(JOB_INLINE + 1);
         bindings.remember(&keys[1], 1, Some(&long), t0);
-        assert!(matches!(
-            bindings.get(&keys[1], 1, t0),
-            Some(Seen::Same(None))
-        ));
+        assert!(matches!(bindings.get(&keys[1], 1, t0), Some(Seen::Same(Some(j))) if j == long));
         // The oldest goes first past the capacity.
         bindings.remember(&keys[2], 1, None, t0);
         assert_eq!(bindings.len(), 2);
@@ -205,6 +216,22 @@ mod tests {
             .get(&keys[2], 1, t0 + Duration::from_secs(11))
             .is_none());
         assert_eq!(bindings.len(), 0);
+    }
+
+    #[test]
+    fn the_largest_capacity_and_a_byte_bound_hold() {
+        let t0 = Instant::now();
+        let mut bindings = GeneratedBindings::new(usize::MAX, Duration::from_secs(10));
+        let key = IdempotencyKey::new();
+        for i in 0..100 {
+            bindings.remember(&key, i, None, t0);
+        }
+        assert!(bindings.get(&key, 99, t0).is_some());
+        bindings.bound_bytes(3 * BINDING_BYTES);
+        for _ in 0..10 {
+            bindings.remember(&IdempotencyKey::new(), 1, None, t0);
+        }
+        assert_eq!(bindings.len(), 3);
     }
 
     #[test]
