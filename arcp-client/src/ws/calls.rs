@@ -10,12 +10,15 @@
 //!     └──────── connection lost, or the ladder re-sends ◀─────────────────────┘
 //! ```
 
+mod troubles;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arcp_types::IdempotencyKey;
 use tokio::sync::oneshot;
 
+use self::troubles::Troubles;
 use super::assembly::Assembly;
 use super::cancel::CancelState;
 use super::ids::RequestId;
@@ -82,61 +85,6 @@ pub(crate) struct Call {
     span: tracing::Span,
     /// The call's timer: its instant and current heap entry (`timers.rs`).
     timer: TimerSlot,
-}
-
-/// The parts of a call's state that only a call in trouble uses (a lost
-/// connection, a refusal, the recovery ladder): kept apart and allocated
-/// on the first trouble, so a call that goes through first time carries
-/// none of it.
-///
-/// Private to this file, changed through the call's methods. The
-/// subscribe is the recovery ladder's (`core/call_machine.rs` sends it,
-/// `core/inbound/verdicts.rs` marks it refused); the rejections are only
-/// counted and read on a loss (`core/link_events.rs`).
-#[derive(Debug, Default)]
-struct Troubles {
-    /// Subscribed with history on this connection generation.
-    subscribed_on: Option<u64>,
-    subscribe_request: Option<String>,
-    subscribe_refused: bool,
-    /// Connections the runtime closed with a request-level code while this
-    /// call's attempt was written and unanswered: (count, last code, reason,
-    /// whether the last one happened with no other request outstanding).
-    rejections: (u32, u16, String, bool),
-}
-
-impl Troubles {
-    /// Whether a subscribe may be sent on connection `generation`: none
-    /// was refused, and none was sent on that connection.
-    fn may_subscribe_on(&self, generation: u64) -> bool {
-        !self.subscribe_refused && self.subscribed_on != Some(generation)
-    }
-
-    /// A subscribe with history goes out on connection `generation` as
-    /// `request`.
-    fn subscribing(&mut self, generation: u64, request: String) {
-        self.subscribed_on = Some(generation);
-        self.subscribe_request = Some(request);
-    }
-
-    /// The runtime refused the subscribe: the ladder re-sends instead,
-    /// from now on.
-    fn subscribe_refused(&mut self) {
-        self.subscribe_request = None;
-        self.subscribe_refused = true;
-    }
-
-    /// A connection closed with request-level `code` while an attempt was
-    /// written and unanswered (`alone`: with no other request
-    /// outstanding). Returns how many such closes the call has met.
-    fn rejected(&mut self, code: u16, reason: String, alone: bool) -> u32 {
-        let rejections = &mut self.rejections;
-        rejections.0 += 1;
-        rejections.1 = code;
-        rejections.2 = reason;
-        rejections.3 = alone;
-        rejections.0
-    }
 }
 
 impl Call {
@@ -607,41 +555,5 @@ impl Call {
         if let Some(cancel) = self.cancel_mut() {
             cancel.answer(outcome);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_subscribe_goes_out_once_per_connection_and_never_after_a_refusal() {
-        let mut troubles = Troubles::default();
-        assert!(troubles.may_subscribe_on(1));
-        troubles.subscribing(1, "sub-1".into());
-        assert_eq!(troubles.subscribe_request.as_deref(), Some("sub-1"));
-        assert!(
-            !troubles.may_subscribe_on(1),
-            "one subscribe per connection"
-        );
-        assert!(
-            troubles.may_subscribe_on(2),
-            "a new connection may subscribe"
-        );
-        troubles.subscribing(2, "sub-2".into());
-        troubles.subscribe_refused();
-        assert_eq!(
-            troubles.subscribe_request, None,
-            "the refused request is forgotten"
-        );
-        assert!(!troubles.may_subscribe_on(3), "refused once, never again");
-    }
-
-    #[test]
-    fn rejections_are_counted_and_keep_the_last_close() {
-        let mut troubles = Troubles::default();
-        assert_eq!(troubles.rejected(1009, "too big".into(), false), 1);
-        assert_eq!(troubles.rejected(1003, "unsupported".into(), true), 2);
-        assert_eq!(troubles.rejections, (2, 1003, "unsupported".into(), true));
     }
 }
