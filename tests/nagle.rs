@@ -287,30 +287,31 @@ async fn a_closed_loop_waits_for_no_delayed_ack() {
 /// same turn, a call takes a few hundred microseconds; an ACK owed for a
 /// fixed grace cost each call a tick of tokio's millisecond timer (1-2 ms).
 ///
-/// Up to three windows per dialect, the best median counted: a loaded test
-/// machine can slow one window past the bound, while an ACK that waits for
-/// the timer slows every window.
+/// An ACK that waits for the timer slows every call, the fastest among
+/// them too: the fastest quarter of the calls is measured (a loaded test
+/// machine slows many calls past the bound, not every one), in up to three
+/// windows per dialect, the best counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_beside_a_held_one_waits_for_no_timer_tick() {
     for dialect in [Dialect::V1_1, Dialect::Legacy] {
-        let mut medians = Vec::new();
+        let mut quartiles = Vec::new();
         for _ in 0..3 {
-            let median = median_call_beside_a_held_one(dialect).await;
-            medians.push(median);
-            if median < Duration::from_millis(1) {
+            let quartile = first_quartile_call_beside_a_held_one(dialect).await;
+            quartiles.push(quartile);
+            if quartile < Duration::from_millis(1) {
                 break;
             }
         }
         // An owed ACK's fixed grace alone was 1 ms.
         assert!(
-            medians.iter().any(|m| *m < Duration::from_millis(1)),
-            "{dialect}: medians {medians:?}"
+            quartiles.iter().any(|q| *q < Duration::from_millis(1)),
+            "{dialect}: first quartiles {quartiles:?}"
         );
     }
 }
 
 /// The median latency of calls made one after another beside a held call.
-async fn median_call_beside_a_held_one(dialect: Dialect) -> Duration {
+async fn first_quartile_call_beside_a_held_one(dialect: Dialect) -> Duration {
     let client = client_of_runtime_writing_in_pieces(dialect, Writes::Frames).await;
     let held = client
         .invoke_tool("hold", json!({}))
@@ -335,7 +336,7 @@ async fn median_call_beside_a_held_one(dialect: Dialect) -> Duration {
     client.close().await;
     let _ = held.await;
     latencies.sort();
-    latencies[latencies.len() / 2]
+    latencies[latencies.len() / 4]
 }
 
 /// Requests the runtime never answers look like a backlog it works
