@@ -82,12 +82,16 @@ pub(super) fn decode(
             Message::Invoke(invoke)
         }
         "job.accepted" => {
-            let mut accepted: Accepted = match scope {
+            Message::Accepted(match scope {
+                // The request it answers stays in the header's
+                // `correlation_id` (where a receiver of replies looks).
                 PayloadScope::OutcomeOnly => outcome_readers::accepted(k, payload)?,
-                _ => from_payload(k, payload)?,
-            };
-            accepted.request_id = accepted.request_id.or_else(correlation);
-            Message::Accepted(accepted)
+                _ => {
+                    let mut accepted: Accepted = from_payload(k, payload)?;
+                    accepted.request_id = accepted.request_id.or_else(correlation);
+                    accepted
+                }
+            })
         }
         "job.started" => Message::Started(match scope {
             PayloadScope::OutcomeOnly => Object::new(),
@@ -150,15 +154,17 @@ pub(super) fn decode(
 
 /// The fields of a `tool.invoke` payload, borrowed from `invoke`, and the
 /// key for the envelope (a key inside the payload is only an opaque field).
-pub(super) fn invoke_fields(
-    invoke: &Invoke,
-) -> (&'static str, Vec<super::Field<'_>>, Option<String>) {
+pub(super) fn invoke_fields<'a>(
+    invoke: &'a Invoke,
+    fields: &mut super::Fields<'a>,
+) -> (&'static str, Option<String>) {
     use super::FieldValue::{Json, Str};
-    let mut fields = Vec::with_capacity(2 + invoke.extra.len());
     fields.push(("tool", Str(&invoke.tool)));
     fields.push(("arguments", Json(&invoke.arguments)));
-    fields.extend(invoke.extra.iter().map(|(k, v)| (k.as_str(), Json(v))));
-    ("tool.invoke", fields, invoke.idempotency_key.clone())
+    for (k, v) in &invoke.extra {
+        fields.push((k.as_str(), Json(v)));
+    }
+    ("tool.invoke", invoke.idempotency_key.clone())
 }
 
 pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, str>, Value) {

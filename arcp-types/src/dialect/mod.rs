@@ -98,7 +98,9 @@ pub enum PayloadScope {
     /// value keeps, of its other fields, only those that say how the job
     /// ended (`final_status`, `code`, `message`, `result_id`, `result_ref`),
     /// and one without a value keeps them all (they say where the value is
-    /// and describe it). Every other message is decoded in full.
+    /// and describe it). A legacy acceptance's `request_id` is only what its
+    /// payload says (the request it answers is the header's
+    /// `correlation_id`). Every other message is decoded in full.
     /// Skipped fields are not built, so they cost no allocation; they are
     /// not checked beyond being JSON.
     OutcomeOnly,
@@ -309,7 +311,8 @@ impl Dialect {
 pub struct EncodedRequest {
     dialect: Dialect,
     kind: &'static str,
-    payload: Box<serde_json::value::RawValue>,
+    /// One JSON object's text, as this crate wrote it.
+    payload: String,
     envelope_key: Option<String>,
 }
 
@@ -321,7 +324,7 @@ impl EncodedRequest {
 
     /// The payload's wire JSON.
     pub fn payload(&self) -> &str {
-        self.payload.get()
+        &self.payload
     }
 
     /// Wire JSON of one attempt: `header` (id, timestamp, session, trace,
@@ -344,7 +347,7 @@ impl EncodedRequest {
         };
         match self.dialect.decode_message(
             head,
-            Payload::Raw(Some(RawJson::from(&*self.payload))),
+            Payload::Raw(Some(RawJson::checked(&self.payload))),
             PayloadScope::All,
         )? {
             Message::Invoke(invoke) => Ok(invoke),
@@ -373,19 +376,17 @@ impl Dialect {
     /// come out in the order the full encoder writes them (sorted by name,
     /// as a JSON object of this crate sorts them).
     pub fn encode_invoke(self, invoke: &crate::message::Invoke) -> EncodedRequest {
-        let (kind, mut fields, envelope_key) = match self {
-            Dialect::V1_1 => v1_1::invoke_fields(invoke),
-            Dialect::Legacy => legacy::invoke_fields(invoke),
+        let mut fields = Fields::default();
+        let (kind, envelope_key) = match self {
+            Dialect::V1_1 => v1_1::invoke_fields(invoke, &mut fields),
+            Dialect::Legacy => legacy::invoke_fields(invoke, &mut fields),
         };
-        fields.sort_by(|a, b| a.0.cmp(b.0));
-        fields.dedup_by(|later, earlier| later.0 == earlier.0);
         EncodedRequest {
             dialect: self,
             kind,
             // Strings and JSON values serialize infallibly; the text is not
             // parsed back to be checked (it was just written as JSON).
-            payload: serde_json::value::to_raw_value(&SortedObject(&fields))
-                .unwrap_or_else(|_| empty_object()),
+            payload: serde_json::to_string(&fields.sorted()).unwrap_or_else(|_| "{}".to_owned()),
             envelope_key,
         }
     }
@@ -399,6 +400,60 @@ type Field<'a> = (&'a str, FieldValue<'a>);
 enum FieldValue<'a> {
     Str(&'a str),
     Json(&'a Value),
+}
+
+/// A payload's fields as they are gathered: a request's own few on the
+/// stack, spilling to the heap only for extension fields beyond them.
+struct Fields<'a> {
+    inline: [Field<'a>; INLINE_FIELDS],
+    len: usize,
+    spilled: Vec<Field<'a>>,
+}
+
+/// Fields kept on the stack: a `job.submit`'s three and one extension.
+const INLINE_FIELDS: usize = 4;
+
+impl Default for Fields<'_> {
+    fn default() -> Self {
+        Fields {
+            inline: [("", FieldValue::Str("")); INLINE_FIELDS],
+            len: 0,
+            spilled: Vec::new(),
+        }
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn push(&mut self, field: Field<'a>) {
+        if self.len < INLINE_FIELDS {
+            self.inline[self.len] = field;
+            self.len += 1;
+        } else {
+            if self.spilled.is_empty() {
+                self.spilled.extend_from_slice(&self.inline);
+            }
+            self.spilled.push(field);
+        }
+    }
+
+    /// Sorted by name (stable), the first of a repeated name kept.
+    fn sorted(&mut self) -> SortedObject<'_> {
+        if self.spilled.is_empty() {
+            let fields = &mut self.inline[..self.len];
+            fields.sort_by(|a, b| a.0.cmp(b.0));
+            let mut kept = 0;
+            for i in 0..fields.len() {
+                if kept == 0 || fields[i].0 != fields[kept - 1].0 {
+                    fields[kept] = fields[i];
+                    kept += 1;
+                }
+            }
+            return SortedObject(&self.inline[..kept]);
+        }
+        self.spilled.sort_by(|a, b| a.0.cmp(b.0));
+        self.spilled.dedup_by(|later, earlier| later.0 == earlier.0);
+        SortedObject(&self.spilled)
+    }
 }
 
 /// Fields already sorted by name, serialized as one JSON object.
@@ -416,10 +471,6 @@ impl Serialize for SortedObject<'_> {
         }
         map.end()
     }
-}
-
-fn empty_object() -> Box<serde_json::value::RawValue> {
-    serde_json::value::RawValue::from_string("{}".to_owned()).expect("valid JSON")
 }
 
 /// An `Open` whose `capabilities` are null asks the encoder for the

@@ -128,18 +128,20 @@ fn job_result(k: &str, payload: Payload<'_>, scope: PayloadScope) -> Result<Mess
 
 /// The fields of a `job.submit` payload, borrowed from `invoke` (the
 /// named fields first: on a clash with an `extra` field they win).
-pub(super) fn invoke_fields(
-    invoke: &Invoke,
-) -> (&'static str, Vec<super::Field<'_>>, Option<String>) {
+pub(super) fn invoke_fields<'a>(
+    invoke: &'a Invoke,
+    fields: &mut super::Fields<'a>,
+) -> (&'static str, Option<String>) {
     use super::FieldValue::{Json, Str};
-    let mut fields = Vec::with_capacity(3 + invoke.extra.len());
     fields.push(("agent", Str(&invoke.tool)));
     fields.push(("input", Json(&invoke.arguments)));
     if let Some(key) = &invoke.idempotency_key {
         fields.push(("idempotency_key", Str(key)));
     }
-    fields.extend(invoke.extra.iter().map(|(k, v)| (k.as_str(), Json(v))));
-    ("job.submit", fields, None)
+    for (k, v) in &invoke.extra {
+        fields.push((k.as_str(), Json(v)));
+    }
+    ("job.submit", None)
 }
 
 pub(super) fn encode(frame: &Frame, envelope: &mut Envelope) -> (Cow<'static, str>, Value) {

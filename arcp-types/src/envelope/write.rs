@@ -51,7 +51,7 @@ impl Envelope {
         &self,
         kind: &str,
         idempotency_key: Option<&str>,
-        payload: &serde_json::value::RawValue,
+        payload: &str,
     ) -> String {
         self.as_header()
             .to_json_with(kind, idempotency_key, payload)
@@ -60,8 +60,9 @@ impl Envelope {
 
 impl Header<'_> {
     /// Wire JSON of this header with `kind`, an optional envelope-level
-    /// idempotency key and `payload` already encoded, in [`Envelope`]'s
-    /// field order; one buffer, sized up front.
+    /// idempotency key and `payload` (one JSON value's text, encoded
+    /// beforehand), in [`Envelope`]'s field order; one buffer, sized up
+    /// front.
     ///
     /// Written field by field (this is on every request's path): a string
     /// with nothing to escape is copied as it is, anything else goes
@@ -71,74 +72,93 @@ impl Header<'_> {
         &self,
         kind: &str,
         idempotency_key: Option<&str>,
-        payload: &serde_json::value::RawValue,
+        payload: &str,
     ) -> String {
         if self.extensions.is_some() || !self.extra.is_empty() {
             return self.to_json_with_serde(kind, idempotency_key, payload);
         }
+        let (before_seq, after_seq) = self.optional_fields(idempotency_key);
         let mut out = String::with_capacity(self.wire_size(kind, idempotency_key, payload));
-        out.push_str("{\"arcp\":");
+        out.push_str(ARCP);
         json_string(&mut out, &self.arcp);
-        out.push_str(",\"id\":");
+        out.push_str(ID);
         json_string(&mut out, &self.id);
-        out.push_str(",\"type\":");
+        out.push_str(TYPE);
         json_string(&mut out, kind);
-        let field = |out: &mut String, name: &str, value: Option<&str>| {
-            if let Some(value) = value {
-                out.push_str(name);
-                json_string(out, value);
+        let fields = |out: &mut String, fields: &[(&str, Option<&str>)]| {
+            for (name, value) in fields {
+                if let Some(value) = value {
+                    out.push_str(name);
+                    json_string(out, value);
+                }
             }
         };
-        field(&mut out, ",\"timestamp\":", self.timestamp.as_deref());
-        field(&mut out, ",\"session_id\":", self.session_id.as_deref());
-        field(&mut out, ",\"job_id\":", self.job_id.as_deref());
+        fields(&mut out, &before_seq);
         if let Some(seq) = self.event_seq {
             use std::fmt::Write as _;
-            let _ = write!(out, ",\"event_seq\":{seq}");
+            let _ = write!(out, "{EVENT_SEQ}{seq}");
         }
-        field(
-            &mut out,
-            ",\"correlation_id\":",
-            self.correlation_id.as_deref(),
-        );
-        field(&mut out, ",\"causation_id\":", self.causation_id.as_deref());
-        let key = idempotency_key.or(self.idempotency_key.as_deref());
-        field(&mut out, ",\"idempotency_key\":", key);
-        field(&mut out, ",\"trace_id\":", self.trace_id.as_deref());
-        field(&mut out, ",\"priority\":", self.priority.as_deref());
-        field(
-            &mut out,
-            ",\"subscription_id\":",
-            self.subscription_id.as_deref(),
-        );
-        out.push_str(",\"payload\":");
-        out.push_str(payload.get());
+        fields(&mut out, &after_seq);
+        out.push_str(PAYLOAD);
+        out.push_str(payload);
         out.push('}');
         out
     }
 
-    /// What [`to_json_with`](Self::to_json_with) needs, plus room for
-    /// escapes and unknown fields.
-    fn wire_size(
+    /// The optional string fields in wire order, before and after
+    /// `event_seq`, with their names as written.
+    fn optional_fields<'a>(&'a self, idempotency_key: Option<&'a str>) -> OptionalFields<'a> {
+        (
+            [
+                (",\"timestamp\":", self.timestamp.as_deref()),
+                (",\"session_id\":", self.session_id.as_deref()),
+                (",\"job_id\":", self.job_id.as_deref()),
+            ],
+            [
+                (",\"correlation_id\":", self.correlation_id.as_deref()),
+                (",\"causation_id\":", self.causation_id.as_deref()),
+                (
+                    ",\"idempotency_key\":",
+                    idempotency_key.or(self.idempotency_key.as_deref()),
+                ),
+                (",\"trace_id\":", self.trace_id.as_deref()),
+                (",\"priority\":", self.priority.as_deref()),
+                (",\"subscription_id\":", self.subscription_id.as_deref()),
+            ],
+        )
+    }
+
+    /// What [`to_json_with`](Self::to_json_with) writes: exact when no
+    /// string needs escaping (ids, timestamps and keys never do), room to
+    /// spare when one does. Exact matters: the socket takes a full buffer
+    /// as it is, and one with room left over costs a block of its own
+    /// (a `Bytes` made from a `Vec` whose length is not its capacity).
+    pub(super) fn wire_size(
         &self,
         kind: &str,
         idempotency_key: Option<&str>,
-        payload: &serde_json::value::RawValue,
+        payload: &str,
     ) -> usize {
-        // The header's fixed part and field names fit in 256 bytes.
-        let strings = [
-            Some(&*self.id),
-            self.timestamp.as_deref(),
-            self.session_id.as_deref(),
-            self.job_id.as_deref(),
-            self.correlation_id.as_deref(),
-            self.causation_id.as_deref(),
-            idempotency_key.or(self.idempotency_key.as_deref()),
-            self.trace_id.as_deref(),
-            self.subscription_id.as_deref(),
-        ];
-        let size = 256 + kind.len() + payload.get().len();
-        size + strings.iter().flatten().map(|s| s.len()).sum::<usize>()
+        let (before_seq, after_seq) = self.optional_fields(idempotency_key);
+        let optional = before_seq
+            .iter()
+            .chain(&after_seq)
+            .filter_map(|(name, value)| Some(name.len() + quoted_size((*value)?)))
+            .sum::<usize>();
+        let seq = self.event_seq.map_or(0, |seq| {
+            EVENT_SEQ.len() + seq.checked_ilog10().map_or(1, |d| d as usize + 1)
+        });
+        ARCP.len()
+            + quoted_size(&self.arcp)
+            + ID.len()
+            + quoted_size(&self.id)
+            + TYPE.len()
+            + quoted_size(kind)
+            + optional
+            + seq
+            + PAYLOAD.len()
+            + payload.len()
+            + 1
     }
 
     /// [`to_json_with`](Self::to_json_with) through serde: any header.
@@ -146,8 +166,13 @@ impl Header<'_> {
         &self,
         kind: &str,
         idempotency_key: Option<&str>,
-        payload: &serde_json::value::RawValue,
+        payload: &str,
     ) -> String {
+        // Text this crate encoded: it parses (the check is the price of
+        // the rare header that takes this way).
+        let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(payload) else {
+            return String::new();
+        };
         let wire = WithPayload {
             arcp: &self.arcp,
             id: &self.id,
@@ -163,7 +188,7 @@ impl Header<'_> {
             priority: self.priority.as_deref(),
             subscription_id: self.subscription_id.as_deref(),
             extensions: self.extensions.as_deref(),
-            payload,
+            payload: raw,
             extra: &self.extra,
         };
         let mut out = Vec::with_capacity(self.wire_size(kind, idempotency_key, payload));
@@ -173,6 +198,29 @@ impl Header<'_> {
             return String::new();
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The field names [`Header::to_json_with`] writes around the optional ones.
+const ARCP: &str = "{\"arcp\":";
+const ID: &str = ",\"id\":";
+const TYPE: &str = ",\"type\":";
+const EVENT_SEQ: &str = ",\"event_seq\":";
+const PAYLOAD: &str = ",\"payload\":";
+
+/// A header's optional string fields with their written names, before and
+/// after `event_seq`.
+type OptionalFields<'a> = (
+    [(&'static str, Option<&'a str>); 3],
+    [(&'static str, Option<&'a str>); 6],
+);
+
+/// The bytes [`json_string`] writes for `s`: exact when nothing in it needs
+/// escaping, else an upper bound (an escape takes at most six bytes).
+fn quoted_size(s: &str) -> usize {
+    match crate::json_escape::first_special(s.as_bytes()) {
+        None => s.len() + 2,
+        Some(_) => 6 * s.len() + 2,
     }
 }
 
