@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use arcp_mock::{ChaosProxy, Dialect, Fault, JobStatus, Preset};
 use arcp_sdk::{CancelOutcome, Error, Execution, IdempotencyKey, RetryPolicy};
 use serde_json::json;
-use support::mock::{client, mock, submits};
+use support::mock::{client, cut_off, mock, submits};
 
 /// The first connection meets a flaky network: `connect()` rides it out.
 #[tokio::test]
@@ -432,12 +432,7 @@ async fn a_cancel_while_disconnected_is_sent_after_reconnecting() {
     let handle = call.handle();
     let run = tokio::spawn(call);
     let job_id = handle.accepted().await.unwrap();
-    mock.inject_always(Fault::RefuseUpgrade {
-        status: 503,
-        retry_after: None,
-    });
-    mock.kill_connections();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    cut_off(&mock).await;
     let outcome = handle.cancel().await;
     assert!(
         matches!(outcome, CancelOutcome::NotDispatched { .. }),
@@ -720,12 +715,7 @@ async fn a_repeat_of_a_call_with_an_unknown_outcome_never_claims_not_run() {
         .unwrap_err();
     assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
     // No connection can be had now: the repeat cannot even be sent.
-    mock.inject_always(Fault::RefuseUpgrade {
-        status: 503,
-        retry_after: None,
-    });
-    mock.kill_connections();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    cut_off(&mock).await;
     let again = client
         .invoke_tool("refund", args)
         .idempotency_key(key)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use arcp_mock::{Dialect, Fault, Preset};
 use arcp_sdk::{Client, Error, Execution, ToolOutput};
 use serde_json::{json, Value};
-use support::mock::{client, mock};
+use support::mock::{client, cut_off, mock};
 
 async fn start(dialect: Dialect, preset: Preset) -> (arcp_mock::MockRuntime, Client) {
     let mock = mock(dialect).preset(preset).start().await.unwrap();
@@ -161,12 +161,7 @@ async fn a_binding_fits_a_small_byte_bound() {
         .await
         .unwrap_err();
     assert_eq!(first.execution(), Execution::MayHaveRun, "{first:?}");
-    mock.inject_always(Fault::RefuseUpgrade {
-        status: 503,
-        retry_after: None,
-    });
-    mock.kill_connections();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    cut_off(&mock).await;
     let again = client
         .invoke_tool("refund", args)
         .idempotency_key(first.key().unwrap().clone())

@@ -74,6 +74,17 @@ pub(crate) fn key_of(submit: &Envelope) -> Option<String> {
     })
 }
 
+/// Makes `mock` unreachable: every reconnect refused (503), the live
+/// connections closed, and a moment for the client to see it.
+pub(crate) async fn cut_off(mock: &MockRuntime) {
+    mock.inject_always(arcp_mock::Fault::RefuseUpgrade {
+        status: 503,
+        retry_after: None,
+    });
+    mock.kill_connections();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
 /// Runs the test body once per dialect, as two named tests.
 #[macro_export]
 macro_rules! both_dialects {
