@@ -450,27 +450,18 @@ fn follow_ups(plan: &mut Plan) {
             plan.calls.push(call);
         }
     }
-    if plan.calls.iter().any(|c| c.follows.is_some()) && f.chance(25) {
-        plan.cache_ttl = Some(f.ms(100, 1_000));
-    }
-    // A runtime that deduplicates by key alone answers another intent with
-    // the original's stored outcome: only the client's binding can refuse
-    // it, and a binding lasts the cache's TTL (as an outcome does for a
-    // supplied key). Past it the client cannot tell, so another intent
-    // comes well within it there.
+    // A runtime that deduplicates by key alone (the PHP ones) answers
+    // another intent with the original's stored outcome: only the client's
+    // memory of the key can refuse it, and that lasts the cache's TTL, for
+    // a supplied key's outcome as for a generated key's binding. Past it
+    // the client cannot tell, so a short TTL is for the other families
+    // only (there the runtime refuses another intent itself).
     let unsignalled = matches!(
         plan.family,
         Family::Preset(Preset::PhpNewer | Preset::PhpOlder)
     );
-    if let (Some(ttl), true) = (plan.cache_ttl, unsignalled) {
-        let firsts: Vec<u64> = plan.calls.iter().map(|c| c.v).collect();
-        for c in &mut plan.calls {
-            if let Some((first, delay)) = &mut c.follows {
-                if firsts[*first] != c.v {
-                    *delay = (*delay).min(ttl / 2);
-                }
-            }
-        }
+    if plan.calls.iter().any(|c| c.follows.is_some()) && f.chance(25) && !unsignalled {
+        plan.cache_ttl = Some(f.ms(100, 1_000));
     }
 }
 
