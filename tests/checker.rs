@@ -423,6 +423,13 @@ fn follow_ups(plan: &mut Plan) {
         if !f.chance(30) {
             continue;
         }
+        // Some callers stop waiting first, then ask again with the key
+        // their call's handle told them (the client may still hold the
+        // call, or only the key's binding).
+        let first = &mut plan.calls[i];
+        if first.cancel_after.is_none() && first.drop_after.is_none() && f.chance(20) {
+            first.drop_after = Some(f.ms(0, 400));
+        }
         let repeats = if f.chance(20) { 2 } else { 1 };
         for _ in 0..repeats {
             let first = &plan.calls[i];
@@ -1198,6 +1205,9 @@ type Reported = Option<IdempotencyKey>;
 /// reported no key.
 static FOLLOW_UPS: AtomicU64 = AtomicU64::new(0);
 static FOLLOW_UPS_SKIPPED: AtomicU64 = AtomicU64::new(0);
+/// Calls with follow-ups that their callers dropped (the follow-ups took
+/// the key from the call's handle).
+static FOLLOWED_DROPPED: AtomicU64 = AtomicU64::new(0);
 /// How the first client's follow-ups ended, by intent (same / other) and
 /// outcome class.
 static FOLLOW_UP_ENDS: Mutex<std::collections::BTreeMap<String, u64>> =
@@ -1339,6 +1349,9 @@ async fn run(plan: Plan) -> Vec<String> {
                 Ok(end) => end.reported.clone(),
                 Err(_) => key.clone(),
             };
+            if let (true, Err(_)) = (followed, &end) {
+                FOLLOWED_DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
             if let (
                 true,
                 None,
@@ -2070,9 +2083,11 @@ async fn seeded_fault_schedules_never_lie() {
         DISCARDS.load(Ordering::Relaxed),
     );
     eprintln!(
-        "checker: follow-ups of generated keys issued {}, not issued {} (their first call's \
-         error named no key: {:?}); their ends (intent: outcome) {:?}",
+        "checker: follow-ups of generated keys issued {} ({} first calls dropped by their \
+         callers), not issued {} (their first call's error named no key: {:?}); their ends \
+         (intent: outcome) {:?}",
         FOLLOW_UPS.load(Ordering::Relaxed),
+        FOLLOWED_DROPPED.load(Ordering::Relaxed),
         FOLLOW_UPS_SKIPPED.load(Ordering::Relaxed),
         FOLLOW_UP_SKIPS.lock().unwrap(),
         FOLLOW_UP_ENDS.lock().unwrap(),
