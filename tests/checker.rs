@@ -772,6 +772,9 @@ struct Ended {
     /// The key the outcome named (a result's, or an error's when it names
     /// one).
     reported: Option<IdempotencyKey>,
+    /// A follow-up's: the executions of its key when it was issued (its
+    /// first call's, since nothing else used the key yet).
+    key_runs_before: Option<u64>,
     /// Ended after its client was closed (a `Closed` is then no violation).
     after_close: bool,
 }
@@ -1191,6 +1194,7 @@ fn start_call(
             recovered: false,
             generated,
             reported,
+            key_runs_before: None,
             after_close: false,
         };
         (key, Ok(end))
@@ -1226,6 +1230,7 @@ fn start_follow_up(
     call: &PlannedCall,
     mut first: tokio::sync::watch::Receiver<Option<Reported>>,
     delay: Duration,
+    mock: Arc<MockRuntime>,
 ) -> tokio::task::JoinHandle<Option<CallEnd>> {
     let client = client.clone();
     let call = call.clone();
@@ -1239,15 +1244,23 @@ fn start_follow_up(
             return None;
         };
         FOLLOW_UPS.fetch_add(1, Ordering::Relaxed);
-        let task = start_call(&client, &call, Some(key), delay, true);
-        Some(task.await.expect("follow-up task"))
+        tokio::time::sleep(delay).await;
+        // What the key ran before this call: nothing else of this client
+        // uses it, so that is its first call's.
+        let runs_before = mock.executions_for_key(key.as_str());
+        let task = start_call(&client, &call, Some(key), Duration::ZERO, true);
+        let (key, mut end) = task.await.expect("follow-up task");
+        if let Ok(end) = &mut end {
+            end.key_runs_before = Some(runs_before);
+        }
+        Some((key, end))
     })
 }
 
 /// Runs one schedule; returns the oracle's violations.
 async fn run(plan: Plan) -> Vec<String> {
     let lag = LagProbe::get();
-    let mock = start_mock(&plan).await;
+    let mock = Arc::new(start_mock(&plan).await);
     let proxy = match plan.transport {
         Transport::Ws => {
             let mut proxy = ChaosProxy::builder(mock.address())
@@ -1328,7 +1341,7 @@ async fn run(plan: Plan) -> Vec<String> {
                 .get(&first)
                 .expect("a follow-up's first call")
                 .clone();
-            tasks.push(start_follow_up(&client, call, report, delay));
+            tasks.push(start_follow_up(&client, call, report, delay, mock.clone()));
             continue;
         }
         let key = (!call.generated).then(|| keys[call.key].clone());
@@ -1621,6 +1634,7 @@ async fn second_client(
                     recovered: true,
                     generated: false,
                     reported,
+                    key_runs_before: None,
                     after_close: false,
                 })
             }),
@@ -1838,6 +1852,16 @@ fn check(
         );
         shown.join(", ")
     };
+    // What the key of call `i` (generated) ran before its first follow-up
+    // was issued: by then only `i` had used it.
+    let runs_before_follow_ups = |i: usize| {
+        ended
+            .iter()
+            .filter(|(j, _)| plan.calls[*j].follows.is_some_and(|(f, _)| f == i))
+            .filter_map(|(_, end)| end.key_runs_before)
+            .min()
+            .unwrap_or(0)
+    };
     let submits = submits_by_key(mock);
     for (i, end) in ended {
         let call = &plan.calls[*i];
@@ -1955,6 +1979,15 @@ fn check(
                 }
             }
             Err(e) => match e.execution() {
+                // Its follow-ups excuse a later execution (below), but not
+                // one there before the first of them was issued.
+                Execution::NotRun if end.generated && runs_before_follow_ups(*i) != 0 => violations
+                    .push(format!(
+                        "{who}: says it did not run ({e}) but its key ran {} times before its \
+                         first follow-up was issued; the key's calls: {}",
+                        runs_before_follow_ups(*i),
+                        key_calls(call.key)
+                    )),
                 // Told "did not run", a caller may issue the work again, with
                 // the same key too: an execution may be that later call's.
                 Execution::NotRun if runs != 0 && !issued_again(*i, end) => {
