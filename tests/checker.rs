@@ -410,10 +410,12 @@ fn plan(seed: u64) -> Plan {
 /// of a call that may have run), some of another (the client must refuse
 /// it, or the runtime must: it never runs while the key is bound), each a
 /// while after its first call ended, so some come after faults, reconnects
-/// or the cache's TTL. Every family and transport: each takes keys, and
-/// the families that do not signal another intent under a bound key (the
-/// PHP ones) are where the client's own binding has to refuse it.
-/// Most follow-ups come soon: a schedule lasts until its last one ends.
+/// or the cache's TTL, and some meet a fault of their own. Some first
+/// calls are dropped by their callers (the key is then the handle's).
+/// Every family and transport: each takes keys, and the families that do
+/// not signal another intent under a bound key (the PHP ones) are where
+/// the client's own binding has to refuse it. Most follow-ups come soon: a
+/// schedule lasts until its last one ends.
 fn follow_ups(plan: &mut Plan) {
     let mut f = Rng(plan.seed ^ 0x0F01_10F0);
     let firsts: Vec<usize> = (0..plan.calls.len())
@@ -467,8 +469,23 @@ fn follow_ups(plan: &mut Plan) {
         plan.family,
         Family::Preset(Preset::PhpNewer | Preset::PhpOlder)
     );
-    if plan.calls.iter().any(|c| c.follows.is_some()) && f.chance(25) && !unsignalled {
+    let followed = plan.calls.iter().any(|c| c.follows.is_some());
+    if followed && f.chance(25) && !unsignalled {
         plan.cache_ttl = Some(f.ms(100, 1_000));
+    }
+    // The other faults come early: some schedules meet one while their
+    // follow-ups run (a lost submit or answer, a cut, a stall).
+    if followed && f.chance(35) {
+        let at = f.ms(600, 2_500);
+        let action = match f.range(0, 4) {
+            0 => Action::KillAll,
+            1 => Action::Inject(Fault::DropOnSubmit),
+            2 => Action::Inject(Fault::DropAfterAccepted),
+            3 => Action::Inject(Fault::DropBeforeTerminal),
+            _ => Action::StallFor(f.ms(100, 600)),
+        };
+        plan.faults.push((at, action));
+        plan.faults.sort_by_key(|(at, _)| *at);
     }
 }
 
@@ -1212,8 +1229,9 @@ static FOLLOW_UPS_SKIPPED: AtomicU64 = AtomicU64::new(0);
 /// Calls with follow-ups that their callers dropped (the follow-ups took
 /// the key from the call's handle).
 static FOLLOWED_DROPPED: AtomicU64 = AtomicU64::new(0);
-/// How the first client's follow-ups ended, by intent (same / other) and
-/// outcome class.
+/// How the first client's follow-ups ended, by intent (same / other), what
+/// their first call said (ok, its execution claim, or dropped) and outcome
+/// class.
 static FOLLOW_UP_ENDS: Mutex<std::collections::BTreeMap<String, u64>> =
     Mutex::new(std::collections::BTreeMap::new());
 /// The errors, by code, of the first calls that reported no key (their
@@ -1903,10 +1921,18 @@ fn check(
                 Ok(_) => "ok".to_owned(),
                 Err(e) => format!("{} {}", e.code_name(), e.execution()),
             };
+            // What the first call said of itself (the first client's own end).
+            let said = ended
+                .iter()
+                .find(|(j, e)| *j == first && e.generated)
+                .map_or("dropped".to_owned(), |(_, e)| match &e.outcome {
+                    Ok(_) => "ok".to_owned(),
+                    Err(e) => e.execution().to_string(),
+                });
             *FOLLOW_UP_ENDS
                 .lock()
                 .unwrap()
-                .entry(format!("{intent}: {class}"))
+                .entry(format!("{intent} after {said}: {class}"))
                 .or_default() += 1;
         }
         match &end.outcome {
@@ -2118,7 +2144,7 @@ async fn seeded_fault_schedules_never_lie() {
     eprintln!(
         "checker: follow-ups of generated keys issued {} ({} first calls dropped by their \
          callers), not issued {} (their first call's error named no key: {:?}); their ends \
-         (intent: outcome) {:?}",
+         (intent after what the first call said: outcome) {:?}",
         FOLLOW_UPS.load(Ordering::Relaxed),
         FOLLOWED_DROPPED.load(Ordering::Relaxed),
         FOLLOW_UPS_SKIPPED.load(Ordering::Relaxed),
