@@ -442,7 +442,7 @@ fn follow_ups(plan: &mut Plan) {
             } else {
                 (first.tool, first.v, first.ms)
             };
-            let longest = if f.chance(70) { 300 } else { 1_500 };
+            let longest = if f.chance(80) { 300 } else { 1_500 };
             let delay = f.ms(0, longest);
             let call = PlannedCall {
                 key: first.key,
@@ -475,14 +475,14 @@ fn follow_ups(plan: &mut Plan) {
     }
     // The other faults come early: some schedules meet one while their
     // follow-ups run (a lost submit or answer, a cut, a stall).
-    if followed && f.chance(35) {
-        let at = f.ms(600, 2_500);
+    if followed && f.chance(25) {
+        let at = f.ms(600, 2_000);
         let action = match f.range(0, 4) {
             0 => Action::KillAll,
             1 => Action::Inject(Fault::DropOnSubmit),
             2 => Action::Inject(Fault::DropAfterAccepted),
             3 => Action::Inject(Fault::DropBeforeTerminal),
-            _ => Action::StallFor(f.ms(100, 600)),
+            _ => Action::StallFor(f.ms(100, 400)),
         };
         plan.faults.push((at, action));
         plan.faults.sort_by_key(|(at, _)| *at);
