@@ -47,6 +47,9 @@
 //!   its key unless another call of them exists;
 //! - "not run stays not run": an execution after a "did not run" is
 //!   excused only by a call the user issued again, never by a recovery;
+//!   under a generated key, an execution there before its first follow-up
+//!   (a call of the key again) was issued is never excused;
+//! - a result names the call's own key;
 //! - `replayed` ⇒ the runtime got an earlier submit of the key, or another
 //!   call of the key and intent answered from the cache;
 //! - the call ends within its deadline + 100 ms;
