@@ -19,7 +19,10 @@
 //! forwarding, a second caller that re-issues, from a client of its own,
 //! the keys whose calls ran), a client
 //! configuration, a set of calls (fresh keys, keys the client generates
-//! (read back from the call, so every claim about them is checked too),
+//! (read back from the call, so every claim about them is checked too;
+//! some are called again with the key the call reported, once it ended and
+//! a while later, under the same intent or another, possibly past a short
+//! outcome cache TTL, each such call checked as any with a supplied key),
 //! same-key joiners, same-key conflicting intents, tool errors, tools whose
 //! own errors look like key conflicts or refused credentials, deadlines,
 //! cancels at random moments, callers that drop their call at a random
@@ -44,6 +47,9 @@
 //!   its key unless another call of them exists;
 //! - "not run stays not run": an execution after a "did not run" is
 //!   excused only by a call the user issued again, never by a recovery;
+//!   under a generated key, an execution there before its first follow-up
+//!   (a call of the key again) was issued is never excused;
+//! - a result names the call's own key;
 //! - `replayed` ⇒ the runtime got an earlier submit of the key, or another
 //!   call of the key and intent answered from the cache;
 //! - the call ends within its deadline + 100 ms;
@@ -306,8 +312,14 @@ struct PlannedCall {
     /// must not say "did not run" if it ran.
     drop_after: Option<Duration>,
     /// No key supplied: the client generates one, read back from the call
-    /// (only for a key no other planned call uses).
+    /// (only for a key no other planned call uses, but its follow-ups).
     generated: bool,
+    /// A follow-up of planned call `.0`, whose key the client generated:
+    /// issued `.1` after that call ended, with the key it reported
+    /// supplied (as a caller that reads the key back from an outcome or a
+    /// handle does, to learn what became of the call, or by mistake for
+    /// another intent).
+    follows: Option<(usize, Duration)>,
 }
 
 /// One planned fault, at an offset from the schedule's start.
@@ -344,6 +356,9 @@ struct Plan {
     /// client is told so (`runtime_key_retention`); the second client
     /// starts this much later, so some unfinished records outlive it.
     key_retention: Option<(Duration, Duration)>,
+    /// The outcome cache's time-to-live, when short: some follow-ups of a
+    /// generated key come after its binding expired.
+    cache_ttl: Option<Duration>,
 }
 
 impl Plan {
@@ -388,7 +403,93 @@ fn plan(seed: u64) -> Plan {
     {
         plan.key_retention = Some((k.ms(2_700, 3_500), k.ms(0, 1_500)));
     }
+    follow_ups(&mut plan);
     plan
+}
+
+/// Follow-ups of calls under generated keys, from a stream of their own
+/// (the rest of the plan stays as it was): some such calls get one or two
+/// more under the same key, most of the same intent (to learn the outcome
+/// of a call that may have run), some of another (the client must refuse
+/// it, or the runtime must: it never runs while the key is bound), each a
+/// while after its first call ended, so some come after faults, reconnects
+/// or the cache's TTL, and some meet a fault of their own. Some first
+/// calls are dropped by their callers (the key is then the handle's).
+/// Every family and transport: each takes keys, and the families that do
+/// not signal another intent under a bound key (the PHP ones) are where
+/// the client's own binding has to refuse it. Most follow-ups come soon: a
+/// schedule lasts until its last one ends.
+fn follow_ups(plan: &mut Plan) {
+    let mut f = Rng(plan.seed ^ 0x0F01_10F0);
+    let firsts: Vec<usize> = (0..plan.calls.len())
+        .filter(|&i| plan.calls[i].generated)
+        .collect();
+    for i in firsts {
+        if !f.chance(30) {
+            continue;
+        }
+        // Some callers stop waiting first, then ask again with the key
+        // their call's handle told them (the client may still hold the
+        // call, or only the key's binding).
+        let first = &mut plan.calls[i];
+        if first.cancel_after.is_none() && first.drop_after.is_none() && f.chance(20) {
+            first.drop_after = Some(f.ms(0, 400));
+        }
+        let repeats = if f.chance(20) { 2 } else { 1 };
+        for _ in 0..repeats {
+            let first = &plan.calls[i];
+            let (tool, v, ms) = if f.chance(20) {
+                let v = f.next() % 1_000_000;
+                let v = if v == first.v { v + 1 } else { v };
+                ("work", v, f.range(0, 250))
+            } else {
+                (first.tool, first.v, first.ms)
+            };
+            let longest = if f.chance(80) { 300 } else { 1_500 };
+            let delay = f.ms(0, longest);
+            let call = PlannedCall {
+                key: first.key,
+                tool,
+                v,
+                ms,
+                start: Duration::ZERO,
+                deadline: f.ms(300, 2_000),
+                cancel_after: None,
+                drop_after: None,
+                generated: false,
+                follows: Some((i, delay)),
+            };
+            plan.calls.push(call);
+        }
+    }
+    // A runtime that deduplicates by key alone (the PHP ones) answers
+    // another intent with the original's stored outcome: only the client's
+    // memory of the key can refuse it, and that lasts the cache's TTL, for
+    // a supplied key's outcome as for a generated key's binding. Past it
+    // the client cannot tell, so a short TTL is for the other families
+    // only (there the runtime refuses another intent itself).
+    let unsignalled = matches!(
+        plan.family,
+        Family::Preset(Preset::PhpNewer | Preset::PhpOlder)
+    );
+    let followed = plan.calls.iter().any(|c| c.follows.is_some());
+    if followed && f.chance(25) && !unsignalled {
+        plan.cache_ttl = Some(f.ms(100, 1_000));
+    }
+    // The other faults come early: some schedules meet one while their
+    // follow-ups run (a lost submit or answer, a cut, a stall).
+    if followed && f.chance(25) {
+        let at = f.ms(600, 2_000);
+        let action = match f.range(0, 4) {
+            0 => Action::KillAll,
+            1 => Action::Inject(Fault::DropOnSubmit),
+            2 => Action::Inject(Fault::DropAfterAccepted),
+            3 => Action::Inject(Fault::DropBeforeTerminal),
+            _ => Action::StallFor(f.ms(100, 400)),
+        };
+        plan.faults.push((at, action));
+        plan.faults.sort_by_key(|(at, _)| *at);
+    }
 }
 
 fn base_plan(seed: u64) -> Plan {
@@ -474,6 +575,7 @@ fn base_plan(seed: u64) -> Plan {
             cancel_after: r.chance(15).then(|| r.ms(0, 400)),
             drop_after: None,
             generated: false,
+            follows: None,
         });
     }
     // Callers that stop waiting, from their own stream of the seed (the
@@ -560,6 +662,7 @@ fn base_plan(seed: u64) -> Plan {
         faults,
         hostile: Hostile::default(),
         key_retention: None,
+        cache_ttl: None,
     }
 }
 
@@ -686,6 +789,12 @@ struct Ended {
     recovered: bool,
     /// Issued with no key: the client generated it.
     generated: bool,
+    /// The key the outcome named (a result's, or an error's when it names
+    /// one).
+    reported: Option<IdempotencyKey>,
+    /// A follow-up's: the executions of its key when it was issued (its
+    /// first call's, since nothing else used the key yet).
+    key_runs_before: Option<u64>,
     /// Ended after its client was closed (a `Closed` is then no violation).
     after_close: bool,
 }
@@ -1032,8 +1141,15 @@ fn client_builder(plan: &Plan, url: &str) -> ClientBuilder {
     if let Some(retention) = plan.client_key_retention() {
         builder = builder.runtime_key_retention(retention);
     }
+    if let Some(ttl) = plan.cache_ttl {
+        builder = builder.tuning(arcp_sdk::tuning::Tuning::new().outcome_cache(1024, ttl));
+    }
     builder
 }
+
+/// A call's key (from its handle), and its ending (`Err(started)`: the
+/// caller dropped the call it started then).
+type CallEnd = (Option<IdempotencyKey>, Result<Ended, Instant>);
 
 /// Starts planned call `call` on `client` under `key` (`None`: the client
 /// generates one); with `cancel`, its planned cancel or drop too. The task
@@ -1045,7 +1161,7 @@ fn start_call(
     key: Option<IdempotencyKey>,
     delay: Duration,
     cancel: bool,
-) -> tokio::task::JoinHandle<(Option<IdempotencyKey>, Result<Ended, Instant>)> {
+) -> tokio::task::JoinHandle<CallEnd> {
     let client = client.clone();
     let call = call.clone();
     tokio::spawn(async move {
@@ -1076,6 +1192,10 @@ fn start_call(
             None => invocation.await,
         };
         let replayed = outcome.as_ref().is_ok_and(|out| out.replayed);
+        let reported = match &outcome {
+            Ok(out) => Some(out.key.clone()),
+            Err(e) => e.key().cloned(),
+        };
         let outcome = outcome.map(|out| out.value);
         let elapsed = started.elapsed();
         let cancel = match canceller {
@@ -1093,16 +1213,75 @@ fn start_call(
             replayed,
             recovered: false,
             generated,
+            reported,
+            key_runs_before: None,
             after_close: false,
         };
         (key, Ok(end))
     })
 }
 
+/// What a call with follow-ups reported of its key once it ended (`None`:
+/// nothing).
+type Reported = Option<IdempotencyKey>;
+
+/// Follow-ups issued, and those not issued because their first call
+/// reported no key.
+static FOLLOW_UPS: AtomicU64 = AtomicU64::new(0);
+static FOLLOW_UPS_SKIPPED: AtomicU64 = AtomicU64::new(0);
+/// Calls with follow-ups that their callers dropped (the follow-ups took
+/// the key from the call's handle).
+static FOLLOWED_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// How the first client's follow-ups ended, by intent (same / other), what
+/// their first call said (ok, its execution claim, or dropped) and outcome
+/// class.
+static FOLLOW_UP_ENDS: Mutex<std::collections::BTreeMap<String, u64>> =
+    Mutex::new(std::collections::BTreeMap::new());
+/// The errors, by code, of the first calls that reported no key (their
+/// follow-ups were not issued).
+static FOLLOW_UP_SKIPS: Mutex<std::collections::BTreeMap<String, u64>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// Starts follow-up `call` once its first call ended (`first` tells the key
+/// it reported), `delay` after: with that key supplied, as any call of a
+/// key the caller names. `None` when the first call reported no key (then
+/// there is nothing to call again with).
+fn start_follow_up(
+    client: &Client,
+    call: &PlannedCall,
+    mut first: tokio::sync::watch::Receiver<Option<Reported>>,
+    delay: Duration,
+    mock: Arc<MockRuntime>,
+) -> tokio::task::JoinHandle<Option<CallEnd>> {
+    let client = client.clone();
+    let call = call.clone();
+    tokio::spawn(async move {
+        let reported = match first.wait_for(Option::is_some).await {
+            Ok(told) => told.clone().flatten(),
+            Err(_) => None,
+        };
+        let Some(key) = reported else {
+            FOLLOW_UPS_SKIPPED.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        FOLLOW_UPS.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(delay).await;
+        // What the key ran before this call: nothing else of this client
+        // uses it, so that is its first call's.
+        let runs_before = mock.executions_for_key(key.as_str());
+        let task = start_call(&client, &call, Some(key), Duration::ZERO, true);
+        let (key, mut end) = task.await.expect("follow-up task");
+        if let Ok(end) = &mut end {
+            end.key_runs_before = Some(runs_before);
+        }
+        Some((key, end))
+    })
+}
+
 /// Runs one schedule; returns the oracle's violations.
 async fn run(plan: Plan) -> Vec<String> {
     let lag = LagProbe::get();
-    let mock = start_mock(&plan).await;
+    let mock = Arc::new(start_mock(&plan).await);
     let proxy = match plan.transport {
         Transport::Ws => {
             let mut proxy = ChaosProxy::builder(mock.address())
@@ -1174,9 +1353,56 @@ async fn run(plan: Plan) -> Vec<String> {
         .collect();
     let t0 = Instant::now();
     let mut tasks = Vec::new();
-    for call in &plan.calls {
+    // What each call with follow-ups reported of its key, once it ended.
+    let mut reports: HashMap<usize, tokio::sync::watch::Receiver<Option<Reported>>> =
+        HashMap::new();
+    for (i, call) in plan.calls.iter().enumerate() {
+        if let Some((first, delay)) = call.follows {
+            let report = reports
+                .get(&first)
+                .expect("a follow-up's first call")
+                .clone();
+            tasks.push(start_follow_up(&client, call, report, delay, mock.clone()));
+            continue;
+        }
         let key = (!call.generated).then(|| keys[call.key].clone());
-        tasks.push(start_call(&client, call, key, call.start, true));
+        let task = start_call(&client, call, key, call.start, true);
+        let followed = plan
+            .calls
+            .iter()
+            .any(|c| c.follows.is_some_and(|(f, _)| f == i));
+        let (report, reported) = tokio::sync::watch::channel(None);
+        if followed {
+            reports.insert(i, reported);
+        }
+        tasks.push(tokio::spawn(async move {
+            let (key, end) = task.await.expect("call task");
+            // An outcome's key, or the handle's for a call its caller
+            // dropped.
+            let told = match &end {
+                Ok(end) => end.reported.clone(),
+                Err(_) => key.clone(),
+            };
+            if let (true, Err(_)) = (followed, &end) {
+                FOLLOWED_DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+            if let (
+                true,
+                None,
+                Ok(Ended {
+                    outcome: Err(e), ..
+                }),
+            ) = (followed, &told, &end)
+            {
+                *FOLLOW_UP_SKIPS
+                    .lock()
+                    .unwrap()
+                    .entry(format!("{} {}", e.code_name(), e.execution()))
+                    .or_default() += 1;
+            }
+            report.send_replace(Some(told));
+            Some((key, end))
+        }));
     }
     // The fault timeline, alongside the calls.
     for (at, action) in &plan.faults {
@@ -1217,7 +1443,10 @@ async fn run(plan: Plan) -> Vec<String> {
     // The calls whose callers dropped them, and when each started.
     let mut dropped: Vec<(usize, Instant)> = Vec::new();
     for (i, t) in tasks.into_iter().enumerate() {
-        let (key, end) = t.await.expect("call task");
+        // A follow-up whose first call reported no key was not issued.
+        let Some((key, end)) = t.await.expect("call task") else {
+            continue;
+        };
         let call = &plan.calls[i];
         match key {
             Some(key) if call.generated => keys[call.key] = key,
@@ -1410,6 +1639,10 @@ async fn second_client(
                 let job_id = invocation.job_id();
                 let outcome = invocation.await;
                 let replayed = outcome.as_ref().is_ok_and(|out| out.replayed);
+                let reported = match &outcome {
+                    Ok(out) => Some(out.key.clone()),
+                    Err(e) => e.key().cloned(),
+                };
                 Some(Ended {
                     outcome: outcome.map(|out| out.value),
                     elapsed: started.elapsed(),
@@ -1421,6 +1654,8 @@ async fn second_client(
                     replayed,
                     recovered: true,
                     generated: false,
+                    reported,
+                    key_runs_before: None,
                     after_close: false,
                 })
             }),
@@ -1638,6 +1873,16 @@ fn check(
         );
         shown.join(", ")
     };
+    // What the key of call `i` (generated) ran before its first follow-up
+    // was issued: by then only `i` had used it.
+    let runs_before_follow_ups = |i: usize| {
+        ended
+            .iter()
+            .filter(|(j, _)| plan.calls[*j].follows.is_some_and(|(f, _)| f == i))
+            .filter_map(|(_, end)| end.key_runs_before)
+            .min()
+            .unwrap_or(0)
+    };
     let submits = submits_by_key(mock);
     for (i, end) in ended {
         let call = &plan.calls[*i];
@@ -1666,10 +1911,43 @@ fn check(
                 end.elapsed, end.deadline
             ));
         }
+        // The first client's follow-ups, tallied for the run's summary.
+        let first_clients = !end.recovered && end.started < first_closed;
+        if let Some((first, _)) = call.follows.filter(|_| first_clients) {
+            let intent = if plan.calls[first].v == call.v {
+                "same"
+            } else {
+                "other"
+            };
+            let class = match &end.outcome {
+                Ok(_) if end.replayed => "ok replayed".to_owned(),
+                Ok(_) => "ok".to_owned(),
+                Err(e) => format!("{} {}", e.code_name(), e.execution()),
+            };
+            // What the first call said of itself (the first client's own end).
+            let said = ended
+                .iter()
+                .find(|(j, e)| *j == first && e.generated)
+                .map_or("dropped".to_owned(), |(_, e)| match &e.outcome {
+                    Ok(_) => "ok".to_owned(),
+                    Err(e) => e.execution().to_string(),
+                });
+            *FOLLOW_UP_ENDS
+                .lock()
+                .unwrap()
+                .entry(format!("{intent} after {said}: {class}"))
+                .or_default() += 1;
+        }
         match &end.outcome {
             Ok(value) => {
                 if runs != 1 {
                     violations.push(format!("{who}: Ok but executed {runs} times"));
+                }
+                if end.reported.as_ref().is_none_or(|k| k.to_string() != key) {
+                    violations.push(format!(
+                        "{who}: its result names another key ({:?}; the call's is {key})",
+                        end.reported
+                    ));
                 }
                 // A replay needs a stored outcome: an earlier submit of the
                 // key, or another call of it answered from the cache.
@@ -1701,13 +1979,17 @@ fn check(
             // gateway fingerprinting whole bodies answers to the same intent
             // in another envelope, is checked by its class below).
             Err(e @ Error::DuplicateKey { .. }) if e.execution() == Execution::NotRun => {
+                // A follow-up of this call came after it ended: it cannot
+                // have bound the key against it.
+                let later = |c: &PlannedCall| c.follows.is_some_and(|(f, _)| f == *i);
+                let later_v = |v: u64| plan.calls.iter().any(|c| later(c) && c.v == v);
                 let other = by_intent
                     .iter()
-                    .any(|((k, v), n)| *k == key && *v != call.v && *n > 0)
+                    .any(|((k, v), n)| *k == key && *v != call.v && *n > 0 && !later_v(*v))
                     || plan
                         .calls
                         .iter()
-                        .any(|c| c.key == call.key && c.v != call.v);
+                        .any(|c| c.key == call.key && c.v != call.v && !later(c));
                 // A gateway fingerprinting whole bodies also remembers an
                 // attempt it refused (429, 503) unforwarded: our retry of a
                 // generated key conflicts with it, though nothing ran.
@@ -1726,6 +2008,15 @@ fn check(
                 }
             }
             Err(e) => match e.execution() {
+                // Its follow-ups excuse a later execution (below), but not
+                // one there before the first of them was issued.
+                Execution::NotRun if end.generated && runs_before_follow_ups(*i) != 0 => violations
+                    .push(format!(
+                        "{who}: says it did not run ({e}) but its key ran {} times before its \
+                         first follow-up was issued; the key's calls: {}",
+                        runs_before_follow_ups(*i),
+                        key_calls(call.key)
+                    )),
                 // Told "did not run", a caller may issue the work again, with
                 // the same key too: an execution may be that later call's.
                 Execution::NotRun if runs != 0 && !issued_again(*i, end) => {
@@ -1852,6 +2143,16 @@ async fn seeded_fault_schedules_never_lie() {
         UNREAD.load(Ordering::Relaxed),
         POLICY_CLOSES.load(Ordering::Relaxed),
         DISCARDS.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "checker: follow-ups of generated keys issued {} ({} first calls dropped by their \
+         callers), not issued {} (their first call's error named no key: {:?}); their ends \
+         (intent after what the first call said: outcome) {:?}",
+        FOLLOW_UPS.load(Ordering::Relaxed),
+        FOLLOWED_DROPPED.load(Ordering::Relaxed),
+        FOLLOW_UPS_SKIPPED.load(Ordering::Relaxed),
+        FOLLOW_UP_SKIPS.lock().unwrap(),
+        FOLLOW_UP_ENDS.lock().unwrap(),
     );
     assert!(
         failed.is_empty(),
