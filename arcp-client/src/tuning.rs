@@ -80,6 +80,17 @@ impl Tuning {
     /// call under a generated key only its binding is kept (the intent and
     /// the job), and a repeat under that key is answered by the runtime.
     /// A capacity of 0 disables the cache.
+    ///
+    /// What the cache holds is also what lets the client refuse another
+    /// intent under a key it saw, and tell a runtime's unmarked replay on
+    /// the same session from a fresh run. Past the cache (its TTL or
+    /// capacity), that is the runtime's to say: against a runtime that
+    /// answers another intent under a known key with the first intent's
+    /// stored outcome (the PHP SDKs' runtimes), such a call gets that
+    /// outcome, and against one that replays a key's acceptance unmarked
+    /// (Python 1.1.3) a repeat on the same session reads `replayed: false`.
+    /// Give each intent a key of its own, and keep the TTL at least as long
+    /// as callers repeat keys.
     pub fn outcome_cache(mut self, capacity: usize, ttl: Duration) -> Self {
         self.outcome_cache = Some((capacity, ttl));
         self
