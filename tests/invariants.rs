@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use arcp_mock::{ConflictSignal, Dialect, ErrorCode, Fault};
-use arcp_sdk::{CancelOutcome, Error, IdempotencyKey};
+use arcp_sdk::{CancelOutcome, Error, Execution, IdempotencyKey};
 use serde_json::json;
 use support::mock::{client, key_of, mock, submits};
 
@@ -219,8 +219,17 @@ both_dialects! {
     async fn invariant_7_cancel_is_truthful(dialect: Dialect) {
         let mock = mock(dialect).start().await.unwrap();
         let client = client(&mock.ws_url(), dialect).connect().await.unwrap();
+        // Cancelled before it is awaited: stopped, never sent.
+        let stopped = client.invoke_tool("refund", json!({"order": 5})).send();
+        assert!(matches!(stopped.cancel().await, CancelOutcome::NotDispatched { .. }));
+        let stopped = stopped.await;
+        assert!(
+            matches!(stopped, Err(Error::Cancelled { attempts: 0, .. })),
+            "{stopped:?}"
+        );
+        assert_eq!(stopped.unwrap_err().execution(), Execution::NotSent);
+        assert_eq!(mock.executions("refund"), 0);
         let call = client.invoke_tool("refund", json!({"order": 6, "steps": 20, "ms": 50})).send();
-        assert!(matches!(call.cancel().await, CancelOutcome::NotDispatched { .. }));
         let handle = call.handle();
         let run = tokio::spawn(call);
         while handle.job_id().is_none() {

@@ -43,6 +43,9 @@ impl Backend {
     /// Runs one call to its outcome.
     pub(crate) async fn invoke(&self, mut request: Box<CallRequest>) -> Outcome {
         let shared = request.shared.clone();
+        if !shared.hand_over() {
+            return Err(cancelled_before_sent(request.key.clone()));
+        }
         if request.in_doubt {
             // An earlier process may have sent it: however this caller
             // stops waiting, it cannot claim "did not run".
@@ -200,6 +203,16 @@ fn try_send(
             mpsc::error::TrySendError::Full(c) => mpsc::error::TrySendError::Full(Box::new(c)),
             mpsc::error::TrySendError::Closed(c) => mpsc::error::TrySendError::Closed(Box::new(c)),
         })
+}
+
+/// A call cancelled before it was handed to a transport: nothing was sent
+/// for it.
+pub(crate) fn cancelled_before_sent(key: IdempotencyKey) -> Error {
+    Error::Cancelled {
+        key,
+        job_id: None,
+        attempts: 0,
+    }
 }
 
 #[cfg(test)]

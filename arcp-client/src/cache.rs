@@ -149,8 +149,9 @@ impl Settled {
         }
     }
 
-    /// The same outcome marked as a stored one handed to a repeated call.
-    fn replayed(self) -> Settled {
+    /// The same outcome marked as a stored one handed to a repeated call
+    /// (or to a caller that joined a call after its request went out).
+    pub(crate) fn replayed(self) -> Settled {
         match self {
             Settled::Plain(mut plain) => {
                 plain.replayed = true;
@@ -175,7 +176,9 @@ impl Settled {
 /// unknown outcome is not: a repeated call must ask the runtime again.
 pub(crate) fn admits(outcome: &Outcome) -> bool {
     match outcome {
-        Ok(_) | Err(Error::Cancelled { .. }) => true,
+        Ok(_) => true,
+        // A job the runtime cancelled; not a call stopped before it was sent.
+        Err(Error::Cancelled { attempts, .. }) => *attempts > 0,
         Err(Error::Tool(e)) => e.execution == Execution::Ran,
         Err(_) => false,
     }

@@ -151,6 +151,11 @@ pub enum Error {
     /// ([`Execution::MayHaveRun`]): a job is cancelled in the runtime's
     /// queue before its tool starts as well as while it runs. Not retried:
     /// the key's outcome is the cancellation.
+    ///
+    /// With `attempts` 0, the call was cancelled before it was handed to a
+    /// connection (while it waited for an in-flight slot, or before it was
+    /// awaited): nothing was sent for it ([`Execution::NotSent`]), and the
+    /// key has no outcome from it.
     #[error("the call with key {key} was cancelled{}", JobSuffix(job_id))]
     Cancelled {
         /// The key.
@@ -398,6 +403,8 @@ impl Error {
             // done part of its work. The key's outcome is final (the runtime
             // answers the key with the cancellation), its execution is not
             // known.
+            // Stopped before anything was sent for it.
+            Error::Cancelled { attempts: 0, .. } => Execution::NotSent,
             Error::Cancelled { .. } => Execution::MayHaveRun,
             // Another worker drives the call: it may run (once) there. An
             // unavailable store may have committed the call's record though

@@ -394,8 +394,10 @@ impl<Out> Invocation<Out> {
     }
 
     /// The call's idempotency key (`None` only if the key given was invalid).
+    /// (See [`CallHandle::key`]: reading it while the call runs makes the
+    /// key no longer this call's alone.)
     pub fn key(&self) -> Option<&IdempotencyKey> {
-        self.handle.key.as_ref()
+        self.handle.key()
     }
 
     /// The job id, once the runtime accepted the call.
@@ -421,7 +423,13 @@ impl<Out> Invocation<Out> {
 
 impl CallHandle {
     /// The call's idempotency key (`None` only if the key given was invalid).
+    ///
+    /// A key read here while the call runs may be used by another call (of
+    /// this client or another): from then on, should this call send
+    /// nothing, it says only that it sent nothing ([`Execution::NotSent`](crate::Execution::NotSent)),
+    /// not that the key never ran.
     pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.shared.mark_key_shown();
         self.key.as_ref()
     }
 
@@ -449,8 +457,13 @@ impl CallHandle {
     /// waiting; the runtime still finishes the job).
     pub async fn cancel(&self) -> CancelOutcome {
         if !self.shared.dispatched.load(Ordering::Acquire) {
+            let reason = if self.shared.ask_cancel_before_handover() {
+                "the call had not been sent: it is stopped, and will never be sent"
+            } else {
+                "the call is being handed to the connection: ask again"
+            };
             return CancelOutcome::NotDispatched {
-                reason: "the call has not been sent yet (await the invocation first)".into(),
+                reason: reason.into(),
             };
         }
         let Some(key) = self.key.clone() else {

@@ -21,7 +21,9 @@ pub struct ToolOutput<T = Value> {
     pub key: IdempotencyKey,
     /// Whether the runtime's answer shows it was a stored outcome (see
     /// [`ToolError::replayed`](crate::ToolError::replayed) for the rule), or
-    /// it was answered from the client's outcome cache or journal.
+    /// it was answered from the client's outcome cache or journal, or this
+    /// call joined another caller's call of the same key and intent after
+    /// that call's request went out (the tool ran, if it did, for that one).
     pub replayed: bool,
     /// How many times the request was sent (1 when nothing went wrong).
     pub attempts: u32,
@@ -149,7 +151,10 @@ pub(crate) fn value_bytes(value: &serde_json::Value) -> usize {
 pub enum CancelOutcome {
     /// Nothing was written to a connection (for example the call is not
     /// accepted yet, so there is no job to cancel, or no connection was up
-    /// within the cancel timeout).
+    /// within the cancel timeout). A call not yet handed to a connection
+    /// (waiting for an in-flight slot, or not awaited yet) is stopped: it is
+    /// never sent, and ends with [`Error::Cancelled`](crate::Error::Cancelled)
+    /// with no attempts.
     NotDispatched {
         /// Why.
         reason: String,

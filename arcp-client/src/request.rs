@@ -163,6 +163,14 @@ const SENT: u8 = 1;
 const ABANDONED: u8 = 2;
 /// The journal decided this call's prepare: it drives a record of its own.
 const RECORDED: u8 = 4;
+/// The caller read the call's key from its handle while the call ran: it
+/// may have used the key elsewhere, so the key is no longer this call's
+/// alone.
+const KEY_SHOWN: u8 = 8;
+/// A cancel was asked for (see [`CallShared::ask_cancel_before_handover`]).
+const CANCEL_ASKED: u8 = 16;
+/// The call was handed to a transport.
+const HANDED_OVER: u8 = 32;
 
 /// State shared between an [`Invocation`](crate::Invocation) and the
 /// transport running its call.
@@ -307,6 +315,48 @@ impl CallShared {
     /// Whether the journal recorded the call (see [`mark_recorded`](Self::mark_recorded)).
     pub(crate) fn is_recorded(&self) -> bool {
         self.marks.load(Ordering::Acquire) & RECORDED != 0
+    }
+
+    /// A cancel asked before the call reaches a transport: returns whether
+    /// it was in time (the call will never be handed over, so never sent),
+    /// and wakes a wait for an in-flight slot.
+    pub(crate) fn ask_cancel_before_handover(&self) -> bool {
+        let before = self.marks.fetch_or(CANCEL_ASKED, Ordering::AcqRel);
+        let in_time = before & HANDED_OVER == 0;
+        if in_time {
+            self.changed.notify_waiters();
+        }
+        in_time
+    }
+
+    /// The call is about to be handed to a transport: returns false if a
+    /// cancel came first (it must not be sent).
+    pub(crate) fn hand_over(&self) -> bool {
+        self.marks.fetch_or(HANDED_OVER, Ordering::AcqRel) & CANCEL_ASKED == 0
+    }
+
+    /// Waits until a cancel is asked before the call was handed over.
+    pub(crate) async fn cancelled_before_handover(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let marks = self.marks.load(Ordering::Acquire);
+            if marks & CANCEL_ASKED != 0 && marks & HANDED_OVER == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The caller read the key from the call's handle (see [`KEY_SHOWN`]).
+    pub(crate) fn mark_key_shown(&self) {
+        self.marks.fetch_or(KEY_SHOWN, Ordering::AcqRel);
+    }
+
+    /// Whether the caller read the key from the call's handle.
+    pub(crate) fn key_shown(&self) -> bool {
+        self.marks.load(Ordering::Acquire) & KEY_SHOWN != 0
     }
 
     /// Whether the caller gave up.

@@ -32,7 +32,8 @@ impl Client {
     pub(crate) async fn dispatch(&self, mut request: Box<CallRequest>) -> Outcome {
         if self.inner.journal.is_some() || self.inner.broken.is_some() {
             if let Err(e) = Box::pin(self.usable_for(&request)).await {
-                let supplied = request.key_supplied || request.in_doubt;
+                let supplied =
+                    request.key_supplied || request.in_doubt || request.shared.key_shown();
                 return with_key_origin(Err(e), supplied, &request.key);
             }
             return Box::pin(self.dispatch_held(request)).await;
@@ -66,7 +67,7 @@ impl Client {
         // later starts a fate of its own.
         let joined = fate.is_some_and(KeyFateGuard::leave);
         let outcome = with_shared_fate(outcome, joined, &guard.key, shared);
-        with_key_origin(outcome, key_supplied, &guard.key)
+        with_key_origin(outcome, key_supplied || shared.key_shown(), &guard.key)
     }
 
     /// Whether this client can take the call at all: a configuration that
@@ -201,7 +202,9 @@ impl Client {
         // with or without a record of it, the store may be new, or have
         // purged it, or the key may have run through another client (before
         // or after the record).
-        let key_unused = !key_may_be_known;
+        // Nor if the caller read the key from the call's handle meanwhile:
+        // another call may have used it.
+        let key_unused = !key_may_be_known && !shared.key_shown();
         // An outcome the journal itself answered (the key's stored
         // outcome, or a conflict with its record) is not written back.
         let journal = self
@@ -239,12 +242,14 @@ impl Client {
     }
 
     async fn run_call(&self, request: Box<CallRequest>) -> Outcome {
-        let _permit = self
-            .inner
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| Error::Closed)?;
+        // A cancel asked while the call waits for its slot stops it here.
+        let shared = request.shared.clone();
+        let _permit = tokio::select! {
+            permit = self.inner.in_flight.acquire() => permit.map_err(|_| Error::Closed)?,
+            () = shared.cancelled_before_handover() => {
+                return Err(crate::backend::cancelled_before_sent(request.key.clone()));
+            }
+        };
         if let Some(journal) = self.inner.journal.as_ref() {
             let max_frame_size = self.inner.config.max_frame_size;
             // Boxed: only journaled calls pay for these futures' size.

@@ -22,10 +22,11 @@ pub struct ToolError {
     pub details: Option<Value>,
     /// Whether the runtime's answer shows it was a stored outcome: a
     /// terminal with no `job.accepted` before it on the attempt, a frame of
-    /// another session, an acceptance the runtime marked as a replay, or an
-    /// answer from the client's outcome cache or journal. Never for the job
-    /// this call's own attempt started (accepted fresh), however its
-    /// answer arrives.
+    /// another session, an acceptance the runtime marked as a replay, an
+    /// answer from the client's outcome cache or journal, or the outcome of
+    /// another caller's call of the same key and intent that this call
+    /// joined after its request went out. Never for the job this call's own
+    /// attempt started (accepted fresh), however its answer arrives.
     pub replayed: bool,
     /// The job, when the runtime bound the call to one.
     pub job_id: Option<String>,

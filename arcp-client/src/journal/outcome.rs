@@ -174,9 +174,11 @@ impl JournalOutcome {
                 message: message.clone(),
                 attempts: *attempts,
             },
+            // A job the runtime cancelled (a cancel before anything was
+            // sent stopped only this call: the key's ending is below).
             Err(Error::Cancelled {
                 job_id, attempts, ..
-            }) => JournalOutcome::Cancelled {
+            }) if *attempts > 0 => JournalOutcome::Cancelled {
                 job_id: job_id.clone(),
                 attempts: *attempts,
             },

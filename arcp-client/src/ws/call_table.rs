@@ -196,6 +196,7 @@ mod tests {
             shared,
             deadline: Deadline::new(now, req.deadline),
             _events_end: EventsEnd(Arc::new(CallShared::default())),
+            joined_sent: false,
         };
         Call::new(
             (key.clone(), KeyOrigin::Generated),

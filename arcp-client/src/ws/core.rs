@@ -53,6 +53,7 @@ use tokio::sync::oneshot;
 
 use super::call_table::CallTable;
 use super::dialer::Dialer;
+use super::given_up::GivenUpSubmits;
 use super::ids::CallId;
 use super::link_io::{DialPlan, Loss};
 use super::link_state::{Link, WINDOW_AFTER_LOSS};
@@ -112,6 +113,8 @@ pub(crate) struct Core {
     /// The calls, by id, key and job (`call_table.rs`).
     calls: CallTable,
     requests: Requests,
+    /// Submits of calls given up before their acceptance (`given_up.rs`).
+    given_up: GivenUpSubmits,
     timers: TimerTable,
     cache: OutcomeCache,
     session: Session,
@@ -167,6 +170,7 @@ impl Core {
             config,
             calls: CallTable::default(),
             requests: Requests::default(),
+            given_up: GivenUpSubmits::default(),
             timers: TimerTable::default(),
             session: Session::default(),
             link: Link::Down { next_dial: now },

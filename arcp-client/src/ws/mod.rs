@@ -36,6 +36,7 @@ mod core;
 mod dial;
 mod dialer;
 mod driver;
+mod given_up;
 mod ids;
 mod link_io;
 mod link_state;

@@ -28,6 +28,10 @@ pub(crate) struct Waiter {
     pub(crate) deadline: Deadline,
     /// Dropping it ends this caller's event stream.
     pub(crate) _events_end: EventsEnd,
+    /// It joined the call after a request of it was sent: the tool ran (if
+    /// it did) for another caller's request, so to this caller the outcome
+    /// is a replay.
+    pub(crate) joined_sent: bool,
 }
 
 impl Waiter {
@@ -124,6 +128,7 @@ mod tests {
             shared: shared.clone(),
             deadline: Deadline::new(Instant::now(), Duration::from_secs(n)),
             _events_end: EventsEnd(shared),
+            joined_sent: false,
         }
     }
 

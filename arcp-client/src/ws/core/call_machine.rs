@@ -49,6 +49,11 @@ impl Core {
             if call.exposure_now().unresolved() == Execution::MayHaveRun {
                 let (key, fingerprint) = (call.key().clone(), call.fingerprint());
                 let job = call.job_id().cloned();
+                // Its acceptance may still come, naming the job.
+                if let (None, Phase::Sent { request, .. }) = (&job, call.phase()) {
+                    self.given_up
+                        .insert(request.clone(), key.clone(), fingerprint);
+                }
                 self.cache.remember_binding(key, fingerprint, job, now);
             }
             self.forget(id, now);
@@ -338,12 +343,25 @@ impl Core {
         };
         call.answer_cancel(cancel);
         // Clones for joined callers; the last one takes the outcome itself.
+        // A caller that joined after a request went out gets it as a
+        // replay.
         let mut waiters = call.take_waiters();
         let last = waiters.pop();
         for waiter in waiters {
-            self.replies.push((waiter.reply, settled.clone()));
+            let settled = settled.clone();
+            let settled = if waiter.joined_sent {
+                settled.replayed()
+            } else {
+                settled
+            };
+            self.replies.push((waiter.reply, settled));
         }
         if let Some(waiter) = last {
+            let settled = if waiter.joined_sent {
+                settled.replayed()
+            } else {
+                settled
+            };
             self.replies.push((waiter.reply, settled));
         }
     }

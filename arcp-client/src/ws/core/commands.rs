@@ -70,11 +70,12 @@ impl Core {
             }
         };
         let Intent { fingerprint, size } = prepared.intent;
-        let waiter = Waiter {
+        let mut waiter = Waiter {
             reply,
             shared: req.shared.clone(),
             deadline: Deadline::new(req.started, req.deadline),
             _events_end: req.events_end,
+            joined_sent: false,
         };
         // Answered here, without a request of its own: the span the caller
         // opened says so.
@@ -128,6 +129,9 @@ impl Core {
                     if let Some((until, retention)) = waiter.shared.send_limit() {
                         call.budget_mut().no_send_after(until, retention);
                     }
+                    // Joined after a request went out: whatever ran, ran
+                    // for an earlier caller.
+                    waiter.joined_sent = call.attempts() > 0;
                     // The call lives as long as its most patient caller;
                     // each waiter is held to its own deadline (`step`).
                     call.join(waiter);

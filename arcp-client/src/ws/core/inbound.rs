@@ -205,6 +205,14 @@ impl Core {
             },
         };
         let Some(id) = id else {
+            // The acceptance of a call its caller gave up on: the key's
+            // binding keeps the job.
+            let given_up = request.and_then(|r| self.given_up.take(r));
+            if let (Some((key, fingerprint)), Some(job)) = (given_up, &job_id) {
+                let job = Some(std::sync::Arc::from(job.as_str()));
+                self.cache.remember_binding(key, fingerprint, job, now);
+                return;
+            }
             debug!(
                 ?request,
                 ?job_id,
