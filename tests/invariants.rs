@@ -227,7 +227,7 @@ both_dialects! {
             matches!(stopped, Err(Error::Cancelled { attempts: 0, .. })),
             "{stopped:?}"
         );
-        assert_eq!(stopped.unwrap_err().execution(), Execution::NotSent);
+        assert_eq!(stopped.unwrap_err().execution(), Execution::NotRun);
         assert_eq!(mock.executions("refund"), 0);
         let call = client.invoke_tool("refund", json!({"order": 6, "steps": 20, "ms": 50})).send();
         let handle = call.handle();

@@ -154,8 +154,9 @@ pub enum Error {
     ///
     /// With `attempts` 0, the call was cancelled before it was handed to a
     /// connection (while it waited for an in-flight slot, or before it was
-    /// awaited): nothing was sent for it ([`Execution::NotSent`]), and the
-    /// key has no outcome from it.
+    /// awaited): nothing was sent for it ([`Execution::NotRun`] under a key
+    /// generated for it; a supplied key's call ends [`Error::NotSent`]
+    /// with this as its cause), and the key has no outcome from it.
     #[error("the call with key {key} was cancelled{}", JobSuffix(job_id))]
     Cancelled {
         /// The key.
@@ -403,8 +404,9 @@ impl Error {
             // done part of its work. The key's outcome is final (the runtime
             // answers the key with the cancellation), its execution is not
             // known.
-            // Stopped before anything was sent for it.
-            Error::Cancelled { attempts: 0, .. } => Execution::NotSent,
+            // Stopped before anything was sent for it (a supplied key's
+            // call says "not sent": an earlier call may have run the key).
+            Error::Cancelled { attempts: 0, .. } => Execution::NotRun,
             Error::Cancelled { .. } => Execution::MayHaveRun,
             // Another worker drives the call: it may run (once) there. An
             // unavailable store may have committed the call's record though

@@ -394,8 +394,6 @@ impl<Out> Invocation<Out> {
     }
 
     /// The call's idempotency key (`None` only if the key given was invalid).
-    /// (See [`CallHandle::key`]: reading it while the call runs makes the
-    /// key no longer this call's alone.)
     pub fn key(&self) -> Option<&IdempotencyKey> {
         self.handle.key()
     }
@@ -423,13 +421,7 @@ impl<Out> Invocation<Out> {
 
 impl CallHandle {
     /// The call's idempotency key (`None` only if the key given was invalid).
-    ///
-    /// A key read here while the call runs may be used by another call (of
-    /// this client or another): from then on, should this call send
-    /// nothing, it says only that it sent nothing ([`Execution::NotSent`](crate::Execution::NotSent)),
-    /// not that the key never ran.
     pub fn key(&self) -> Option<&IdempotencyKey> {
-        self.shared.mark_key_shown();
         self.key.as_ref()
     }
 

@@ -154,7 +154,8 @@ pub enum CancelOutcome {
     /// within the cancel timeout). A call not yet handed to a connection
     /// (waiting for an in-flight slot, or not awaited yet) is stopped: it is
     /// never sent, and ends with [`Error::Cancelled`](crate::Error::Cancelled)
-    /// with no attempts.
+    /// with no attempts (as the cause of [`Error::NotSent`](crate::Error::NotSent)
+    /// under a supplied key).
     NotDispatched {
         /// Why.
         reason: String,

@@ -163,14 +163,10 @@ const SENT: u8 = 1;
 const ABANDONED: u8 = 2;
 /// The journal decided this call's prepare: it drives a record of its own.
 const RECORDED: u8 = 4;
-/// The caller read the call's key from its handle while the call ran: it
-/// may have used the key elsewhere, so the key is no longer this call's
-/// alone.
-const KEY_SHOWN: u8 = 8;
 /// A cancel was asked for (see [`CallShared::ask_cancel_before_handover`]).
-const CANCEL_ASKED: u8 = 16;
+const CANCEL_ASKED: u8 = 8;
 /// The call was handed to a transport.
-const HANDED_OVER: u8 = 32;
+const HANDED_OVER: u8 = 16;
 
 /// State shared between an [`Invocation`](crate::Invocation) and the
 /// transport running its call.
@@ -347,16 +343,6 @@ impl CallShared {
             }
             notified.await;
         }
-    }
-
-    /// The caller read the key from the call's handle (see [`KEY_SHOWN`]).
-    pub(crate) fn mark_key_shown(&self) {
-        self.marks.fetch_or(KEY_SHOWN, Ordering::AcqRel);
-    }
-
-    /// Whether the caller read the key from the call's handle.
-    pub(crate) fn key_shown(&self) -> bool {
-        self.marks.load(Ordering::Acquire) & KEY_SHOWN != 0
     }
 
     /// Whether the caller gave up.

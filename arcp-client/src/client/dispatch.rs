@@ -32,8 +32,7 @@ impl Client {
     pub(crate) async fn dispatch(&self, mut request: Box<CallRequest>) -> Outcome {
         if self.inner.journal.is_some() || self.inner.broken.is_some() {
             if let Err(e) = Box::pin(self.usable_for(&request)).await {
-                let supplied =
-                    request.key_supplied || request.in_doubt || request.shared.key_shown();
+                let supplied = request.key_supplied || request.in_doubt;
                 return with_key_origin(Err(e), supplied, &request.key);
             }
             return Box::pin(self.dispatch_held(request)).await;
@@ -67,7 +66,7 @@ impl Client {
         // later starts a fate of its own.
         let joined = fate.is_some_and(KeyFateGuard::leave);
         let outcome = with_shared_fate(outcome, joined, &guard.key, shared);
-        with_key_origin(outcome, key_supplied || shared.key_shown(), &guard.key)
+        with_key_origin(outcome, key_supplied, &guard.key)
     }
 
     /// Whether this client can take the call at all: a configuration that
@@ -202,9 +201,7 @@ impl Client {
         // with or without a record of it, the store may be new, or have
         // purged it, or the key may have run through another client (before
         // or after the record).
-        // Nor if the caller read the key from the call's handle meanwhile:
-        // another call may have used it.
-        let key_unused = !key_may_be_known && !shared.key_shown();
+        let key_unused = !key_may_be_known;
         // An outcome the journal itself answered (the key's stored
         // outcome, or a conflict with its record) is not written back.
         let journal = self
